@@ -1,0 +1,60 @@
+// Resolved op attributes. Construction (graph_construction.cpp) fills every
+// attribute an op accepts: defaults applied, negative axes made non-negative,
+// `axes` sorted, `scale` and pooling `stride` derived from the shapes. So two
+// ops that compute the same thing have equal Attributes, whether or not the
+// document spelt out the defaults: the hash and the printer rely on this.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "compiler/op_table.h"
+#include "kiln/graph.h"
+
+namespace kiln::ir {
+
+using kiln::to_string;
+
+// matmul/conv2d operand rounding (graph-format.md, numerics rule 5).
+enum class Precision : uint8_t { f32, tf32, bf16, f16 };
+enum class Layout : uint8_t { NHWC, NCHW };
+
+std::string_view to_string(Precision p);
+std::string_view to_string(Layout l);
+
+struct Attributes {
+  float alpha = 0.01f;                 // leaky_relu
+  std::optional<float> min, max;       // clamp (each optional)
+  std::vector<int64_t> axes;           // reduce_*: sorted, distinct, non-negative
+  bool keepdims = false;               // reduce_*
+  int64_t axis = 0;                    // norms: non-negative
+  float eps = 0.0f;                    // norms
+  int64_t groups = 1;                  // conv2d, group_norm
+  Precision precision = Precision::f32;
+  Layout layout = Layout::NHWC;        // conv2d, pooling
+  std::array<int64_t, 2> stride{1, 1};
+  std::array<int64_t, 2> padding{0, 0};
+  std::array<int64_t, 2> dilation{1, 1};
+  std::array<int64_t, 2> kernel{1, 1};  // pooling
+  bool count_include_pad = true;        // avg_pool2d
+  std::vector<int64_t> perm;            // transpose: non-negative
+  std::vector<int64_t> shape;           // reshape: resolved (no -1)
+  bool causal = false;                  // sdpa
+  float scale = 1.0f;                   // sdpa
+
+  bool operator==(const Attributes&) const = default;
+};
+
+// `value` as the double whose shortest decimal form is the shortest form of
+// the f32 (0.01f -> 0.01): what printers and the JSON writer show. Reading it
+// back as f32 gives `value` exactly.
+double printable(float value);
+
+// The resolved value of `key`, as its JSON value; nullopt where the op leaves
+// it unset (clamp's min/max). Drives the printer, the writer and the hash.
+std::optional<AttrValue> attr_value(const Attributes& attrs, AttrKey key);
+
+}  // namespace kiln::ir

@@ -1,0 +1,53 @@
+#include "compiler/error.h"
+
+#include <new>
+
+namespace kiln::detail {
+
+void throw_user_error(std::string message, ErrorCode code) {
+  throw UserError(code, message);
+}
+
+void throw_internal_error(const char* file, int line, const char* condition,
+                          const std::string& detail) {
+  throw InternalError(fmt::format("internal error at {}:{}: check '{}' failed{}{} "
+                                  "(this is a bug in kiln; please report it)",
+                                  file, line, condition, detail.empty() ? "" : ": ", detail));
+}
+
+Error error_from_current_exception() {
+  try {
+    throw;
+  } catch (const UserError& e) {
+    return Error{e.code(), e.what()};
+  } catch (const InternalError& e) {
+    return Error{ErrorCode::Internal, e.what()};
+  } catch (const std::bad_alloc&) {
+    return Error{ErrorCode::InvalidInput, "out of memory"};
+  } catch (const std::exception& e) {
+    return Error{ErrorCode::Internal,
+                 fmt::format("internal error: unexpected exception: {} (this is a bug in "
+                             "kiln; please report it)",
+                             e.what())};
+  }
+}
+
+std::string quoted(std::string_view text) {
+  std::string out = "'";
+  for (unsigned char c : text) {
+    switch (c) {
+      case '\'': out += "\\'"; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      default:
+        if (c < 0x20 || c == 0x7f) out += fmt::format("\\x{:02x}", c);
+        else out += static_cast<char>(c);
+    }
+  }
+  out += "'";
+  return out;
+}
+
+}  // namespace kiln::detail

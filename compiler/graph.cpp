@@ -1,0 +1,124 @@
+// The public Graph and GraphBuilder (include/kiln/graph.h) over the IR.
+#include "kiln/graph.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "compiler/error.h"
+#include "compiler/graph_construction.h"
+#include "compiler/graph_hash.h"
+#include "compiler/ir_printer.h"
+#include "compiler/json_graph.h"
+
+namespace kiln {
+
+Expected<Graph> Graph::from_json(std::string_view text, std::string_view source_name) {
+  return detail::catch_errors([&] {
+    return Graph(std::make_shared<const ir::Graph>(ir::graph_from_json(text, source_name)));
+  });
+}
+
+Expected<Graph> Graph::load(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) return Error{ErrorCode::InvalidInput, fmt::format("{}: cannot open the file", path)};
+  std::ostringstream text;
+  text << file.rdbuf();
+  if (file.bad()) return Error{ErrorCode::InvalidInput, fmt::format("{}: cannot read the file", path)};
+  return from_json(text.str(), path);
+}
+
+std::string Graph::to_json() const { return ir::graph_to_json(*ir_); }
+std::string Graph::hash() const { return ir::graph_hash(*ir_).hex(); }
+std::string Graph::to_ir_text() const { return ir::print_ir(*ir_); }
+const std::string& Graph::name() const { return ir_->name; }
+int Graph::op_count() const { return static_cast<int>(ir_->ops.size()); }
+
+static TensorDesc describe(const ir::Tensor& t) { return {t.name, t.shape, t.strides, t.dtype}; }
+
+std::vector<TensorDesc> Graph::inputs() const {
+  std::vector<TensorDesc> out;
+  for (ir::TensorId id : ir_->inputs) out.push_back(describe(ir_->tensor(id)));
+  return out;
+}
+
+std::vector<TensorDesc> Graph::outputs() const {
+  std::vector<TensorDesc> out;
+  for (ir::TensorId id : ir_->outputs) out.push_back(describe(ir_->tensor(id)));
+  return out;
+}
+
+struct GraphBuilder::Impl {
+  explicit Impl(std::string name) : graph(std::move(name)) {}
+  ir::GraphConstructor graph;
+  std::optional<Error> error;
+  std::vector<std::string> outputs;
+  int next_name = 0;
+
+  template <class F>
+  Tensor record(F&& body) {
+    if (error) return {};
+    Expected<ir::TensorId> id = detail::catch_errors(body);
+    if (!id) {
+      error = id.error();
+      return {};
+    }
+    return Tensor{*id};
+  }
+};
+
+GraphBuilder::GraphBuilder(std::string name) : impl_(std::make_unique<Impl>(std::move(name))) {}
+GraphBuilder::~GraphBuilder() = default;
+GraphBuilder::GraphBuilder(GraphBuilder&&) noexcept = default;
+GraphBuilder& GraphBuilder::operator=(GraphBuilder&&) noexcept = default;
+
+Tensor GraphBuilder::input(std::string name, Shape shape, DType dtype, Strides strides) {
+  return impl_->record([&] {
+    std::optional<Strides> given;
+    if (!strides.empty() || shape.empty()) given = strides;
+    return impl_->graph.add_input(name, shape, dtype, given);
+  });
+}
+
+Tensor GraphBuilder::op(std::string_view op, std::vector<Operand> in, Attrs attrs,
+                        std::optional<DType> dtype, std::string out) {
+  return impl_->record([&] {
+    ir::OpDeclaration decl;
+    decl.op = std::string(op);
+    for (const Operand& operand : in) {
+      if (const double* scalar = std::get_if<double>(&operand)) {
+        decl.in.emplace_back(*scalar);
+        continue;
+      }
+      const Tensor t = std::get<Tensor>(operand);
+      KILN_USER_CHECK(t.valid(), "{}: an operand is not a tensor of this builder", op);
+      decl.in.emplace_back(impl_->graph.name_of(t.id));
+    }
+    if (out.empty()) {
+      do out = fmt::format("t{}", impl_->next_name++);
+      while (impl_->graph.has_name(out));
+    }
+    decl.out = std::move(out);
+    decl.dtype = dtype;
+    decl.attrs = std::move(attrs);
+    return impl_->graph.add_op(decl);
+  });
+}
+
+void GraphBuilder::output(Tensor t) {
+  if (impl_->error) return;
+  if (!t.valid()) {
+    impl_->error = Error{ErrorCode::InvalidInput, "output: not a tensor of this builder"};
+    return;
+  }
+  impl_->outputs.push_back(impl_->graph.name_of(t.id));
+}
+
+Expected<Graph> GraphBuilder::build() {
+  if (impl_->error) return *impl_->error;
+  return detail::catch_errors([&] {
+    impl_->graph.set_outputs(impl_->outputs);
+    return Graph(std::make_shared<const ir::Graph>(std::move(impl_->graph).finish()));
+  });
+}
+
+}  // namespace kiln

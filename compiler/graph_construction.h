@@ -1,0 +1,65 @@
+// Builds a checked ir::Graph from declarations, one at a time. The JSON
+// loader and the public GraphBuilder both drive it, so both produce the same
+// IR (and hash) for the same graph.
+//
+// Expects: declarations in document order (inputs, then ops, then outputs).
+// Guarantees: every rule of graph-format.md is enforced as each declaration
+// arrives: names (syntax, length, uniqueness, defined before use), dtypes,
+// shapes and strides, arity, attribute keys and value types, scalars, the
+// bool-reading rule, and each op's shape rules (shape_inference.h). finish()
+// returns a Graph whose attributes are resolved, rounding flags set (numerics
+// rule 2) and `users` filled. A violation throws a UserError naming the op
+// (index, output name, op) or input, and the tensors involved.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "compiler/ir.h"
+#include "kiln/graph.h"
+
+namespace kiln::ir {
+
+// An op operand as declared: a tensor name or a JSON number (scalar constant).
+using DeclaredOperand = std::variant<std::string, double>;
+
+struct OpDeclaration {
+  std::string op;
+  std::vector<DeclaredOperand> in;
+  std::string out;
+  std::optional<DType> dtype;
+  Attrs attrs;
+};
+
+class GraphConstructor {
+ public:
+  explicit GraphConstructor(std::string graph_name);
+
+  TensorId add_input(const std::string& name, const Shape& shape, DType dtype,
+                     const std::optional<Strides>& strides);
+  TensorId add_op(const OpDeclaration& decl);
+  void set_outputs(const std::vector<std::string>& names);
+  Graph finish() &&;
+
+  // For the builder's generated names: whether `name` is taken.
+  bool has_name(const std::string& name) const { return names_.count(name) != 0; }
+  const std::string& name_of(TensorId id) const { return graph_.tensor(id).name; }
+
+ private:
+  TensorId add_tensor(Tensor tensor);
+  TensorId resolve_operand(const DeclaredOperand& operand, const std::string& where);
+
+  Graph graph_;
+  std::map<std::string, TensorId, std::less<>> names_;
+  bool outputs_set_ = false;
+};
+
+// Name rules of graph-format.md: [A-Za-z_][A-Za-z0-9_.]*, at most 128 chars.
+bool is_valid_name(std::string_view name);
+// Parses a dtype name with the spec's messages (reserved f8 types included).
+DType parse_dtype_or_throw(std::string_view text, const std::string& where);
+
+}  // namespace kiln::ir

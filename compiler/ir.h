@@ -1,0 +1,73 @@
+// kiln's graph IR.
+//
+// What it means. A Graph is a DAG of ops over tensors. Tensors are graph
+// inputs, f32 scalar constants, or op results; each op has one result. Ops are
+// stored in a valid evaluation order (every op reads only earlier tensors).
+// The IR is built and fully checked by graph_construction.cpp: nothing
+// downstream re-validates shapes, dtypes or attributes.
+//
+// Numerics (graph-format.md). All arithmetic is f32. A tensor's `dtype` is its
+// storage type by numerics rule 3 (explicit `dtype`, else bool for
+// comparisons, else the widest floating dtype of its tensor inputs). Its
+// *value* is rounded to that dtype only where rule 2 says: graph inputs (held
+// in their dtype), ops with an explicit `dtype`, casts, and graph outputs.
+// Every other intermediate carries unrounded f32 values whatever its nominal
+// dtype, and is stored as f32 if a plan materialises it: value_dtype() is the
+// type a kernel must store and load it as.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "compiler/attributes.h"
+#include "compiler/op_table.h"
+#include "kiln/types.h"
+
+namespace kiln::ir {
+
+using TensorId = int32_t;
+
+enum class TensorKind : uint8_t { Input, Constant, OpResult };
+
+struct Tensor {
+  TensorKind kind = TensorKind::Input;
+  std::string name;      // empty for constants
+  Shape shape;
+  Strides strides;       // inputs: as declared (contiguous by default); others: contiguous
+  DType dtype = DType::f32;
+  bool rounded = false;  // rule 2: the value is rounded to `dtype`
+  bool is_output = false;
+  float constant = 0.0f;  // TensorKind::Constant only
+  int32_t producer = -1;  // OpResult: op index; Input: input index
+
+  // The type the values are exactly representable in (see above).
+  DType value_dtype() const { return rounded || dtype == DType::boolean ? dtype : DType::f32; }
+  int rank() const { return static_cast<int>(shape.size()); }
+};
+
+struct Op {
+  OpKind kind;
+  std::vector<TensorId> inputs;
+  TensorId output = -1;
+  Attributes attrs;
+  bool explicit_dtype = false;  // the document gave `dtype` (rounds the result)
+};
+
+class Graph {
+ public:
+  std::string name;
+  std::vector<Tensor> tensors;
+  std::vector<TensorId> inputs;   // binding order
+  std::vector<Op> ops;            // evaluation order
+  std::vector<TensorId> outputs;  // the document's order
+  std::vector<std::vector<int32_t>> users;  // tensor id -> indices of ops reading it
+
+  const Tensor& tensor(TensorId id) const { return tensors[static_cast<size_t>(id)]; }
+  const Tensor& result(const Op& op) const { return tensor(op.output); }
+  const Tensor& operand(const Op& op, size_t i) const { return tensor(op.inputs[i]); }
+  // "op 3 'cb' (add)": how messages name an op.
+  std::string describe(int32_t op_index) const;
+};
+
+}  // namespace kiln::ir

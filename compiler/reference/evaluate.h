@@ -1,0 +1,58 @@
+// The reference interpreter's per-family evaluators.
+//
+// Expects: a constructed Graph (shapes and attributes checked and resolved)
+// and operand values of the shapes the IR says. Values are logical row-major
+// f32 arrays; a bool value holds 0 and 1.
+// Guarantees: the op's result exactly as graph-format.md defines it, computed
+// in f64 where that is cheap (sums, transcendental functions), before the
+// caller rounds it to the result's dtype where numerics rule 2 says.
+#pragma once
+
+#include <vector>
+
+#include "compiler/ir.h"
+
+namespace kiln::reference {
+
+struct Value {
+  Shape shape;
+  std::vector<float> data;
+};
+using Operands = std::vector<const Value*>;
+
+std::vector<float> eval_pointwise(const ir::Op& op, const Shape& out_shape, const Operands& in);
+std::vector<float> eval_reduce(const ir::Op& op, const Shape& out_shape, const Operands& in);
+std::vector<float> eval_norm(const ir::Op& op, const Operands& in);
+std::vector<float> eval_matmul(const ir::Graph& g, const ir::Op& op, const Shape& out_shape,
+                               const Operands& in);
+std::vector<float> eval_conv(const ir::Graph& g, const ir::Op& op, const Shape& out_shape,
+                             const Operands& in);
+std::vector<float> eval_pool(const ir::Op& op, const Shape& out_shape, const Operands& in);
+std::vector<float> eval_view(const ir::Op& op, const Shape& out_shape, const Operands& in);
+std::vector<float> eval_sdpa(const ir::Graph& g, const ir::Op& op, const Operands& in);
+
+// Strides (in elements) that read a contiguous tensor of shape `in` as if it
+// were broadcast to `out`: 0 along broadcast dimensions.
+Strides broadcast_strides(const Shape& in, const Shape& out);
+
+// Calls f(linear output index, offsets[k]) for every index of `shape`, with
+// offsets[k] = sum(index[d] * strides[k][d]), updated incrementally.
+template <class F>
+void for_each_index(const Shape& shape, const std::vector<Strides>& strides, F&& f) {
+  const size_t rank = shape.size();
+  const int64_t count = element_count(shape);
+  std::vector<int64_t> index(rank, 0), offsets(strides.size(), 0);
+  for (int64_t linear = 0; linear < count; ++linear) {
+    f(linear, offsets);
+    for (size_t d = rank; d-- > 0;) {
+      if (++index[d] < shape[d]) {
+        for (size_t k = 0; k < strides.size(); ++k) offsets[k] += strides[k][d];
+        break;
+      }
+      for (size_t k = 0; k < strides.size(); ++k) offsets[k] -= (shape[d] - 1) * strides[k][d];
+      index[d] = 0;
+    }
+  }
+}
+
+}  // namespace kiln::reference

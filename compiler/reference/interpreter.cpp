@@ -1,0 +1,91 @@
+// The reference interpreter (include/kiln/reference.h): evaluates ops in
+// order, rounds each result where numerics rule 2 says, and frees each
+// intermediate after its last reader.
+#include <algorithm>
+#include <optional>
+
+#include "compiler/error.h"
+#include "compiler/ir_printer.h"
+#include "compiler/numerics.h"
+#include "compiler/reference/evaluate.h"
+#include "kiln/reference.h"
+
+namespace kiln {
+namespace {
+
+using reference::Value;
+
+std::vector<float> evaluate(const ir::Graph& g, const ir::Op& op, const reference::Operands& in) {
+  const Shape& shape = g.result(op).shape;
+  switch (ir::op_info(op.kind).family) {
+    case ir::OpFamily::Unary:
+    case ir::OpFamily::Binary:
+    case ir::OpFamily::Compare:
+    case ir::OpFamily::Select: return reference::eval_pointwise(op, shape, in);
+    case ir::OpFamily::Reduce: return reference::eval_reduce(op, shape, in);
+    case ir::OpFamily::Norm: return reference::eval_norm(op, in);
+    case ir::OpFamily::Matmul: return reference::eval_matmul(g, op, shape, in);
+    case ir::OpFamily::Conv: return reference::eval_conv(g, op, shape, in);
+    case ir::OpFamily::Pool: return reference::eval_pool(op, shape, in);
+    case ir::OpFamily::View: return reference::eval_view(op, shape, in);
+    case ir::OpFamily::Attention: return reference::eval_sdpa(g, op, in);
+  }
+  KILN_UNREACHABLE("unknown op family");
+}
+
+std::vector<HostTensor> interpret(const ir::Graph& g, const std::vector<HostTensor>& inputs) {
+  KILN_USER_CHECK(inputs.size() == g.inputs.size(), "the graph has {} inputs but {} were given",
+                  g.inputs.size(), inputs.size());
+  std::vector<std::optional<Value>> values(g.tensors.size());
+  std::vector<size_t> readers_left(g.tensors.size());
+  for (size_t id = 0; id < g.tensors.size(); ++id) readers_left[id] = g.users[id].size();
+
+  for (size_t i = 0; i < g.inputs.size(); ++i) {
+    const ir::Tensor& t = g.tensor(g.inputs[i]);
+    const HostTensor& given = inputs[i];
+    KILN_USER_CHECK(given.shape == t.shape && given.dtype == t.dtype,
+                    "input '{}': expected {}, got {}{}", t.name, ir::type_string(t),
+                    to_string(given.dtype), to_string(given.shape));
+    KILN_USER_CHECK(given.values.size() == static_cast<size_t>(element_count(t.shape)),
+                    "input '{}': {} values for shape {}", t.name, given.values.size(), to_string(t.shape));
+    Value v{t.shape, given.values};
+    for (float& x : v.data) x = round_to(t.dtype, x);
+    values[static_cast<size_t>(g.inputs[i])] = std::move(v);
+  }
+  for (size_t id = 0; id < g.tensors.size(); ++id)
+    if (g.tensors[id].kind == ir::TensorKind::Constant) values[id] = Value{{}, {g.tensors[id].constant}};
+
+  for (const ir::Op& op : g.ops) {
+    reference::Operands operands;
+    for (ir::TensorId id : op.inputs) operands.push_back(&*values[static_cast<size_t>(id)]);
+    const ir::Tensor& result = g.result(op);
+    Value out{result.shape, evaluate(g, op, operands)};
+    KILN_INTERNAL_CHECK(out.data.size() == static_cast<size_t>(element_count(result.shape)));
+    if (result.rounded)
+      for (float& x : out.data) x = round_to(result.dtype, x);
+    values[static_cast<size_t>(op.output)] = std::move(out);
+    for (size_t i = 0; i < op.inputs.size(); ++i) {
+      const ir::TensorId id = op.inputs[i];
+      if (std::find(op.inputs.begin(), op.inputs.begin() + static_cast<ptrdiff_t>(i), id) !=
+          op.inputs.begin() + static_cast<ptrdiff_t>(i))
+        continue;  // `users` counts an op once however many operands it reads
+      const auto slot = static_cast<size_t>(id);
+      if (--readers_left[slot] == 0 && !g.tensor(id).is_output) values[slot].reset();
+    }
+  }
+
+  std::vector<HostTensor> outputs;
+  for (ir::TensorId id : g.outputs) {
+    const ir::Tensor& t = g.tensor(id);
+    outputs.push_back(HostTensor{t.shape, t.dtype, values[static_cast<size_t>(id)]->data});
+  }
+  return outputs;
+}
+
+}  // namespace
+
+Expected<std::vector<HostTensor>> run_reference(const Graph& graph, const std::vector<HostTensor>& inputs) {
+  return detail::catch_errors([&] { return interpret(graph.ir(), inputs); });
+}
+
+}  // namespace kiln

@@ -1,0 +1,120 @@
+// Graphs: load them from the JSON format of graph-format.md, or build them in
+// code with GraphBuilder. Both paths run the same construction and checks, so
+// they give the same IR and the same graph hash.
+//
+//   kiln::GraphBuilder b("mlp");
+//   auto x = b.input("x", {64, 512}, kiln::DType::bf16);
+//   auto w = b.input("w", {512, 256}, kiln::DType::bf16);
+//   auto y = b.gelu(b.matmul(x, w));
+//   b.output(y);
+//   kiln::Expected<kiln::Graph> g = b.build();  // g->hash(), g->to_json()
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "kiln/status.h"
+#include "kiln/types.h"
+
+namespace kiln {
+
+namespace ir {
+class Graph;
+}
+
+// A graph input or output as a caller binds it.
+struct TensorDesc {
+  std::string name;
+  Shape shape;
+  Strides strides;  // inputs: as declared (contiguous by default); outputs: contiguous
+  DType dtype = DType::f32;
+};
+
+// An immutable, validated graph. Cheap to copy (shared).
+class Graph {
+ public:
+  static Expected<Graph> from_json(std::string_view text,
+                                   std::string_view source_name = "<graph>");
+  static Expected<Graph> load(const std::string& path);
+
+  std::string to_json() const;     // canonical JSON; loads back to the same graph
+  std::string hash() const;        // 128-bit canonical hash, 32 lowercase hex digits
+  std::string to_ir_text() const;  // the IR as `kiln dump --stage ir` prints it
+  const std::string& name() const;
+  std::vector<TensorDesc> inputs() const;   // in binding order
+  std::vector<TensorDesc> outputs() const;  // in the document's order
+  int op_count() const;
+
+  // The compiler's view; for kiln's own passes and tools.
+  const ir::Graph& ir() const { return *ir_; }
+  explicit Graph(std::shared_ptr<const ir::Graph> ir) : ir_(std::move(ir)) {}
+
+ private:
+  std::shared_ptr<const ir::Graph> ir_;
+};
+
+// A handle to a tensor of a GraphBuilder.
+struct Tensor {
+  int id = -1;
+  bool valid() const { return id >= 0; }
+};
+
+// The value of an op attribute, as its JSON value would be.
+using AttrValue = std::variant<int64_t, double, bool, std::string, std::vector<int64_t>>;
+using Attrs = std::vector<std::pair<std::string, AttrValue>>;
+// An op operand: a tensor or an f32 scalar constant.
+using Operand = std::variant<Tensor, double>;
+
+// Builds a graph op by op. Each call is checked at once; the first error is
+// kept (later calls do nothing) and returned by build().
+class GraphBuilder {
+ public:
+  explicit GraphBuilder(std::string name = "");
+  ~GraphBuilder();
+  GraphBuilder(GraphBuilder&&) noexcept;
+  GraphBuilder& operator=(GraphBuilder&&) noexcept;
+
+  Tensor input(std::string name, Shape shape, DType dtype, Strides strides = {});
+
+  // Any op of the catalogue, by its graph-format.md name. `out` names the
+  // result (a fresh name is made when empty); `dtype` is the op's `dtype` key.
+  Tensor op(std::string_view op, std::vector<Operand> in, Attrs attrs = {},
+            std::optional<DType> dtype = std::nullopt, std::string out = {});
+
+  // Conveniences for the common ops.
+  Tensor add(Operand a, Operand b) { return op("add", {a, b}); }
+  Tensor sub(Operand a, Operand b) { return op("sub", {a, b}); }
+  Tensor mul(Operand a, Operand b) { return op("mul", {a, b}); }
+  Tensor div(Operand a, Operand b) { return op("div", {a, b}); }
+  Tensor relu(Tensor x) { return op("relu", {x}); }
+  Tensor gelu(Tensor x) { return op("gelu", {x}); }
+  Tensor silu(Tensor x) { return op("silu", {x}); }
+  Tensor exp(Tensor x) { return op("exp", {x}); }
+  Tensor cast(Tensor x, DType dtype) { return op("cast", {x}, {}, dtype); }
+  Tensor matmul(Tensor a, Tensor b, Attrs attrs = {}) { return op("matmul", {a, b}, std::move(attrs)); }
+  Tensor conv2d(Tensor x, Tensor w, Attrs attrs = {}) { return op("conv2d", {x, w}, std::move(attrs)); }
+  Tensor softmax(Tensor x, int64_t axis = -1) { return op("softmax", {x}, {{"axis", axis}}); }
+  Tensor reduce_sum(Tensor x, std::vector<int64_t> axes, bool keepdims = false) {
+    return op("reduce_sum", {x}, {{"axes", std::move(axes)}, {"keepdims", keepdims}});
+  }
+  Tensor transpose(Tensor x, std::vector<int64_t> perm) {
+    return op("transpose", {x}, {{"perm", std::move(perm)}});
+  }
+  Tensor reshape(Tensor x, std::vector<int64_t> shape) {
+    return op("reshape", {x}, {{"shape", std::move(shape)}});
+  }
+
+  void output(Tensor t);
+  Expected<Graph> build();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kiln

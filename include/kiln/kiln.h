@@ -1,0 +1,8 @@
+// kiln's public API in one include.
+#pragma once
+
+#include "kiln/graph.h"
+#include "kiln/host_tensor.h"
+#include "kiln/reference.h"
+#include "kiln/status.h"
+#include "kiln/types.h"

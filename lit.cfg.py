@@ -1,0 +1,26 @@
+# lit configuration for kiln's golden tests: `*.test` files beside the graphs
+# they check (examples/, tests/malformed/). CMake passes the paths:
+#   lit --param kiln=BIN --param filecheck_dir=DIR --param exec_root=DIR PATHS
+import os
+import lit.formats
+
+config.name = "kiln"
+config.test_format = lit.formats.ShTest(execute_external=False)
+config.suffixes = [".test"]
+config.test_source_root = os.path.dirname(os.path.abspath(__file__))
+config.test_exec_root = lit_config.params.get("exec_root", "/tmp/kiln-lit")
+config.excludes = ["build", "bench", "tools", "Output"]
+
+kiln = lit_config.params.get("kiln")
+if not kiln:
+    lit_config.fatal("pass --param kiln=/path/to/kiln")
+config.substitutions.append(("%kiln", kiln))
+# %expect-exit CODE CMD...: passes when CMD exits with exactly CODE (a crash,
+# a hang past 60 s, or any other code fails the test).
+config.substitutions.append(
+    ("%expect-exit", "bash " + os.path.join(config.test_source_root, "tests", "expect-exit.sh")))
+
+path = [lit_config.params.get("filecheck_dir", ""), config.environment.get("PATH", os.environ.get("PATH", ""))]
+config.environment["PATH"] = os.pathsep.join(p for p in path if p)
+# Tests must not touch the user's kernel cache.
+config.environment["KILN_CACHE_DIR"] = os.path.join(config.test_exec_root, "cache")

@@ -1,0 +1,19 @@
+// Inputs drawn as `kiln run --random SEED` draws them (cli.md): normal(0,1)
+// for floating inputs, except an input read as batch_norm's `var`, drawn as
+// |normal(0,1)| + 0.5; bool inputs true with p = 0.5. Values are rounded to
+// each input's dtype. The same seed gives the same values on every machine
+// (mt19937_64 and a Box-Muller transform written out here, not the library's
+// implementation-defined distributions).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kiln/graph.h"
+#include "kiln/host_tensor.h"
+
+namespace kiln {
+
+std::vector<HostTensor> random_inputs(const Graph& graph, uint64_t seed);
+
+}  // namespace kiln

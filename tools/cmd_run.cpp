@@ -1,0 +1,118 @@
+// kiln run GRAPH [--device cuda|cpu] [--inputs DIR | --random SEED]
+//                [--outputs DIR] [--check] [--tolerance X]
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+
+#include "kiln/graph.h"
+#include "kiln/reference.h"
+#include "runtime/npy.h"
+#include "runtime/random_inputs.h"
+#include "tools/commands.h"
+
+namespace kiln::cli {
+namespace {
+
+struct RunArgs {
+  std::string path, device = "cuda", inputs_dir, outputs_dir;
+  uint64_t seed = 0;
+  bool check = false;
+  double tolerance = -1;
+};
+
+std::string summary(const HostTensor& t) {
+  double sum = 0, sum_sq = 0, lo = INFINITY, hi = -INFINITY;
+  int64_t finite = 0, nans = 0, infs = 0;
+  for (float v : t.values) {
+    if (std::isnan(v)) { ++nans; continue; }
+    if (std::isinf(v)) { ++infs; continue; }
+    ++finite, sum += v, sum_sq += static_cast<double>(v) * v;
+    lo = std::min<double>(lo, v), hi = std::max<double>(hi, v);
+  }
+  if (finite == 0) return fmt::format("no finite values ({} nan, {} inf)", nans, infs);
+  std::string s = fmt::format("min {:.6g}  max {:.6g}  mean {:.6g}  rms {:.6g}", lo, hi, sum / finite,
+                              std::sqrt(sum_sq / finite));
+  if (nans || infs) s += fmt::format("  ({} nan, {} inf)", nans, infs);
+  return s;
+}
+
+Status write_all(const std::string& dir, const std::vector<TensorDesc>& descs,
+                 const std::vector<HostTensor>& tensors) {
+  for (size_t i = 0; i < descs.size(); ++i) {
+    // Names match [A-Za-z_][A-Za-z0-9_.]*, so they are safe file names.
+    Status s = write_npy((std::filesystem::path(dir) / (descs[i].name + ".npy")).string(), tensors[i]);
+    if (!s) return s;
+  }
+  return {};
+}
+
+int run(const RunArgs& a, const CommonOptions& common) {
+  Expected<Graph> graph = Graph::load(a.path);
+  if (!graph) return report(graph.error());
+  if (a.check && a.device != "cuda")
+    return report({ErrorCode::InvalidInput, "--check compares the GPU result with the reference: it needs --device cuda"});
+  if (a.device == "cuda")
+    return report({ErrorCode::CompileOrDevice,
+                   "--device cuda: this build of kiln cannot run graphs on a GPU yet; use --device cpu for "
+                   "the reference interpreter"});
+
+  std::vector<HostTensor> inputs;
+  const std::vector<TensorDesc> input_descs = graph->inputs();
+  if (!a.inputs_dir.empty()) {
+    for (const TensorDesc& d : input_descs) {
+      const std::string file = (std::filesystem::path(a.inputs_dir) / (d.name + ".npy")).string();
+      Expected<HostTensor> t = read_npy(file, d.dtype);
+      if (!t) return report(t.error());
+      if (t->shape != d.shape)
+        return report({ErrorCode::InvalidInput, fmt::format("{}: input '{}' has shape {} in the graph but {} in the file",
+                                                            file, d.name, to_string(d.shape), to_string(t->shape))});
+      inputs.push_back(std::move(*t));
+    }
+  } else {
+    inputs = random_inputs(*graph, a.seed);
+  }
+
+  const auto start = std::chrono::steady_clock::now();
+  Expected<std::vector<HostTensor>> outputs = run_reference(*graph, inputs);
+  if (!outputs) return report(outputs.error());
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  const std::vector<TensorDesc> output_descs = graph->outputs();
+  if (!a.outputs_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(a.outputs_dir, ec);
+    if (ec) return report({ErrorCode::InvalidInput, fmt::format("--outputs {}: {}", a.outputs_dir, ec.message())});
+    Status s = write_all(a.outputs_dir, output_descs, *outputs);
+    if (s && a.inputs_dir.empty()) s = write_all(a.outputs_dir, input_descs, inputs);
+    if (!s) return report(s.error());
+  }
+
+  fmt::print("ran {} on cpu (reference interpreter) in {:.3f} s; inputs: {}\n",
+             graph->name().empty() ? a.path : "'" + graph->name() + "'", seconds,
+             a.inputs_dir.empty() ? fmt::format("random, seed {}", a.seed) : a.inputs_dir);
+  for (size_t i = 0; i < output_descs.size(); ++i)
+    fmt::print("output {} : {}{}  {}\n", output_descs[i].name, to_string(output_descs[i].dtype),
+               to_string(output_descs[i].shape), summary((*outputs)[i]));
+  if (!a.outputs_dir.empty()) fmt::print("wrote {}\n", a.outputs_dir);
+  return 0;
+}
+
+}  // namespace
+
+Runner add_run(CLI::App& app, const CommonOptions& common) {
+  CLI::App* cmd = app.add_subcommand("run", "run a graph on the GPU (cuda) or the reference interpreter (cpu)");
+  auto a = std::make_shared<RunArgs>();
+  cmd->add_option("GRAPH", a->path, "graph file")->required();
+  cmd->add_option("--device", a->device, "cuda (default) or cpu")->check(CLI::IsMember({"cuda", "cpu"}));
+  auto* inputs = cmd->add_option("--inputs", a->inputs_dir, "read DIR/<input>.npy for every input");
+  auto* random = cmd->add_option("--random", a->seed, "draw inputs from this seed (the default, seed 0)");
+  inputs->excludes(random);
+  cmd->add_option("--outputs", a->outputs_dir, "write DIR/<output>.npy (and drawn inputs)");
+  cmd->add_flag("--check", a->check, "run on the GPU and compare with the reference interpreter");
+  cmd->add_option("--tolerance", a->tolerance, "relative error allowed by --check")->check(CLI::PositiveNumber);
+  return [a, &common] { return run(*a, common); };
+}
+
+}  // namespace kiln::cli

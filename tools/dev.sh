@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# kiln's one developer script: installs what is missing (Debian/Ubuntu
+# packages), configures, builds with every core, and runs.
+#
+#   tools/dev.sh demo [GRAPH]  the main job on a bundled example graph
+#   tools/dev.sh test          build and run every CPU test (what CI runs)
+#   tools/dev.sh build         configure and build only
+#
+# Environment: KILN_BUILD_DIR (default: build), KILN_BUILD_TYPE (default:
+# RelWithDebInfo), KILN_NO_INSTALL=1 to never call apt-get.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${KILN_BUILD_DIR:-$root/build}
+jobs=$(nproc 2>/dev/null || echo 2)
+
+say() { printf '==> %s\n' "$*"; }
+
+# Packages for what is missing: "package:file-or-command" pairs.
+install_missing() {
+  local wanted=(
+    "cmake:cmake" "ninja-build:ninja" "g++:g++" "python3:python3"
+    "libfmt-dev:/usr/include/fmt/format.h"
+    "nlohmann-json3-dev:/usr/include/nlohmann/json.hpp"
+    "libxxhash-dev:/usr/include/xxhash.h"
+    "libcli11-dev:/usr/include/CLI/CLI.hpp"
+    "libgtest-dev:/usr/include/gtest/gtest.h"
+    "libgmock-dev:/usr/include/gmock/gmock.h"
+    "llvm-14-tools:/usr/lib/llvm-14/bin/FileCheck"
+  )
+  local missing=() entry pkg probe
+  for entry in "${wanted[@]}"; do
+    pkg=${entry%%:*}
+    probe=${entry#*:}
+    if [[ $probe == /* ]]; then
+      [[ -e $probe || -e $root/.deps/include/${probe#/usr/include/} ]] || missing+=("$pkg")
+    else
+      command -v "$probe" >/dev/null 2>&1 || missing+=("$pkg")
+    fi
+  done
+  [[ ${#missing[@]} -eq 0 ]] && return 0
+  if [[ ${KILN_NO_INSTALL:-0} == 1 ]] || ! command -v apt-get >/dev/null 2>&1; then
+    say "missing packages (not installing): ${missing[*]}"
+    return 0
+  fi
+  say "installing: ${missing[*]}"
+  local sudo=""
+  [[ $(id -u) -ne 0 ]] && sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+
+configure_and_build() {
+  install_missing
+  local generator=()
+  command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
+  if [[ ! -f $build/CMakeCache.txt ]]; then
+    say "configuring $build"
+    cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE="${KILN_BUILD_TYPE:-RelWithDebInfo}" >/dev/null
+  fi
+  say "building with $jobs jobs"
+  cmake --build "$build" -j "$jobs"
+}
+
+has_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }
+
+demo() {
+  configure_and_build
+  local graph=${1:-$root/examples/conv/conv_bias_relu.json}
+  local kiln=$build/bin/kiln
+  say "kiln validate $graph"
+  "$kiln" validate "$graph"
+  say "kiln dump --stage ir"
+  "$kiln" dump "$graph" --stage ir
+  if has_gpu; then
+    say "a GPU is present, but this version of kiln has no GPU runtime yet: running the CPU reference"
+  else
+    say "no GPU on this machine: running the CPU reference interpreter"
+  fi
+  local out
+  out=$(mktemp -d)
+  "$kiln" run "$graph" --device cpu --random 0 --outputs "$out"
+  say "inputs and outputs written as .npy to $out"
+}
+
+run_tests() {
+  configure_and_build
+  say "running the CPU tests"
+  ctest --test-dir "$build" --output-on-failure -j "$jobs" -L cpu
+}
+
+case ${1:-} in
+  demo) shift; demo "$@" ;;
+  test) run_tests ;;
+  build) configure_and_build ;;
+  *) echo "usage: tools/dev.sh demo [GRAPH] | test | build" >&2; exit 2 ;;
+esac

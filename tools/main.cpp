@@ -1,0 +1,57 @@
+// kiln: the command-line tool. See ../shared/spec/cli.md for the contract:
+// human-readable output on stdout, `kiln: error: <what and where>` on stderr,
+// exit codes 0 (ok), 1 (invalid input), 2 (usage), 3 (compile or device
+// failure), 4 (check failed).
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <map>
+
+#include "tools/commands.h"
+
+namespace kiln::cli {
+
+int report(const Error& error) {
+  std::fprintf(stderr, "kiln: error: %s\n", error.message.c_str());
+  return static_cast<int>(error.code);
+}
+
+}  // namespace kiln::cli
+
+int main(int argc, char** argv) {
+  using namespace kiln::cli;
+  CLI::App app{"kiln: a runtime kernel-generation fusion compiler for NVIDIA GPUs", "kiln"};
+  app.require_subcommand(1);
+  app.fallthrough();  // common options may follow the command
+  CommonOptions common;
+  app.add_option("--cache-dir", common.cache_dir,
+                 "kernel cache folder (default $KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln)");
+  app.add_flag("--no-cache", common.no_cache, "neither read nor write the kernel cache");
+  app.add_flag("-v,--verbose", common.verbose, "say more on stderr");
+
+  std::map<CLI::App*, Runner> runners;
+  auto add = [&](auto adder) {
+    const size_t before = app.get_subcommands({}).size();
+    Runner r = adder(app, common);
+    runners[app.get_subcommands({})[before]] = std::move(r);
+  };
+  add(add_validate);
+  add(add_run);
+  add(add_dump);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ValidationError& e) {  // a value of the wrong form: invalid input
+    return report({kiln::ErrorCode::InvalidInput, e.what()});
+  } catch (const CLI::ParseError& e) {  // unknown command or flag, missing argument
+    std::fprintf(stderr, "kiln: error: %s\n(run 'kiln --help' for usage)\n", e.what());
+    return static_cast<int>(kiln::ErrorCode::Usage);
+  }
+  for (auto& [sub, run] : runners)
+    if (sub->parsed()) return run();
+  return static_cast<int>(kiln::ErrorCode::Usage);
+}
