@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine (through the device tool): builds kiln there, runs
+# every test ctest has (cpu and gpu labels), and cross-checks the reference
+# interpreter against PyTorch. Logs go to $OUT when set.
+#
+# That machine has no network and no xxHash/CLI11 packages: copy their
+# headers first with `tools/gpu-check.sh --prepare` here, and carry `.deps`.
+set -uo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+
+if [[ ${1:-} == --prepare ]]; then  # on the development machine
+  mkdir -p .deps/include
+  cp /usr/include/xxhash.h .deps/include/
+  cp -r /usr/include/CLI .deps/include/
+  echo "prepared .deps/include; carry .deps in the device call"
+  exit 0
+fi
+
+out=${OUT:-/tmp/kiln-gpu-check}
+mkdir -p "$out"
+status=0
+section() { printf '\n===== %s =====\n' "$*"; }
+
+section "device"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || status=1
+nvcc --version | tail -2
+section "build"
+start=$(date +%s)
+KILN_NO_INSTALL=1 KILN_BUILD_DIR=$root/build-gpu tools/dev.sh build >"$out/build.log" 2>&1 || {
+  tail -40 "$out/build.log"; echo "BUILD FAILED"; exit 1; }
+grep -E "not found|not registered|skipped" "$out/build.log" || true
+echo "built in $(( $(date +%s) - start )) s"
+section "ctest (cpu and gpu labels)"
+ctest --test-dir build-gpu -j "$(nproc)" --output-on-failure >"$out/ctest.log" 2>&1 || status=1
+tail -6 "$out/ctest.log"
+section "reference interpreter vs PyTorch (float64)"
+python3 tests/gpu/crosscheck_reference.py build-gpu/bin/kiln "$root" >"$out/crosscheck.log" 2>&1 || status=1
+grep -E "^FAIL|Traceback|Error" "$out/crosscheck.log" | head -20
+tail -1 "$out/crosscheck.log"
+exit $status
