@@ -26,5 +26,6 @@ int report(const Error& error);
 Runner add_validate(CLI::App& app, const CommonOptions& common);
 Runner add_run(CLI::App& app, const CommonOptions& common);
 Runner add_dump(CLI::App& app, const CommonOptions& common);
+Runner add_plan(CLI::App& app, const CommonOptions& common);
 
 }  // namespace kiln::cli

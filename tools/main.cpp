@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
   };
   add(add_validate);
   add(add_run);
+  add(add_plan);
   add(add_dump);
 
   try {

@@ -1,0 +1,52 @@
+#include "compiler/plan.h"
+
+#include <fmt/format.h>
+
+namespace kiln::ir {
+
+std::string_view to_string(KernelKind kind) {
+  switch (kind) {
+    case KernelKind::Matmul: return "matmul";
+    case KernelKind::Conv: return "conv";
+    case KernelKind::Attention: return "attention";
+    case KernelKind::Pointwise: return "pointwise";
+    case KernelKind::Reduction: return "reduction";
+    case KernelKind::Norm: return "norm";
+    case KernelKind::Copy: return "copy";
+  }
+  return "?";
+}
+
+std::string_view to_string(RowStrategy s) {
+  switch (s) {
+    case RowStrategy::Warp: return "warp";
+    case RowStrategy::Block: return "block";
+    case RowStrategy::Cluster: return "cluster";
+    case RowStrategy::TwoPass: return "two-pass";
+  }
+  return "?";
+}
+
+std::string KernelParams::to_string(KernelKind kind) const {
+  switch (kind) {
+    case KernelKind::Matmul:
+    case KernelKind::Conv:
+    case KernelKind::Attention: {
+      std::string s = fmt::format("batch={} m={} n={} k={}", batch, m, n, k);
+      if (epilogue_reductions) s += fmt::format(" epilogue_reductions={}", epilogue_reductions);
+      return s;
+    }
+    case KernelKind::Reduction:
+    case KernelKind::Norm:
+      if (reduced > 1 || kind == KernelKind::Norm)
+        return fmt::format("domain={} outer={} reduced={} inner={} row={}", kiln::to_string(domain), outer, reduced,
+                           inner, ir::to_string(row));
+      return fmt::format("domain={}", kiln::to_string(domain));
+    case KernelKind::Pointwise:
+    case KernelKind::Copy:
+      return fmt::format("domain={}", kiln::to_string(domain));
+  }
+  return "";
+}
+
+}  // namespace kiln::ir

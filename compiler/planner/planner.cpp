@@ -1,0 +1,589 @@
+#include "compiler/planner/planner.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <optional>
+#include <queue>
+#include <set>
+
+#include "compiler/error.h"
+#include "compiler/planner/strategies.h"
+
+namespace kiln::ir {
+namespace {
+
+using planner::Group;
+using planner::Verdict;
+
+bool is_view(OpKind k) { return op_info(k).family == OpFamily::View; }
+bool is_anchor(OpKind k) {
+  const OpFamily f = op_info(k).family;
+  return f == OpFamily::Matmul || f == OpFamily::Conv || f == OpFamily::Attention;
+}
+
+class Planner {
+ public:
+  Planner(const Graph& g, const PlanOptions& options)
+      : g_(g), options_(options), owner_(g.tensors.size(), -1), pattern_(g.ops.size(), -1) {}
+
+  Plan run() {
+    if (options_.fuse) find_attention_patterns();
+    for (size_t i = 0; i < g_.ops.size(); ++i) place(static_cast<int32_t>(i));
+    if (options_.fuse) {
+      absorb_prologues();
+      split_norm_prologues();
+    }
+    place_output_views();
+    return finish();
+  }
+
+ private:
+  // ---- views -----------------------------------------------------------
+  const Op* producer(TensorId t) const {
+    const Tensor& tensor = g_.tensor(t);
+    return tensor.kind == TensorKind::OpResult ? &g_.ops[static_cast<size_t>(tensor.producer)] : nullptr;
+  }
+  // The tensor a value is a view of (itself if it is not a view).
+  TensorId source(TensorId t) const {
+    while (const Op* op = producer(t)) {
+      if (!is_view(op->kind)) break;
+      t = op->inputs[0];
+    }
+    return t;
+  }
+  int owner_of(TensorId t) const { return owner_[static_cast<size_t>(source(t))]; }
+
+  // ---- groups ----------------------------------------------------------
+  Group& group(int id) { return groups_[static_cast<size_t>(id)]; }
+
+  int new_group(KernelKind kind, int32_t op_index) {
+    Group gr;
+    gr.id = static_cast<int>(groups_.size());
+    gr.kind = kind;
+    const Op& op = g_.ops[static_cast<size_t>(op_index)];
+    const Shape& out = g_.result(op).shape;
+    const OpFamily family = op_info(op.kind).family;
+    const bool reduces = family == OpFamily::Reduce || family == OpFamily::Pool;
+    gr.domain = reduces || kind == KernelKind::Norm ? g_.operand(op, 0).shape : out;
+    gr.count[0] = element_count(gr.domain);
+    groups_.push_back(std::move(gr));
+    succ_.emplace_back();
+    add(groups_.back().id, op_index, reduces ? 1 : 0);
+    return groups_.back().id;
+  }
+
+  // Adds an op (with the views its operands are read through) to a group.
+  void add(int gid, int32_t op_index, int stage) {
+    Group& gr = group(gid);
+    const Op& op = g_.ops[static_cast<size_t>(op_index)];
+    const OpFamily family = op_info(op.kind).family;
+    const bool fresh = gr.ops.empty();  // the op that starts the group
+    const bool convertible = fresh || gr.kind == KernelKind::Pointwise;
+    gr.ops.insert(op_index);
+    for (TensorId t : op.inputs)
+      for (const Op* p = producer(t); p && is_view(p->kind); p = producer(p->inputs[0])) {
+        gr.ops.insert(g_.tensor(p->output).producer);
+        if (owner_of(p->inputs[0]) == gid) gr.stage[p->output] = gr.stage[source(p->inputs[0])];
+      }
+    for (TensorId t : op.inputs)
+      if (const int from = owner_of(t); from >= 0 && from != gid) succ_[static_cast<size_t>(from)].insert(gid);
+    gr.stage[op.output] = stage;
+    owner_[static_cast<size_t>(op.output)] = gid;
+    if (stage == 1) gr.count[1] = element_count(g_.result(op).shape);
+    if (is_anchor(op.kind) && gr.anchor < 0) gr.anchor = op_index;
+    if (family == OpFamily::Norm && op.kind != OpKind::BatchNorm && convertible) {
+      gr.kind = KernelKind::Norm;
+      gr.norm_op = op_index;
+    }
+    if (family == OpFamily::Reduce && convertible) {
+      gr.kind = KernelKind::Reduction;
+      gr.domain = g_.operand(op, 0).shape;
+      gr.reduce_axes = op.attrs.axes;
+    } else if (family == OpFamily::Reduce && (gr.kind == KernelKind::Matmul || gr.kind == KernelKind::Conv)) {
+      ++gr.epilogue_reductions;
+    }
+    if (family == OpFamily::Pool && convertible) {
+      gr.kind = KernelKind::Reduction;
+      gr.pooling = true;
+      gr.domain = g_.operand(op, 0).shape;
+    }
+  }
+
+  // Whether group `to` depends on group `from` (a path from -> ... -> to).
+  bool depends(int to, int from) const {
+    if (to == from) return true;
+    std::vector<int> stack{from};
+    std::vector<bool> seen(groups_.size(), false);
+    seen[static_cast<size_t>(from)] = true;
+    while (!stack.empty()) {
+      const int cur = stack.back();
+      stack.pop_back();
+      for (int next : succ_[static_cast<size_t>(cur)]) {
+        if (next == to) return true;
+        if (!seen[static_cast<size_t>(next)]) seen[static_cast<size_t>(next)] = true, stack.push_back(next);
+      }
+    }
+    return false;
+  }
+
+  // ---- step 2: greedy placement ------------------------------------------
+  void place(int32_t op_index) {
+    const Op& op = g_.ops[static_cast<size_t>(op_index)];
+    if (is_view(op.kind)) return;  // folded into the kernels that read it
+    if (pattern_[static_cast<size_t>(op_index)] >= 0) {
+      int& gid = pattern_group_[static_cast<size_t>(pattern_[static_cast<size_t>(op_index)])];
+      if (gid < 0) gid = new_group(KernelKind::Attention, op_index);
+      else add(gid, op_index, 0);
+      if (op_index == pattern_anchor_[static_cast<size_t>(pattern_[static_cast<size_t>(op_index)])]) {
+        Group& gr = group(gid);  // the kernel's output space is the attention output's
+        gr.anchor = op_index;
+        gr.domain = g_.result(op).shape;
+        gr.count[0] = element_count(gr.domain);
+      }
+      return;
+    }
+    if (!options_.fuse || is_anchor(op.kind)) {
+      new_group(planner::kind_for(op.kind), op_index);
+      return;
+    }
+    // Candidate groups: those owning an operand, in operand order.
+    std::vector<int> candidates;
+    for (TensorId t : op.inputs) {
+      const int gid = owner_of(t);
+      if (gid >= 0 && std::find(candidates.begin(), candidates.end(), gid) == candidates.end()) candidates.push_back(gid);
+    }
+    for (int gid : candidates) {
+      const std::optional<std::string> why = why_not_join(gid, op);
+      if (!why) {
+        add(gid, op_index, join_stage_);
+        merge_producer_groups(gid, op_index, join_stage_, candidates);
+        return;
+      }
+      for (TensorId t : op.inputs)
+        if (owner_of(t) == gid) reasons_.emplace(std::make_pair(source(t), op_index), *why);
+    }
+    // Siblings: a kernel that already reads the same tensors over the same
+    // space takes the op (one pass over the shared input instead of two).
+    if (op_info(op.kind).family != OpFamily::Norm && op_info(op.kind).family != OpFamily::Pool) {
+      for (int gid : sibling_candidates(op)) {
+        if (std::find(candidates.begin(), candidates.end(), gid) != candidates.end()) continue;
+        const Group& gr = group(gid);
+        const planner::Verdict v = planner::can_take(g_, gr, op, 0);
+        if (v.ok && !creates_cycle(gid, op)) {
+          add(gid, op_index, v.stage);
+          return;
+        }
+      }
+    }
+    new_group(planner::kind_for(op.kind), op_index);
+  }
+
+  // Groups that read one of the op's operands (by source), newest first.
+  std::vector<int> sibling_candidates(const Op& op) const {
+    std::vector<int> out;
+    for (auto it = groups_.rbegin(); it != groups_.rend(); ++it) {
+      if (!it->alive) continue;
+      bool shares = false;
+      for (TensorId t : op.inputs) {
+        const TensorId s = source(t);
+        if (g_.tensor(s).kind == TensorKind::Constant || owner_[static_cast<size_t>(s)] == it->id) continue;
+        for (int32_t oi : it->ops)
+          for (TensorId in : g_.ops[static_cast<size_t>(oi)].inputs)
+            if (source(in) == s) shares = true;
+      }
+      if (shares) out.push_back(it->id);
+    }
+    return out;
+  }
+
+  bool creates_cycle(int gid, const Op& op) const {
+    for (TensorId t : op.inputs) {
+      const int other = owner_of(t);
+      if (other >= 0 && other != gid && depends(other, gid)) return true;
+    }
+    return false;
+  }
+
+  // After `op` joined group `gid`, a pointwise group computing another of its
+  // operands on the same space is merged in too, unless that would put a
+  // third group on a path between the two.
+  void merge_producer_groups(int gid, int32_t op_index, int stage, const std::vector<int>& candidates) {
+    for (int hid : candidates) {
+      if (hid == gid || !group(hid).alive) continue;
+      Group& h = group(hid);
+      Group& gr = group(gid);
+      if (h.kind != KernelKind::Pointwise || h.count[0] != gr.count[stage]) continue;
+      bool through_third = false;
+      for (int next : succ_[static_cast<size_t>(hid)])
+        if (next != gid && depends(gid, next)) through_third = true;
+      if (through_third) continue;
+      for (int32_t oi : h.ops) gr.ops.insert(oi);
+      for (auto& [t, st] : h.stage) {
+        gr.stage[t] = stage;
+        if (owner_[static_cast<size_t>(t)] == hid) owner_[static_cast<size_t>(t)] = gid;
+      }
+      retire(hid, gid);
+    }
+    (void)op_index;
+  }
+
+  // Group `from` disappears into `into`: edges follow.
+  void retire(int from, int into) {
+    for (Group& other : groups_) {
+      auto& next = succ_[static_cast<size_t>(other.id)];
+      if (next.erase(from) && other.id != into) next.insert(into);
+    }
+    for (int next : succ_[static_cast<size_t>(from)])
+      if (next != into) succ_[static_cast<size_t>(into)].insert(next);
+    succ_[static_cast<size_t>(from)].clear();
+    group(from).alive = false;
+  }
+
+  int join_stage_ = 0;
+  std::optional<std::string> why_not_join(int gid, const Op& op) {
+    const Group& gr = group(gid);
+    std::set<int> stages;
+    for (TensorId t : op.inputs)
+      if (owner_of(t) == gid) stages.insert(gr.stage.at(source(t)));
+    if (stages.size() > 1)
+      return fmt::format("'{}' reads both the domain the {} kernel reduces and its finished reduction; that needs "
+                         "a second pass over the domain",
+                         g_.result(op).name, to_string(gr.kind));
+    if (gr.kind == KernelKind::Norm && op_info(op.kind).family == OpFamily::Norm)
+      return fmt::format("'{}' would be a second normalisation in one kernel", g_.result(op).name);
+    if ((op_info(op.kind).family == OpFamily::Norm && op.kind != OpKind::BatchNorm) ||
+        op_info(op.kind).family == OpFamily::Pool) {
+      if (owner_of(op.inputs[0]) != gid)
+        return fmt::format("only the normalised input of '{}' can come from the same kernel", g_.result(op).name);
+    }
+    const Verdict v = planner::can_take(g_, gr, op, *stages.begin());
+    if (!v.ok) return v.reason;
+    if (creates_cycle(gid, op))
+      return fmt::format("fusing '{}' there would create a cycle between kernels", g_.result(op).name);
+    join_stage_ = v.stage;
+    return std::nullopt;
+  }
+
+  // ---- step 1: decomposed attention ----------------------------------------
+  // matmul(q, kt) -> pointwise chain on the scores -> softmax(last axis) ->
+  // matmul(p, v), each intermediate read only by the next step and not a
+  // graph output.
+  bool single_use(TensorId t) const {
+    return g_.users[static_cast<size_t>(t)].size() == 1 && !g_.tensor(t).is_output;
+  }
+
+  void find_attention_patterns() {
+    for (size_t i = 0; i < g_.ops.size(); ++i) {
+      const Op& pv = g_.ops[i];
+      if (pv.kind != OpKind::Matmul) continue;
+      const Op* softmax = producer(pv.inputs[0]);
+      if (!softmax || softmax->kind != OpKind::Softmax || !single_use(softmax->output)) continue;
+      const Tensor& probs = g_.result(*softmax);
+      if (softmax->attrs.axis != probs.rank() - 1) continue;
+      std::vector<int32_t> chain{g_.tensor(softmax->output).producer};
+      const Op* cur = producer(softmax->inputs[0]);
+      TensorId cur_t = softmax->inputs[0];
+      while (cur && cur->kind != OpKind::Matmul && is_pointwise(cur->kind) && single_use(cur_t) &&
+             g_.result(*cur).shape == probs.shape) {
+        // The chain runs through exactly one operand; the rest are scalars or
+        // tensors from outside (a mask).
+        int chained = 0, next = -1;
+        for (size_t k = 0; k < cur->inputs.size(); ++k)
+          if (const Op* p = producer(cur->inputs[k]); p && !is_view(p->kind) && g_.result(*p).shape == probs.shape)
+            ++chained, next = static_cast<int>(k);
+        if (chained != 1) break;
+        chain.push_back(g_.tensor(cur->output).producer);
+        cur_t = cur->inputs[static_cast<size_t>(next)];
+        cur = producer(cur_t);
+      }
+      if (!cur || cur->kind != OpKind::Matmul || !single_use(cur_t) || g_.result(*cur).shape != probs.shape) continue;
+      chain.push_back(g_.tensor(cur->output).producer);
+      const int id = static_cast<int>(pattern_group_.size());
+      pattern_group_.push_back(-1);
+      pattern_anchor_.push_back(static_cast<int32_t>(i));
+      for (int32_t op : chain) pattern_[static_cast<size_t>(op)] = id;
+      pattern_[i] = id;
+    }
+  }
+
+  // ---- step 3: prologues ---------------------------------------------------
+  // Tensors of group `gid` that another group (or the caller) needs.
+  bool only_used_by(TensorId t, int32_t op_index) const {
+    if (g_.tensor(t).is_output) return false;
+    for (int32_t user : g_.users[static_cast<size_t>(t)]) {
+      const Op& u = g_.ops[static_cast<size_t>(user)];
+      if (user == op_index) continue;
+      if (is_view(u.kind) && only_used_by(u.output, op_index)) continue;
+      return false;
+    }
+    return true;
+  }
+
+  // The results of group `p` that something other than op `except` needs
+  // (directly or through views only `except` reads).
+  std::vector<TensorId> escaping(const Group& p, int32_t except) const {
+    std::vector<TensorId> out;
+    for (int32_t oi : p.ops) {
+      const Op& op = g_.ops[static_cast<size_t>(oi)];
+      if (is_view(op.kind)) continue;
+      if (!only_used_within(op.output, p, except)) out.push_back(op.output);
+    }
+    return out;
+  }
+  bool only_used_within(TensorId t, const Group& p, int32_t except) const {
+    if (g_.tensor(t).is_output) return false;
+    for (int32_t user : g_.users[static_cast<size_t>(t)]) {
+      if (user == except || p.ops.count(user)) continue;
+      const Op& u = g_.ops[static_cast<size_t>(user)];
+      if (is_view(u.kind) && only_used_by(u.output, except)) continue;
+      return false;
+    }
+    return true;
+  }
+
+  void merge_into(int into, int from, const std::string& note) {
+    Group& a = group(into);
+    Group& p = group(from);
+    for (int32_t oi : p.ops) a.ops.insert(oi);
+    for (auto& [t, s] : p.stage) {
+      a.stage[t] = -1;  // prologue values: on the operand's index space
+      if (owner_[static_cast<size_t>(t)] == from) owner_[static_cast<size_t>(t)] = into;
+    }
+    retire(from, into);
+    a.notes.push_back(note);
+  }
+
+  void absorb_prologues() {
+    for (Group& a : groups_) {
+      if (!a.alive || (a.kind != KernelKind::Matmul && a.kind != KernelKind::Conv && a.kind != KernelKind::Attention))
+        continue;
+      for (int32_t oi : std::vector<int32_t>(a.ops.begin(), a.ops.end())) {
+        const Op& op = g_.ops[static_cast<size_t>(oi)];
+        if (!is_anchor(op.kind)) continue;
+        for (size_t slot = 0; slot < op.inputs.size(); ++slot) {
+          const TensorId s = source(op.inputs[slot]);
+          const int pid = owner_[static_cast<size_t>(s)];
+          if (pid < 0 || pid == a.id) continue;
+          const Group& p = group(pid);
+          std::string why;
+          if (p.kind != KernelKind::Pointwise)
+            why = fmt::format("'{}' comes from a {} kernel, which cannot run inside the anchor's operand loads",
+                              g_.tensor(s).name, to_string(p.kind));
+          else if (!only_used_by(s, oi))
+            why = fmt::format("'{}' is needed elsewhere too, so it is written once rather than recomputed",
+                              g_.tensor(s).name);
+          else if (!escaping(p, oi).empty())
+            why = fmt::format("the kernel computing '{}' has other results", g_.tensor(s).name);
+          if (!why.empty()) {
+            reasons_.emplace(std::make_pair(s, oi), why);
+            continue;
+          }
+          merge_into(a.id, pid, fmt::format("prologue: '{}' is computed while operand {} of '{}' is loaded",
+                                            g_.tensor(s).name, slot, g_.result(op).name));
+        }
+      }
+    }
+  }
+
+  // rms_norm/layer_norm over the last axis feeding only a matmul's A: a small
+  // row-statistics kernel, and the normalisation applied while A is loaded.
+  void split_norm_prologues() {
+    for (Group& a : groups_) {
+      if (!a.alive || a.kind != KernelKind::Matmul) continue;
+      const Op& mm = g_.ops[static_cast<size_t>(a.anchor)];
+      const TensorId s = mm.inputs[0];
+      const int nid = owner_[static_cast<size_t>(s)];
+      if (nid < 0 || nid == a.id || source(s) != s) continue;
+      Group& n = group(nid);
+      if (n.kind != KernelKind::Norm) continue;
+      const Op& norm = g_.ops[static_cast<size_t>(n.norm_op)];
+      const Tensor& x = g_.operand(norm, 0);
+      const bool last_axis = norm.attrs.axis == x.rank() - 1;
+      std::string why;
+      if (norm.kind != OpKind::LayerNorm && norm.kind != OpKind::RmsNorm)
+        why = fmt::format("only layer_norm and rms_norm become matmul prologues, not {}", op_name(norm.kind));
+      else if (!last_axis)
+        why = fmt::format("'{}' normalises over more than the matmul's K axis", g_.result(norm).name);
+      else if (!only_used_by(s, a.anchor))
+        why = fmt::format("'{}' is needed elsewhere too", g_.tensor(s).name);
+      else if (!escaping(n, a.anchor).empty())
+        why = fmt::format("the normalisation kernel of '{}' has other results", g_.tensor(s).name);
+      if (!why.empty()) {
+        reasons_.emplace(std::make_pair(s, a.anchor), why);
+        continue;
+      }
+      // The statistics kernel keeps the norm's ops; the matmul recomputes them.
+      for (int32_t oi : n.ops) {
+        a.ops.insert(oi);
+        a.recomputed.insert(oi);
+        n.recomputed.insert(oi);
+        a.stage[g_.ops[static_cast<size_t>(oi)].output] = -1;
+      }
+      owner_[static_cast<size_t>(s)] = a.id;
+      n.kind = KernelKind::Reduction;
+      const std::string stats = g_.tensor(s).name + ".rowstats";
+      n.workspace.push_back(stats);
+      n.notes.push_back(fmt::format("row statistics of '{}' only ({} per row); '{}' itself is never written",
+                                    g_.result(norm).name, norm.kind == OpKind::RmsNorm ? "rms" : "mean and rstd",
+                                    g_.tensor(s).name));
+      a.notes.push_back(fmt::format("prologue: '{}' ({}) is applied while A is loaded, from the row statistics in "
+                                    "'{}'",
+                                    g_.tensor(s).name, op_name(norm.kind), stats));
+      a.workspace.push_back(stats);
+      norm_stat_edges_.emplace_back(n.id, a.id);
+    }
+  }
+
+  // ---- graph outputs that are views ----------------------------------------
+  void place_output_views() {
+    for (size_t i = 0; i < g_.ops.size(); ++i) {
+      const Op& op = g_.ops[i];
+      if (!is_view(op.kind) || !g_.result(op).is_output) continue;
+      const int gid = owner_of(op.output);
+      int target = gid;
+      if (gid < 0 || !options_.fuse) {
+        target = static_cast<int>(groups_.size());
+        Group gr;
+        gr.id = target;
+        gr.kind = KernelKind::Copy;
+        gr.domain = g_.result(op).shape;
+        gr.count[0] = element_count(gr.domain);
+        groups_.push_back(std::move(gr));
+      }
+      Group& gr = group(target);
+      for (const Op* p = &op; p && is_view(p->kind); p = producer(p->inputs[0]))
+        gr.ops.insert(g_.tensor(p->output).producer);
+      written_views_[op.output] = target;
+    }
+  }
+
+  // ---- step 4 --------------------------------------------------------------
+  Plan finish() {
+    // Reads: operands produced outside the group; writes: what others read.
+    std::vector<std::set<TensorId>> reads(groups_.size()), writes(groups_.size());
+    for (const Group& gr : groups_) {
+      if (!gr.alive) continue;
+      for (int32_t oi : gr.ops)
+        for (TensorId t : g_.ops[static_cast<size_t>(oi)].inputs) {
+          const Tensor& tensor = g_.tensor(t);
+          if (tensor.kind == TensorKind::Constant) continue;
+          if (tensor.kind == TensorKind::OpResult && gr.ops.count(tensor.producer)) continue;
+          reads[static_cast<size_t>(gr.id)].insert(t);
+        }
+    }
+    for (const Group& gr : groups_) {
+      if (!gr.alive) continue;
+      for (TensorId t : reads[static_cast<size_t>(gr.id)]) {
+        const int from = owner_[static_cast<size_t>(t)];
+        if (from >= 0 && from != gr.id) writes[static_cast<size_t>(from)].insert(t);
+      }
+    }
+    for (size_t t = 0; t < g_.tensors.size(); ++t) {
+      const Tensor& tensor = g_.tensors[t];
+      if (!tensor.is_output) continue;
+      if (auto it = written_views_.find(static_cast<TensorId>(t)); it != written_views_.end())
+        writes[static_cast<size_t>(it->second)].insert(static_cast<TensorId>(t));
+      else if (tensor.kind == TensorKind::OpResult && owner_[t] >= 0)
+        writes[static_cast<size_t>(owner_[t])].insert(static_cast<TensorId>(t));
+    }
+
+    // Order: Kahn over "reads what the other writes", earliest op first.
+    std::vector<int> alive;
+    for (const Group& gr : groups_)
+      if (gr.alive) alive.push_back(gr.id);
+    std::map<int, std::set<int>> succ;
+    std::map<int, int> indegree;
+    for (int id : alive) indegree[id] = 0;
+    auto edge = [&](int from, int to) {
+      if (from != to && succ[from].insert(to).second) ++indegree[to];
+    };
+    for (int id : alive)
+      for (TensorId t : reads[static_cast<size_t>(id)])
+        if (const int from = owner_[static_cast<size_t>(t)]; from >= 0) edge(from, id);
+    for (auto [from, to] : norm_stat_edges_) edge(from, to);
+    auto first_op = [&](int id) { return group(id).ops.empty() ? INT32_MAX : *group(id).ops.begin(); };
+    auto later = [&](int a, int b) { return first_op(a) > first_op(b); };
+    std::priority_queue<int, std::vector<int>, decltype(later)> ready(later);
+    for (int id : alive)
+      if (indegree[id] == 0) ready.push(id);
+    std::vector<int> order;
+    while (!ready.empty()) {
+      const int id = ready.top();
+      ready.pop();
+      order.push_back(id);
+      for (int next : succ[id])
+        if (--indegree[next] == 0) ready.push(next);
+    }
+    KILN_INTERNAL_CHECK(order.size() == alive.size());  // the grouping is acyclic
+
+    Plan plan;
+    plan.fused = options_.fuse;
+    std::map<int, int> kernel_of;
+    for (int id : order) {
+      const Group& gr = group(id);
+      PlannedKernel k;
+      k.id = static_cast<int>(plan.kernels.size());
+      kernel_of[id] = k.id;
+      k.kind = gr.kind;
+      if (k.kind == KernelKind::Pointwise && std::all_of(gr.ops.begin(), gr.ops.end(), [&](int32_t oi) {
+            return is_view(g_.ops[static_cast<size_t>(oi)].kind);
+          }))
+        k.kind = KernelKind::Copy;
+      k.anchor = gr.anchor;
+      k.ops.assign(gr.ops.begin(), gr.ops.end());
+      k.recomputed.assign(gr.recomputed.begin(), gr.recomputed.end());
+      k.reads.assign(reads[static_cast<size_t>(id)].begin(), reads[static_cast<size_t>(id)].end());
+      k.writes.assign(writes[static_cast<size_t>(id)].begin(), writes[static_cast<size_t>(id)].end());
+      k.params = planner::params_for(g_, gr);
+      k.notes = gr.notes;
+      k.workspace = gr.workspace;
+      plan.kernels.push_back(std::move(k));
+    }
+    for (const PlannedKernel& k : plan.kernels)
+      for (TensorId t : k.reads) {
+        const int from = owner_[static_cast<size_t>(t)];
+        if (from < 0) continue;
+        Boundary b{t, kernel_of[from], k.id, boundary_reason(t, k)};
+        plan.boundaries.push_back(std::move(b));
+      }
+    return plan;
+  }
+
+  std::string boundary_reason(TensorId t, const PlannedKernel& k) const {
+    if (!options_.fuse) return "fusion is off (--no-fusion)";
+    for (int32_t oi : k.ops) {
+      auto it = reasons_.find({t, oi});
+      if (it != reasons_.end()) return it->second;
+    }
+    for (int32_t oi : k.ops) {
+      const Op& op = g_.ops[static_cast<size_t>(oi)];
+      if (std::find(op.inputs.begin(), op.inputs.end(), t) == op.inputs.end() &&
+          !std::any_of(op.inputs.begin(), op.inputs.end(), [&](TensorId in) { return source(in) == t; }))
+        continue;
+      if (is_anchor(op.kind))
+        return fmt::format("'{}' is an operand of anchor '{}', which starts its own kernel", g_.tensor(t).name,
+                           g_.result(op).name);
+      if (k.kind == KernelKind::Copy) return "a graph output that is a view is materialised by a copy";
+    }
+    return "kept apart";
+  }
+
+  const Graph& g_;
+  PlanOptions options_;
+  std::vector<Group> groups_;
+  std::vector<std::set<int>> succ_;  // group -> groups reading its results
+  std::vector<int> owner_;  // tensor -> group computing it (-1: input, constant or view)
+  std::map<std::pair<TensorId, int32_t>, std::string> reasons_;  // (tensor, reader op) -> why not fused
+  std::vector<int> pattern_;            // op -> attention pattern, or -1
+  std::vector<int> pattern_group_;      // pattern -> group, or -1
+  std::vector<int32_t> pattern_anchor_;  // pattern -> its last matmul
+  std::map<TensorId, int> written_views_;
+  std::vector<std::pair<int, int>> norm_stat_edges_;
+};
+
+}  // namespace
+
+Plan plan_fusion(const Graph& graph, const PlanOptions& options) { return Planner(graph, options).run(); }
+
+}  // namespace kiln::ir

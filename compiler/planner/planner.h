@@ -1,0 +1,37 @@
+// The fusion planner: turns a Graph into a Plan (plan.h).
+//
+// Expects: a constructed Graph.
+// Guarantees: a Plan that verify_plan() accepts: every op in a kernel, a
+// valid order, each graph output written once, no materialised intermediate
+// beyond what the kernels' boundaries need, and a reason for every boundary.
+//
+// How, in order (planner.cpp):
+//  1. patterns: matmul -> [scale, mask] -> softmax -> matmul is claimed as one
+//     attention kernel;
+//  2. greedy fusion in op order: each op joins the kernel of one of its
+//     producers when that kernel's strategy takes it (strategies.h) and no
+//     cycle between kernels would follow; else it starts a kernel. Views join
+//     the kernels that read them (folded into indexing);
+//  3. prologues: a pointwise kernel whose only result is only an anchor's
+//     operand is applied while the anchor loads it; a layer_norm/rms_norm
+//     whose only result is a matmul's A becomes a row-statistics kernel plus
+//     the normalisation applied in the matmul's prologue;
+//  4. order the kernels; record reads, writes and the reasons for boundaries.
+//
+// A worked example, x -> conv2d -> add(b) -> relu -> y:
+//   conv2d starts a conv kernel; add reads its output on the same 128x56x56
+//   output space, so the conv strategy takes it as an epilogue; so is relu.
+//   One kernel: reads x, w, b; writes y.
+#pragma once
+
+#include "compiler/plan.h"
+
+namespace kiln::ir {
+
+struct PlanOptions {
+  bool fuse = true;  // false: one kernel per op (views still fold into readers)
+};
+
+Plan plan_fusion(const Graph& graph, const PlanOptions& options = {});
+
+}  // namespace kiln::ir

@@ -1,0 +1,250 @@
+#include "compiler/planner/strategies.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "compiler/error.h"
+
+namespace kiln::ir::planner {
+namespace {
+
+// batch_norm is the inference form: a per-channel affine map, so it fuses
+// like any pointwise op.
+bool pointwise_like(OpKind kind) { return is_pointwise(kind) || kind == OpKind::BatchNorm; }
+
+std::string name_of(const Graph& g, const Op& op) { return fmt::format("'{}'", g.result(op).name); }
+
+std::string_view kind_phrase(KernelKind kind) {
+  switch (kind) {
+    case KernelKind::Matmul: return "matmul";
+    case KernelKind::Conv: return "conv";
+    case KernelKind::Attention: return "attention";
+    case KernelKind::Pointwise: return "pointwise";
+    case KernelKind::Reduction: return "reduction";
+    case KernelKind::Norm: return "normalisation";
+    case KernelKind::Copy: return "copy";
+  }
+  return "?";
+}
+
+// Pointwise ops (and views' consumers) on a stage: one value per element of
+// that stage, so the element counts must agree.
+Verdict take_pointwise(const Graph& g, const Group& group, const Op& op, int stage) {
+  const int64_t count = element_count(g.result(op).shape);
+  if (stage == 1 && count == group.count[0])
+    return Verdict::no(fmt::format("{} combines a finished reduction with the domain it reduces; that needs a "
+                                   "second pass over the domain",
+                                   name_of(g, op)));
+  if (count != group.count[stage])
+    return Verdict::no(fmt::format("iteration spaces differ: {} has {} elements, the {} kernel's domain has {}",
+                                   name_of(g, op), count, kind_phrase(group.kind), group.count[stage]));
+  return Verdict::yes(stage);
+}
+
+Verdict take_into_anchor(const Graph& g, const Group& group, const Op& op, int stage) {
+  const OpFamily family = op_info(op.kind).family;
+  if (stage == 1)
+    return Verdict::no(fmt::format("{} reads the result of a reduction across the {} kernel's tiles, which is "
+                                   "complete only when the kernel ends",
+                                   name_of(g, op), kind_phrase(group.kind)));
+  if (pointwise_like(op.kind)) return take_pointwise(g, group, op, 0);
+  if (family == OpFamily::Reduce) {
+    if (group.kind == KernelKind::Attention)
+      return Verdict::no(fmt::format("an attention kernel does not reduce its output ({})", name_of(g, op)));
+    if (element_count(g.operand(op, 0).shape) != group.count[0])
+      return Verdict::no(fmt::format("{} reduces a tensor that is not the anchor's output", name_of(g, op)));
+    return Verdict::yes(1);  // an epilogue reduction: per-tile partials combined with atomics
+  }
+  return Verdict::no(fmt::format("a {} cannot be the epilogue of a {} kernel: it needs whole rows of the anchor's "
+                                 "output, which a tile does not hold",
+                                 op_name(op.kind), kind_phrase(group.kind)));
+}
+
+Verdict take_into_pointwise(const Graph& g, const Group& group, const Op& op, int stage) {
+  const OpFamily family = op_info(op.kind).family;
+  if (pointwise_like(op.kind)) return take_pointwise(g, group, op, stage);
+  const int64_t input_count = element_count(g.operand(op, 0).shape);
+  if (input_count != group.count[0])
+    return Verdict::no(fmt::format("iteration spaces differ: {} reads {} elements, the pointwise kernel's domain has {}",
+                                   name_of(g, op), input_count, group.count[0]));
+  switch (family) {
+    case OpFamily::Reduce:
+      return Verdict::yes(1);  // becomes a reduction with a pointwise prologue
+    case OpFamily::Pool:
+      return Verdict::yes(1);
+    case OpFamily::Norm:
+      return Verdict::yes(0);  // becomes a normalisation with a pointwise prologue
+    default:
+      break;
+  }
+  return Verdict::no(fmt::format("{} starts a kernel of its own", name_of(g, op)));
+}
+
+Verdict take_into_reduction(const Graph& g, const Group& group, const Op& op, int stage) {
+  const OpFamily family = op_info(op.kind).family;
+  if (pointwise_like(op.kind)) return take_pointwise(g, group, op, stage);
+  if (family == OpFamily::Reduce && stage == 0 && !group.pooling) {
+    const Tensor& input = g.operand(op, 0);
+    if (input.shape != group.domain || op.attrs.axes != group.reduce_axes)
+      return Verdict::no(fmt::format("{} reduces {} over axes [{}] but the kernel reduces {} over axes [{}]",
+                                     name_of(g, op), to_string(input.shape), fmt::join(op.attrs.axes, ","),
+                                     to_string(group.domain), fmt::join(group.reduce_axes, ",")));
+    return Verdict::yes(1);  // a sibling reduction: one pass, several results
+  }
+  if (stage == 1)
+    return Verdict::no(fmt::format("{} would reduce an already reduced value; the first reduction must finish first",
+                                   name_of(g, op)));
+  return Verdict::no(fmt::format("a {} cannot join a reduction kernel", op_name(op.kind)));
+}
+
+Verdict take_into_norm(const Graph& g, const Group& group, const Op& op, int stage) {
+  if (pointwise_like(op.kind)) return take_pointwise(g, group, op, stage);
+  return Verdict::no(fmt::format("a {} cannot join the normalisation kernel of '{}'", op_name(op.kind),
+                                 g.result(g.ops[static_cast<size_t>(group.norm_op)]).name));
+}
+
+}  // namespace
+
+Verdict can_take(const Graph& g, const Group& group, const Op& op, int stage) {
+  switch (group.kind) {
+    case KernelKind::Matmul:
+    case KernelKind::Conv:
+    case KernelKind::Attention:
+      return take_into_anchor(g, group, op, stage);
+    case KernelKind::Pointwise:
+    case KernelKind::Copy:
+      return take_into_pointwise(g, group, op, stage);
+    case KernelKind::Reduction:
+      return take_into_reduction(g, group, op, stage);
+    case KernelKind::Norm:
+      return take_into_norm(g, group, op, stage);
+  }
+  KILN_UNREACHABLE("unknown kernel kind");
+}
+
+KernelKind kind_for(OpKind kind) {
+  switch (op_info(kind).family) {
+    case OpFamily::Matmul: return KernelKind::Matmul;
+    case OpFamily::Conv: return KernelKind::Conv;
+    case OpFamily::Attention: return KernelKind::Attention;
+    case OpFamily::Reduce:
+    case OpFamily::Pool: return KernelKind::Reduction;
+    case OpFamily::Norm: return kind == OpKind::BatchNorm ? KernelKind::Pointwise : KernelKind::Norm;
+    case OpFamily::View: return KernelKind::Copy;
+    case OpFamily::Unary:
+    case OpFamily::Binary:
+    case OpFamily::Compare:
+    case OpFamily::Select: return KernelKind::Pointwise;
+  }
+  KILN_UNREACHABLE("unknown op family");
+}
+
+RowStrategy row_strategy(int64_t elements) {
+  if (elements <= 1024) return RowStrategy::Warp;
+  if (elements <= 32768) return RowStrategy::Block;        // 128 KiB of f32 in one block's registers
+  if (elements <= 8 * 40960) return RowStrategy::Cluster;  // up to 8 blocks x 160 KiB of shared memory
+  return RowStrategy::TwoPass;
+}
+
+KernelParams params_for(const Graph& g, const Group& group) {
+  KernelParams p;
+  p.domain = group.domain;
+  auto product = [](const Shape& s, size_t begin, size_t end) {
+    int64_t v = 1;
+    for (size_t i = begin; i < end; ++i) v *= s[i];
+    return v;
+  };
+  switch (group.kind) {
+    case KernelKind::Matmul: {
+      const Op& op = g.ops[static_cast<size_t>(group.anchor)];
+      const Shape& out = g.result(op).shape;
+      const Shape& a = g.operand(op, 0).shape;
+      p.batch = product(out, 0, out.size() - 2);
+      p.m = out[out.size() - 2];
+      p.n = out[out.size() - 1];
+      p.k = a[a.size() - 1];
+      p.epilogue_reductions = group.epilogue_reductions;
+      break;
+    }
+    case KernelKind::Conv: {
+      const Op& op = g.ops[static_cast<size_t>(group.anchor)];
+      const Shape& out = g.result(op).shape;
+      const Shape& w = g.operand(op, 1).shape;
+      const bool nhwc = op.attrs.layout == Layout::NHWC;
+      p.batch = op.attrs.groups;
+      p.m = out[0] * (nhwc ? out[1] * out[2] : out[2] * out[3]);
+      p.n = (nhwc ? out[3] : out[1]) / op.attrs.groups;
+      p.k = w[1] * w[2] * w[3];
+      p.epilogue_reductions = group.epilogue_reductions;
+      break;
+    }
+    case KernelKind::Attention: {
+      const Op& op = g.ops[static_cast<size_t>(group.anchor)];
+      if (op.kind == OpKind::Sdpa) {
+        const Shape& q = g.operand(op, 0).shape;
+        p.batch = q[0] * q[1];
+        p.m = q[2];
+        p.n = g.operand(op, 1).shape[2];
+        p.k = q[3];
+      } else {  // decomposed: the anchor is matmul(p, v)
+        const Shape& probs = g.operand(op, 0).shape;
+        p.batch = product(probs, 0, probs.size() - 2);
+        p.m = probs[probs.size() - 2];
+        p.n = probs[probs.size() - 1];
+        p.k = g.operand(op, 1).shape.back();
+      }
+      break;
+    }
+    case KernelKind::Reduction:
+      if (group.norm_op >= 0) {  // row statistics of a normalisation
+        const Op& op = g.ops[static_cast<size_t>(group.norm_op)];
+        const Shape& x = g.operand(op, 0).shape;
+        p.domain = x;
+        p.outer = product(x, 0, static_cast<size_t>(op.attrs.axis));
+        p.reduced = product(x, static_cast<size_t>(op.attrs.axis), x.size());
+        p.row = row_strategy(p.reduced);
+      } else if (!group.pooling && !group.reduce_axes.empty()) {
+        // [outer, reduced, inner] when the reduced axes are contiguous;
+        // otherwise reduced = their product and outer the rest.
+        const auto& axes = group.reduce_axes;
+        const bool contiguous = axes.back() - axes.front() + 1 == static_cast<int64_t>(axes.size());
+        p.reduced = 1;
+        for (int64_t a : axes) p.reduced *= group.domain[static_cast<size_t>(a)];
+        if (contiguous) {
+          p.outer = product(group.domain, 0, static_cast<size_t>(axes.front()));
+          p.inner = product(group.domain, static_cast<size_t>(axes.back()) + 1, group.domain.size());
+        } else {
+          p.outer = element_count(group.domain) / p.reduced;
+          p.inner = 1;
+        }
+        p.row = row_strategy(p.reduced);
+      }
+      break;
+    case KernelKind::Norm: {
+      const Op& op = g.ops[static_cast<size_t>(group.norm_op)];
+      const Shape& x = g.operand(op, 0).shape;
+      p.domain = x;
+      const auto axis = static_cast<size_t>(op.attrs.axis);
+      if (op.kind == OpKind::Softmax || op.kind == OpKind::LogSoftmax) {
+        p.outer = product(x, 0, axis);
+        p.reduced = x[axis];
+        p.inner = product(x, axis + 1, x.size());
+      } else if (op.kind == OpKind::GroupNorm) {
+        p.outer = x[0] * op.attrs.groups;
+        p.reduced = element_count(x) / p.outer;
+      } else {
+        p.outer = product(x, 0, axis);
+        p.reduced = product(x, axis, x.size());
+      }
+      p.row = row_strategy(p.reduced);
+      break;
+    }
+    case KernelKind::Pointwise:
+    case KernelKind::Copy:
+      break;
+  }
+  return p;
+}
+
+}  // namespace kiln::ir::planner

@@ -1,0 +1,38 @@
+// kiln plan GRAPH [--json] [--dot] [--no-fusion]: print the fusion plan.
+#include <fmt/format.h>
+
+#include "compiler/plan_printer.h"
+#include "compiler/plan_verifier.h"
+#include "compiler/planner/planner.h"
+#include "kiln/graph.h"
+#include "tools/commands.h"
+
+namespace kiln::cli {
+
+Runner add_plan(CLI::App& app, const CommonOptions& common) {
+  CLI::App* cmd = app.add_subcommand("plan", "print the fusion plan: kernels, their ops, reads, writes, and why groups were split");
+  struct Args {
+    std::string path;
+    bool json = false, dot = false, no_fusion = false;
+  };
+  auto args = std::make_shared<Args>();
+  cmd->add_option("GRAPH", args->path, "graph file")->required();
+  auto* json = cmd->add_flag("--json", args->json, "the plan as JSON (cli.md)");
+  cmd->add_flag("--dot", args->dot, "the plan as Graphviz, one cluster per kernel")->excludes(json);
+  cmd->add_flag("--no-fusion", args->no_fusion, "one kernel per op");
+  return [args] {
+    Expected<Graph> graph = Graph::load(args->path);
+    if (!graph) return report(graph.error());
+    const ir::Graph& g = graph->ir();
+    const ir::Plan plan = ir::plan_fusion(g, {.fuse = !args->no_fusion});
+    if (std::string problem = ir::verify_plan(g, plan); !problem.empty())
+      return report({ErrorCode::Internal, "internal error: the planner produced an invalid plan: " + problem +
+                                              " (this is a bug in kiln; please report it)"});
+    if (args->json) fmt::print("{}", ir::plan_to_json(g, plan));
+    else if (args->dot) fmt::print("{}", ir::plan_to_dot(g, plan));
+    else fmt::print("{}", ir::plan_to_text(g, plan));
+    return 0;
+  };
+}
+
+}  // namespace kiln::cli
