@@ -142,7 +142,6 @@ TensorId GraphConstructor::add_tensor(Tensor tensor) {
 
 TensorId GraphConstructor::add_input(const std::string& name, const Shape& shape, DType dtype,
                                      const std::optional<Strides>& strides) {
-  KILN_INTERNAL_CHECK(graph_.ops.empty());
   const std::string where = fmt::format("input {}", detail::quoted(name));
   KILN_USER_CHECK(is_valid_name(name),
                   "{}: not a valid name (names match [A-Za-z_][A-Za-z0-9_.]* and have at most 128 "

@@ -19,34 +19,64 @@ std::string_view type_name(const json& j) {
   return j.type_name();
 }
 
-// Parses with checks nlohmann does not make: duplicate keys (which it would
-// silently merge) and runaway nesting.
+// A SAX handler that builds the document with nlohmann's own DOM builder and
+// adds the checks nlohmann does not make: duplicate keys (which it would
+// silently merge) and runaway nesting. (nlohmann's callback parser would do
+// the same but rescans each array on every element: quadratic in the ops.)
+class CheckedSax {
+ public:
+  CheckedSax(json& root, std::string source) : dom_(root, true), source_(std::move(source)) {}
+
+  bool null() { return dom_.null(); }
+  bool boolean(bool v) { return dom_.boolean(v); }
+  bool number_integer(json::number_integer_t v) { return dom_.number_integer(v); }
+  bool number_unsigned(json::number_unsigned_t v) { return dom_.number_unsigned(v); }
+  bool number_float(json::number_float_t v, const json::string_t& s) { return dom_.number_float(v, s); }
+  bool string(json::string_t& v) { return dom_.string(v); }
+  bool binary(json::binary_t& v) { return dom_.binary(v); }
+  bool start_object(std::size_t n) {
+    enter();
+    keys_.emplace_back();
+    return dom_.start_object(n);
+  }
+  bool key(json::string_t& k) {
+    KILN_USER_CHECK(keys_.back().insert(k).second, "{}: key {} appears twice in one object", source_,
+                    detail::quoted(k));
+    return dom_.key(k);
+  }
+  bool end_object() {
+    keys_.pop_back();
+    --depth_;
+    return dom_.end_object();
+  }
+  bool start_array(std::size_t n) {
+    enter();
+    return dom_.start_array(n);
+  }
+  bool end_array() {
+    --depth_;
+    return dom_.end_array();
+  }
+  template <class Exception>
+  bool parse_error(std::size_t position, const std::string& token, const Exception& e) {
+    return dom_.parse_error(position, token, e);  // throws
+  }
+
+ private:
+  void enter() {
+    KILN_USER_CHECK(++depth_ <= kMaxNesting, "{}: JSON nesting is deeper than {} levels", source_, kMaxNesting);
+  }
+  nlohmann::detail::json_sax_dom_parser<json> dom_;
+  std::string source_;
+  std::vector<std::set<std::string>> keys_;
+  int depth_ = 0;
+};
+
 json parse_document(std::string_view text, std::string_view source) {
-  std::vector<std::set<std::string>> open_objects;
-  json::parser_callback_t check = [&](int depth, json::parse_event_t event, json& parsed) {
-    switch (event) {
-      case json::parse_event_t::object_start:
-      case json::parse_event_t::array_start:
-        KILN_USER_CHECK(depth < kMaxNesting, "{}: JSON nesting is deeper than {} levels", source,
-                        kMaxNesting);
-        if (event == json::parse_event_t::object_start) open_objects.emplace_back();
-        break;
-      case json::parse_event_t::key: {
-        const auto& key = parsed.get_ref<const std::string&>();
-        KILN_USER_CHECK(open_objects.back().insert(key).second,
-                        "{}: key {} appears twice in one object", source, detail::quoted(key));
-        break;
-      }
-      case json::parse_event_t::object_end:
-        open_objects.pop_back();
-        break;
-      default:
-        break;
-    }
-    return true;
-  };
+  json root;
+  CheckedSax sax(root, std::string(source));
   try {
-    return json::parse(text.begin(), text.end(), check);
+    json::sax_parse(text.begin(), text.end(), &sax);
   } catch (const json::exception& e) {
     std::string message = e.what();
     // Drop nlohmann's "[json.exception.parse_error.101] " prefix.
@@ -54,6 +84,7 @@ json parse_document(std::string_view text, std::string_view source) {
       message = message.substr(end + 2);
     throw_user_error(fmt::format("{}: invalid JSON: {}", source, message));
   }
+  return root;
 }
 
 int64_t get_int(const json& j, const std::string& where, std::string_view what) {

@@ -156,8 +156,13 @@ class Planner {
     for (int gid : candidates) {
       const std::optional<std::string> why = why_not_join(gid, op);
       if (!why) {
+        // Producer kernels of the op's other operands that `gid` does not
+        // read yet may merge in (see merge_producer_groups).
+        std::vector<int> mergeable;
+        for (int hid : candidates)
+          if (hid != gid && !succ_[static_cast<size_t>(hid)].count(gid)) mergeable.push_back(hid);
         add(gid, op_index, join_stage_);
-        merge_producer_groups(gid, op_index, join_stage_, candidates);
+        merge_producer_groups(gid, join_stage_, mergeable);
         return;
       }
       for (TensorId t : op.inputs)
@@ -205,12 +210,13 @@ class Planner {
     return false;
   }
 
-  // After `op` joined group `gid`, a pointwise group computing another of its
-  // operands on the same space is merged in too, unless that would put a
-  // third group on a path between the two.
-  void merge_producer_groups(int gid, int32_t op_index, int stage, const std::vector<int>& candidates) {
+  // After an op joined group `gid`, a pointwise group computing another of
+  // its operands on the same space is merged in too: only one that `gid` did
+  // not read before (else its values may be an anchor's operand, not an
+  // epilogue value), and unless a third group sits on a path between them.
+  void merge_producer_groups(int gid, int stage, const std::vector<int>& candidates) {
     for (int hid : candidates) {
-      if (hid == gid || !group(hid).alive) continue;
+      if (!group(hid).alive) continue;
       Group& h = group(hid);
       Group& gr = group(gid);
       if (h.kind != KernelKind::Pointwise || h.count[0] != gr.count[stage]) continue;
@@ -225,7 +231,6 @@ class Planner {
       }
       retire(hid, gid);
     }
-    (void)op_index;
   }
 
   // Group `from` disappears into `into`: edges follow.
@@ -536,6 +541,8 @@ class Planner {
       k.reads.assign(reads[static_cast<size_t>(id)].begin(), reads[static_cast<size_t>(id)].end());
       k.writes.assign(writes[static_cast<size_t>(id)].begin(), writes[static_cast<size_t>(id)].end());
       k.params = planner::params_for(g_, gr);
+      if ((k.kind == KernelKind::Pointwise || k.kind == KernelKind::Copy) && !k.writes.empty())
+        k.params.domain = g_.tensor(k.writes.front()).shape;  // iterate over what is written
       k.notes = gr.notes;
       k.workspace = gr.workspace;
       plan.kernels.push_back(std::move(k));

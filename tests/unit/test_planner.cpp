@@ -1,0 +1,223 @@
+// The fusion planner: legality rules, the patterns the issue names, and plan
+// invariants over thousands of random graphs.
+#include "compiler/plan_printer.h"
+#include "compiler/plan_verifier.h"
+#include "compiler/planner/planner.h"
+#include "compiler/planner/strategies.h"
+#include "tests/unit/random_graph.h"
+#include "tests/unit/test_helpers.h"
+
+namespace kiln {
+namespace {
+
+using ::testing::HasSubstr;
+using ir::KernelKind;
+using testing::must_parse;
+
+ir::Plan plan_of(const Graph& g, bool fuse = true) {
+  ir::Plan plan = ir::plan_fusion(g.ir(), {.fuse = fuse});
+  EXPECT_EQ(ir::verify_plan(g.ir(), plan), "");
+  return plan;
+}
+
+std::vector<std::string> names(const Graph& g, const std::vector<ir::TensorId>& ids) {
+  std::vector<std::string> out;
+  for (ir::TensorId id : ids) out.push_back(g.ir().tensor(id).name);
+  return out;
+}
+
+std::string graph_of(const std::string& inputs, const std::string& ops, const std::string& outputs) {
+  return R"({"kiln": 1, "inputs": {)" + inputs + R"(}, "ops": [)" + ops + R"(], "outputs": )" + outputs + "}";
+}
+
+TEST(Planner, DiamondIsOneKernel) {
+  Graph g = must_parse(graph_of(R"("x": {"shape": [8, 8], "dtype": "f32"})",
+                                R"({"op": "exp", "in": ["x"], "out": "a"}, {"op": "neg", "in": ["x"], "out": "b"},
+                                   {"op": "mul", "in": ["a", "b"], "out": "y"})",
+                                R"(["y"])"));
+  ir::Plan p = plan_of(g);
+  ASSERT_EQ(p.kernels.size(), 1u);
+  EXPECT_EQ(names(g, p.kernels[0].writes), std::vector<std::string>{"y"});
+}
+
+TEST(Planner, IntermediateThatIsAnOutputIsWrittenOnceByTheFusedKernel) {
+  Graph g = must_parse(graph_of(R"("x": {"shape": [8, 8], "dtype": "f32"})",
+                                R"({"op": "exp", "in": ["x"], "out": "a"}, {"op": "neg", "in": ["a"], "out": "y"})",
+                                R"(["y", "a"])"));
+  ir::Plan p = plan_of(g);
+  ASSERT_EQ(p.kernels.size(), 1u);
+  EXPECT_EQ(names(g, p.kernels[0].writes), (std::vector<std::string>{"a", "y"}));
+}
+
+TEST(Planner, IntermediateReadByTwoKernelsIsWrittenOnce) {
+  // s feeds a matmul (an anchor: its own kernel) and a pointwise consumer.
+  Graph g = must_parse(graph_of(R"("x": {"shape": [16, 16], "dtype": "f32"}, "w": {"shape": [16, 16], "dtype": "f32"})",
+                                R"({"op": "relu", "in": ["x"], "out": "s"}, {"op": "matmul", "in": ["s", "w"], "out": "m"},
+                                   {"op": "add", "in": ["s", "m"], "out": "y"})",
+                                R"(["y"])"));
+  ir::Plan p = plan_of(g);
+  ASSERT_EQ(p.kernels.size(), 2u);
+  EXPECT_EQ(p.kernels[0].kind, KernelKind::Pointwise);
+  EXPECT_EQ(names(g, p.kernels[0].writes), std::vector<std::string>{"s"});
+  EXPECT_EQ(p.kernels[1].kind, KernelKind::Matmul);  // y = s + m joins the matmul's epilogue
+  EXPECT_THAT(ir::plan_to_text(g.ir(), p), HasSubstr("is needed elsewhere too"));
+}
+
+TEST(Planner, RefusesAFusionThatWouldCreateACycle) {
+  // a -> m (anchor) -> z; z also reads a. z joining a's kernel would make
+  // a's kernel wait for m, which waits for a's kernel.
+  Graph g = must_parse(graph_of(R"("x": {"shape": [16, 16], "dtype": "f32"}, "w": {"shape": [16, 16], "dtype": "f32"})",
+                                R"({"op": "relu", "in": ["x"], "out": "a"}, {"op": "matmul", "in": ["a", "w"], "out": "m"},
+                                   {"op": "add", "in": ["a", "m"], "out": "z"}, {"op": "exp", "in": ["a"], "out": "e"})",
+                                R"(["z", "e"])"));
+  ir::Plan p = plan_of(g);
+  ASSERT_EQ(p.kernels.size(), 2u);
+  EXPECT_EQ(p.kernels[1].kind, KernelKind::Matmul);
+  EXPECT_EQ(names(g, p.kernels[1].writes), std::vector<std::string>{"z"});
+}
+
+TEST(Planner, SoftmaxIsNotAnAnchorEpilogue) {
+  Graph g = must_parse(graph_of(R"("x": {"shape": [16, 32], "dtype": "f32"}, "w": {"shape": [32, 64], "dtype": "f32"})",
+                                R"({"op": "matmul", "in": ["x", "w"], "out": "m"}, {"op": "softmax", "in": ["m"], "out": "y"})",
+                                R"(["y"])"));
+  ir::Plan p = plan_of(g);
+  ASSERT_EQ(p.kernels.size(), 2u);
+  ASSERT_EQ(p.boundaries.size(), 1u);
+  EXPECT_THAT(p.boundaries[0].reason, HasSubstr("needs whole rows"));
+}
+
+TEST(Planner, ReductionEpilogueOfAConvReadsNothingBack) {
+  Graph g = must_parse(graph_of(R"("x": {"shape": [2, 6, 6, 8], "dtype": "bf16"}, "w": {"shape": [8, 1, 1, 8], "dtype": "bf16"})",
+                                R"({"op": "conv2d", "in": ["x", "w"], "out": "c"},
+                                   {"op": "reduce_sum", "in": ["c"], "out": "s", "axes": [0, 1, 2]},
+                                   {"op": "square", "in": ["c"], "out": "c2"},
+                                   {"op": "reduce_sum", "in": ["c2"], "out": "ss", "axes": [0, 1, 2]})",
+                                R"(["s", "ss"])"));
+  ir::Plan p = plan_of(g);
+  ASSERT_EQ(p.kernels.size(), 1u);
+  EXPECT_EQ(p.kernels[0].params.epilogue_reductions, 2);
+  EXPECT_EQ(names(g, p.kernels[0].reads), (std::vector<std::string>{"x", "w"}));
+}
+
+TEST(Planner, SiblingReductionsShareAKernelOnlyOverTheSameAxes) {
+  Graph same = must_parse(graph_of(R"("x": {"shape": [32, 16], "dtype": "f32"})",
+                                   R"({"op": "reduce_max", "in": ["x"], "out": "m", "axes": [1]},
+                                      {"op": "reduce_sum", "in": ["x"], "out": "s", "axes": [1]})",
+                                   R"(["m", "s"])"));
+  EXPECT_EQ(plan_of(same).kernels.size(), 1u);
+  Graph other = must_parse(graph_of(R"("x": {"shape": [32, 16], "dtype": "f32"})",
+                                    R"({"op": "exp", "in": ["x"], "out": "e"},
+                                       {"op": "reduce_max", "in": ["e"], "out": "m", "axes": [1]},
+                                       {"op": "reduce_sum", "in": ["e"], "out": "s", "axes": [0]})",
+                                    R"(["m", "s"])"));
+  ir::Plan p = plan_of(other);
+  ASSERT_EQ(p.kernels.size(), 2u);
+  EXPECT_THAT(ir::plan_to_text(other.ir(), p), HasSubstr("over axes [0] but the kernel reduces [32,16] over axes [1]"));
+}
+
+TEST(Planner, ReducingAReducedValueNeedsASecondKernel) {
+  Graph g = must_parse(graph_of(R"("x": {"shape": [32, 16], "dtype": "f32"})",
+                                R"({"op": "reduce_sum", "in": ["x"], "out": "r", "axes": [1]},
+                                   {"op": "reduce_max", "in": ["r"], "out": "y"})",
+                                R"(["y"])"));
+  ir::Plan p = plan_of(g);
+  ASSERT_EQ(p.kernels.size(), 2u);
+  EXPECT_THAT(p.boundaries[0].reason, HasSubstr("already reduced value"));
+}
+
+TEST(Planner, RowStrategyFollowsTheRowLength) {
+  EXPECT_EQ(ir::planner::row_strategy(1000), ir::RowStrategy::Warp);
+  EXPECT_EQ(ir::planner::row_strategy(4096), ir::RowStrategy::Block);
+  EXPECT_EQ(ir::planner::row_strategy(262144), ir::RowStrategy::Cluster);
+  EXPECT_EQ(ir::planner::row_strategy(1 << 20), ir::RowStrategy::TwoPass);
+  Graph g = must_parse(graph_of(R"("x": {"shape": [2, 1048576], "dtype": "f32"})",
+                                R"({"op": "softmax", "in": ["x"], "out": "y"})", R"(["y"])"));
+  ir::Plan p = plan_of(g);
+  ASSERT_EQ(p.kernels.size(), 1u);
+  EXPECT_EQ(p.kernels[0].params.row, ir::RowStrategy::TwoPass);
+  EXPECT_EQ(p.kernels[0].params.reduced, 1048576);
+}
+
+TEST(Planner, NormPrologueOfMatmulNeverWritesTheNormalisedTensor) {
+  Graph g = Graph::load(KILN_SOURCE_DIR "/examples/matmul/rmsnorm_matmul.json").value();
+  ir::Plan p = plan_of(g);
+  ASSERT_EQ(p.kernels.size(), 2u);
+  EXPECT_EQ(p.kernels[0].kind, KernelKind::Reduction);
+  EXPECT_TRUE(p.kernels[0].writes.empty());
+  EXPECT_EQ(p.kernels[1].kind, KernelKind::Matmul);
+  for (const ir::PlannedKernel& k : p.kernels)
+    for (ir::TensorId t : k.reads) EXPECT_NE(g.ir().tensor(t).name, "n");
+}
+
+TEST(Planner, NormUsedElsewhereIsNotSplit) {
+  Graph g = must_parse(graph_of(R"("x": {"shape": [8, 32], "dtype": "f32"}, "w": {"shape": [32, 8], "dtype": "f32"})",
+                                R"({"op": "rms_norm", "in": ["x"], "out": "n"}, {"op": "matmul", "in": ["n", "w"], "out": "y"})",
+                                R"(["y", "n"])"));
+  ir::Plan p = plan_of(g);
+  ASSERT_EQ(p.kernels.size(), 2u);
+  EXPECT_EQ(p.kernels[0].kind, KernelKind::Norm);
+  EXPECT_TRUE(p.kernels[0].recomputed.empty());
+}
+
+TEST(Planner, DecomposedAttentionIsOneKernelUnlessScoresAreNeeded) {
+  Graph g = Graph::load(KILN_SOURCE_DIR "/examples/attention/attention_decomposed.json").value();
+  ir::Plan p = plan_of(g);
+  ASSERT_EQ(p.kernels.size(), 1u);
+  EXPECT_EQ(p.kernels[0].kind, KernelKind::Attention);
+  // The probabilities as a graph output must be materialised: no pattern.
+  std::string text = g.to_json();
+  text.replace(text.find(R"("outputs": ["o"])"), 16, R"("outputs": ["o", "p"])");
+  Graph with_p = must_parse(text);
+  ir::Plan q = plan_of(with_p);
+  EXPECT_GT(q.kernels.size(), 1u);
+  for (const ir::PlannedKernel& k : q.kernels) EXPECT_NE(k.kind, KernelKind::Attention);
+}
+
+TEST(Planner, NoFusionIsOneKernelPerOpWithViewsFolded) {
+  Graph g = Graph::load(KILN_SOURCE_DIR "/examples/matmul/matmul_transposed_bias.json").value();
+  ir::Plan p = plan_of(g, /*fuse=*/false);
+  EXPECT_EQ(p.kernels.size(), 2u);  // matmul (reading w through the transpose), add
+  EXPECT_FALSE(p.fused);
+}
+
+TEST(Planner, OutputViewOfAnInputIsACopy) {
+  Graph g = must_parse(graph_of(R"("x": {"shape": [4, 6], "dtype": "f32"})",
+                                R"({"op": "transpose", "in": ["x"], "out": "t"})", R"(["t"])"));
+  ir::Plan p = plan_of(g);
+  ASSERT_EQ(p.kernels.size(), 1u);
+  EXPECT_EQ(p.kernels[0].kind, KernelKind::Copy);
+}
+
+TEST(Planner, DoneWhenPatternsAreOneKernelEach) {
+  for (const char* name : {"conv/conv_bias_relu", "conv/conv_bn_relu_nchw", "conv/conv_bias_residual_relu",
+                           "conv/conv_bias_residual_relu_nchw", "matmul/matmul_bias_gelu",
+                           "matmul/matmul_bias_residual_relu", "matmul/matmul_transposed_bias", "norm/add_layer_norm",
+                           "norm/softmax_scale_mask", "pointwise/scale_shift_gelu", "pointwise/where_clamp_cast",
+                           "reduction/exp_sum_rows", "attention/sdpa_causal_gqa", "attention/attention_decomposed",
+                           "conv/conv_channel_stats"}) {
+    Graph g = Graph::load(std::string(KILN_SOURCE_DIR "/examples/") + name + ".json").value();
+    EXPECT_EQ(plan_of(g).kernels.size(), 1u) << name << "\n" << ir::plan_to_text(g.ir(), plan_of(g));
+  }
+}
+
+TEST(Planner, RandomGraphsGiveValidPlans) {
+  int kernels_fused = 0, kernels_unfused = 0, graphs = 0;
+  for (uint64_t seed = 1; seed <= 3000; ++seed) {
+    Graph g = testing::random_graph(seed);
+    for (bool fuse : {true, false}) {
+      ir::Plan p = ir::plan_fusion(g.ir(), {.fuse = fuse});
+      const std::string problem = ir::verify_plan(g.ir(), p);
+      ASSERT_EQ(problem, "") << "seed " << seed << (fuse ? "" : " (no fusion)") << "\n"
+                             << g.to_json() << "\n" << ir::plan_to_text(g.ir(), p);
+      (fuse ? kernels_fused : kernels_unfused) += static_cast<int>(p.kernels.size());
+    }
+    ++graphs;
+  }
+  EXPECT_EQ(graphs, 3000);
+  EXPECT_LT(kernels_fused, kernels_unfused);  // fusion does something
+  RecordProperty("kernels_fused", kernels_fused);
+  RecordProperty("kernels_unfused", kernels_unfused);
+}
+
+}  // namespace
+}  // namespace kiln
