@@ -1,6 +1,8 @@
 // kiln dump GRAPH --stage STAGE: print one stage of the pipeline.
 #include <fmt/format.h>
 
+#include "compiler/plan_printer.h"
+#include "compiler/planner/planner.h"
 #include "kiln/graph.h"
 #include "tools/commands.h"
 
@@ -25,8 +27,12 @@ Runner add_dump(CLI::App& app, const CommonOptions& common) {
       fmt::print("{}", graph->to_ir_text());
       return 0;
     }
+    if (args->stage == "plan") {
+      fmt::print("{}", ir::plan_to_text(graph->ir(), ir::plan_fusion(graph->ir())));
+      return 0;
+    }
     return report({ErrorCode::InvalidInput,
-                   fmt::format("--stage {}: this build of kiln does not have that stage yet (available: ir)",
+                   fmt::format("--stage {}: this build of kiln does not have that stage yet (available: ir, plan)",
                                args->stage)});
   };
 }
