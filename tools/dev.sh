@@ -72,6 +72,8 @@ demo() {
   "$kiln" validate "$graph"
   say "kiln dump --stage ir"
   "$kiln" dump "$graph" --stage ir
+  say "kiln plan"
+  "$kiln" plan "$graph"
   if has_gpu; then
     say "a GPU is present, but this version of kiln has no GPU runtime yet: running the CPU reference"
   else
