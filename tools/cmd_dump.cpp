@@ -1,7 +1,10 @@
 // kiln dump GRAPH --stage STAGE: print one stage of the pipeline.
 #include <fmt/format.h>
 
+#include "codegen/kernel_codegen.h"
 #include "compiler/plan_printer.h"
+#include "runtime/nvrtc.h"
+#include "tools/sass.h"
 #include "compiler/planner/planner.h"
 #include "kiln/graph.h"
 #include "tools/commands.h"
@@ -27,13 +30,36 @@ Runner add_dump(CLI::App& app, const CommonOptions& common) {
       fmt::print("{}", graph->to_ir_text());
       return 0;
     }
+    const ir::Plan plan = ir::plan_fusion(graph->ir());
     if (args->stage == "plan") {
-      fmt::print("{}", ir::plan_to_text(graph->ir(), ir::plan_fusion(graph->ir())));
+      fmt::print("{}", ir::plan_to_text(graph->ir(), plan));
       return 0;
     }
-    return report({ErrorCode::InvalidInput,
-                   fmt::format("--stage {}: this build of kiln does not have that stage yet (available: ir, plan)",
-                               args->stage)});
+    const std::string arch = args->arch.empty() ? default_arch() : args->arch;
+    if (!runtime::is_valid_arch(arch))
+      return report({ErrorCode::InvalidInput, fmt::format("--arch {}: expected sm_XX (e.g. sm_80, sm_90)", arch)});
+    if (args->kernel >= static_cast<int>(plan.kernels.size()))
+      return report({ErrorCode::InvalidInput, fmt::format("--kernel {}: the plan has {} kernels (0 to {})", args->kernel,
+                                                          plan.kernels.size(), plan.kernels.size() - 1)});
+    Expected<codegen::GeneratedProgram> program = generate(*graph, plan);
+    if (!program) return report(program.error());
+    for (const codegen::GeneratedKernel& k : program->kernels) {
+      if (args->kernel >= 0 && k.plan_kernel != args->kernel) continue;
+      if (args->stage == "cuda") {
+        fmt::print("{}\n", k.source);
+        continue;
+      }
+      Expected<runtime::NvrtcOutput> out = runtime::nvrtc_compile(k.source, arch, args->stage == "ptx");
+      if (!out) return report(out.error());
+      if (args->stage == "ptx") {
+        fmt::print("// kernel {} ({})\n{}\n", k.plan_kernel, arch, out->binary);
+        continue;
+      }
+      Expected<std::string> sass = disassemble(out->binary);
+      if (!sass) return report(sass.error());
+      fmt::print("// kernel {} ({})\n{}\n", k.plan_kernel, arch, *sass);
+    }
+    return 0;
   };
 }
 

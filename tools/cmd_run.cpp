@@ -5,8 +5,12 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <optional>
 
+#include "compiler/ir.h"
+#include "kiln/executable.h"
 #include "kiln/graph.h"
+#include "runtime/check.h"
 #include "kiln/reference.h"
 #include "runtime/npy.h"
 #include "runtime/random_inputs.h"
@@ -53,10 +57,6 @@ int run(const RunArgs& a, const CommonOptions& common) {
   if (!graph) return report(graph.error());
   if (a.check && a.device != "cuda")
     return report({ErrorCode::InvalidInput, "--check compares the GPU result with the reference: it needs --device cuda"});
-  if (a.device == "cuda")
-    return report({ErrorCode::CompileOrDevice,
-                   "--device cuda: this build of kiln cannot run graphs on a GPU yet; use --device cpu for "
-                   "the reference interpreter"});
 
   std::vector<HostTensor> inputs;
   const std::vector<TensorDesc> input_descs = graph->inputs();
@@ -75,7 +75,15 @@ int run(const RunArgs& a, const CommonOptions& common) {
   }
 
   const auto start = std::chrono::steady_clock::now();
-  Expected<std::vector<HostTensor>> outputs = run_reference(*graph, inputs);
+  const bool gpu = a.device == "cuda";
+  std::optional<Executable> exe;
+  if (gpu) {
+    Expected<Executable> compiled =
+        Executable::compile(*graph, {.use_cache = !common.no_cache, .cache_dir = common.cache_dir});
+    if (!compiled) return report(compiled.error());
+    exe.emplace(std::move(compiled).value());
+  }
+  Expected<std::vector<HostTensor>> outputs = gpu ? exe->run_host(inputs) : run_reference(*graph, inputs);
   if (!outputs) return report(outputs.error());
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
@@ -89,14 +97,28 @@ int run(const RunArgs& a, const CommonOptions& common) {
     if (!s) return report(s.error());
   }
 
-  fmt::print("ran {} on cpu (reference interpreter) in {:.3f} s; inputs: {}\n",
-             graph->name().empty() ? a.path : "'" + graph->name() + "'", seconds,
-             a.inputs_dir.empty() ? fmt::format("random, seed {}", a.seed) : a.inputs_dir);
+  fmt::print("ran {} on {} in {:.3f} s; inputs: {}\n", graph->name().empty() ? a.path : "'" + graph->name() + "'",
+             gpu ? fmt::format("the GPU ({}, {} kernel{})", exe->arch(), exe->kernel_count(), exe->kernel_count() == 1 ? "" : "s")
+                 : "cpu (reference interpreter)",
+             seconds, a.inputs_dir.empty() ? fmt::format("random, seed {}", a.seed) : a.inputs_dir);
   for (size_t i = 0; i < output_descs.size(); ++i)
     fmt::print("output {} : {}{}  {}\n", output_descs[i].name, to_string(output_descs[i].dtype),
                to_string(output_descs[i].shape), summary((*outputs)[i]));
   if (!a.outputs_dir.empty()) fmt::print("wrote {}\n", a.outputs_dir);
-  return 0;
+  if (!a.check) return 0;
+  Expected<std::vector<HostTensor>> reference = run_reference(*graph, inputs);
+  if (!reference) return report(reference.error());
+  bool all_pass = true;
+  for (size_t i = 0; i < output_descs.size(); ++i) {
+    const double tolerance = a.tolerance > 0 ? a.tolerance : runtime::default_tolerance(graph->ir(), graph->ir().outputs[i]);
+    const runtime::Comparison c = runtime::compare((*outputs)[i], (*reference)[i]);
+    const bool pass = c.passes(tolerance);
+    all_pass = all_pass && pass;
+    fmt::print("check {}: rel err {:.3e} (tolerance {:.0e}){} {}\n", output_descs[i].name, c.relative_error, tolerance,
+               c.nonfinite_match ? "" : fmt::format(", NaN/inf differ first at element {}", c.first_mismatch),
+               pass ? "ok" : "FAIL");
+  }
+  return all_pass ? 0 : static_cast<int>(ErrorCode::CheckFailed);
 }
 
 }  // namespace

@@ -22,10 +22,12 @@ using Runner = std::function<int()>;
 
 // Prints `kiln: error: <message>` to stderr and returns the error's exit code.
 int report(const Error& error);
+inline int report_error(const Error& error) { return report(error); }
 
 Runner add_validate(CLI::App& app, const CommonOptions& common);
 Runner add_run(CLI::App& app, const CommonOptions& common);
 Runner add_dump(CLI::App& app, const CommonOptions& common);
 Runner add_plan(CLI::App& app, const CommonOptions& common);
+Runner add_compile(CLI::App& app, const CommonOptions& common);
 
 }  // namespace kiln::cli

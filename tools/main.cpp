@@ -39,6 +39,7 @@ int main(int argc, char** argv) {
   add(add_run);
   add(add_plan);
   add(add_dump);
+  add(add_compile);
 
   try {
     app.parse(argc, argv);

@@ -1,6 +1,7 @@
 // Small helpers shared by the unit tests.
 #pragma once
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 

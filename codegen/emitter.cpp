@@ -1,0 +1,189 @@
+#include "codegen/emitter.h"
+
+#include <fmt/format.h>
+
+#include "compiler/error.h"
+
+namespace kiln::codegen {
+
+Emitter::Emitter(const ir::Graph& g, std::set<int32_t> ops, std::map<ir::TensorId, ExternalTensor> externals)
+    : g_(g), ops_(std::move(ops)), externals_(std::move(externals)) {}
+
+std::string Emitter::take(int indent) {
+  std::string out;
+  for (const std::string& line : lines_) out += std::string(static_cast<size_t>(indent), ' ') + line + "\n";
+  lines_.clear();
+  return out;
+}
+
+std::string Emitter::float_literal(float v) {
+  std::string s = fmt::format("{:.9g}", v);
+  if (s.find_first_of(".en") == std::string::npos) s += ".0";
+  return s + "f";
+}
+
+std::string Emitter::load_call(DType storage, const std::string& pointer, const std::string& offset) {
+  return fmt::format("kiln::load_{}({}, {})", storage == DType::boolean ? "bool" : std::string(to_string(storage)),
+                     pointer, offset);
+}
+
+std::string Emitter::store_call(DType storage, const std::string& pointer, const std::string& offset,
+                                const std::string& value) {
+  return fmt::format("kiln::store_{}({}, {}, {});", storage == DType::boolean ? "bool" : std::string(to_string(storage)),
+                     pointer, offset, value);
+}
+
+Coords Emitter::delinearize(const std::string& linear, const Shape& shape) {
+  Coords c(shape.size());
+  const Strides strides = contiguous_strides(shape);
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1) {
+      c[d] = "0";
+      continue;
+    }
+    std::string e = strides[d] == 1 ? linear : fmt::format("({} / {}LL)", linear, strides[d]);
+    if (d > 0) e = fmt::format("({} % {}LL)", e, shape[d]);
+    const std::string name = fresh("c");
+    lines_.push_back(fmt::format("const kiln::i64 {} = {};", name, e));
+    c[d] = name;
+  }
+  return c;
+}
+
+std::string Emitter::linearize(const Coords& coords, const Shape& shape) {
+  const Strides strides = contiguous_strides(shape);
+  std::string e;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (coords[d] == "0") continue;
+    e += (e.empty() ? "" : " + ") + (strides[d] == 1 ? coords[d] : fmt::format("{} * {}LL", coords[d], strides[d]));
+  }
+  return e.empty() ? "0" : e;
+}
+
+std::string Emitter::offset_of(const ExternalTensor& e, const Shape& shape, const Coords& coords) {
+  std::string out;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (coords[d] == "0" || e.strides[d] == 0) continue;
+    out += (out.empty() ? "" : " + ") + (e.strides[d] == 1 ? coords[d] : fmt::format("{} * {}LL", coords[d], e.strides[d]));
+  }
+  return out.empty() ? "0" : out;
+}
+
+std::string Emitter::rounded(const ir::Tensor& t, const std::string& value) {
+  if (!t.rounded) return value;
+  switch (t.dtype) {
+    case DType::bf16: return fmt::format("kiln::round_bf16({})", value);
+    case DType::f16: return fmt::format("kiln::round_f16({})", value);
+    case DType::boolean: return fmt::format("kiln::op_to_bool({})", value);
+    case DType::f32: return value;
+  }
+  return value;
+}
+
+Coords Emitter::broadcast(const Shape& operand, const Shape& result, const Coords& coords) {
+  Coords c(operand.size());
+  const size_t lead = result.size() - operand.size();
+  for (size_t d = 0; d < operand.size(); ++d) c[d] = operand[d] == 1 ? "0" : coords[lead + d];
+  return c;
+}
+
+std::string Emitter::value(ir::TensorId t, const Coords& coords) {
+  if (auto leaf = leaves_.find(t); leaf != leaves_.end()) return leaf->second;
+  const ir::Tensor& tensor = g_.tensor(t);
+  if (tensor.kind == ir::TensorKind::Constant) return float_literal(tensor.constant);
+  std::string key = std::to_string(t);
+  for (const std::string& c : coords) key += "," + c;
+  if (auto it = memo_.find(key); it != memo_.end()) return it->second;
+  const std::string result = compute(t, coords);
+  memo_[key] = result;
+  return result;
+}
+
+std::string Emitter::compute(ir::TensorId t, const Coords& coords) {
+  const ir::Tensor& tensor = g_.tensor(t);
+  const bool computed_here = tensor.kind == ir::TensorKind::OpResult && ops_.count(tensor.producer);
+  if (!computed_here) {
+    auto it = externals_.find(t);
+    KILN_INTERNAL_CHECK(it != externals_.end());
+    const std::string v = fresh("v");
+    lines_.push_back(fmt::format("const float {} = {};  // {}", v,
+                                 load_call(it->second.storage, it->second.pointer, offset_of(it->second, tensor.shape, coords)),
+                                 tensor.name));
+    return v;
+  }
+  const ir::Op& op = g_.ops[static_cast<size_t>(tensor.producer)];
+  const ir::OpFamily family = ir::op_info(op.kind).family;
+  if (family == ir::OpFamily::View) return view(op, coords);
+  if (ir::is_pointwise(op.kind) || op.kind == ir::OpKind::BatchNorm) return pointwise(op, coords);
+  if (norm_stats_.count(t)) return norm_from_stats(op, coords);
+  KILN_UNREACHABLE(fmt::format("codegen cannot compute {} inside this kernel", g_.describe(tensor.producer)));
+}
+
+std::string Emitter::view(const ir::Op& op, const Coords& coords) {
+  const ir::Tensor& in = g_.operand(op, 0);
+  if (op.kind == ir::OpKind::Transpose) {
+    Coords c(coords.size());
+    for (size_t d = 0; d < coords.size(); ++d) c[static_cast<size_t>(op.attrs.perm[d])] = coords[d];
+    return value(op.inputs[0], c);
+  }
+  const std::string linear = fresh("l");
+  lines_.push_back(fmt::format("const kiln::i64 {} = {};", linear, linearize(coords, g_.result(op).shape)));
+  return value(op.inputs[0], delinearize(linear, in.shape));
+}
+
+std::string Emitter::pointwise(const ir::Op& op, const Coords& coords) {
+  const ir::Tensor& result = g_.result(op);
+  std::vector<std::string> args;
+  if (op.kind == ir::OpKind::BatchNorm) {  // per-channel affine: parameters at the channel coordinate
+    const std::string x = value(op.inputs[0], coords);
+    const Coords channel{coords[static_cast<size_t>(op.attrs.axis)]};
+    std::vector<std::string> p;
+    for (size_t i = 1; i < op.inputs.size(); ++i) p.push_back(value(op.inputs[i], channel));
+    std::string e = fmt::format("(({} - {}) / sqrtf({} + {}))", x, p[0], p[1], float_literal(op.attrs.eps));
+    if (p.size() > 2) e = fmt::format("({} * {})", e, p[2]);
+    if (p.size() > 3) e = fmt::format("({} + {})", e, p[3]);
+    const std::string v = fresh("v");
+    lines_.push_back(fmt::format("const float {} = {};  // {} = batch_norm", v, rounded(result, e), result.name));
+    return v;
+  }
+  for (ir::TensorId in : op.inputs) args.push_back(value(in, broadcast(g_.tensor(in).shape, result.shape, coords)));
+  std::string e;
+  const std::string_view name = ir::op_name(op.kind);
+  switch (op.kind) {
+    case ir::OpKind::LeakyRelu: e = fmt::format("kiln::op_leaky_relu({}, {})", args[0], float_literal(op.attrs.alpha)); break;
+    case ir::OpKind::Clamp:
+      e = args[0];
+      if (op.attrs.min) e = fmt::format("kiln::op_clamp_min({}, {})", e, float_literal(*op.attrs.min));
+      if (op.attrs.max) e = fmt::format("kiln::op_clamp_max({}, {})", e, float_literal(*op.attrs.max));
+      break;
+    case ir::OpKind::Cast: e = args[0]; break;  // rounded below, as every rounded result is
+    default:
+      e = fmt::format("kiln::op_{}({})", name, fmt::join(args, ", "));
+  }
+  const std::string v = fresh("v");
+  lines_.push_back(fmt::format("const float {} = {};  // {} = {}", v, rounded(result, e), result.name, name));
+  return v;
+}
+
+// layer_norm / rms_norm over the last axis, applied from row statistics.
+std::string Emitter::norm_from_stats(const ir::Op& op, const Coords& coords) {
+  const ir::Tensor& result = g_.result(op);
+  const std::string& stats = norm_stats_.at(op.output);
+  const std::string x = value(op.inputs[0], coords);
+  Coords row_coords(coords.begin(), coords.end() - 1);
+  Shape row_shape(result.shape.begin(), result.shape.end() - 1);
+  const std::string row = fresh("row");
+  lines_.push_back(fmt::format("const kiln::i64 {} = {};", row, linearize(row_coords, row_shape)));
+  const Coords last{coords.back()};
+  std::string e = op.kind == ir::OpKind::RmsNorm
+                      ? fmt::format("({} * {}[2 * {} + 1])", x, stats, row)
+                      : fmt::format("(({} - {}[2 * {}]) * {}[2 * {} + 1])", x, stats, row, stats, row);
+  if (op.inputs.size() > 1) e = fmt::format("({} * {})", e, value(op.inputs[1], last));
+  if (op.inputs.size() > 2) e = fmt::format("({} + {})", e, value(op.inputs[2], last));
+  const std::string v = fresh("v");
+  lines_.push_back(fmt::format("const float {} = {};  // {} = {} (from row statistics)", v, rounded(result, e),
+                               result.name, ir::op_name(op.kind)));
+  return v;
+}
+
+}  // namespace kiln::codegen

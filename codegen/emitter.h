@@ -1,0 +1,86 @@
+// The expression emitter: CUDA C++ that computes any tensor of a kernel at
+// given coordinates.
+//
+// Expects: the kernel's ops (from the plan), how external tensors are
+// reached (a pointer parameter, its storage dtype and strides), and "leaf"
+// values the kernel template computes itself (a reduction's result, a
+// normalisation's output, an anchor's accumulator) registered with set_leaf.
+// Guarantees: value(t, coords) returns the name of a `float` holding t at
+// those coordinates, emitting the statements that compute it: external
+// tensors are loaded through their strides and converted exactly; views map
+// coordinates (transpose permutes, reshape re-linearises); broadcasting
+// drops leading and size-1 coordinates; pointwise ops apply the functors of
+// kiln/common.cuh and round where numerics rule 2 says. Within a block
+// (begin_block) each (tensor, coordinates) is computed once. Codegen dispatch
+// fails loudly on an op it cannot emit.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "compiler/ir.h"
+
+namespace kiln::codegen {
+
+using Coords = std::vector<std::string>;
+
+struct ExternalTensor {
+  std::string pointer;  // parameter name
+  DType storage;        // how its elements are stored
+  Strides strides;      // in elements
+};
+
+class Emitter {
+ public:
+  Emitter(const ir::Graph& g, std::set<int32_t> ops, std::map<ir::TensorId, ExternalTensor> externals);
+
+  std::string value(ir::TensorId t, const Coords& coords);
+  // A value computed by the kernel template, valid for the current block.
+  void set_leaf(ir::TensorId t, const std::string& var) { leaves_[t] = var; }
+  // Rows statistics for a normalisation recomputed from a workspace (the
+  // norm prologue of a matmul): pointer to [rows][2] floats (mean, rstd).
+  void set_norm_stats(ir::TensorId norm_result, const std::string& pointer) { norm_stats_[norm_result] = pointer; }
+
+  // Starts a new scope: values memoised so far are no longer visible.
+  void begin_block() { memo_.clear(); }
+  // The statements emitted since the last take(), indented.
+  std::string take(int indent);
+  // Emits a statement of the caller's own.
+  void emit(const std::string& line) { lines_.push_back(line); }
+  std::string fresh(const char* prefix) { return prefix + std::to_string(next_++); }
+
+  // Coordinates of the element at row-major linear index `linear` of `shape`.
+  Coords delinearize(const std::string& linear, const Shape& shape);
+  // The row-major linear index of `coords` in `shape`.
+  std::string linearize(const Coords& coords, const Shape& shape);
+  // The address offset of an external tensor at coords.
+  std::string offset_of(const ExternalTensor& e, const Shape& shape, const Coords& coords);
+
+  // `value` rounded as the result of `t` must be (rule 2).
+  std::string rounded(const ir::Tensor& t, const std::string& value);
+  static std::string float_literal(float v);
+  static std::string load_call(DType storage, const std::string& pointer, const std::string& offset);
+  static std::string store_call(DType storage, const std::string& pointer, const std::string& offset,
+                                const std::string& value);
+
+ private:
+  std::string compute(ir::TensorId t, const Coords& coords);
+  std::string pointwise(const ir::Op& op, const Coords& coords);
+  std::string view(const ir::Op& op, const Coords& coords);
+  std::string norm_from_stats(const ir::Op& op, const Coords& coords);
+  Coords broadcast(const Shape& operand, const Shape& result, const Coords& coords);
+
+  const ir::Graph& g_;
+  std::set<int32_t> ops_;
+  std::map<ir::TensorId, ExternalTensor> externals_;
+  std::map<ir::TensorId, std::string> leaves_;
+  std::map<ir::TensorId, std::string> norm_stats_;
+  std::map<std::string, std::string> memo_;
+  std::vector<std::string> lines_;
+  int next_ = 0;
+};
+
+}  // namespace kiln::codegen

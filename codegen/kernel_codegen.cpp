@@ -1,0 +1,820 @@
+#include "codegen/kernel_codegen.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "codegen/emitter.h"
+#include "compiler/error.h"
+
+namespace kiln::codegen {
+namespace {
+
+using ir::OpKind;
+
+constexpr int kThreads = 256;
+
+uint32_t float_bits(float v) {
+  uint32_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  return bits;
+}
+
+std::string reduce_functor(OpKind kind) {
+  switch (kind) {
+    case OpKind::ReduceMax: return "kiln::MaxOp";
+    case OpKind::ReduceMin: return "kiln::MinOp";
+    default: return "kiln::SumOp";
+  }
+}
+
+uint32_t reduce_identity_bits(OpKind kind) {
+  if (kind == OpKind::ReduceMax) return float_bits(-INFINITY);
+  if (kind == OpKind::ReduceMin) return float_bits(INFINITY);
+  return 0;
+}
+
+uint32_t blocks_for(int64_t work, int64_t per_block) {
+  return static_cast<uint32_t>(std::clamp<int64_t>((work + per_block - 1) / per_block, 1, int64_t{1} << 20));
+}
+
+std::string drop_comment_lines(const std::string& source) {
+  std::istringstream in(source);
+  std::string line, out;
+  while (std::getline(in, line)) {
+    const size_t first = line.find_first_not_of(' ');
+    if (first != std::string::npos && line.compare(first, 2, "//") == 0) continue;
+    // Trailing comments name tensors: drop them too.
+    if (const size_t c = line.find("  // "); c != std::string::npos) line.resize(c);
+    out += line + "\n";
+  }
+  return out;
+}
+
+// State shared by the kernels of one program (workspaces by name).
+struct ProgramState {
+  GeneratedProgram program;
+  std::map<std::string, int> workspace_index;
+  std::set<ir::TensorId> materialised;  // written by some kernel
+
+  int workspace(const std::string& name, int64_t words, uint32_t fill) {
+    auto it = workspace_index.find(name);
+    if (it != workspace_index.end()) return it->second;
+    const int index = static_cast<int>(program.workspaces.size());
+    program.workspaces.push_back({name, words, fill});
+    workspace_index[name] = index;
+    return index;
+  }
+};
+
+class KernelBuilder {
+ public:
+  KernelBuilder(const ir::Graph& g, const ir::PlannedKernel& k, ProgramState& state)
+      : g_(g), k_(k), state_(state), em_(g, std::set<int32_t>(k.ops.begin(), k.ops.end()), externals()) {
+    out_.plan_kernel = k.id;
+  }
+
+  // ---- parameters ---------------------------------------------------------
+  std::map<ir::TensorId, ExternalTensor> externals() {
+    std::map<ir::TensorId, ExternalTensor> ext;
+    for (ir::TensorId t : k_.reads) {
+      const ir::Tensor& tensor = g_.tensor(t);
+      const bool input = tensor.kind == ir::TensorKind::Input;
+      const std::string p = add_param({input ? KernelArg::Role::Input : KernelArg::Role::Intermediate, t, -1}, true,
+                                      tensor.name);
+      ext[t] = {p, input ? tensor.dtype : storage_dtype(tensor), tensor.strides};
+    }
+    for (ir::TensorId t : k_.writes) {
+      const ir::Tensor& tensor = g_.tensor(t);
+      const std::string p = add_param({tensor.is_output ? KernelArg::Role::Output : KernelArg::Role::Intermediate, t, -1},
+                                      false, tensor.name);
+      writes_[t] = p;
+    }
+    return ext;
+  }
+
+  std::string add_param(KernelArg arg, bool read_only, const std::string& what) {
+    const std::string name = "p" + std::to_string(out_.args.size());
+    params_.push_back(fmt::format("{}void* __restrict__ {}", read_only ? "const " : "", name));
+    param_notes_.push_back(what);
+    out_.args.push_back(arg);
+    return name;
+  }
+
+  std::string workspace_param(const std::string& name, int64_t words, uint32_t fill, bool reset_here) {
+    const int index = state_.workspace(name, words, fill);
+    if (reset_here) out_.reset_workspaces.push_back(index);
+    return add_param({KernelArg::Role::Workspace, -1, index}, false, "workspace " + name);
+  }
+
+  std::string store(ir::TensorId t, const std::string& offset, const std::string& value) {
+    return Emitter::store_call(storage_dtype(g_.tensor(t)), writes_.at(t), offset, value);
+  }
+
+  // ---- the pieces each kind needs ---------------------------------------------
+  std::vector<const ir::Op*> ops_of(std::initializer_list<ir::OpFamily> families) const {
+    std::vector<const ir::Op*> out;
+    for (int32_t oi : k_.ops) {
+      const ir::Op& op = g_.ops[static_cast<size_t>(oi)];
+      if (std::find(families.begin(), families.end(), ir::op_info(op.kind).family) != families.end()) out.push_back(&op);
+    }
+    return out;
+  }
+
+  // Tensors computed (in this kernel) from the results of `roots`.
+  std::set<ir::TensorId> downstream_of(const std::set<ir::TensorId>& roots) const {
+    std::set<ir::TensorId> out = roots;
+    for (int32_t oi : k_.ops) {
+      const ir::Op& op = g_.ops[static_cast<size_t>(oi)];
+      for (ir::TensorId in : op.inputs)
+        if (out.count(in)) out.insert(op.output);
+    }
+    return out;
+  }
+
+  // Coordinates of a tensor that has `count` elements in the same linear
+  // order as `shape` at `coords`.
+  Coords same_element(const Coords& coords, const Shape& shape, const Shape& target) {
+    if (shape == target) return coords;
+    const std::string l = em_.fresh("l");
+    em_.emit(fmt::format("const kiln::i64 {} = {};", l, em_.linearize(coords, shape)));
+    return em_.delinearize(l, target);
+  }
+
+  std::string finish(const std::string& body, int threads, const std::string& shared = "") {
+    std::string src;
+    src += fmt::format("// kiln kernel {}: {} over {}\n", k_.id, ir::to_string(k_.kind), k_.params.to_string(k_.kind));
+    std::vector<std::string> names;
+    for (int32_t oi : k_.ops) names.push_back(g_.result(g_.ops[static_cast<size_t>(oi)]).name);
+    src += fmt::format("// ops: {}\n", fmt::join(names, ", "));
+    src += "#include \"kiln/common.cuh\"\n\n";
+    src += fmt::format("extern \"C\" __global__ void __launch_bounds__({}) kiln_kernel(", threads);
+    for (size_t i = 0; i < params_.size(); ++i)
+      src += fmt::format("\n    {}{}  // {}", params_[i], i + 1 < params_.size() ? "," : "", param_notes_[i]);
+    src += "\n) {\n" + shared + body + "}\n";
+    out_.source = src;
+    out_.canonical = drop_comment_lines(src);
+    out_.block = {static_cast<uint32_t>(threads), 1, 1};
+    return src;
+  }
+
+  GeneratedKernel take() { return std::move(out_); }
+
+  // ---- pointwise and copy ---------------------------------------------------------
+  void pointwise() {
+    KILN_INTERNAL_CHECK(!k_.writes.empty());
+    const int64_t n = element_count(g_.tensor(k_.writes.front()).shape);
+    std::string body = fmt::format("  const kiln::i64 n = {}LL;\n", n);
+    body += "  for (kiln::i64 i = (kiln::i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (kiln::i64)gridDim.x * blockDim.x) {\n";
+    em_.begin_block();
+    for (ir::TensorId t : k_.writes) {
+      const Coords c = em_.delinearize("i", g_.tensor(t).shape);
+      em_.emit(store(t, "i", em_.value(t, c)) + "  // " + g_.tensor(t).name);
+    }
+    body += em_.take(4) + "  }\n";
+    finish(body, kThreads);
+    out_.grid = {blocks_for(n, kThreads), 1, 1};
+  }
+
+  // ---- reductions (block per kept element) ----------------------------------------
+  void reduction() {
+    const auto reduces = ops_of({ir::OpFamily::Reduce});
+    const auto pools = ops_of({ir::OpFamily::Pool});
+    if (!pools.empty()) return pooling(*pools.front());
+    for (int32_t oi : k_.ops)  // the row statistics of a split normalisation
+      if (const ir::Op& op = g_.ops[static_cast<size_t>(oi)]; op.kind == OpKind::LayerNorm || op.kind == OpKind::RmsNorm)
+        return norm_statistics(op);
+    KILN_INTERNAL_CHECK(!reduces.empty());
+    const ir::Op& first = *reduces.front();
+    const Shape& d = g_.operand(first, 0).shape;
+    const auto& axes = first.attrs.axes;
+    Shape kept_shape, reduced_shape;
+    for (size_t i = 0; i < d.size(); ++i)
+      (std::binary_search(axes.begin(), axes.end(), static_cast<int64_t>(i)) ? reduced_shape : kept_shape).push_back(d[i]);
+    const int64_t kept = element_count(kept_shape), reduced = element_count(reduced_shape);
+    std::set<ir::TensorId> reduce_outs;
+    for (const ir::Op* r : reduces) reduce_outs.insert(r->output);
+    const std::set<ir::TensorId> post = downstream_of(reduce_outs);
+
+    std::string body = "  __shared__ float kiln_scratch[32];\n";
+    body += fmt::format("  for (kiln::i64 k = blockIdx.x; k < {}LL; k += gridDim.x) {{\n", kept);
+    const Coords kc = em_.delinearize("k", kept_shape);
+    for (size_t j = 0; j < reduces.size(); ++j)
+      em_.emit(fmt::format("float acc{} = {}::identity();  // {}", j, reduce_functor(reduces[j]->kind),
+                           g_.result(*reduces[j]).name));
+    body += em_.take(4);
+    body += fmt::format("    for (kiln::i64 r = threadIdx.x; r < {}LL; r += blockDim.x) {{\n", reduced);
+    em_.begin_block();
+    const Coords rc = em_.delinearize("r", reduced_shape);
+    Coords full(d.size());
+    for (size_t i = 0, ki = 0, ri = 0; i < d.size(); ++i)
+      full[i] = std::binary_search(axes.begin(), axes.end(), static_cast<int64_t>(i)) ? rc[ri++] : kc[ki++];
+    for (size_t j = 0; j < reduces.size(); ++j)
+      em_.emit(fmt::format("acc{0} = {1}::combine(acc{0}, {2});", j, reduce_functor(reduces[j]->kind),
+                           em_.value(reduces[j]->inputs[0], full)));
+    for (ir::TensorId t : k_.writes) {
+      if (post.count(t)) continue;
+      const Coords tc = same_element(full, d, g_.tensor(t).shape);
+      em_.emit(store(t, em_.linearize(tc, g_.tensor(t).shape), em_.value(t, tc)) + "  // " + g_.tensor(t).name);
+    }
+    body += em_.take(6) + "    }\n";
+    for (size_t j = 0; j < reduces.size(); ++j)
+      body += fmt::format("    acc{0} = kiln::block_reduce<{1}>(acc{0}, kiln_scratch);\n", j, reduce_functor(reduces[j]->kind));
+    body += "    if (threadIdx.x == 0) {\n";
+    em_.begin_block();
+    for (size_t j = 0; j < reduces.size(); ++j) {
+      const ir::Tensor& out = g_.result(*reduces[j]);
+      std::string v = fmt::format("acc{}", j);
+      if (reduces[j]->kind == OpKind::ReduceMean) v = fmt::format("({} / {})", v, Emitter::float_literal(static_cast<float>(reduced)));
+      const std::string name = em_.fresh("r");
+      em_.emit(fmt::format("const float {} = {};  // {}", name, em_.rounded(out, v), out.name));
+      em_.set_leaf(reduces[j]->output, name);
+    }
+    for (ir::TensorId t : k_.writes) {
+      if (!post.count(t)) continue;
+      const Coords tc = em_.delinearize("k", g_.tensor(t).shape);
+      em_.emit(store(t, "k", em_.value(t, tc)) + "  // " + g_.tensor(t).name);
+    }
+    body += em_.take(6) + "    }\n  }\n";
+    finish(body, kThreads);
+    out_.grid = {blocks_for(kept, 1), 1, 1};
+  }
+
+  void pooling(const ir::Op& pool) {
+    const ir::Tensor& in = g_.operand(pool, 0);
+    const ir::Tensor& out = g_.result(pool);
+    const ir::Attributes& a = pool.attrs;
+    const bool nhwc = a.layout == ir::Layout::NHWC;
+    const bool is_max = pool.kind == OpKind::MaxPool2d;
+    const int64_t h = nhwc ? in.shape[1] : in.shape[2], w = nhwc ? in.shape[2] : in.shape[3];
+    const int64_t count = element_count(out.shape);
+    std::string body = fmt::format("  for (kiln::i64 i = (kiln::i64)blockIdx.x * blockDim.x + threadIdx.x; i < {}LL; "
+                                   "i += (kiln::i64)gridDim.x * blockDim.x) {{\n", count);
+    const Coords oc = em_.delinearize("i", out.shape);
+    const std::string &n = oc[0], &c = nhwc ? oc[3] : oc[1], &p = nhwc ? oc[1] : oc[2], &q = nhwc ? oc[2] : oc[3];
+    em_.emit(fmt::format("float acc = {};", is_max ? "kiln::MaxOp::identity()" : "0.0f"));
+    em_.emit("int inside = 0;");
+    body += em_.take(4);
+    body += fmt::format("    for (int dr = 0; dr < {}; ++dr) for (int ds = 0; ds < {}; ++ds) {{\n", a.kernel[0], a.kernel[1]);
+    body += fmt::format("      const kiln::i64 hi = {} * {}LL - {}LL + dr, wi = {} * {}LL - {}LL + ds;\n", p, a.stride[0],
+                        a.padding[0], q, a.stride[1], a.padding[1]);
+    body += fmt::format("      if (hi < 0 || hi >= {}LL || wi < 0 || wi >= {}LL) continue;\n", h, w);
+    em_.begin_block();
+    const Coords ic = nhwc ? Coords{n, "hi", "wi", c} : Coords{n, c, "hi", "wi"};
+    const std::string v = em_.value(pool.inputs[0], ic);
+    em_.emit(is_max ? fmt::format("acc = kiln::MaxOp::combine(acc, {});", v) : fmt::format("acc += {};", v));
+    em_.emit("++inside;");
+    body += em_.take(6) + "    }\n";
+    em_.begin_block();
+    const std::string div = a.count_include_pad ? Emitter::float_literal(static_cast<float>(a.kernel[0] * a.kernel[1]))
+                                                : "(float)inside";
+    em_.emit(fmt::format("const float pooled = {};  // {}", em_.rounded(out, is_max ? "acc" : "(acc / " + div + ")"), out.name));
+    em_.set_leaf(pool.output, "pooled");
+    for (ir::TensorId t : k_.writes) {
+      const Coords tc = same_element(oc, out.shape, g_.tensor(t).shape);
+      em_.emit(store(t, em_.linearize(tc, g_.tensor(t).shape), em_.value(t, tc)) + "  // " + g_.tensor(t).name);
+    }
+    body += em_.take(4) + "  }\n";
+    finish(body, kThreads);
+    out_.grid = {blocks_for(count, kThreads), 1, 1};
+  }
+
+  // The row statistics of a layer_norm/rms_norm whose application is the
+  // prologue of a matmul: [rows][2] floats (mean, rstd) in a workspace.
+  void norm_statistics(const ir::Op& norm) {
+    const ir::Tensor& x = g_.operand(norm, 0);
+    const int64_t rows = element_count(x.shape) / x.shape.back(), n = x.shape.back();
+    const std::string stats = workspace_param(g_.result(norm).name + ".rowstats", rows * 2, 0, false);
+    const bool rms = norm.kind == OpKind::RmsNorm;
+    const std::string count = Emitter::float_literal(static_cast<float>(n));
+    std::string body = "  __shared__ float kiln_scratch[32];\n";
+    body += fmt::format("  float* stats = static_cast<float*>({});\n", stats);
+    body += fmt::format("  for (kiln::i64 row = blockIdx.x; row < {}LL; row += gridDim.x) {{\n", rows);
+    body += "    float mean = 0.0f, var = 0.0f;\n";
+    if (rms) {
+      body += row_pass(norm.inputs[0], x.shape, n, "sum += x * x;", fmt::format("var = sum / {};", count));
+    } else {
+      body += row_pass(norm.inputs[0], x.shape, n, "sum += x;", fmt::format("mean = sum / {};", count));
+      body += row_pass(norm.inputs[0], x.shape, n, "sum += (x - mean) * (x - mean);", fmt::format("var = sum / {};", count));
+    }
+    body += fmt::format("    if (threadIdx.x == 0) {{ stats[2 * row] = mean; stats[2 * row + 1] = 1.0f / sqrtf(var + {}); }}\n",
+                        Emitter::float_literal(norm.attrs.eps));
+    body += "  }\n";
+    finish(body, kThreads);
+    out_.grid = {blocks_for(rows, 1), 1, 1};
+  }
+
+  // A block-wide sum over a last-axis row of x: `update` accumulates into
+  // `sum` from `x`; `assign` uses the total.
+  std::string row_pass(ir::TensorId x, const Shape& shape, int64_t n, const std::string& update,
+                       const std::string& assign) {
+    std::string body = "    {\n      float sum = 0.0f;\n";
+    body += fmt::format("      for (kiln::i64 j = threadIdx.x; j < {}LL; j += blockDim.x) {{\n", n);
+    em_.begin_block();
+    em_.emit(fmt::format("const kiln::i64 e = row * {}LL + j;", n));
+    em_.emit(fmt::format("const float x = {};", em_.value(x, em_.delinearize("e", shape))));
+    em_.emit(update);
+    body += em_.take(8) + "      }\n";
+    body += "      sum = kiln::block_reduce<kiln::SumOp>(sum, kiln_scratch);\n      " + assign + "\n    }\n";
+    return body;
+  }
+
+  // ---- normalisations (block per row; every pass re-reads the row) ----------------
+  void norm() {
+    const ir::Op* norm = nullptr;
+    for (int32_t oi : k_.ops)
+      if (const ir::Op& op = g_.ops[static_cast<size_t>(oi)];
+          ir::op_info(op.kind).family == ir::OpFamily::Norm && op.kind != OpKind::BatchNorm)
+        norm = &op;
+    KILN_INTERNAL_CHECK(norm != nullptr);
+    const ir::Tensor& x = g_.operand(*norm, 0);
+    const ir::Tensor& y = g_.result(*norm);
+    const ir::KernelParams& p = k_.params;
+    const int64_t lines = p.outer * p.inner, n = p.reduced;
+    const auto axis = static_cast<size_t>(norm->attrs.axis);
+
+    // Element j of line `line` -> coordinates of x.
+    auto element = [&](const std::string& j) -> Coords {
+      if (norm->kind == OpKind::Softmax || norm->kind == OpKind::LogSoftmax) {
+        em_.emit(fmt::format("const kiln::i64 e = ((line / {0}LL) * {1}LL + {2}) * {0}LL + (line % {0}LL);", p.inner, n, j));
+        return em_.delinearize("e", x.shape);
+      }
+      if (norm->kind == OpKind::GroupNorm) {
+        const int64_t channels = x.shape[axis], per_group = channels / norm->attrs.groups;
+        Shape rest;
+        for (size_t d = 1; d < x.shape.size(); ++d)
+          if (d != axis) rest.push_back(x.shape[d]);
+        em_.emit(fmt::format("const kiln::i64 rest = {} / {}LL;", j, per_group));
+        const Coords rc = em_.delinearize("rest", rest);
+        Coords c(x.shape.size());
+        c[0] = em_.fresh("c");
+        em_.emit(fmt::format("const kiln::i64 {} = line / {}LL;", c[0], norm->attrs.groups));
+        c[axis] = em_.fresh("c");
+        em_.emit(fmt::format("const kiln::i64 {} = (line % {}LL) * {}LL + {} % {}LL;", c[axis], norm->attrs.groups,
+                             per_group, j, per_group));
+        for (size_t d = 1, r = 0; d < x.shape.size(); ++d)
+          if (d != axis) c[d] = rc[r++];
+        return c;
+      }
+      em_.emit(fmt::format("const kiln::i64 e = line * {}LL + {};", n, j));
+      return em_.delinearize("e", x.shape);
+    };
+    auto pass = [&](const std::string& init, const std::string& combine_op, const std::string& update) {
+      std::string b = fmt::format("    float acc = {};\n", init);
+      b += fmt::format("    for (kiln::i64 j = threadIdx.x; j < {}LL; j += blockDim.x) {{\n", n);
+      em_.begin_block();
+      const Coords c = element("j");
+      em_.emit(fmt::format("const float x = {};", em_.value(norm->inputs[0], c)));
+      em_.emit(update);
+      b += em_.take(6) + "    }\n";
+      b += fmt::format("    acc = kiln::block_reduce<{}>(acc, kiln_scratch);\n", combine_op);
+      return b;
+    };
+    const std::string count = Emitter::float_literal(static_cast<float>(n));
+    const std::string eps = Emitter::float_literal(norm->attrs.eps);
+    std::string body = "  __shared__ float kiln_scratch[32];\n";
+    body += fmt::format("  for (kiln::i64 line = blockIdx.x; line < {}LL; line += gridDim.x) {{\n", lines);
+    body += "    float stat0 = 0.0f, stat1 = 0.0f;\n";
+    std::string finale;
+    switch (norm->kind) {
+      case OpKind::Softmax:
+      case OpKind::LogSoftmax:
+        body += "  {\n" + pass("kiln::MaxOp::identity()", "kiln::MaxOp", "acc = kiln::MaxOp::combine(acc, x);") +
+                "    stat0 = acc;\n  }\n";
+        body += "  {\n" + pass("0.0f", "kiln::SumOp", "acc += expf(x - stat0);") + "    stat1 = acc;\n  }\n";
+        finale = norm->kind == OpKind::Softmax ? "expf(x - stat0) / stat1" : "x - stat0 - logf(stat1)";
+        break;
+      case OpKind::LayerNorm:
+      case OpKind::GroupNorm:
+        body += "  {\n" + pass("0.0f", "kiln::SumOp", "acc += x;") + fmt::format("    stat0 = acc / {};\n  }}\n", count);
+        body += "  {\n" + pass("0.0f", "kiln::SumOp", "acc += (x - stat0) * (x - stat0);") +
+                fmt::format("    stat1 = 1.0f / sqrtf(acc / {} + {});\n  }}\n", count, eps);
+        finale = "(x - stat0) * stat1";
+        break;
+      case OpKind::RmsNorm:
+        body += "  {\n" + pass("0.0f", "kiln::SumOp", "acc += x * x;") +
+                fmt::format("    stat1 = 1.0f / sqrtf(acc / {} + {});\n  }}\n", count, eps);
+        finale = "x * stat1";
+        break;
+      default:
+        KILN_UNREACHABLE("not a normalisation kernel");
+    }
+    // The final pass: the normalised value, its parameters, the epilogue, stores.
+    body += fmt::format("    for (kiln::i64 j = threadIdx.x; j < {}LL; j += blockDim.x) {{\n", n);
+    em_.begin_block();
+    const Coords c = element("j");
+    em_.emit(fmt::format("const float x = {};", em_.value(norm->inputs[0], c)));
+    std::string e = "(" + finale + ")";
+    if (norm->kind == OpKind::LayerNorm || norm->kind == OpKind::RmsNorm) {
+      const Coords wc(c.begin() + static_cast<ptrdiff_t>(axis), c.end());
+      if (norm->inputs.size() > 1) e = fmt::format("({} * {})", e, em_.value(norm->inputs[1], wc));
+      if (norm->inputs.size() > 2) e = fmt::format("({} + {})", e, em_.value(norm->inputs[2], wc));
+    } else if (norm->kind == OpKind::GroupNorm) {
+      const Coords cc{c[axis]};
+      if (norm->inputs.size() > 1) e = fmt::format("({} * {})", e, em_.value(norm->inputs[1], cc));
+      if (norm->inputs.size() > 2) e = fmt::format("({} + {})", e, em_.value(norm->inputs[2], cc));
+    }
+    em_.emit(fmt::format("const float y = {};  // {}", em_.rounded(y, e), y.name));
+    em_.set_leaf(norm->output, "y");
+    for (ir::TensorId t : k_.writes) {
+      const Coords tc = same_element(c, x.shape, g_.tensor(t).shape);
+      em_.emit(store(t, em_.linearize(tc, g_.tensor(t).shape), em_.value(t, tc)) + "  // " + g_.tensor(t).name);
+    }
+    body += em_.take(6) + "    }\n  }\n";
+    finish(body, kThreads);
+    out_.grid = {blocks_for(lines, 1), 1, 1};
+  }
+
+  // ---- matmul and conv: tiled, f32 accumulation ---------------------------------
+  // A BM x BN tile per block, 256 threads with 4x4 results each; operands go
+  // through the emitter (prologues, views, strides, precision rounding).
+  static constexpr int kBM = 64, kBN = 64, kBK = 16;
+
+  std::string operand_value(const ir::Op& anchor, size_t slot, const Coords& coords) {
+    const std::string v = em_.value(anchor.inputs[slot], coords);
+    if (g_.operand(anchor, slot).value_dtype() != DType::f32) return v;
+    switch (anchor.attrs.precision) {
+      case ir::Precision::tf32: return "kiln::round_tf32(" + v + ")";
+      case ir::Precision::bf16: return "kiln::round_bf16(" + v + ")";
+      case ir::Precision::f16: return "kiln::round_f16(" + v + ")";
+      case ir::Precision::f32: return v;
+    }
+    return v;
+  }
+
+  Coords broadcast_batch(const Coords& batch, const Shape& operand) {
+    const size_t rank = operand.size() - 2;
+    Coords c(rank);
+    for (size_t d = 0; d < rank; ++d) c[d] = operand[d] == 1 ? "0" : batch[batch.size() - rank + d];
+    return c;
+  }
+
+  struct Gemm {
+    int64_t m, n, k, batches;
+    std::function<void(const std::string& m, const std::string& k, const std::string& batch)> load_a;  // sets `v`
+    std::function<void(const std::string& k, const std::string& n, const std::string& batch)> load_b;
+    std::function<Coords(const std::string& m, const std::string& n, const std::string& batch)> out_coords;
+  };
+
+  void gemm(const ir::Op& anchor, const Gemm& gm) {
+    const ir::Tensor& result = g_.result(anchor);
+    std::string body = fmt::format("  __shared__ float As[{}][{}];\n  __shared__ float Bs[{}][{}];\n", kBK, kBM + 4, kBK, kBN + 4);
+    body += "  const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;\n";
+    body += fmt::format("  const kiln::i64 m0 = (kiln::i64)blockIdx.y * {}, n0 = (kiln::i64)blockIdx.x * {};\n", kBM, kBN);
+    body += "  const kiln::i64 batch = blockIdx.z;\n";
+    body += "  float acc[4][4] = {};\n";
+    body += fmt::format("  for (kiln::i64 k0 = 0; k0 < {}LL; k0 += {}) {{\n", gm.k, kBK);
+    body += fmt::format("    for (int e = tid; e < {}; e += 256) {{\n", kBM * kBK);
+    body += fmt::format("      const kiln::i64 m = m0 + e / {0}, k = k0 + e % {0};\n      float v = 0.0f;\n", kBK);
+    body += fmt::format("      if (m < {}LL && k < {}LL) {{\n", gm.m, gm.k);
+    em_.begin_block();
+    gm.load_a("m", "k", "batch");
+    body += em_.take(8) + "      }\n";
+    body += fmt::format("      As[e % {}][e / {}] = v;\n    }}\n", kBK, kBK);
+    body += fmt::format("    for (int e = tid; e < {}; e += 256) {{\n", kBN * kBK);
+    body += fmt::format("      const kiln::i64 k = k0 + e / {0}, n = n0 + e % {0};\n      float v = 0.0f;\n", kBN);
+    body += fmt::format("      if (k < {}LL && n < {}LL) {{\n", gm.k, gm.n);
+    em_.begin_block();
+    gm.load_b("k", "n", "batch");
+    body += em_.take(8) + "      }\n";
+    body += fmt::format("      Bs[e / {}][e % {}] = v;\n    }}\n", kBN, kBN);
+    body += "    __syncthreads();\n";
+    body += fmt::format("#pragma unroll\n    for (int kk = 0; kk < {}; ++kk) {{\n", kBK);
+    body += "      float a[4], b[4];\n#pragma unroll\n      for (int i = 0; i < 4; ++i) a[i] = As[kk][ty * 4 + i], b[i] = Bs[kk][tx * 4 + i];\n";
+    body += "#pragma unroll\n      for (int i = 0; i < 4; ++i)\n#pragma unroll\n        for (int j = 0; j < 4; ++j) acc[i][j] += a[i] * b[j];\n";
+    body += "    }\n    __syncthreads();\n  }\n";
+    // Epilogue.
+    const auto reduces = ops_of({ir::OpFamily::Reduce});
+    std::vector<std::string> ws;
+    for (const ir::Op* r : reduces)
+      ws.push_back(workspace_param(g_.result(*r).name + ".partial", element_count(g_.result(*r).shape),
+                                   reduce_identity_bits(r->kind), true));
+    const std::string counter = reduces.empty() ? "" : workspace_param(g_.result(anchor).name + ".tiles_done", 1, 0, true);
+    body += "#pragma unroll\n  for (int i = 0; i < 4; ++i)\n#pragma unroll\n    for (int j = 0; j < 4; ++j) {\n";
+    body += "      const kiln::i64 m = m0 + ty * 4 + i, n = n0 + tx * 4 + j;\n";
+    body += fmt::format("      if (m >= {}LL || n >= {}LL) continue;\n", gm.m, gm.n);
+    em_.begin_block();
+    const Coords oc = gm.out_coords("m", "n", "batch");
+    em_.emit(fmt::format("const float out = {};  // {}", em_.rounded(result, "acc[i][j]"), result.name));
+    em_.set_leaf(anchor.output, "out");
+    std::set<ir::TensorId> reduce_outs;
+    for (size_t r = 0; r < reduces.size(); ++r) {
+      const ir::Op& op = *reduces[r];
+      reduce_outs.insert(op.output);
+      const Shape& in_shape = g_.operand(op, 0).shape;
+      const Coords ic = same_element(oc, result.shape, in_shape);
+      Coords kept;
+      Shape kept_shape;
+      for (size_t d = 0; d < in_shape.size(); ++d)
+        if (!std::binary_search(op.attrs.axes.begin(), op.attrs.axes.end(), static_cast<int64_t>(d)))
+          kept.push_back(ic[d]), kept_shape.push_back(in_shape[d]);
+      em_.emit(fmt::format("kiln::atomic_combine({}(), static_cast<float*>({}) + {}, {});", reduce_functor(op.kind), ws[r],
+                           em_.linearize(kept, kept_shape), em_.value(op.inputs[0], ic)));
+    }
+    for (ir::TensorId t : k_.writes) {
+      if (reduce_outs.count(t)) continue;
+      const Coords tc = same_element(oc, result.shape, g_.tensor(t).shape);
+      em_.emit(store(t, em_.linearize(tc, g_.tensor(t).shape), em_.value(t, tc)) + "  // " + g_.tensor(t).name);
+    }
+    body += em_.take(6) + "    }\n";
+    if (!reduces.empty()) {
+      // The last block to finish turns the partials into the results.
+      body += "  __threadfence();\n  __syncthreads();\n  __shared__ bool kiln_last;\n";
+      body += fmt::format("  if (tid == 0) kiln_last = atomicAdd(static_cast<unsigned int*>({}), 1u) == "
+                          "gridDim.x * gridDim.y * gridDim.z - 1;\n", counter);
+      body += "  __syncthreads();\n  if (kiln_last) {\n    __threadfence();\n";
+      for (size_t r = 0; r < reduces.size(); ++r) {
+        const ir::Op& op = *reduces[r];
+        const ir::Tensor& out = g_.result(op);
+        const int64_t count = element_count(out.shape);
+        const int64_t reduced = element_count(g_.operand(op, 0).shape) / count;
+        std::string v = fmt::format("static_cast<volatile float*>({})[o]", ws[r]);
+        if (op.kind == OpKind::ReduceMean) v = fmt::format("({} / {})", v, Emitter::float_literal(static_cast<float>(reduced)));
+        body += fmt::format("    for (kiln::i64 o = tid; o < {}LL; o += blockDim.x) {}  // {}\n", count,
+                            store(op.output, "o", em_.rounded(out, v)), out.name);
+      }
+      body += "  }\n";
+    }
+    finish(body, 256);
+    out_.grid = {blocks_for(gm.n, kBN), blocks_for(gm.m, kBM), static_cast<uint32_t>(gm.batches)};
+  }
+
+  void matmul() {
+    const ir::Op& mm = g_.ops[static_cast<size_t>(k_.anchor)];
+    const ir::Tensor& result = g_.result(mm);
+    const Shape batch_shape(result.shape.begin(), result.shape.end() - 2);
+    Gemm gm;
+    gm.m = result.shape[result.shape.size() - 2];
+    gm.n = result.shape.back();
+    gm.k = g_.operand(mm, 0).shape.back();
+    gm.batches = element_count(batch_shape);
+    KILN_USER_CHECK(gm.batches <= 65535, "{}: {} batches exceed this matmul kernel's grid limit of 65535",
+                    g_.describe(k_.anchor), gm.batches);
+    auto batch_coords = [&](const std::string& batch) { return em_.delinearize(batch, batch_shape); };
+    gm.load_a = [&](const std::string& m, const std::string& k, const std::string& batch) {
+      Coords c = broadcast_batch(batch_coords(batch), g_.operand(mm, 0).shape);
+      c.push_back(m);
+      c.push_back(k);
+      em_.emit("v = " + operand_value(mm, 0, c) + ";");
+    };
+    gm.load_b = [&](const std::string& k, const std::string& n, const std::string& batch) {
+      Coords c = broadcast_batch(batch_coords(batch), g_.operand(mm, 1).shape);
+      c.push_back(k);
+      c.push_back(n);
+      em_.emit("v = " + operand_value(mm, 1, c) + ";");
+    };
+    gm.out_coords = [&](const std::string& m, const std::string& n, const std::string& batch) {
+      Coords c = batch_coords(batch);
+      c.push_back(m);
+      c.push_back(n);
+      return c;
+    };
+    setup_norm_prologue(mm);
+    gemm(mm, gm);
+  }
+
+  // The matmul applies a split layer_norm/rms_norm from its row statistics.
+  void setup_norm_prologue(const ir::Op& mm) {
+    const ir::Tensor& a = g_.operand(mm, 0);
+    if (a.kind != ir::TensorKind::OpResult) return;
+    const ir::Op& producer = g_.ops[static_cast<size_t>(a.producer)];
+    if ((producer.kind != OpKind::LayerNorm && producer.kind != OpKind::RmsNorm) ||
+        std::find(k_.recomputed.begin(), k_.recomputed.end(), a.producer) == k_.recomputed.end())
+      return;
+    const ir::Tensor& x = g_.operand(producer, 0);
+    const int64_t rows = element_count(x.shape) / x.shape.back();
+    const std::string p = workspace_param(a.name + ".rowstats", rows * 2, 0, false);
+    em_.set_norm_stats(producer.output, "static_cast<const float*>(" + p + ")");
+  }
+
+  void conv() {
+    const ir::Op& cv = g_.ops[static_cast<size_t>(k_.anchor)];
+    const ir::Attributes& at = cv.attrs;
+    const bool nhwc = at.layout == ir::Layout::NHWC;
+    const Shape& xs = g_.operand(cv, 0).shape;
+    const Shape& ws = g_.operand(cv, 1).shape;
+    const Shape& os = g_.result(cv).shape;
+    const int64_t n = xs[0], c = nhwc ? xs[3] : xs[1], h = nhwc ? xs[1] : xs[2], w = nhwc ? xs[2] : xs[3];
+    const int64_t k = ws[0], r = nhwc ? ws[1] : ws[2], s = nhwc ? ws[2] : ws[3];
+    const int64_t p = nhwc ? os[1] : os[2], q = nhwc ? os[2] : os[3];
+    const int64_t cg = c / at.groups, kg = k / at.groups;
+    Gemm gm;
+    gm.m = n * p * q;
+    gm.n = kg;
+    gm.k = r * s * cg;
+    gm.batches = at.groups;
+    gm.load_a = [&, nhwc](const std::string& m, const std::string& kk, const std::string& g) {
+      em_.emit(fmt::format("const kiln::i64 ni = {0} / {1}LL, pi = ({0} / {2}LL) % {3}LL, qi = {0} % {2}LL;", m, p * q, q, p));
+      em_.emit(fmt::format("const kiln::i64 ri = {0} / {1}LL, si = ({0} / {2}LL) % {3}LL, ci = {4} * {2}LL + {0} % {2}LL;", kk,
+                           s * cg, cg, s, g));
+      em_.emit(fmt::format("const kiln::i64 hi = pi * {}LL - {}LL + ri * {}LL, wi = qi * {}LL - {}LL + si * {}LL;", at.stride[0],
+                           at.padding[0], at.dilation[0], at.stride[1], at.padding[1], at.dilation[1]));
+      em_.emit(fmt::format("if (hi >= 0 && hi < {}LL && wi >= 0 && wi < {}LL) {{", h, w));
+      const Coords xc = nhwc ? Coords{"ni", "hi", "wi", "ci"} : Coords{"ni", "ci", "hi", "wi"};
+      em_.emit("v = " + operand_value(cv, 0, xc) + ";");
+      em_.emit("}");
+    };
+    gm.load_b = [&, nhwc](const std::string& kk, const std::string& nn, const std::string& g) {
+      em_.emit(fmt::format("const kiln::i64 ri = {0} / {1}LL, si = ({0} / {2}LL) % {3}LL, ci = {0} % {2}LL;", kk, s * cg, cg, s));
+      em_.emit(fmt::format("const kiln::i64 ko = {} * {}LL + {};", g, kg, nn));
+      const Coords wc = nhwc ? Coords{"ko", "ri", "si", "ci"} : Coords{"ko", "ci", "ri", "si"};
+      em_.emit("v = " + operand_value(cv, 1, wc) + ";");
+    };
+    gm.out_coords = [&, nhwc](const std::string& m, const std::string& nn, const std::string& g) {
+      em_.emit(fmt::format("const kiln::i64 on = {0} / {1}LL, op = ({0} / {2}LL) % {3}LL, oq = {0} % {2}LL;", m, p * q, q, p));
+      em_.emit(fmt::format("const kiln::i64 ok = {} * {}LL + {};", g, kg, nn));
+      return nhwc ? Coords{"on", "op", "oq", "ok"} : Coords{"on", "ok", "op", "oq"};
+    };
+    gemm(cv, gm);
+  }
+
+  // ---- attention: a block per query row; exact softmax in two passes ---------------
+  // Pass 1 finds the row's max and sum, pass 2 forms each probability exactly
+  // as the graph defines it (rounded where it says) and accumulates p * v.
+  void attention() {
+    const ir::Op& last = g_.ops[static_cast<size_t>(k_.anchor)];
+    const bool sdpa = last.kind == OpKind::Sdpa;
+    const ir::Tensor& result = g_.result(last);
+    // The pieces: q row source, k per key, score chain, softmax, v.
+    const ir::Op* first_mm = nullptr;
+    const ir::Op* softmax = nullptr;
+    if (!sdpa) {
+      for (int32_t oi : k_.ops) {
+        const ir::Op& op = g_.ops[static_cast<size_t>(oi)];
+        if (op.kind == OpKind::Matmul && oi != k_.anchor) first_mm = &op;
+        if (op.kind == OpKind::Softmax) softmax = &op;
+      }
+      KILN_INTERNAL_CHECK(first_mm && softmax);
+    }
+    const Shape& out_shape = result.shape;
+    const int64_t sq = out_shape[out_shape.size() - 2], dv = out_shape.back();
+    const Shape batch_shape(out_shape.begin(), out_shape.end() - 2);
+    const int64_t batches = element_count(batch_shape);
+    const int64_t skv = sdpa ? g_.operand(last, 1).shape[2] : g_.operand(last, 0).shape.back();
+    const int64_t dq = sdpa ? g_.operand(last, 0).shape[3] : g_.operand(*first_mm, 0).shape.back();
+    KILN_USER_CHECK(dq <= 1024, "{}: head dimension {} exceeds this attention kernel's limit of 1024", g_.describe(k_.anchor), dq);
+    const int per_thread = static_cast<int>((dv + 127) / 128);
+
+    std::string body = fmt::format("  __shared__ float q_row[{}];\n  __shared__ float p_chunk[128];\n  __shared__ float kiln_scratch[32];\n", dq);
+    body += fmt::format("  for (kiln::i64 line = blockIdx.x; line < {}LL; line += gridDim.x) {{\n", batches * sq);
+    body += fmt::format("    const kiln::i64 batch = line / {}LL, qi = line % {}LL;\n", sq, sq);
+    em_.begin_block();
+    const Coords bc = em_.delinearize("batch", batch_shape);
+    body += em_.take(4);
+    // q row into shared memory.
+    body += fmt::format("    for (kiln::i64 e = threadIdx.x; e < {}LL; e += blockDim.x) {{\n", dq);
+    em_.begin_block();
+    if (sdpa) {
+      em_.emit(fmt::format("q_row[e] = {};", em_.value(last.inputs[0], Coords{bc[0], bc[1], "qi", "e"})));
+    } else {
+      Coords c = broadcast_batch(bc, g_.operand(*first_mm, 0).shape);
+      c.push_back("qi");
+      c.push_back("e");
+      em_.emit(fmt::format("q_row[e] = {};", operand_value(*first_mm, 0, c)));
+    }
+    body += em_.take(6) + "    }\n    __syncthreads();\n";
+
+    // The score of key `j` (a float named by the return value).
+    auto score = [&](const std::string& j) -> std::string {
+      em_.emit("float dot = 0.0f;");
+      if (sdpa) {
+        const int64_t heads = g_.operand(last, 0).shape[1], kv_heads = g_.operand(last, 1).shape[1];
+        em_.emit(fmt::format("const kiln::i64 kvh = {} / {}LL;", bc[1], heads / kv_heads));
+        em_.emit(fmt::format("for (kiln::i64 e = 0; e < {}LL; ++e) {{", dq));
+        em_.begin_block();
+        em_.emit(fmt::format("dot += q_row[e] * {};", em_.value(last.inputs[1], Coords{bc[0], "kvh", j, "e"})));
+        em_.emit("}");
+        em_.begin_block();
+        std::string s = fmt::format("dot * {}", Emitter::float_literal(last.attrs.scale));
+        if (last.inputs.size() > 3) {
+          const ir::Tensor& mask = g_.operand(last, 3);
+          const Coords full{bc[0], bc[1], "qi", j};
+          Coords mc(mask.shape.size());
+          for (size_t d = 0; d < mask.shape.size(); ++d) mc[d] = mask.shape[d] == 1 ? "0" : full[4 - mask.shape.size() + d];
+          const std::string mv = em_.value(last.inputs[3], mc);
+          s = mask.dtype == DType::boolean ? fmt::format("({} != 0.0f ? {} : -kiln::inf())", mv, s) : fmt::format("({} + {})", s, mv);
+        }
+        if (last.attrs.causal) s = fmt::format("({} > qi + {}LL ? -kiln::inf() : {})", j, skv - sq, s);
+        const std::string v = em_.fresh("s");
+        em_.emit(fmt::format("const float {} = {};", v, s));
+        return v;
+      }
+      Coords c = broadcast_batch(bc, g_.operand(*first_mm, 1).shape);
+      c.push_back("e");
+      c.push_back(j);
+      em_.emit(fmt::format("for (kiln::i64 e = 0; e < {}LL; ++e) {{", dq));
+      em_.begin_block();
+      em_.emit(fmt::format("dot += q_row[e] * {};", operand_value(*first_mm, 1, c)));
+      em_.emit("}");
+      em_.begin_block();
+      em_.emit(fmt::format("const float s_raw = {};", em_.rounded(g_.result(*first_mm), "dot")));
+      em_.set_leaf(first_mm->output, "s_raw");
+      Coords sc = bc;
+      sc.push_back("qi");
+      sc.push_back(j);
+      const std::string v = em_.value(softmax->inputs[0], sc);
+      return v;
+    };
+    const std::string neg_inf = "(-kiln::inf())";
+    body += "    float row_max = " + neg_inf + ";\n";
+    body += fmt::format("    for (kiln::i64 j = threadIdx.x; j < {}LL; j += blockDim.x) {{\n", skv);
+    em_.begin_block();
+    em_.emit(fmt::format("row_max = kiln::MaxOp::combine(row_max, {});", score("j")));
+    body += em_.take(6) + "    }\n    row_max = kiln::block_reduce<kiln::MaxOp>(row_max, kiln_scratch);\n";
+    body += "    float row_sum = 0.0f;\n";
+    body += fmt::format("    for (kiln::i64 j = threadIdx.x; j < {}LL; j += blockDim.x) {{\n", skv);
+    em_.begin_block();
+    em_.emit(fmt::format("row_sum += expf({} - row_max);", score("j")));
+    body += em_.take(6) + "    }\n    row_sum = kiln::block_reduce<kiln::SumOp>(row_sum, kiln_scratch);\n";
+    // Pass 2: probabilities and p * v.
+    body += fmt::format("    float acc[{}] = {{}};\n", per_thread);
+    body += fmt::format("    for (kiln::i64 j0 = 0; j0 < {}LL; j0 += 128) {{\n", skv);
+    body += "      const kiln::i64 j = j0 + threadIdx.x;\n      float p = 0.0f;\n";
+    body += fmt::format("      if (j < {}LL) {{\n", skv);
+    em_.begin_block();
+    const std::string s = score("j");
+    if (sdpa) {
+      em_.emit(fmt::format("p = {};", em_.rounded(ir::Tensor{ir::TensorKind::OpResult, "", {}, {}, g_.operand(last, 2).value_dtype(), true},
+                                                  fmt::format("expf({} - row_max) / row_sum", s))));
+    } else {
+      em_.emit(fmt::format("p = {};", em_.rounded(g_.result(*softmax), fmt::format("expf({} - row_max) / row_sum", s))));
+    }
+    body += em_.take(8) + "      }\n      __syncthreads();\n      p_chunk[threadIdx.x] = p;\n      __syncthreads();\n";
+    body += fmt::format("      for (int jj = 0; jj < 128 && j0 + jj < {}LL; ++jj) {{\n", skv);
+    body += "        const kiln::i64 jk = j0 + jj;\n";
+    body += fmt::format("#pragma unroll\n        for (int t = 0; t < {}; ++t) {{\n", per_thread);
+    body += fmt::format("          const kiln::i64 d = threadIdx.x + t * 128;\n          if (d >= {}LL) break;\n", dv);
+    em_.begin_block();
+    if (sdpa) {
+      const int64_t heads = g_.operand(last, 0).shape[1], kv_heads = g_.operand(last, 1).shape[1];
+      em_.emit(fmt::format("const kiln::i64 kvh2 = {} / {}LL;", bc[1], heads / kv_heads));
+      em_.emit(fmt::format("acc[t] += p_chunk[jj] * {};", em_.value(last.inputs[2], Coords{bc[0], "kvh2", "jk", "d"})));
+    } else {
+      Coords c = broadcast_batch(bc, g_.operand(last, 1).shape);
+      c.push_back("jk");
+      c.push_back("d");
+      em_.emit(fmt::format("acc[t] += p_chunk[jj] * {};", operand_value(last, 1, c)));
+    }
+    body += em_.take(10) + "        }\n      }\n    }\n";
+    // Output and epilogue.
+    body += fmt::format("#pragma unroll\n    for (int t = 0; t < {}; ++t) {{\n", per_thread);
+    body += fmt::format("      const kiln::i64 d = threadIdx.x + t * 128;\n      if (d >= {}LL) break;\n", dv);
+    em_.begin_block();
+    // sdpa: a row whose keys are all masked gives zeros (graph-format.md rule 6).
+    const std::string o = sdpa ? "(row_max == -kiln::inf() ? 0.0f : acc[t])" : "acc[t]";
+    em_.emit(fmt::format("const float out = {};  // {}", em_.rounded(result, o), result.name));
+    em_.set_leaf(last.output, "out");
+    Coords oc = bc;
+    oc.push_back("qi");
+    oc.push_back("d");
+    for (ir::TensorId t : k_.writes) {
+      const Coords tc = same_element(oc, out_shape, g_.tensor(t).shape);
+      em_.emit(store(t, em_.linearize(tc, g_.tensor(t).shape), em_.value(t, tc)) + "  // " + g_.tensor(t).name);
+    }
+    body += em_.take(6) + "    }\n    __syncthreads();\n  }\n";
+    finish(body, 128);
+    out_.grid = {blocks_for(batches * sq, 1), 1, 1};
+  }
+
+ private:
+  const ir::Graph& g_;
+  const ir::PlannedKernel& k_;
+  ProgramState& state_;
+  GeneratedKernel out_;
+  std::vector<std::string> params_, param_notes_;
+  std::map<ir::TensorId, std::string> writes_;
+  Emitter em_;
+};
+
+}  // namespace
+
+DType storage_dtype(const ir::Tensor& t) {
+  if (t.kind == ir::TensorKind::Input) return t.dtype;
+  return t.value_dtype();
+}
+
+GeneratedProgram generate_program(const ir::Graph& g, const ir::Plan& plan) {
+  ProgramState state;
+  for (const ir::PlannedKernel& k : plan.kernels) {
+    KernelBuilder b(g, k, state);
+    switch (k.kind) {
+      case ir::KernelKind::Pointwise:
+      case ir::KernelKind::Copy: b.pointwise(); break;
+      case ir::KernelKind::Reduction: b.reduction(); break;
+      case ir::KernelKind::Norm: b.norm(); break;
+      case ir::KernelKind::Matmul: b.matmul(); break;
+      case ir::KernelKind::Conv: b.conv(); break;
+      case ir::KernelKind::Attention: b.attention(); break;
+    }
+    state.program.kernels.push_back(b.take());
+    for (ir::TensorId t : k.writes)
+      if (!g.tensor(t).is_output) state.program.intermediates.push_back(t);
+  }
+  return std::move(state.program);
+}
+
+}  // namespace kiln::codegen

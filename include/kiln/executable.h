@@ -1,0 +1,77 @@
+// Compiling a graph into GPU kernels and running them.
+//
+//   kiln::Expected<kiln::Executable> exe = kiln::Executable::compile(graph);
+//   // on a GPU, with device pointers bound by tensor name, on a stream:
+//   kiln::Status s = exe->launch({{"x", x_ptr, x_bytes}, {"y", y_ptr, y_bytes}}, stream);
+//
+// compile() plans, generates and NVRTC-compiles every kernel (or takes it
+// from the kernel cache); it needs no GPU. launch() needs one.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/graph.h"
+#include "kiln/host_tensor.h"
+#include "kiln/status.h"
+
+namespace kiln {
+
+struct CompileOptions {
+  std::string arch;       // "sm_90"; empty: the GPU present, else sm_90
+  bool fuse = true;       // false: one kernel per op
+  bool use_cache = true;  // the on-disk kernel cache
+  std::string cache_dir;  // empty: $KILN_CACHE_DIR, $XDG_CACHE_HOME/kiln, ~/.cache/kiln
+  // Fail instead of compiling anything: proves a warm cache. Also set by
+  // the environment variable KILN_FAIL_IF_COMPILING=1.
+  bool fail_if_compiling = false;
+};
+
+struct KernelReport {
+  int kernel = 0;
+  std::string kind;     // as in the plan
+  std::string key;      // cache key, 32 hex digits
+  bool cache_hit = false;
+  double milliseconds = 0;  // compile time, or the time to load from the cache
+};
+
+// A device buffer bound to a graph input or output by name.
+struct DeviceBinding {
+  std::string name;
+  void* pointer = nullptr;  // CUdeviceptr
+  size_t bytes = 0;
+};
+
+class Executable {
+ public:
+  static Expected<Executable> compile(const Graph& graph, const CompileOptions& options = {});
+
+  const Graph& graph() const;
+  const std::string& arch() const;
+  const std::vector<KernelReport>& report() const;
+  size_t kernel_count() const;
+
+  // Bytes a binding of this input or output must have (strided span for
+  // inputs; contiguous outputs).
+  Expected<size_t> binding_bytes(const std::string& name) const;
+  // Runs every kernel on `stream` (a CUstream; null for the default stream).
+  // Every input and output must be bound, with at least binding_bytes().
+  Status launch(const std::vector<DeviceBinding>& bindings, void* stream = nullptr);
+
+  // Copies host tensors in, runs, copies the outputs back (in the order of
+  // Graph::outputs()). Outputs are poisoned (all bits set) first, so an
+  // element no kernel wrote reads back as NaN.
+  Expected<std::vector<HostTensor>> run_host(const std::vector<HostTensor>& inputs);
+
+  ~Executable();
+  Executable(Executable&&) noexcept;
+  Executable& operator=(Executable&&) noexcept;
+
+ private:
+  struct Impl;
+  explicit Executable(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kiln

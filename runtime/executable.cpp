@@ -1,0 +1,353 @@
+// Executable: plan -> codegen -> NVRTC (or the kernel cache) -> Driver API.
+#include "kiln/executable.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+
+#include "codegen/kernel_codegen.h"
+#include "compiler/error.h"
+#include "compiler/numerics.h"
+#include "compiler/plan_verifier.h"
+#include "compiler/planner/planner.h"
+#include "runtime/cuda_driver.h"
+#include "runtime/kernel_cache.h"
+#include "runtime/nvrtc.h"
+
+namespace kiln {
+namespace {
+
+// Cubins compiled or loaded by this process, by key.
+std::mutex memory_cache_mutex;
+std::map<ir::Hash128, std::string>& memory_cache() {
+  static std::map<ir::Hash128, std::string> cache;
+  return cache;
+}
+
+bool env_flag(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v && std::string(v) != "0";
+}
+
+// Saves a source NVRTC rejected, for the error message and a repro.
+std::string save_failed_source(const std::string& source) {
+  const auto dir = std::filesystem::temp_directory_path() / "kiln-failed";
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  const auto path = dir / fmt::format("kernel-{}.cu", ir::HashBuilder().add(std::string_view(source)).digest().hex());
+  std::ofstream(path) << source;
+  return path.string();
+}
+
+int64_t span_elements(const Shape& shape, const Strides& strides) {
+  int64_t span = 1;
+  for (size_t d = 0; d < shape.size(); ++d) span += (shape[d] - 1) * strides[d];
+  return span;
+}
+
+}  // namespace
+
+struct Executable::Impl {
+  Graph graph;
+  std::string arch;
+  ir::Plan plan;
+  codegen::GeneratedProgram program;
+  std::vector<std::string> cubins;
+  std::vector<KernelReport> reports;
+
+  // Device state, made on first launch.
+  const runtime::Driver* driver = nullptr;
+  std::vector<CUmodule> modules;
+  std::vector<CUfunction> functions;
+  std::map<ir::TensorId, CUdeviceptr> intermediates;
+  std::vector<CUdeviceptr> workspaces;
+
+  explicit Impl(Graph g) : graph(std::move(g)) {}
+  ~Impl() {
+    if (!driver) return;
+    for (auto& [t, p] : intermediates) driver->cuMemFree(p);
+    for (CUdeviceptr p : workspaces) driver->cuMemFree(p);
+    for (CUmodule m : modules) driver->cuModuleUnload(m);
+  }
+
+  Status prepare_device();
+};
+
+Executable::Executable(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Executable::~Executable() = default;
+Executable::Executable(Executable&&) noexcept = default;
+Executable& Executable::operator=(Executable&&) noexcept = default;
+const Graph& Executable::graph() const { return impl_->graph; }
+const std::string& Executable::arch() const { return impl_->arch; }
+const std::vector<KernelReport>& Executable::report() const { return impl_->reports; }
+size_t Executable::kernel_count() const { return impl_->program.kernels.size(); }
+
+Expected<Executable> Executable::compile(const Graph& graph, const CompileOptions& options) {
+  auto impl = std::make_unique<Impl>(graph);
+  impl->arch = options.arch.empty() ? runtime::device_arch().value_or("sm_90") : options.arch;
+  if (!runtime::is_valid_arch(impl->arch))
+    return Error{ErrorCode::InvalidInput, fmt::format("arch '{}': expected sm_XX (e.g. sm_80, sm_90)", impl->arch)};
+  impl->plan = ir::plan_fusion(graph.ir(), {.fuse = options.fuse});
+  if (std::string problem = ir::verify_plan(graph.ir(), impl->plan); !problem.empty())
+    return Error{ErrorCode::Internal, "internal error: invalid plan: " + problem + " (this is a bug in kiln; please report it)"};
+  Expected<codegen::GeneratedProgram> program =
+      detail::catch_errors([&] { return codegen::generate_program(graph.ir(), impl->plan); });
+  if (!program) return program.error();
+  impl->program = std::move(program).value();
+
+  const bool forbid = options.fail_if_compiling || env_flag("KILN_FAIL_IF_COMPILING");
+  std::optional<runtime::KernelCache> disk;
+  if (options.use_cache) disk.emplace(options.cache_dir.empty() ? runtime::default_cache_dir() : options.cache_dir);
+  for (const codegen::GeneratedKernel& k : impl->program.kernels) {
+    const auto start = std::chrono::steady_clock::now();
+    const ir::Hash128 key = runtime::kernel_key(k.canonical, impl->arch);
+    KernelReport report{k.plan_kernel, std::string(ir::to_string(impl->plan.kernels[static_cast<size_t>(k.plan_kernel)].kind)),
+                        key.hex(), true, 0};
+    std::optional<std::string> cubin;
+    {
+      std::lock_guard<std::mutex> lock(memory_cache_mutex);
+      if (auto it = memory_cache().find(key); it != memory_cache().end()) cubin = it->second;
+    }
+    if (!cubin && disk) cubin = disk->load(key);
+    if (!cubin) {
+      if (forbid)
+        return Error{ErrorCode::CompileOrDevice,
+                     fmt::format("kernel {} ({}) is not cached and compiling is forbidden (KILN_FAIL_IF_COMPILING)",
+                                 k.plan_kernel, report.kind)};
+      Expected<runtime::NvrtcOutput> out = runtime::nvrtc_compile(k.source, impl->arch);
+      if (!out)
+        return Error{ErrorCode::CompileOrDevice,
+                     fmt::format("kernel {}: {}\nthe generated source is saved at {}", k.plan_kernel, out.error().message,
+                                 save_failed_source(k.source))};
+      cubin = out->binary;
+      report.cache_hit = false;
+      if (disk) {
+        if (Status s = disk->store(key, *cubin); !s)
+          std::fprintf(stderr, "kiln: warning: %s (continuing without caching it)\n", s.error().message.c_str());
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lock(memory_cache_mutex);
+      memory_cache().emplace(key, *cubin);
+    }
+    report.milliseconds = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    impl->cubins.push_back(std::move(*cubin));
+    impl->reports.push_back(std::move(report));
+  }
+  return Executable(std::move(impl));
+}
+
+Status Executable::Impl::prepare_device() {
+  if (driver) return {};
+  Expected<const runtime::Driver*> d = runtime::driver();
+  if (!d) return d.error();
+  const runtime::Driver& cu = **d;
+  if (auto arch_here = runtime::device_arch(); arch_here && *arch_here != arch)
+    return Error{ErrorCode::CompileOrDevice,
+                 fmt::format("the kernels were compiled for {} but the GPU is {}", arch, *arch_here)};
+  for (size_t i = 0; i < cubins.size(); ++i) {
+    CUmodule module;
+    CUfunction function;
+    if (Status s = runtime::check(cu.cuModuleLoadData(&module, cubins[i].data()), "cuModuleLoadData"); !s) return s;
+    modules.push_back(module);
+    if (Status s = runtime::check(cu.cuModuleGetFunction(&function, module, "kiln_kernel"), "cuModuleGetFunction"); !s)
+      return s;
+    functions.push_back(function);
+  }
+  for (ir::TensorId t : program.intermediates) {
+    const ir::Tensor& tensor = graph.ir().tensor(t);
+    CUdeviceptr p;
+    const size_t bytes = static_cast<size_t>(element_count(tensor.shape)) *
+                         static_cast<size_t>(byte_size(codegen::storage_dtype(tensor)));
+    if (Status s = runtime::check(cu.cuMemAlloc(&p, std::max<size_t>(bytes, 4)), "cuMemAlloc"); !s) return s;
+    intermediates[t] = p;
+  }
+  for (const codegen::WorkspaceSpec& w : program.workspaces) {
+    CUdeviceptr p;
+    if (Status s = runtime::check(cu.cuMemAlloc(&p, static_cast<size_t>(w.words) * 4), "cuMemAlloc"); !s) return s;
+    workspaces.push_back(p);
+  }
+  driver = &cu;
+  return {};
+}
+
+Expected<size_t> Executable::binding_bytes(const std::string& name) const {
+  const ir::Graph& g = impl_->graph.ir();
+  for (ir::TensorId id : g.inputs)
+    if (g.tensor(id).name == name) {
+      const ir::Tensor& t = g.tensor(id);
+      return static_cast<size_t>(span_elements(t.shape, t.strides) * byte_size(t.dtype));
+    }
+  for (ir::TensorId id : g.outputs)
+    if (g.tensor(id).name == name) {
+      const ir::Tensor& t = g.tensor(id);
+      return static_cast<size_t>(element_count(t.shape) * byte_size(codegen::storage_dtype(t)));
+    }
+  return Error{ErrorCode::InvalidInput, fmt::format("'{}' is not an input or output of graph '{}'", name, g.name)};
+}
+
+Status Executable::launch(const std::vector<DeviceBinding>& bindings, void* stream_handle) {
+  if (Status s = impl_->prepare_device(); !s) return s;
+  const runtime::Driver& cu = *impl_->driver;
+  const ir::Graph& g = impl_->graph.ir();
+  auto stream = static_cast<CUstream>(stream_handle);
+  std::map<ir::TensorId, CUdeviceptr> bound;
+  for (const DeviceBinding& b : bindings) {
+    Expected<size_t> need = binding_bytes(b.name);
+    if (!need) return need.error();
+    if (b.pointer == nullptr) return Error{ErrorCode::InvalidInput, fmt::format("binding '{}': null pointer", b.name)};
+    if (b.bytes < *need)
+      return Error{ErrorCode::InvalidInput, fmt::format("binding '{}': {} bytes given, {} needed", b.name, b.bytes, *need)};
+    for (size_t id = 0; id < g.tensors.size(); ++id)
+      if (g.tensors[id].name == b.name) bound[static_cast<ir::TensorId>(id)] = reinterpret_cast<CUdeviceptr>(b.pointer);
+  }
+  for (ir::TensorId id : g.inputs)
+    if (!bound.count(id)) return Error{ErrorCode::InvalidInput, fmt::format("input '{}' is not bound", g.tensor(id).name)};
+  for (ir::TensorId id : g.outputs)
+    if (!bound.count(id)) return Error{ErrorCode::InvalidInput, fmt::format("output '{}' is not bound", g.tensor(id).name)};
+
+  for (size_t i = 0; i < impl_->program.kernels.size(); ++i) {
+    const codegen::GeneratedKernel& k = impl_->program.kernels[i];
+    for (int w : k.reset_workspaces) {
+      const codegen::WorkspaceSpec& spec = impl_->program.workspaces[static_cast<size_t>(w)];
+      if (Status s = runtime::check(cu.cuMemsetD32Async(impl_->workspaces[static_cast<size_t>(w)], spec.fill,
+                                                         static_cast<size_t>(spec.words), stream), "cuMemsetD32Async");
+          !s)
+        return s;
+    }
+    std::vector<CUdeviceptr> values;
+    for (const codegen::KernelArg& a : k.args) {
+      switch (a.role) {
+        case codegen::KernelArg::Role::Input:
+        case codegen::KernelArg::Role::Output: values.push_back(bound.at(a.tensor)); break;
+        case codegen::KernelArg::Role::Intermediate:
+          values.push_back(bound.count(a.tensor) ? bound.at(a.tensor) : impl_->intermediates.at(a.tensor));
+          break;
+        case codegen::KernelArg::Role::Workspace: values.push_back(impl_->workspaces[static_cast<size_t>(a.workspace)]); break;
+      }
+    }
+    std::vector<void*> params;
+    for (CUdeviceptr& v : values) params.push_back(&v);
+    if (Status s = runtime::check(cu.cuLaunchKernel(impl_->functions[i], k.grid[0], k.grid[1], k.grid[2], k.block[0], k.block[1],
+                                                    k.block[2], 0, stream, params.data(), nullptr),
+                                  fmt::format("cuLaunchKernel (kernel {})", k.plan_kernel));
+        !s)
+      return s;
+  }
+  return {};
+}
+
+namespace {
+
+std::string to_storage(const HostTensor& t, const Strides& strides) {
+  const int64_t span = span_elements(t.shape, strides);
+  const int size = byte_size(t.dtype);
+  std::string bytes(static_cast<size_t>(span * size), '\0');
+  std::vector<int64_t> index(t.shape.size(), 0);
+  for (size_t i = 0; i < t.values.size(); ++i) {
+    int64_t at = 0;
+    for (size_t d = 0; d < index.size(); ++d) at += index[d] * strides[d];
+    char* p = bytes.data() + at * size;
+    const float v = t.values[i];
+    switch (t.dtype) {
+      case DType::f32: std::memcpy(p, &v, 4); break;
+      case DType::bf16: { const uint16_t b = f32_to_bf16_bits(v); std::memcpy(p, &b, 2); break; }
+      case DType::f16: { const uint16_t b = f32_to_f16_bits(v); std::memcpy(p, &b, 2); break; }
+      case DType::boolean: *p = v != 0.0f ? 1 : 0; break;
+    }
+    for (size_t d = index.size(); d-- > 0;) {
+      if (++index[d] < t.shape[d]) break;
+      index[d] = 0;
+    }
+  }
+  return bytes;
+}
+
+std::vector<float> from_storage(const std::string& bytes, DType dtype, int64_t count) {
+  std::vector<float> out(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) {
+    const char* p = bytes.data() + i * byte_size(dtype);
+    switch (dtype) {
+      case DType::f32: std::memcpy(&out[static_cast<size_t>(i)], p, 4); break;
+      case DType::bf16: { uint16_t b; std::memcpy(&b, p, 2); out[static_cast<size_t>(i)] = bf16_bits_to_f32(b); break; }
+      case DType::f16: { uint16_t b; std::memcpy(&b, p, 2); out[static_cast<size_t>(i)] = f16_bits_to_f32(b); break; }
+      case DType::boolean: {
+        const auto b = static_cast<unsigned char>(*p);
+        out[static_cast<size_t>(i)] = b == 0 ? 0.0f : b == 1 ? 1.0f : NAN;  // anything else: never written
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+Expected<std::vector<HostTensor>> Executable::run_host(const std::vector<HostTensor>& inputs) {
+  if (Status s = impl_->prepare_device(); !s) return s.error();
+  const runtime::Driver& cu = *impl_->driver;
+  const ir::Graph& g = impl_->graph.ir();
+  if (inputs.size() != g.inputs.size())
+    return Error{ErrorCode::InvalidInput, fmt::format("{} inputs given, the graph has {}", inputs.size(), g.inputs.size())};
+  std::vector<CUdeviceptr> allocations;
+  auto release = [&] {
+    for (CUdeviceptr p : allocations) cu.cuMemFree(p);
+  };
+  std::vector<DeviceBinding> bindings;
+  auto allocate = [&](size_t bytes) -> Expected<CUdeviceptr> {
+    CUdeviceptr p;
+    if (Status s = runtime::check(cu.cuMemAlloc(&p, std::max<size_t>(bytes, 4)), "cuMemAlloc"); !s) return s.error();
+    allocations.push_back(p);
+    return p;
+  };
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const ir::Tensor& t = g.tensor(g.inputs[i]);
+    if (inputs[i].shape != t.shape || inputs[i].dtype != t.dtype) {
+      release();
+      return Error{ErrorCode::InvalidInput, fmt::format("input '{}': expected {}{}, got {}{}", t.name, to_string(t.dtype),
+                                                        to_string(t.shape), to_string(inputs[i].dtype), to_string(inputs[i].shape))};
+    }
+    const std::string bytes = to_storage(inputs[i], t.strides);
+    Expected<CUdeviceptr> p = allocate(bytes.size());
+    if (!p) return release(), p.error();
+    if (Status s = runtime::check(cu.cuMemcpyHtoD(*p, bytes.data(), bytes.size()), "cuMemcpyHtoD"); !s) return release(), s.error();
+    bindings.push_back({t.name, reinterpret_cast<void*>(*p), bytes.size()});
+  }
+  std::vector<std::pair<ir::TensorId, CUdeviceptr>> outputs;
+  for (ir::TensorId id : g.outputs) {
+    const ir::Tensor& t = g.tensor(id);
+    if (t.kind == ir::TensorKind::Input) continue;  // an input returned as is
+    const size_t bytes = static_cast<size_t>(element_count(t.shape) * byte_size(codegen::storage_dtype(t)));
+    Expected<CUdeviceptr> p = allocate(bytes);
+    if (!p) return release(), p.error();
+    if (Status s = runtime::check(cu.cuMemsetD8Async(*p, 0xff, bytes, nullptr), "cuMemsetD8Async"); !s) return release(), s.error();
+    bindings.push_back({t.name, reinterpret_cast<void*>(*p), bytes});
+    outputs.emplace_back(id, *p);
+  }
+  if (Status s = launch(bindings, nullptr); !s) return release(), s.error();
+  if (Status s = runtime::check(cu.cuCtxSynchronize(), "running the kernels"); !s) return release(), s.error();
+  std::vector<HostTensor> result;
+  for (ir::TensorId id : g.outputs) {
+    const ir::Tensor& t = g.tensor(id);
+    if (t.kind == ir::TensorKind::Input) {
+      result.push_back(inputs[static_cast<size_t>(t.producer)]);
+      continue;
+    }
+    const CUdeviceptr p = std::find_if(outputs.begin(), outputs.end(), [&](auto& o) { return o.first == id; })->second;
+    const DType storage = codegen::storage_dtype(t);
+    std::string bytes(static_cast<size_t>(element_count(t.shape) * byte_size(storage)), '\0');
+    if (Status s = runtime::check(cu.cuMemcpyDtoH(bytes.data(), p, bytes.size()), "cuMemcpyDtoH"); !s) return release(), s.error();
+    result.push_back(HostTensor{t.shape, t.dtype, from_storage(bytes, storage, element_count(t.shape))});
+  }
+  release();
+  return result;
+}
+
+}  // namespace kiln

@@ -1,0 +1,160 @@
+// kiln's device-side library: the helpers every generated kernel includes.
+// A real header: nvcc and editors understand it; the build embeds it into
+// the kiln library as a string (no file-system lookup at run time) and
+// NVRTC sees it as "kiln/common.cuh".
+//
+// Numerics follow graph-format.md: values are f32 in registers; storage
+// types are converted exactly on load and with round-to-nearest-even on
+// store (rule 2), bit for bit as the reference interpreter does.
+#pragma once
+
+#ifndef __CUDACC_RTC__
+#include <cstdint>
+#endif
+
+namespace kiln {
+
+typedef unsigned char u8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef long long i64;
+
+// ---- storage conversions ---------------------------------------------------
+__device__ __forceinline__ float bf16_to_f32(u16 bits) { return __uint_as_float(static_cast<u32>(bits) << 16); }
+
+__device__ __forceinline__ u16 f32_to_bf16(float v) {
+  const u32 bits = __float_as_uint(v);
+  if ((bits & 0x7f800000u) == 0x7f800000u && (bits & 0x007fffffu) != 0) return static_cast<u16>((bits >> 16) | 0x40u);
+  const u32 lsb = (bits >> 16) & 1u;
+  return static_cast<u16>((bits + 0x7fffu + lsb) >> 16);
+}
+
+__device__ __forceinline__ float f16_to_f32(u16 bits) {
+  float out;
+  asm("{ .reg .f16 h; mov.b16 h, %1; cvt.f32.f16 %0, h; }" : "=f"(out) : "h"(bits));
+  return out;
+}
+
+__device__ __forceinline__ u16 f32_to_f16(float v) {
+  u16 out;
+  asm("{ .reg .f16 h; cvt.rn.f16.f32 h, %1; mov.b16 %0, h; }" : "=h"(out) : "f"(v));
+  return out;
+}
+
+// Rounding a value to a narrower type and back (rule 2), and tf32 (rule 5).
+__device__ __forceinline__ float round_bf16(float v) { return bf16_to_f32(f32_to_bf16(v)); }
+__device__ __forceinline__ float round_f16(float v) { return f16_to_f32(f32_to_f16(v)); }
+__device__ __forceinline__ float round_tf32(float v) {
+  const u32 bits = __float_as_uint(v);
+  if ((bits & 0x7f800000u) == 0x7f800000u) return v;
+  const u32 lsb = (bits >> 13) & 1u;
+  return __uint_as_float((bits + 0xfffu + lsb) & ~0x1fffu);
+}
+
+// Loads and stores by storage type: f32, bf16, f16 and bool (u8 0/1).
+__device__ __forceinline__ float load_f32(const void* p, i64 i) { return static_cast<const float*>(p)[i]; }
+__device__ __forceinline__ float load_bf16(const void* p, i64 i) { return bf16_to_f32(static_cast<const u16*>(p)[i]); }
+__device__ __forceinline__ float load_f16(const void* p, i64 i) { return f16_to_f32(static_cast<const u16*>(p)[i]); }
+__device__ __forceinline__ float load_bool(const void* p, i64 i) { return static_cast<const u8*>(p)[i] ? 1.0f : 0.0f; }
+__device__ __forceinline__ void store_f32(void* p, i64 i, float v) { static_cast<float*>(p)[i] = v; }
+__device__ __forceinline__ void store_bf16(void* p, i64 i, float v) { static_cast<u16*>(p)[i] = f32_to_bf16(v); }
+__device__ __forceinline__ void store_f16(void* p, i64 i, float v) { static_cast<u16*>(p)[i] = f32_to_f16(v); }
+__device__ __forceinline__ void store_bool(void* p, i64 i, float v) { static_cast<u8*>(p)[i] = v != 0.0f ? 1 : 0; }
+
+__device__ __forceinline__ float inf() { return __int_as_float(0x7f800000); }
+
+// ---- one functor per pointwise op (graph-format.md's catalogue) -----------
+// maximum, minimum, relu and clamp propagate NaN, as the reference does.
+__device__ __forceinline__ float nan_max(float a, float b) { return (a != a || b != b) ? __int_as_float(0x7fc00000) : fmaxf(a, b); }
+__device__ __forceinline__ float nan_min(float a, float b) { return (a != a || b != b) ? __int_as_float(0x7fc00000) : fminf(a, b); }
+
+__device__ __forceinline__ float op_identity(float x) { return x; }
+__device__ __forceinline__ float op_neg(float x) { return -x; }
+__device__ __forceinline__ float op_abs(float x) { return fabsf(x); }
+__device__ __forceinline__ float op_relu(float x) { return nan_max(x, 0.0f); }
+__device__ __forceinline__ float op_leaky_relu(float x, float alpha) { return x > 0.0f ? x : alpha * x; }
+__device__ __forceinline__ float op_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
+__device__ __forceinline__ float op_gelu_tanh(float x) {
+  return 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
+}
+__device__ __forceinline__ float op_silu(float x) { return x / (1.0f + expf(-x)); }
+__device__ __forceinline__ float op_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ __forceinline__ float op_tanh(float x) { return tanhf(x); }
+__device__ __forceinline__ float op_exp(float x) { return expf(x); }
+__device__ __forceinline__ float op_log(float x) { return logf(x); }
+__device__ __forceinline__ float op_sqrt(float x) { return sqrtf(x); }
+__device__ __forceinline__ float op_rsqrt(float x) { return 1.0f / sqrtf(x); }
+__device__ __forceinline__ float op_reciprocal(float x) { return 1.0f / x; }
+__device__ __forceinline__ float op_square(float x) { return x * x; }
+__device__ __forceinline__ float op_erf(float x) { return erff(x); }
+__device__ __forceinline__ float op_sin(float x) { return sinf(x); }
+__device__ __forceinline__ float op_cos(float x) { return cosf(x); }
+__device__ __forceinline__ float op_softplus(float x) { return x > 0.0f ? x + log1pf(expf(-x)) : log1pf(expf(x)); }
+__device__ __forceinline__ float op_clamp_min(float x, float lo) { return nan_max(x, lo); }
+__device__ __forceinline__ float op_clamp_max(float x, float hi) { return nan_min(x, hi); }
+__device__ __forceinline__ float op_to_bool(float x) { return x != 0.0f ? 1.0f : 0.0f; }
+
+__device__ __forceinline__ float op_add(float a, float b) { return a + b; }
+__device__ __forceinline__ float op_sub(float a, float b) { return a - b; }
+__device__ __forceinline__ float op_mul(float a, float b) { return a * b; }
+__device__ __forceinline__ float op_div(float a, float b) { return a / b; }
+__device__ __forceinline__ float op_maximum(float a, float b) { return nan_max(a, b); }
+__device__ __forceinline__ float op_minimum(float a, float b) { return nan_min(a, b); }
+__device__ __forceinline__ float op_pow(float a, float b) { return powf(a, b); }
+__device__ __forceinline__ float op_eq(float a, float b) { return a == b ? 1.0f : 0.0f; }
+__device__ __forceinline__ float op_ne(float a, float b) { return a != b ? 1.0f : 0.0f; }
+__device__ __forceinline__ float op_lt(float a, float b) { return a < b ? 1.0f : 0.0f; }
+__device__ __forceinline__ float op_le(float a, float b) { return a <= b ? 1.0f : 0.0f; }
+__device__ __forceinline__ float op_gt(float a, float b) { return a > b ? 1.0f : 0.0f; }
+__device__ __forceinline__ float op_ge(float a, float b) { return a >= b ? 1.0f : 0.0f; }
+__device__ __forceinline__ float op_where(float c, float a, float b) { return c != 0.0f ? a : b; }
+
+// ---- reductions --------------------------------------------------------------
+struct SumOp {
+  __device__ static float identity() { return 0.0f; }
+  __device__ static float combine(float a, float b) { return a + b; }
+};
+struct MaxOp {
+  __device__ static float identity() { return -__int_as_float(0x7f800000); }
+  __device__ static float combine(float a, float b) { return nan_max(a, b); }
+};
+struct MinOp {
+  __device__ static float identity() { return __int_as_float(0x7f800000); }
+  __device__ static float combine(float a, float b) { return nan_min(a, b); }
+};
+
+template <class Op>
+__device__ __forceinline__ float warp_reduce(float v) {
+  for (int offset = 16; offset > 0; offset >>= 1) v = Op::combine(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+// Reduces one value per thread over the block; every thread gets the result.
+// `scratch` holds at least 32 floats; the block is at most 1024 threads.
+template <class Op>
+__device__ __forceinline__ float block_reduce(float v, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int warps = (blockDim.x + 31) >> 5;
+  v = warp_reduce<Op>(v);
+  __syncthreads();  // scratch may still be read from a previous call
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < warps ? scratch[lane] : Op::identity();
+  return warp_reduce<Op>(v);
+}
+
+// Atomic max/min on f32 that propagate NaN (epilogue reductions across tiles).
+__device__ __forceinline__ void atomic_combine(SumOp, float* address, float v) { atomicAdd(address, v); }
+template <class Op>
+__device__ __forceinline__ void atomic_combine(Op, float* address, float v) {
+  u32* bits = reinterpret_cast<u32*>(address);
+  u32 old = *bits, assumed;
+  do {
+    assumed = old;
+    const float next = Op::combine(__uint_as_float(assumed), v);
+    if (__float_as_uint(next) == assumed) break;
+    old = atomicCAS(bits, assumed, __float_as_uint(next));
+  } while (old != assumed);
+}
+
+}  // namespace kiln

@@ -1,0 +1,152 @@
+// Codegen and NVRTC (no GPU needed): every example compiles for sm_80 and
+// sm_90; the kernel cache hits, proves it, and survives bad entries.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <future>
+
+#include "codegen/kernel_codegen.h"
+#include "compiler/planner/planner.h"
+#include "kiln/executable.h"
+#include "runtime/kernel_cache.h"
+#include "tests/unit/test_helpers.h"
+
+namespace kiln {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<fs::path> examples() {
+  std::vector<fs::path> out;
+  for (const auto& e : fs::recursive_directory_iterator(KILN_SOURCE_DIR "/examples"))
+    if (e.path().extension() == ".json") out.push_back(e.path());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+fs::path fresh_cache(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / fmt::format("kiln-test-{}-{}", name, ::getpid());
+  fs::remove_all(dir);
+  return dir;
+}
+
+TEST(Codegen, EveryExampleCompilesForSm80AndSm90) {
+  std::vector<std::future<std::string>> jobs;
+  for (const fs::path& path : examples())
+    for (const char* arch : {"sm_80", "sm_90"})
+      jobs.push_back(std::async(std::launch::async, [path, arch] {
+        Expected<Graph> g = Graph::load(path.string());
+        if (!g) return g.error().message;
+        Expected<Executable> exe = Executable::compile(*g, {.arch = arch, .use_cache = false});
+        return exe ? std::string() : fmt::format("{} {}: {}", path.string(), arch, exe.error().message);
+      }));
+  int compiled = 0;
+  for (auto& job : jobs) {
+    const std::string error = job.get();
+    EXPECT_EQ(error, "");
+    compiled += error.empty();
+  }
+  EXPECT_GE(compiled, 76);
+}
+
+TEST(Codegen, SourceHasNoUserTextOutsideComments) {
+  Graph g = testing::must_parse(R"({"kiln": 1, "name": "evil\"); asm(\"trap;\"); //",
+    "inputs": {"weird_input.name": {"shape": [4], "dtype": "f32"}},
+    "ops": [{"op": "relu", "in": ["weird_input.name"], "out": "also_weird"}], "outputs": ["also_weird"]})");
+  const codegen::GeneratedProgram p = codegen::generate_program(g.ir(), ir::plan_fusion(g.ir()));
+  ASSERT_EQ(p.kernels.size(), 1u);
+  EXPECT_EQ(p.kernels[0].source.find("evil"), std::string::npos);
+  EXPECT_EQ(p.kernels[0].canonical.find("weird"), std::string::npos);
+  // Renaming tensors does not change what is compiled (cache sharing).
+  Graph renamed = testing::must_parse(R"({"kiln": 1, "inputs": {"x": {"shape": [4], "dtype": "f32"}},
+    "ops": [{"op": "relu", "in": ["x"], "out": "y"}], "outputs": ["y"]})");
+  const codegen::GeneratedProgram q = codegen::generate_program(renamed.ir(), ir::plan_fusion(renamed.ir()));
+  EXPECT_EQ(p.kernels[0].canonical, q.kernels[0].canonical);
+}
+
+TEST(KernelCache, MissThenHitWithNothingCompiled) {
+  const fs::path dir = fresh_cache("hit");
+  // A graph no other test compiles (the in-memory cache is process-wide).
+  Graph g = testing::must_parse(R"({"kiln": 1, "inputs": {"x": {"shape": [7, 333], "dtype": "bf16"}},
+    "ops": [{"op": "log_softmax", "in": ["x"], "out": "y"}], "outputs": ["y"]})");
+  Expected<Executable> forbidden = Executable::compile(g, {.arch = "sm_90", .cache_dir = dir, .fail_if_compiling = true});
+  ASSERT_FALSE(forbidden.ok());
+  EXPECT_THAT(forbidden.error().message, ::testing::HasSubstr("compiling is forbidden"));
+  Expected<Executable> cold = Executable::compile(g, {.arch = "sm_90", .cache_dir = dir});
+  ASSERT_TRUE(cold.ok()) << cold.error().message;
+  EXPECT_FALSE(cold->report()[0].cache_hit);
+  Expected<Executable> warm = Executable::compile(g, {.arch = "sm_90", .cache_dir = dir, .fail_if_compiling = true});
+  ASSERT_TRUE(warm.ok()) << warm.error().message;
+  EXPECT_TRUE(warm->report()[0].cache_hit);
+  fs::remove_all(dir);
+}
+
+TEST(KernelCache, BadEntriesAreDroppedAndRecompiled) {
+  const fs::path dir = fresh_cache("bad");
+  const runtime::KernelCache cache(dir.string());
+  const ir::Hash128 key = runtime::kernel_key("// some kernel\n", "sm_90");
+  const std::string cubin(1000, 'x');
+  ASSERT_TRUE(cache.store(key, cubin).ok());
+  ASSERT_EQ(cache.load(key).value_or(""), cubin);
+  const std::string path = cache.path_of(key);
+  auto rewrite = [&](auto change) {
+    ASSERT_TRUE(cache.store(key, cubin).ok());
+    std::string bytes;
+    {
+      std::ifstream in(path, std::ios::binary);
+      bytes.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    change(bytes);
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+    EXPECT_FALSE(cache.load(key).has_value());
+    EXPECT_FALSE(fs::exists(path));  // deleted, not left to fail again
+  };
+  rewrite([](std::string& b) { b[100] ^= 0x40; });          // a flipped bit in the payload
+  rewrite([](std::string& b) { b.resize(b.size() / 2); });  // truncated
+  rewrite([](std::string& b) { b[8] = 9; });                // another format version
+  rewrite([](std::string& b) { b[20] ^= 1; });              // another key (a foreign entry)
+  rewrite([](std::string& b) { b = "garbage"; });
+  fs::remove_all(dir);
+}
+
+TEST(KernelCache, TwoProcessesFillOneCacheConcurrently) {
+  const fs::path dir = fresh_cache("procs");
+  // Graphs no other test compiles (the in-memory cache is process-wide).
+  std::vector<Graph> graphs;
+  for (int rows : {13, 17, 19})
+    graphs.push_back(testing::must_parse(fmt::format(R"({{"kiln": 1, "inputs": {{"x": {{"shape": [{}, 77], "dtype": "f16"}}}},
+      "ops": [{{"op": "exp", "in": ["x"], "out": "e"}}, {{"op": "reduce_sum", "in": ["e"], "out": "y", "axes": [1]}}],
+      "outputs": ["y"]}})", rows)));
+  std::vector<pid_t> children;
+  for (int p = 0; p < 2; ++p) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      int failures = 0;
+      for (const Graph& g : graphs) failures += !Executable::compile(g, {.arch = "sm_90", .cache_dir = dir}).ok();
+      _exit(failures);
+    }
+    children.push_back(pid);
+  }
+  for (pid_t pid : children) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  // Every entry on disk is complete and valid (the parent never compiled these).
+  int entries = 0;
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    if (e.path().extension() == ".cubin") {
+      ++entries;
+      const std::string hex = e.path().stem().string();
+      ir::Hash128 key{std::stoull(hex.substr(0, 16), nullptr, 16), std::stoull(hex.substr(16), nullptr, 16)};
+      EXPECT_TRUE(runtime::KernelCache(dir.string()).load(key).has_value()) << e.path();
+    }
+  EXPECT_EQ(entries, 3);
+  for (const auto& e : fs::recursive_directory_iterator(dir)) EXPECT_EQ(e.path().string().find(".tmp."), std::string::npos);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace kiln

@@ -1,0 +1,54 @@
+// kiln compile GRAPH... [--arch sm_XX]... [--json]: generate and NVRTC-compile
+// every kernel into the cache; report compile time and cache hits.
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "kiln/executable.h"
+#include "tools/commands.h"
+#include "tools/sass.h"
+
+namespace kiln::cli {
+
+Runner add_compile(CLI::App& app, const CommonOptions& common) {
+  CLI::App* cmd = app.add_subcommand("compile", "generate and JIT-compile every kernel into the cache (no GPU needed)");
+  struct Args {
+    std::vector<std::string> paths, archs;
+    bool json = false;
+  };
+  auto args = std::make_shared<Args>();
+  cmd->add_option("GRAPH", args->paths, "graph files")->required();
+  cmd->add_option("--arch", args->archs, "target architecture (repeatable); default: the GPU present, else sm_90");
+  cmd->add_flag("--json", args->json, "the report as JSON");
+  return [args, &common] {
+    std::vector<std::string> archs = args->archs;
+    if (archs.empty()) archs.push_back(default_arch());
+    nlohmann::ordered_json report = nlohmann::ordered_json::array();
+    for (const std::string& path : args->paths) {
+      Expected<Graph> graph = Graph::load(path);
+      if (!graph) return report_error(graph.error());
+      for (const std::string& arch : archs) {
+        CompileOptions options{.arch = arch, .use_cache = !common.no_cache, .cache_dir = common.cache_dir};
+        Expected<Executable> exe = Executable::compile(*graph, options);
+        if (!exe) return report_error(exe.error());
+        int hits = 0;
+        for (const KernelReport& k : exe->report()) hits += k.cache_hit;
+        nlohmann::ordered_json entry{{"graph", graph->name()}, {"path", path}, {"arch", arch}, {"kernels", nlohmann::ordered_json::array()}};
+        if (!args->json)
+          fmt::print("{} ({}): {} kernel{}, {} compiled, {} cached\n", graph->name().empty() ? path : graph->name(), arch,
+                     exe->report().size(), exe->report().size() == 1 ? "" : "s", exe->report().size() - hits, hits);
+        for (const KernelReport& k : exe->report()) {
+          entry["kernels"].push_back({{"id", k.kernel}, {"kind", k.kind}, {"key", k.key}, {"cache_hit", k.cache_hit},
+                                      {"milliseconds", k.milliseconds}});
+          if (!args->json)
+            fmt::print("  kernel {} {}: {} in {:.1f} ms, key {}\n", k.kernel, k.kind, k.cache_hit ? "cache hit" : "compiled",
+                       k.milliseconds, k.key);
+        }
+        report.push_back(std::move(entry));
+      }
+    }
+    if (args->json) fmt::print("{}\n", report.dump(2));
+    return 0;
+  };
+}
+
+}  // namespace kiln::cli

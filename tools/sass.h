@@ -1,0 +1,19 @@
+// Helpers the dump and compile commands share.
+#pragma once
+
+#include <string>
+
+#include "codegen/kernel_codegen.h"
+#include "kiln/graph.h"
+#include "kiln/status.h"
+
+namespace kiln::cli {
+
+// --arch's default: the GPU present, else sm_90.
+std::string default_arch();
+// Code generation with kiln's errors turned into values.
+Expected<codegen::GeneratedProgram> generate(const Graph& graph, const ir::Plan& plan);
+// SASS of a cubin through cuobjdump or nvdisasm, where one is installed.
+Expected<std::string> disassemble(const std::string& cubin);
+
+}  // namespace kiln::cli
