@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -145,6 +146,45 @@ class KernelBuilder {
     return em_.delinearize(l, target);
   }
 
+  // The coordinates of `to` at the element where `from` has `coords`,
+  // following this kernel's ops forward: views map coordinates, pointwise
+  // ops keep them. nullopt when `to` is not computed from `from` here.
+  std::optional<Coords> forward(ir::TensorId from, ir::TensorId to, const Coords& coords) {
+    if (from == to) return coords;
+    const int64_t count = element_count(g_.tensor(from).shape);
+    for (int32_t oi : k_.ops) {
+      const ir::Op& op = g_.ops[static_cast<size_t>(oi)];
+      const Shape& out = g_.result(op).shape;
+      if (element_count(out) != count ||
+          std::find(op.inputs.begin(), op.inputs.end(), from) == op.inputs.end())
+        continue;
+      const ir::OpFamily family = ir::op_info(op.kind).family;
+      Coords next;
+      if (op.kind == OpKind::Transpose) {
+        next.resize(coords.size());
+        for (size_t d = 0; d < coords.size(); ++d) next[d] = coords[static_cast<size_t>(op.attrs.perm[d])];
+      } else if (op.kind == OpKind::Reshape) {
+        next = same_element(coords, g_.tensor(from).shape, out);
+      } else if (ir::is_pointwise(op.kind) || op.kind == OpKind::BatchNorm) {
+        next.assign(out.size() - coords.size(), "0");
+        next.insert(next.end(), coords.begin(), coords.end());
+      } else {
+        (void)family;
+        continue;
+      }
+      if (std::optional<Coords> found = forward(op.output, to, next)) return found;
+    }
+    return std::nullopt;
+  }
+
+  // Where to write `t` in a kernel whose template holds `leaf` at
+  // `leaf_coords`: downstream of the leaf, at the matching element; else (t
+  // does not use the leaf) at the element with the same linear index.
+  Coords write_coords(ir::TensorId leaf, const Coords& leaf_coords, ir::TensorId t) {
+    if (std::optional<Coords> c = forward(leaf, t, leaf_coords)) return *c;
+    return same_element(leaf_coords, g_.tensor(leaf).shape, g_.tensor(t).shape);
+  }
+
   std::string finish(const std::string& body, int threads, const std::string& shared = "") {
     std::string src;
     src += fmt::format("// kiln kernel {}: {} over {}\n", k_.id, ir::to_string(k_.kind), k_.params.to_string(k_.kind));
@@ -236,8 +276,11 @@ class KernelBuilder {
     }
     for (ir::TensorId t : k_.writes) {
       if (!post.count(t)) continue;
-      const Coords tc = em_.delinearize("k", g_.tensor(t).shape);
-      em_.emit(store(t, "k", em_.value(t, tc)) + "  // " + g_.tensor(t).name);
+      std::optional<Coords> tc;
+      for (const ir::Op* r : reduces)
+        if (!tc) tc = forward(r->output, t, em_.delinearize("k", g_.result(*r).shape));
+      KILN_INTERNAL_CHECK(tc.has_value());
+      em_.emit(store(t, em_.linearize(*tc, g_.tensor(t).shape), em_.value(t, *tc)) + "  // " + g_.tensor(t).name);
     }
     body += em_.take(6) + "    }\n  }\n";
     finish(body, kThreads);
@@ -275,7 +318,7 @@ class KernelBuilder {
     em_.emit(fmt::format("const float pooled = {};  // {}", em_.rounded(out, is_max ? "acc" : "(acc / " + div + ")"), out.name));
     em_.set_leaf(pool.output, "pooled");
     for (ir::TensorId t : k_.writes) {
-      const Coords tc = same_element(oc, out.shape, g_.tensor(t).shape);
+      const Coords tc = write_coords(pool.output, oc, t);
       em_.emit(store(t, em_.linearize(tc, g_.tensor(t).shape), em_.value(t, tc)) + "  // " + g_.tensor(t).name);
     }
     body += em_.take(4) + "  }\n";
@@ -421,7 +464,7 @@ class KernelBuilder {
     em_.emit(fmt::format("const float y = {};  // {}", em_.rounded(y, e), y.name));
     em_.set_leaf(norm->output, "y");
     for (ir::TensorId t : k_.writes) {
-      const Coords tc = same_element(c, x.shape, g_.tensor(t).shape);
+      const Coords tc = write_coords(norm->output, c, t);
       em_.emit(store(t, em_.linearize(tc, g_.tensor(t).shape), em_.value(t, tc)) + "  // " + g_.tensor(t).name);
     }
     body += em_.take(6) + "    }\n  }\n";
@@ -488,7 +531,9 @@ class KernelBuilder {
     body += "#pragma unroll\n      for (int i = 0; i < 4; ++i)\n#pragma unroll\n        for (int j = 0; j < 4; ++j) acc[i][j] += a[i] * b[j];\n";
     body += "    }\n    __syncthreads();\n  }\n";
     // Epilogue.
-    const auto reduces = ops_of({ir::OpFamily::Reduce});
+    std::vector<const ir::Op*> reduces;  // epilogue reductions whose results are needed
+    for (const ir::Op* r : ops_of({ir::OpFamily::Reduce}))
+      if (writes_.count(r->output)) reduces.push_back(r);
     std::vector<std::string> ws;
     for (const ir::Op* r : reduces)
       ws.push_back(workspace_param(g_.result(*r).name + ".partial", element_count(g_.result(*r).shape),
@@ -506,7 +551,7 @@ class KernelBuilder {
       const ir::Op& op = *reduces[r];
       reduce_outs.insert(op.output);
       const Shape& in_shape = g_.operand(op, 0).shape;
-      const Coords ic = same_element(oc, result.shape, in_shape);
+      const Coords ic = write_coords(anchor.output, oc, op.inputs[0]);
       Coords kept;
       Shape kept_shape;
       for (size_t d = 0; d < in_shape.size(); ++d)
@@ -517,7 +562,7 @@ class KernelBuilder {
     }
     for (ir::TensorId t : k_.writes) {
       if (reduce_outs.count(t)) continue;
-      const Coords tc = same_element(oc, result.shape, g_.tensor(t).shape);
+      const Coords tc = write_coords(anchor.output, oc, t);
       em_.emit(store(t, em_.linearize(tc, g_.tensor(t).shape), em_.value(t, tc)) + "  // " + g_.tensor(t).name);
     }
     body += em_.take(6) + "    }\n";
@@ -577,18 +622,18 @@ class KernelBuilder {
     gemm(mm, gm);
   }
 
-  // The matmul applies a split layer_norm/rms_norm from its row statistics.
+  // The matmul applies a split layer_norm/rms_norm from its row statistics
+  // (the norm, and any pointwise ops after it, are recomputed in its prologue).
   void setup_norm_prologue(const ir::Op& mm) {
-    const ir::Tensor& a = g_.operand(mm, 0);
-    if (a.kind != ir::TensorKind::OpResult) return;
-    const ir::Op& producer = g_.ops[static_cast<size_t>(a.producer)];
-    if ((producer.kind != OpKind::LayerNorm && producer.kind != OpKind::RmsNorm) ||
-        std::find(k_.recomputed.begin(), k_.recomputed.end(), a.producer) == k_.recomputed.end())
-      return;
-    const ir::Tensor& x = g_.operand(producer, 0);
-    const int64_t rows = element_count(x.shape) / x.shape.back();
-    const std::string p = workspace_param(a.name + ".rowstats", rows * 2, 0, false);
-    em_.set_norm_stats(producer.output, "static_cast<const float*>(" + p + ")");
+    for (int32_t oi : k_.recomputed) {
+      const ir::Op& norm = g_.ops[static_cast<size_t>(oi)];
+      if (norm.kind != OpKind::LayerNorm && norm.kind != OpKind::RmsNorm) continue;
+      const ir::Tensor& x = g_.operand(norm, 0);
+      const int64_t rows = element_count(x.shape) / x.shape.back();
+      const std::string p = workspace_param(g_.result(norm).name + ".rowstats", rows * 2, 0, false);
+      em_.set_norm_stats(norm.output, "static_cast<const float*>(" + p + ")");
+    }
+    (void)mm;
   }
 
   void conv() {
@@ -772,7 +817,7 @@ class KernelBuilder {
     oc.push_back("qi");
     oc.push_back("d");
     for (ir::TensorId t : k_.writes) {
-      const Coords tc = same_element(oc, out_shape, g_.tensor(t).shape);
+      const Coords tc = write_coords(last.output, oc, t);
       em_.emit(store(t, em_.linearize(tc, g_.tensor(t).shape), em_.value(t, tc)) + "  // " + g_.tensor(t).name);
     }
     body += em_.take(6) + "    }\n    __syncthreads();\n  }\n";
@@ -800,6 +845,7 @@ DType storage_dtype(const ir::Tensor& t) {
 GeneratedProgram generate_program(const ir::Graph& g, const ir::Plan& plan) {
   ProgramState state;
   for (const ir::PlannedKernel& k : plan.kernels) {
+    if (k.writes.empty() && k.workspace.empty()) continue;  // computes nothing anyone reads
     KernelBuilder b(g, k, state);
     switch (k.kind) {
       case ir::KernelKind::Pointwise:

@@ -427,14 +427,15 @@ class Planner {
       }
       owner_[static_cast<size_t>(s)] = a.id;
       n.kind = KernelKind::Reduction;
-      const std::string stats = g_.tensor(s).name + ".rowstats";
+      const std::string stats = g_.result(norm).name + ".rowstats";
       n.workspace.push_back(stats);
       n.notes.push_back(fmt::format("row statistics of '{}' only ({} per row); '{}' itself is never written",
                                     g_.result(norm).name, norm.kind == OpKind::RmsNorm ? "rms" : "mean and rstd",
                                     g_.tensor(s).name));
-      a.notes.push_back(fmt::format("prologue: '{}' ({}) is applied while A is loaded, from the row statistics in "
+      a.notes.push_back(fmt::format("prologue: '{}' ({}{}) is applied while A is loaded, from the row statistics in "
                                     "'{}'",
-                                    g_.tensor(s).name, op_name(norm.kind), stats));
+                                    g_.tensor(s).name, op_name(norm.kind),
+                                    s == norm.output ? "" : " and what follows it", stats));
       a.workspace.push_back(stats);
       norm_stat_edges_.emplace_back(n.id, a.id);
     }
@@ -447,7 +448,11 @@ class Planner {
       if (!is_view(op.kind) || !g_.result(op).is_output) continue;
       const int gid = owner_of(op.output);
       int target = gid;
-      if (gid < 0 || !options_.fuse) {
+      // A reduction across an anchor's tiles is complete only when that
+      // kernel ends: a view of it is written by a copy kernel after.
+      const bool after_anchor = gid >= 0 && group(gid).anchor >= 0 && group(gid).stage.count(source(op.output)) &&
+                                group(gid).stage.at(source(op.output)) == 1;
+      if (gid < 0 || !options_.fuse || after_anchor) {
         target = static_cast<int>(groups_.size());
         Group gr;
         gr.id = target;

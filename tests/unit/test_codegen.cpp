@@ -8,6 +8,8 @@
 #include <future>
 
 #include "codegen/kernel_codegen.h"
+#include "compiler/error.h"
+#include "tests/unit/random_graph.h"
 #include "compiler/planner/planner.h"
 #include "kiln/executable.h"
 #include "runtime/kernel_cache.h"
@@ -146,6 +148,28 @@ TEST(KernelCache, TwoProcessesFillOneCacheConcurrently) {
   EXPECT_EQ(entries, 3);
   for (const auto& e : fs::recursive_directory_iterator(dir)) EXPECT_EQ(e.path().string().find(".tmp."), std::string::npos);
   fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+TEST(Codegen, RandomGraphsGenerateAndASampleCompiles) {
+  std::vector<std::future<std::string>> compiles;
+  for (uint64_t seed = 1; seed <= 3000; ++seed) {
+    Graph g = testing::random_graph(seed);
+    Expected<codegen::GeneratedProgram> p =
+        detail::catch_errors([&] { return codegen::generate_program(g.ir(), ir::plan_fusion(g.ir())); });
+    ASSERT_TRUE(p.ok()) << "seed " << seed << ": " << p.error().message << "\n" << g.to_json();
+    if (seed % 100 == 0)
+      compiles.push_back(std::async(std::launch::async, [g, seed] {
+        Expected<Executable> exe = Executable::compile(g, {.arch = "sm_90", .use_cache = false});
+        return exe ? std::string() : fmt::format("seed {}: {}", seed, exe.error().message);
+      }));
+  }
+  for (auto& c : compiles) EXPECT_EQ(c.get(), "");
 }
 
 }  // namespace
