@@ -124,6 +124,11 @@ class Canonicalizer {
 
 std::string Hash128::hex() const { return fmt::format("{:016x}{:016x}", high, low); }
 
+std::optional<Hash128> Hash128::from_hex(std::string_view hex) {
+  if (hex.size() != 32 || hex.find_first_not_of("0123456789abcdef") != std::string_view::npos) return std::nullopt;
+  return Hash128{std::stoull(std::string(hex.substr(0, 16)), nullptr, 16), std::stoull(std::string(hex.substr(16)), nullptr, 16)};
+}
+
 HashBuilder& HashBuilder::add_bytes(const void* data, size_t size) {
   bytes_.append(static_cast<const char*>(data), size);
   return *this;

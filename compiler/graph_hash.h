@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "compiler/ir.h"
@@ -28,6 +29,7 @@ struct Hash128 {
   uint64_t low = 0;
   auto operator<=>(const Hash128&) const = default;
   std::string hex() const;  // 32 lowercase hex digits
+  static std::optional<Hash128> from_hex(std::string_view hex);
 };
 
 Hash128 graph_hash(const Graph& graph);

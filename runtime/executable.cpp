@@ -20,6 +20,7 @@
 #include "runtime/cuda_driver.h"
 #include "runtime/kernel_cache.h"
 #include "runtime/nvrtc.h"
+#include "runtime/program_cache.h"
 
 namespace kiln {
 namespace {
@@ -29,6 +30,17 @@ std::mutex memory_cache_mutex;
 std::map<ir::Hash128, std::string>& memory_cache() {
   static std::map<ir::Hash128, std::string> cache;
   return cache;
+}
+
+// Compiled programs of this process, by program key: a warm process skips
+// planning and codegen.
+struct Compiled {
+  runtime::ProgramRecipe recipe;
+  std::vector<std::string> cubins;
+};
+std::map<ir::Hash128, std::shared_ptr<const Compiled>>& program_memory() {
+  static std::map<ir::Hash128, std::shared_ptr<const Compiled>> programs;
+  return programs;
 }
 
 bool env_flag(const char* name) {
@@ -57,10 +69,9 @@ int64_t span_elements(const Shape& shape, const Strides& strides) {
 struct Executable::Impl {
   Graph graph;
   std::string arch;
-  ir::Plan plan;
-  codegen::GeneratedProgram program;
-  std::vector<std::string> cubins;
+  std::shared_ptr<const Compiled> compiled;
   std::vector<KernelReport> reports;
+  const codegen::GeneratedProgram& program() const { return compiled->recipe.program; }
 
   // Device state, made on first launch.
   const runtime::Driver* driver = nullptr;
@@ -87,28 +98,70 @@ Executable& Executable::operator=(Executable&&) noexcept = default;
 const Graph& Executable::graph() const { return impl_->graph; }
 const std::string& Executable::arch() const { return impl_->arch; }
 const std::vector<KernelReport>& Executable::report() const { return impl_->reports; }
-size_t Executable::kernel_count() const { return impl_->program.kernels.size(); }
+size_t Executable::kernel_count() const { return impl_->program().kernels.size(); }
 
 Expected<Executable> Executable::compile(const Graph& graph, const CompileOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count(); };
   auto impl = std::make_unique<Impl>(graph);
   impl->arch = options.arch.empty() ? runtime::device_arch().value_or("sm_90") : options.arch;
   if (!runtime::is_valid_arch(impl->arch))
     return Error{ErrorCode::InvalidInput, fmt::format("arch '{}': expected sm_XX (e.g. sm_80, sm_90)", impl->arch)};
-  impl->plan = ir::plan_fusion(graph.ir(), {.fuse = options.fuse});
-  if (std::string problem = ir::verify_plan(graph.ir(), impl->plan); !problem.empty())
+  const std::string cache_dir = options.cache_dir.empty() ? runtime::default_cache_dir() : options.cache_dir;
+  const ir::Hash128 program_key = runtime::program_key(graph.to_json(), impl->arch, options.fuse);
+  const size_t tensors = graph.ir().tensors.size();
+  auto hit = [&](std::shared_ptr<const Compiled> c) {
+    impl->compiled = std::move(c);
+    const double ms = elapsed();
+    for (size_t i = 0; i < impl->program().kernels.size(); ++i)
+      impl->reports.push_back({impl->program().kernels[i].plan_kernel, impl->compiled->recipe.kernel_kinds[i],
+                               impl->compiled->recipe.kernel_keys[i], true, ms});
+    return Executable(std::move(impl));
+  };
+
+  // 1. This process compiled it already.
+  {
+    std::lock_guard<std::mutex> lock(memory_cache_mutex);
+    if (auto it = program_memory().find(program_key); it != program_memory().end()) return hit(it->second);
+  }
+  // 2. The disk has its recipe and every cubin: no planning, no codegen.
+  std::optional<runtime::KernelCache> disk;
+  if (options.use_cache) disk.emplace(cache_dir);
+  if (disk) {
+    if (std::optional<runtime::ProgramRecipe> recipe = runtime::load_recipe(cache_dir, program_key, tensors)) {
+      auto c = std::make_shared<Compiled>();
+      bool complete = true;
+      for (const std::string& hex : recipe->kernel_keys) {
+        std::optional<ir::Hash128> key = ir::Hash128::from_hex(hex);
+        std::optional<std::string> cubin = key ? disk->load(*key) : std::nullopt;
+        if (!cubin) {
+          complete = false;
+          break;
+        }
+        c->cubins.push_back(std::move(*cubin));
+      }
+      if (complete) {
+        c->recipe = std::move(*recipe);
+        std::lock_guard<std::mutex> lock(memory_cache_mutex);
+        program_memory()[program_key] = c;
+        return hit(c);
+      }
+    }
+  }
+  // 3. Plan, generate, and compile (or find) each kernel.
+  const ir::Plan plan = ir::plan_fusion(graph.ir(), {.fuse = options.fuse});
+  if (std::string problem = ir::verify_plan(graph.ir(), plan); !problem.empty())
     return Error{ErrorCode::Internal, "internal error: invalid plan: " + problem + " (this is a bug in kiln; please report it)"};
   Expected<codegen::GeneratedProgram> program =
-      detail::catch_errors([&] { return codegen::generate_program(graph.ir(), impl->plan); });
+      detail::catch_errors([&] { return codegen::generate_program(graph.ir(), plan); });
   if (!program) return program.error();
-  impl->program = std::move(program).value();
-
+  auto c = std::make_shared<Compiled>();
+  c->recipe.program = std::move(program).value();
   const bool forbid = options.fail_if_compiling || env_flag("KILN_FAIL_IF_COMPILING");
-  std::optional<runtime::KernelCache> disk;
-  if (options.use_cache) disk.emplace(options.cache_dir.empty() ? runtime::default_cache_dir() : options.cache_dir);
-  for (const codegen::GeneratedKernel& k : impl->program.kernels) {
-    const auto start = std::chrono::steady_clock::now();
+  for (codegen::GeneratedKernel& k : c->recipe.program.kernels) {
+    const auto kernel_start = std::chrono::steady_clock::now();
     const ir::Hash128 key = runtime::kernel_key(k.canonical, impl->arch);
-    KernelReport report{k.plan_kernel, std::string(ir::to_string(impl->plan.kernels[static_cast<size_t>(k.plan_kernel)].kind)),
+    KernelReport report{k.plan_kernel, std::string(ir::to_string(plan.kernels[static_cast<size_t>(k.plan_kernel)].kind)),
                         key.hex(), true, 0};
     std::optional<std::string> cubin;
     {
@@ -137,10 +190,20 @@ Expected<Executable> Executable::compile(const Graph& graph, const CompileOption
       std::lock_guard<std::mutex> lock(memory_cache_mutex);
       memory_cache().emplace(key, *cubin);
     }
-    report.milliseconds = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    impl->cubins.push_back(std::move(*cubin));
+    report.milliseconds = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - kernel_start).count();
+    c->cubins.push_back(std::move(*cubin));
+    c->recipe.kernel_keys.push_back(report.key);
+    c->recipe.kernel_kinds.push_back(report.kind);
     impl->reports.push_back(std::move(report));
+    k.source.clear();  // not needed to launch
+    k.canonical.clear();
   }
+  if (disk) runtime::store_recipe(cache_dir, program_key, c->recipe);
+  {
+    std::lock_guard<std::mutex> lock(memory_cache_mutex);
+    program_memory()[program_key] = c;
+  }
+  impl->compiled = std::move(c);
   return Executable(std::move(impl));
 }
 
@@ -152,16 +215,16 @@ Status Executable::Impl::prepare_device() {
   if (auto arch_here = runtime::device_arch(); arch_here && *arch_here != arch)
     return Error{ErrorCode::CompileOrDevice,
                  fmt::format("the kernels were compiled for {} but the GPU is {}", arch, *arch_here)};
-  for (size_t i = 0; i < cubins.size(); ++i) {
+  for (size_t i = 0; i < compiled->cubins.size(); ++i) {
     CUmodule module;
     CUfunction function;
-    if (Status s = runtime::check(cu.cuModuleLoadData(&module, cubins[i].data()), "cuModuleLoadData"); !s) return s;
+    if (Status s = runtime::check(cu.cuModuleLoadData(&module, compiled->cubins[i].data()), "cuModuleLoadData"); !s) return s;
     modules.push_back(module);
     if (Status s = runtime::check(cu.cuModuleGetFunction(&function, module, "kiln_kernel"), "cuModuleGetFunction"); !s)
       return s;
     functions.push_back(function);
   }
-  for (ir::TensorId t : program.intermediates) {
+  for (ir::TensorId t : program().intermediates) {
     const ir::Tensor& tensor = graph.ir().tensor(t);
     CUdeviceptr p;
     const size_t bytes = static_cast<size_t>(element_count(tensor.shape)) *
@@ -169,7 +232,7 @@ Status Executable::Impl::prepare_device() {
     if (Status s = runtime::check(cu.cuMemAlloc(&p, std::max<size_t>(bytes, 4)), "cuMemAlloc"); !s) return s;
     intermediates[t] = p;
   }
-  for (const codegen::WorkspaceSpec& w : program.workspaces) {
+  for (const codegen::WorkspaceSpec& w : program().workspaces) {
     CUdeviceptr p;
     if (Status s = runtime::check(cu.cuMemAlloc(&p, static_cast<size_t>(w.words) * 4), "cuMemAlloc"); !s) return s;
     workspaces.push_back(p);
@@ -213,10 +276,10 @@ Status Executable::launch(const std::vector<DeviceBinding>& bindings, void* stre
   for (ir::TensorId id : g.outputs)
     if (!bound.count(id)) return Error{ErrorCode::InvalidInput, fmt::format("output '{}' is not bound", g.tensor(id).name)};
 
-  for (size_t i = 0; i < impl_->program.kernels.size(); ++i) {
-    const codegen::GeneratedKernel& k = impl_->program.kernels[i];
+  for (size_t i = 0; i < impl_->program().kernels.size(); ++i) {
+    const codegen::GeneratedKernel& k = impl_->program().kernels[i];
     for (int w : k.reset_workspaces) {
-      const codegen::WorkspaceSpec& spec = impl_->program.workspaces[static_cast<size_t>(w)];
+      const codegen::WorkspaceSpec& spec = impl_->program().workspaces[static_cast<size_t>(w)];
       if (Status s = runtime::check(cu.cuMemsetD32Async(impl_->workspaces[static_cast<size_t>(w)], spec.fill,
                                                          static_cast<size_t>(spec.words), stream), "cuMemsetD32Async");
           !s)

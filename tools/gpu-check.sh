@@ -34,6 +34,9 @@ echo "built in $(( $(date +%s) - start )) s"
 section "ctest (cpu and gpu labels)"
 ctest --test-dir build-gpu -j "$(nproc)" --output-on-failure >"$out/ctest.log" 2>&1 || status=1
 tail -6 "$out/ctest.log"
+grep -E "tests passed|tests failed" "$out/ctest.log"
+section "figures (compile, cache load, launch)"
+build-gpu/tests/kiln_gpu_tests --gtest_filter=Gpu.CompileAndLaunchFigures 2>&1 | grep FIGURE | sed 's/^FIGURE //'
 section "reference interpreter vs PyTorch (float64)"
 python3 tests/gpu/crosscheck_reference.py build-gpu/bin/kiln "$root" >"$out/crosscheck.log" 2>&1 || status=1
 grep -E "^FAIL|Traceback|Error" "$out/crosscheck.log" | head -20

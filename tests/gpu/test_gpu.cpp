@@ -1,7 +1,13 @@
 // GPU tests: generated kernels against the reference interpreter, with fresh
 // random inputs and outputs poisoned before each run. Label `gpu`; without a
 // GPU every test skips and says why.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
 #include <filesystem>
+#include <map>
 #include <future>
 #include <random>
 
@@ -123,6 +129,124 @@ TEST(Gpu, RandomGraphsMatchTheReference) {
   const Outcome o = check_graphs(graphs, names, 1000);
   RecordProperty("passed", o.passed);
   EXPECT_EQ(o.failed, 0);
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// Anchors, norms, pools and attention at sizes that are not multiples of
+// the tiles, in every dtype and layout.
+TEST(Gpu, FamiliesWithOddShapes) {
+  REQUIRE_GPU();
+  std::vector<std::string> texts;
+  for (const char* dt : {"f32", "f16", "bf16"}) {
+    texts.push_back(fmt::format(R"({{"kiln":1,"inputs":{{"a":{{"shape":[3,129,70],"dtype":"{0}"}},"b":{{"shape":[70,66],"dtype":"{0}"}},"c":{{"shape":[66],"dtype":"{0}"}}}},
+      "ops":[{{"op":"matmul","in":["a","b"],"out":"m"}},{{"op":"add","in":["m","c"],"out":"y","dtype":"{0}"}}],"outputs":["y"]}})", dt));
+    texts.push_back(fmt::format(R"({{"kiln":1,"inputs":{{"x":{{"shape":[2,17,19,24],"dtype":"{0}"}},"w":{{"shape":[40,3,3,6],"dtype":"{0}"}}}},
+      "ops":[{{"op":"conv2d","in":["x","w"],"out":"c","stride":[2,2],"padding":[1,1],"dilation":[2,2],"groups":4}},{{"op":"relu","in":["c"],"out":"y"}}],"outputs":["y"]}})", dt));
+    texts.push_back(fmt::format(R"({{"kiln":1,"inputs":{{"x":{{"shape":[2,24,13,11],"dtype":"{0}"}},"w":{{"shape":[36,24,5,3],"dtype":"{0}"}}}},
+      "ops":[{{"op":"conv2d","in":["x","w"],"out":"c","layout":"NCHW","padding":[2,1]}},{{"op":"reduce_sum","in":["c"],"out":"s","axes":[0,2,3]}}],"outputs":["c","s"]}})", dt));
+    texts.push_back(fmt::format(R"({{"kiln":1,"inputs":{{"q":{{"shape":[2,6,77,80],"dtype":"{0}"}},"k":{{"shape":[2,2,130,80],"dtype":"{0}"}},"v":{{"shape":[2,2,130,80],"dtype":"{0}"}}}},
+      "ops":[{{"op":"sdpa","in":["q","k","v"],"out":"o","causal":true}}],"outputs":["o"]}})", dt));
+    texts.push_back(fmt::format(R"({{"kiln":1,"inputs":{{"x":{{"shape":[7,5003],"dtype":"{0}"}},"w":{{"shape":[5003],"dtype":"{0}"}}}},
+      "ops":[{{"op":"layer_norm","in":["x","w"],"out":"n"}},{{"op":"softmax","in":["x"],"out":"s","axis":0}},{{"op":"log_softmax","in":["x"],"out":"l"}}],"outputs":["n","s","l"]}})", dt));
+    texts.push_back(fmt::format(R"({{"kiln":1,"inputs":{{"x":{{"shape":[3,9,11,30],"dtype":"{0}"}}}},
+      "ops":[{{"op":"group_norm","in":["x"],"out":"g","groups":5}},{{"op":"max_pool2d","in":["g"],"out":"p","kernel":[3,3],"stride":[2,2],"padding":[1,1]}},
+             {{"op":"avg_pool2d","in":["x"],"out":"a","kernel":[2,3],"count_include_pad":false,"padding":[1,1]}}],"outputs":["p","a"]}})", dt));
+    texts.push_back(fmt::format(R"({{"kiln":1,"inputs":{{"x":{{"shape":[33,65,7],"dtype":"{0}"}}}},
+      "ops":[{{"op":"reduce_max","in":["x"],"out":"a","axes":[0,2]}},{{"op":"reduce_mean","in":["x"],"out":"b","axes":[1],"keepdims":true}},
+             {{"op":"sub","in":["x","b"],"out":"d"}},{{"op":"reduce_min","in":["d"],"out":"c"}}],"outputs":["a","c"]}})", dt));
+  }
+  std::vector<Graph> graphs;
+  std::vector<std::string> names;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    graphs.push_back(testing::must_parse(texts[i]));
+    names.push_back("odd shapes " + std::to_string(i));
+  }
+  const Outcome o = check_graphs(graphs, names, 500);
+  EXPECT_EQ(o.failed, 0);
+}
+
+// The figures issue 4 asks for: cold compile time per kernel kind, time to
+// load a kernel from the disk cache, host time of a cache-hit run.
+TEST(Gpu, CompileAndLaunchFigures) {
+  REQUIRE_GPU();
+  const fs::path dir = fs::temp_directory_path() / "kiln-figures";
+  fs::remove_all(dir);
+  std::map<std::string, std::vector<double>> cold;
+  for (const auto& e : fs::recursive_directory_iterator(KILN_SOURCE_DIR "/examples"))
+    if (e.path().extension() == ".json") {
+      Graph g = Graph::load(e.path().string()).value();
+      Expected<Executable> exe = Executable::compile(g, {.cache_dir = dir.string()});
+      ASSERT_TRUE(exe.ok());
+      for (const KernelReport& k : exe->report())
+        if (!k.cache_hit) cold[k.kind].push_back(k.milliseconds);
+    }
+  for (auto& [kind, ms] : cold) {
+    std::sort(ms.begin(), ms.end());
+    std::printf("FIGURE cold compile %-10s median %.1f ms over %zu kernels (min %.1f, max %.1f)\n", kind.c_str(),
+                ms[ms.size() / 2], ms.size(), ms.front(), ms.back());
+  }
+  // Disk load: a fresh process (fork) loading one kernel from the cache.
+  Graph g = Graph::load(KILN_SOURCE_DIR "/examples/pointwise/scale_shift_gelu.json").value();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    Expected<Executable> exe = Executable::compile(g, {.cache_dir = dir.string(), .fail_if_compiling = true});
+    if (exe) std::printf("FIGURE load from disk cache (recipe + 1 cubin, fresh process): %.3f ms\n", exe->report()[0].milliseconds);
+    std::fflush(stdout);
+    _exit(exe ? 0 : 1);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  // Host time of a cache-hit run: compile (memory hit) + launch, until launch returns.
+  Expected<Executable> warm = Executable::compile(g, {.cache_dir = dir.string()});
+  ASSERT_TRUE(warm.ok());
+  std::vector<DeviceBinding> bindings;
+  std::vector<CUdeviceptr> buffers;
+  const runtime::Driver& cu = *runtime::driver().value();
+  for (const TensorDesc& d : g.inputs()) {
+    CUdeviceptr p;
+    const size_t bytes = warm->binding_bytes(d.name).value();
+    cu.cuMemAlloc(&p, bytes);
+    buffers.push_back(p);
+    bindings.push_back({d.name, reinterpret_cast<void*>(p), bytes});
+  }
+  for (const TensorDesc& d : g.outputs()) {
+    CUdeviceptr p;
+    const size_t bytes = warm->binding_bytes(d.name).value();
+    cu.cuMemAlloc(&p, bytes);
+    buffers.push_back(p);
+    bindings.push_back({d.name, reinterpret_cast<void*>(p), bytes});
+  }
+  ASSERT_TRUE(warm->launch(bindings).ok());  // first launch loads the module
+  cu.cuCtxSynchronize();
+  std::vector<double> us;
+  for (int i = 0; i < 200; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    Expected<Executable> exe = Executable::compile(g, {.cache_dir = dir.string()});
+    Status s = warm->launch(bindings);
+    us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+    ASSERT_TRUE(exe.ok() && s.ok());
+  }
+  cu.cuCtxSynchronize();
+  std::sort(us.begin(), us.end());
+  std::printf("FIGURE cache-hit compile (memory) + launch of a one-kernel graph: median %.1f us, p90 %.1f us\n",
+              us[us.size() / 2], us[us.size() * 9 / 10]);
+  std::vector<double> launch_only;
+  for (int i = 0; i < 200; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    ASSERT_TRUE(warm->launch(bindings).ok());
+    launch_only.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+  }
+  cu.cuCtxSynchronize();
+  std::sort(launch_only.begin(), launch_only.end());
+  std::printf("FIGURE launch only (bound executable): median %.1f us\n", launch_only[launch_only.size() / 2]);
+  for (CUdeviceptr p : buffers) cu.cuMemFree(p);
+  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "compiler/planner/planner.h"
 #include "kiln/executable.h"
 #include "runtime/kernel_cache.h"
+#include "runtime/program_cache.h"
 #include "tests/unit/test_helpers.h"
 
 namespace kiln {
@@ -170,6 +171,49 @@ TEST(Codegen, RandomGraphsGenerateAndASampleCompiles) {
       }));
   }
   for (auto& c : compiles) EXPECT_EQ(c.get(), "");
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+TEST(ProgramCache, RecipeRoundTripsAndRejectsDamage) {
+  Graph g = Graph::load(KILN_SOURCE_DIR "/examples/matmul/rmsnorm_matmul.json").value();
+  runtime::ProgramRecipe r;
+  r.program = codegen::generate_program(g.ir(), ir::plan_fusion(g.ir()));
+  for (size_t i = 0; i < r.program.kernels.size(); ++i) {
+    r.kernel_keys.push_back(std::string(32, 'a'));
+    r.kernel_kinds.push_back("x");
+  }
+  const std::string text = runtime::recipe_to_text(r);
+  std::optional<runtime::ProgramRecipe> back = runtime::recipe_from_text(text, g.ir().tensors.size());
+  ASSERT_TRUE(back.has_value());
+  ASSERT_EQ(back->program.kernels.size(), r.program.kernels.size());
+  EXPECT_EQ(back->program.kernels[1].grid, r.program.kernels[1].grid);
+  EXPECT_EQ(back->program.workspaces.size(), 1u);  // the row statistics
+  std::string damaged = text;
+  damaged[text.size() / 2] ^= 1;
+  EXPECT_FALSE(runtime::recipe_from_text(damaged, g.ir().tensors.size()).has_value());
+  EXPECT_FALSE(runtime::recipe_from_text(text, 2).has_value());  // tensor ids out of range: a foreign entry
+}
+
+TEST(ProgramCache, AWarmProcessSkipsPlanningAndCompiling) {
+  const fs::path dir = fresh_cache("recipe");
+  Graph g = testing::must_parse(R"({"kiln": 1, "inputs": {"x": {"shape": [9, 301], "dtype": "f32"}},
+    "ops": [{"op": "softmax", "in": ["x"], "out": "y"}], "outputs": ["y"]})");
+  ASSERT_TRUE(Executable::compile(g, {.arch = "sm_80", .cache_dir = dir}).ok());
+  int recipes = 0;
+  for (const auto& e : fs::recursive_directory_iterator(dir / "graphs")) recipes += e.path().extension() == ".json";
+  EXPECT_EQ(recipes, 1);
+  // A second process finds everything on disk.
+  const pid_t pid = fork();
+  if (pid == 0) _exit(Executable::compile(g, {.arch = "sm_80", .cache_dir = dir, .fail_if_compiling = true}).ok() ? 0 : 1);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -1,0 +1,112 @@
+#include "runtime/program_cache.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "runtime/nvrtc.h"
+
+namespace kiln::runtime {
+
+using json = nlohmann::json;
+
+ir::Hash128 program_key(const std::string& canonical_json, const std::string& arch, bool fuse) {
+  ir::HashBuilder h;
+  h.add(std::string_view("kiln-program-v1")).add(std::string_view(KILN_VERSION)).add(std::string_view(arch));
+  h.add(std::string_view(nvrtc_version())).add(int64_t{fuse}).add(std::string_view(canonical_json));
+  return h.digest();
+}
+
+std::string recipe_to_text(const ProgramRecipe& r) {
+  json doc;
+  doc["format"] = 1;
+  doc["intermediates"] = r.program.intermediates;
+  doc["workspaces"] = json::array();
+  for (const auto& w : r.program.workspaces) doc["workspaces"].push_back({w.name, w.words, w.fill});
+  doc["kernels"] = json::array();
+  for (size_t i = 0; i < r.program.kernels.size(); ++i) {
+    const codegen::GeneratedKernel& k = r.program.kernels[i];
+    json args = json::array();
+    for (const codegen::KernelArg& a : k.args) args.push_back({static_cast<int>(a.role), a.tensor, a.workspace});
+    doc["kernels"].push_back({{"plan_kernel", k.plan_kernel}, {"key", r.kernel_keys[i]}, {"kind", r.kernel_kinds[i]},
+                              {"grid", k.grid}, {"block", k.block}, {"args", args}, {"reset", k.reset_workspaces}});
+  }
+  const std::string body = doc.dump();
+  return fmt::format("{:016x}\n{}", XXH3_64bits(body.data(), body.size()), body);
+}
+
+std::optional<ProgramRecipe> recipe_from_text(const std::string& text, size_t tensor_count) {
+  const size_t newline = text.find('\n');
+  if (newline != 16) return std::nullopt;
+  const std::string body = text.substr(17);
+  if (fmt::format("{:016x}", XXH3_64bits(body.data(), body.size())) != text.substr(0, 16)) return std::nullopt;
+  try {
+    const json doc = json::parse(body);
+    if (doc.at("format") != 1) return std::nullopt;
+    ProgramRecipe r;
+    for (const auto& t : doc.at("intermediates")) r.program.intermediates.push_back(t.get<ir::TensorId>());
+    for (const auto& w : doc.at("workspaces"))
+      r.program.workspaces.push_back({w.at(0).get<std::string>(), w.at(1).get<int64_t>(), w.at(2).get<uint32_t>()});
+    for (const auto& k : doc.at("kernels")) {
+      codegen::GeneratedKernel g;
+      g.plan_kernel = k.at("plan_kernel").get<int>();
+      g.grid = k.at("grid").get<std::array<uint32_t, 3>>();
+      g.block = k.at("block").get<std::array<uint32_t, 3>>();
+      g.reset_workspaces = k.at("reset").get<std::vector<int>>();
+      for (const auto& a : k.at("args")) {
+        codegen::KernelArg arg{static_cast<codegen::KernelArg::Role>(a.at(0).get<int>()), a.at(1).get<ir::TensorId>(),
+                               a.at(2).get<int>()};
+        const bool tensor_ok = arg.role == codegen::KernelArg::Role::Workspace ||
+                               (arg.tensor >= 0 && static_cast<size_t>(arg.tensor) < tensor_count);
+        const bool workspace_ok = arg.role != codegen::KernelArg::Role::Workspace ||
+                                  (arg.workspace >= 0 && static_cast<size_t>(arg.workspace) < r.program.workspaces.size());
+        if (!tensor_ok || !workspace_ok) return std::nullopt;
+        g.args.push_back(arg);
+      }
+      r.program.kernels.push_back(std::move(g));
+      r.kernel_keys.push_back(k.at("key").get<std::string>());
+      r.kernel_kinds.push_back(k.at("kind").get<std::string>());
+    }
+    return r;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+std::optional<ProgramRecipe> load_recipe(const std::string& dir, const ir::Hash128& key, size_t tensor_count) {
+  const std::string path = fmt::format("{}/graphs/{}.json", dir, key.hex());
+  std::ifstream file(path, std::ios::binary);
+  if (!file) return std::nullopt;
+  const std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  std::optional<ProgramRecipe> r = recipe_from_text(text, tensor_count);
+  if (!r) {
+    std::error_code ec;
+    std::filesystem::remove(path, ec);
+  }
+  return r;
+}
+
+void store_recipe(const std::string& dir, const ir::Hash128& key, const ProgramRecipe& recipe) {
+  const std::filesystem::path folder = std::filesystem::path(dir) / "graphs";
+  std::error_code ec;
+  std::filesystem::create_directories(folder, ec);
+  if (ec) return;
+  const std::string path = (folder / (key.hex() + ".json")).string();
+  const std::string temp = fmt::format("{}.tmp.{}.{:08x}", path, ::getpid(), std::random_device{}());
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0600);
+  if (fd < 0) return;
+  const std::string text = recipe_to_text(recipe);
+  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
+  ::close(fd);
+  if (!ok || std::rename(temp.c_str(), path.c_str()) != 0) ::unlink(temp.c_str());
+}
+
+}  // namespace kiln::runtime

@@ -1,0 +1,34 @@
+// The graph-level cache: what a warm process needs to skip planning and
+// codegen entirely (the kernels' launch recipes and cache keys).
+//
+// Key: the exact canonical document (Graph::to_json(): tensor names and
+// order matter here, because bindings and tensor ids do), the arch, the
+// options, kiln's and NVRTC's versions. Entry: <dir>/graphs/<32 hex>.json,
+// whose first line is the XXH3-64 of the rest; written atomically; a bad or
+// foreign entry is deleted and ignored (the graph is simply compiled).
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "codegen/kernel_codegen.h"
+#include "compiler/graph_hash.h"
+
+namespace kiln::runtime {
+
+// A compiled program without its sources: enough to launch.
+struct ProgramRecipe {
+  codegen::GeneratedProgram program;   // sources left empty
+  std::vector<std::string> kernel_keys;  // per generated kernel
+  std::vector<std::string> kernel_kinds;
+};
+
+ir::Hash128 program_key(const std::string& canonical_json, const std::string& arch, bool fuse);
+
+std::string recipe_to_text(const ProgramRecipe& recipe);
+std::optional<ProgramRecipe> recipe_from_text(const std::string& text, size_t tensor_count);
+
+std::optional<ProgramRecipe> load_recipe(const std::string& cache_dir, const ir::Hash128& key, size_t tensor_count);
+void store_recipe(const std::string& cache_dir, const ir::Hash128& key, const ProgramRecipe& recipe);
+
+}  // namespace kiln::runtime
