@@ -192,6 +192,7 @@ TEST(Gpu, CompileAndLaunchFigures) {
   }
   // Disk load: a fresh process (fork) loading one kernel from the cache.
   Graph g = Graph::load(KILN_SOURCE_DIR "/examples/pointwise/scale_shift_gelu.json").value();
+  std::fflush(stdout);  // or the child prints the parent's buffered lines again
   const pid_t pid = fork();
   if (pid == 0) {
     Expected<Executable> exe = Executable::compile(g, {.cache_dir = dir.string(), .fail_if_compiling = true});

@@ -1,0 +1,62 @@
+# Regenerates the golden .test files beside examples/*.json from kiln's current
+# output. The goldens are reviewed snapshots: after running this, read the
+# diff (git diff examples/) and keep only intended changes.
+import subprocess, glob, os, re, json
+import sys
+root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+kiln = sys.argv[1] if len(sys.argv) > 1 else root + "/build/bin/kiln"
+def run(*args):
+    return subprocess.run([kiln, *args], capture_output=True, text=True, check=True).stdout
+for path in sorted(glob.glob(root + "/examples/**/*.json", recursive=True)):
+    name = os.path.basename(path)[:-5]
+    test = path[:-5] + ".test"
+    graph = json.load(open(path))
+    lines = [f"# Golden tests for {name}.json: its IR, its fusion plan, and a run of the reference interpreter.",
+             f"RUN: %kiln validate %S/{name}.json | FileCheck %s --check-prefix=VALID",
+             f"VALID: ok: {len(graph['ops'])} ops, {len(graph['inputs'])} inputs, {len(graph['outputs'])} outputs, hash {{{{[0-9a-f]+}}}}",
+             "", f"RUN: %kiln dump %S/{name}.json --stage ir | FileCheck %s --check-prefix=IR"]
+    first = True
+    for line in run("dump", path, "--stage", "ir").strip().split("\n"):
+        line = re.sub(r"hash [0-9a-f]{32}", "hash {{[0-9a-f]+}}", line)
+        lines.append(("IR-LABEL: " if first else "IR-NEXT: ") + line)
+        first = False
+    plan = run("plan", path)
+    lines += ["", f"RUN: %kiln plan %S/{name}.json | FileCheck %s --check-prefix=PLAN"]
+    kernels = 0
+    for line in plan.strip().split("\n"):
+        if line.startswith("plan for"):
+            lines.append("PLAN-LABEL: " + re.sub(r", [0-9.]+ [KMG]?i?B through.*", ",", line))
+        elif line.startswith("kernel "):
+            kernels += 1
+            lines.append("PLAN: " + line)
+        elif line.strip().startswith(("ops:", "writes:", "note:", "boundary:", "recomputed")):
+            lines.append("PLAN-NEXT: " + line.strip() if line.strip().startswith("ops:") else "PLAN: " + line.strip())
+    lines.append(f"PLAN-NOT: kernel {kernels}:")
+    if kernels == 1:
+        lines.insert(len(lines) - 1, "PLAN-NOT: boundary:")
+    nofuse = run("plan", path, "--no-fusion").split("\n")[0]
+    lines += ["", f"RUN: %kiln plan %S/{name}.json --no-fusion | FileCheck %s --check-prefix=NOFUSE",
+              "NOFUSE: " + re.sub(r", [0-9.]+ [KMG]?i?B through.*", ",", nofuse)]
+    jplan = json.loads(run("plan", path, "--json"))
+    lines += ["", f"RUN: %kiln plan %S/{name}.json --json | FileCheck %s --check-prefix=JSON",
+              f"JSON: \"graph\": \"{graph['name']}\","]
+    for k in jplan["kernels"]:
+        lines.append(f"JSON: \"kind\": \"{k['kind']}\",")
+    cuda_checks = {
+        "scale_shift_gelu": ['CUDA: #include "kiln/common.cuh"', 'CUDA: extern "C" __global__ void __launch_bounds__(256) kiln_kernel(',
+                             'CUDA: kiln::load_bf16(p1, {{.*}});  // s', 'CUDA: kiln::round_bf16(kiln::op_gelu({{.*}}));  // y = gelu',
+                             'CUDA: kiln::store_bf16(p3, i, {{.*}});  // y', 'CUDA-NOT: xst ='],
+        "conv_channel_stats": ['CUDA: __shared__ float As[16][68];', 'CUDA: kiln::atomic_combine(kiln::SumOp(), {{.*}});',
+                               'CUDA: kiln::atomic_combine(kiln::SumOp(), {{.*}});', 'CUDA: if (kiln_last) {'],
+        "rmsnorm_matmul": ['CUDA: // kiln kernel 0: reduction', 'CUDA: stats[2 * row + 1] = 1.0f / sqrtf(var + 9.99999997e-07f);',
+                           'CUDA: // kiln kernel 1: matmul', 'CUDA: (from row statistics)'],
+        "sdpa_causal_gqa": ['CUDA: const kiln::i64 kvh = {{.*}} / 4LL;', 'CUDA: > qi + 0LL ? -kiln::inf() :',
+                            'CUDA: p = kiln::round_bf16(expf({{.*}} - row_max) / row_sum);'],
+    }
+    if name in cuda_checks:
+        lines += ["", f"RUN: %kiln dump %S/{name}.json --stage cuda | FileCheck %s --check-prefix=CUDA"] + cuda_checks[name]
+    lines += ["", f"RUN: %kiln run %S/{name}.json --device cpu --random 0 | FileCheck %s --check-prefix=CPU",
+              f"CPU-LABEL: ran '{graph['name']}' on cpu (reference interpreter)"]
+    for o in graph["outputs"]:
+        lines.append(f"CPU: output {o} : {{{{.*}}}} min {{{{.*}}}} max")
+    open(test, "w").write("\n".join(lines) + "\n")
