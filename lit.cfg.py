@@ -2,6 +2,7 @@
 # they check (examples/, tests/malformed/). CMake passes the paths:
 #   lit --param kiln=BIN --param filecheck_dir=DIR --param exec_root=DIR PATHS
 import os
+import sys
 import lit.formats
 
 config.name = "kiln"
@@ -15,6 +16,7 @@ kiln = lit_config.params.get("kiln")
 if not kiln:
     lit_config.fatal("pass --param kiln=/path/to/kiln")
 config.substitutions.append(("%kiln", kiln))
+config.substitutions.append(("%python", sys.executable))
 # %expect-exit CODE CMD...: passes when CMD exits with exactly CODE (a crash,
 # a hang past 60 s, or any other code fails the test).
 config.substitutions.append(

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -15,6 +16,7 @@
 #include "codegen/kernel_codegen.h"
 #include "compiler/error.h"
 #include "compiler/numerics.h"
+#include "compiler/plan_printer.h"
 #include "compiler/plan_verifier.h"
 #include "compiler/planner/planner.h"
 #include "runtime/cuda_driver.h"
@@ -48,14 +50,29 @@ bool env_flag(const char* name) {
   return v && *v && std::string(v) != "0";
 }
 
-// Saves a source NVRTC rejected, for the error message and a repro.
-std::string save_failed_source(const std::string& source) {
-  const auto dir = std::filesystem::temp_directory_path() / "kiln-failed";
+// The stages named in KILN_DUMP ("plan,cuda,ptx"; also "ir") under
+// $KILN_DUMP_DIR (default ./kiln_dump)/<graph>-<program key>/.
+void write_dumps(const std::string& stages, const Graph& graph, const ir::Plan& plan,
+                 const codegen::GeneratedProgram& program, const std::string& arch, const ir::Hash128& key) {
+  namespace fs = std::filesystem;
+  auto wants = [&](const char* s) { return ("," + stages + ",").find(std::string(",") + s + ",") != std::string::npos; };
+  std::string name = graph.name().empty() ? "graph" : graph.name().substr(0, 48);
+  for (char& ch : name)
+    if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '_' && ch != '-') ch = '_';
+  const char* base = std::getenv("KILN_DUMP_DIR");
+  const fs::path dir = fs::path(base && *base ? base : "kiln_dump") / (name + "-" + key.hex().substr(0, 12));
   std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  const auto path = dir / fmt::format("kernel-{}.cu", ir::HashBuilder().add(std::string_view(source)).digest().hex());
-  std::ofstream(path) << source;
-  return path.string();
+  fs::create_directories(dir, ec);
+  if (wants("ir")) std::ofstream(dir / "ir.txt") << graph.to_ir_text();
+  if (wants("plan")) std::ofstream(dir / "plan.txt") << ir::plan_to_text(graph.ir(), plan);
+  for (const codegen::GeneratedKernel& k : program.kernels) {
+    const std::string stem = fmt::format("kernel{}-{}", k.plan_kernel,
+                                         ir::to_string(plan.kernels[static_cast<size_t>(k.plan_kernel)].kind));
+    if (wants("cuda")) std::ofstream(dir / (stem + ".cu")) << k.source;
+    if (wants("ptx"))
+      if (Expected<runtime::NvrtcOutput> ptx = runtime::nvrtc_compile(k.source, arch, true); ptx)
+        std::ofstream(dir / (stem + ".ptx")) << ptx->binary;
+  }
 }
 
 int64_t span_elements(const Shape& shape, const Strides& strides) {
@@ -119,15 +136,18 @@ Expected<Executable> Executable::compile(const Graph& graph, const CompileOption
     return Executable(std::move(impl));
   };
 
+  // KILN_DUMP=plan,cuda,ptx writes those stages to KILN_DUMP_DIR: planning
+  // and codegen must run, so the caches of whole programs are bypassed.
+  const std::string dump = std::getenv("KILN_DUMP") ? std::getenv("KILN_DUMP") : "";
   // 1. This process compiled it already.
   {
     std::lock_guard<std::mutex> lock(memory_cache_mutex);
-    if (auto it = program_memory().find(program_key); it != program_memory().end()) return hit(it->second);
+    if (auto it = program_memory().find(program_key); it != program_memory().end() && dump.empty()) return hit(it->second);
   }
   // 2. The disk has its recipe and every cubin: no planning, no codegen.
   std::optional<runtime::KernelCache> disk;
   if (options.use_cache) disk.emplace(cache_dir);
-  if (disk) {
+  if (disk && dump.empty()) {
     if (std::optional<runtime::ProgramRecipe> recipe = runtime::load_recipe(cache_dir, program_key, tensors)) {
       auto c = std::make_shared<Compiled>();
       bool complete = true;
@@ -157,10 +177,13 @@ Expected<Executable> Executable::compile(const Graph& graph, const CompileOption
   if (!program) return program.error();
   auto c = std::make_shared<Compiled>();
   c->recipe.program = std::move(program).value();
+  c->recipe.graph_name = graph.name();
+  if (!dump.empty()) write_dumps(dump, graph, plan, c->recipe.program, impl->arch, program_key);
   const bool forbid = options.fail_if_compiling || env_flag("KILN_FAIL_IF_COMPILING");
   for (codegen::GeneratedKernel& k : c->recipe.program.kernels) {
     const auto kernel_start = std::chrono::steady_clock::now();
-    const ir::Hash128 key = runtime::kernel_key(k.canonical, impl->arch);
+    const runtime::KeyParts parts = runtime::key_parts(k.canonical, impl->arch);
+    const ir::Hash128 key = parts.key();
     KernelReport report{k.plan_kernel, std::string(ir::to_string(plan.kernels[static_cast<size_t>(k.plan_kernel)].kind)),
                         key.hex(), true, 0};
     std::optional<std::string> cubin;
@@ -177,12 +200,12 @@ Expected<Executable> Executable::compile(const Graph& graph, const CompileOption
       Expected<runtime::NvrtcOutput> out = runtime::nvrtc_compile(k.source, impl->arch);
       if (!out)
         return Error{ErrorCode::CompileOrDevice,
-                     fmt::format("kernel {}: {}\nthe generated source is saved at {}", k.plan_kernel, out.error().message,
-                                 save_failed_source(k.source))};
+                     fmt::format("kernel {}: {}\n{}", k.plan_kernel, out.error().message,
+                                 runtime::write_repro(graph.to_json(), k.source, impl->arch, out.error().message))};
       cubin = out->binary;
       report.cache_hit = false;
       if (disk) {
-        if (Status s = disk->store(key, *cubin); !s)
+        if (Status s = disk->store(parts, report.kind, *cubin); !s)
           std::fprintf(stderr, "kiln: warning: %s (continuing without caching it)\n", s.error().message.c_str());
       }
     }
@@ -198,7 +221,10 @@ Expected<Executable> Executable::compile(const Graph& graph, const CompileOption
     k.source.clear();  // not needed to launch
     k.canonical.clear();
   }
-  if (disk) runtime::store_recipe(cache_dir, program_key, c->recipe);
+  if (disk) {
+    runtime::store_recipe(cache_dir, program_key, c->recipe);
+    disk->evict(runtime::cache_size_limit());
+  }
   {
     std::lock_guard<std::mutex> lock(memory_cache_mutex);
     program_memory()[program_key] = c;

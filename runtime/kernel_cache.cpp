@@ -2,9 +2,12 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -19,28 +22,70 @@
 namespace kiln::runtime {
 namespace {
 
-constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'C', 'U', 'B', '1'};
-constexpr uint32_t kFormat = 1;
+namespace fs = std::filesystem;
+
+constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'C', 'U', 'B', 'N'};
+constexpr uint32_t kFormat = 2;
 
 struct Header {
   char magic[8];
   uint32_t format;
-  uint32_t reserved;
+  uint32_t meta_size;
   uint64_t key_high, key_low;
-  uint64_t size;
-  uint64_t checksum;
+  uint64_t size;      // metadata + cubin
+  uint64_t checksum;  // of metadata + cubin
 };
 static_assert(sizeof(Header) == 48);
 
+struct Parsed {
+  Header header;
+  nlohmann::json meta;
+  std::string cubin;
+};
+
+// Why `data` is not a valid entry for `key` (empty when it is).
+std::string parse(const std::string& data, const ir::Hash128* key, Parsed& out) {
+  if (data.size() < sizeof(Header)) return "truncated header";
+  std::memcpy(&out.header, data.data(), sizeof(Header));
+  const Header& h = out.header;
+  if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0) return "not a kiln cache entry";
+  if (h.format != kFormat) return fmt::format("entry format {} (this kiln writes {})", h.format, kFormat);
+  if (key && (h.key_high != key->high || h.key_low != key->low)) return "its key does not match its name";
+  if (h.size != data.size() - sizeof(Header)) return "truncated";
+  if (h.meta_size > h.size) return "bad metadata size";
+  if (XXH3_64bits(data.data() + sizeof(Header), h.size) != h.checksum) return "checksum mismatch";
+  try {
+    out.meta = nlohmann::json::parse(data.substr(sizeof(Header), h.meta_size));
+  } catch (const std::exception&) {
+    return "unreadable metadata";
+  }
+  out.cubin = data.substr(sizeof(Header) + h.meta_size);
+  return {};
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+}
+
 }  // namespace
 
-ir::Hash128 kernel_key(const std::string& canonical_source, const std::string& arch) {
+ir::Hash128 KeyParts::key() const {
   ir::HashBuilder h;
-  h.add(std::string_view("kiln-kernel-v1")).add(std::string_view(KILN_VERSION)).add(std::string_view(arch));
-  h.add(std::string_view(nvrtc_version()));
-  for (const std::string& o : nvrtc_options(arch, false)) h.add(std::string_view(o));
-  h.add(std::string_view(canonical_source));
+  h.add(std::string_view("kiln-kernel-v2"));
+  for (const std::string* part : {&source, &arch, &nvrtc, &kiln, &options}) h.add(std::string_view(*part));
   return h.digest();
+}
+
+KeyParts key_parts(const std::string& canonical_source, const std::string& arch) {
+  KeyParts p;
+  p.source = ir::HashBuilder().add(std::string_view(canonical_source)).digest().hex();
+  p.arch = arch;
+  p.nvrtc = nvrtc_version();
+  p.kiln = KILN_VERSION;
+  for (const std::string& o : nvrtc_options(arch, false))  // the arch is a part of its own
+    if (o.rfind("--gpu-architecture", 0) != 0) p.options += (p.options.empty() ? "" : " ") + o;
+  return p;
 }
 
 std::string default_cache_dir() {
@@ -50,6 +95,35 @@ std::string default_cache_dir() {
   return "/tmp/kiln-cache";
 }
 
+int64_t cache_size_limit() {
+  if (const char* v = std::getenv("KILN_CACHE_MAX_BYTES"); v && *v) {
+    char* end = nullptr;
+    const long long n = std::strtoll(v, &end, 10);
+    if (end && *end == '\0' && n > 0) return n;
+  }
+  return int64_t{2} << 30;
+}
+
+std::vector<std::string> key_differences(const KeyParts& have, const KeyParts& want) {
+  std::vector<std::string> diff;
+  if (have.source != want.source) diff.push_back("source (the generated kernel differs: another graph, or another kiln's codegen)");
+  if (have.arch != want.arch) diff.push_back(fmt::format("arch ({} cached, {} wanted)", have.arch, want.arch));
+  if (have.nvrtc != want.nvrtc) diff.push_back(fmt::format("NVRTC version ({} cached, {} here)", have.nvrtc, want.nvrtc));
+  if (have.kiln != want.kiln) diff.push_back(fmt::format("kiln version ({} cached, {} here)", have.kiln, want.kiln));
+  if (have.options != want.options) diff.push_back(fmt::format("compile options ('{}' cached, '{}' now)", have.options, want.options));
+  return diff;
+}
+
+const CacheEntry* closest_entry(const std::vector<CacheEntry>& entries, const KeyParts& want) {
+  const CacheEntry* best = nullptr;
+  size_t best_diff = SIZE_MAX;
+  for (const CacheEntry& e : entries) {
+    const size_t d = key_differences(e.parts, want).size() + (e.parts.source != want.source ? 10 : 0);
+    if (d < best_diff) best = &e, best_diff = d;
+  }
+  return best;
+}
+
 std::string KernelCache::path_of(const ir::Hash128& key) const {
   const std::string hex = key.hex();
   return fmt::format("{}/kernels/{}/{}.cubin", dir_, hex.substr(0, 2), hex);
@@ -57,48 +131,40 @@ std::string KernelCache::path_of(const ir::Hash128& key) const {
 
 std::optional<std::string> KernelCache::load(const ir::Hash128& key) const {
   const std::string path = path_of(key);
-  std::ifstream file(path, std::ios::binary);
-  if (!file) return std::nullopt;
-  std::string data((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
-  Header h;
-  bool good = data.size() >= sizeof h;
-  if (good) {
-    std::memcpy(&h, data.data(), sizeof h);
-    good = std::memcmp(h.magic, kMagic, sizeof kMagic) == 0 && h.format == kFormat && h.key_high == key.high &&
-           h.key_low == key.low && h.size == data.size() - sizeof h &&
-           XXH3_64bits(data.data() + sizeof h, h.size) == h.checksum;
-  }
-  if (!good) {  // corrupt, truncated or foreign: drop it, recompile
+  if (!fs::exists(path)) return std::nullopt;
+  Parsed p;
+  if (!parse(read_file(path), &key, p).empty()) {  // corrupt, truncated or foreign: drop it, recompile
     std::error_code ec;
-    std::filesystem::remove(path, ec);
+    fs::remove(path, ec);
     return std::nullopt;
   }
-  return data.substr(sizeof h);
+  ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);  // last use
+  return p.cubin;
 }
 
-Status KernelCache::store(const ir::Hash128& key, const std::string& cubin) const {
+Status KernelCache::store(const KeyParts& parts, const std::string& kind, const std::string& cubin) const {
+  const ir::Hash128 key = parts.key();
   const std::string path = path_of(key);
-  const std::filesystem::path folder = std::filesystem::path(path).parent_path();
+  const fs::path folder = fs::path(path).parent_path();
   std::error_code ec;
-  std::filesystem::create_directories(folder, ec);
+  fs::create_directories(folder, ec);
   if (ec) return Error{ErrorCode::CompileOrDevice, fmt::format("kernel cache: cannot create {}: {}", folder.string(), ec.message())};
-  for (auto p = folder; p.string().size() >= dir_.size(); p = p.parent_path()) {
-    ::chmod(p.c_str(), 0700);
-    if (p == p.parent_path()) break;
-  }
+  for (fs::path p = folder; p.string().size() >= dir_.size() && p != p.parent_path(); p = p.parent_path()) ::chmod(p.c_str(), 0700);
+  const std::string meta = nlohmann::json{{"source", parts.source}, {"arch", parts.arch}, {"nvrtc", parts.nvrtc},
+                                          {"kiln", parts.kiln}, {"options", parts.options}, {"kind", kind}}.dump();
+  const std::string body = meta + cubin;
   Header h{};
   std::memcpy(h.magic, kMagic, sizeof kMagic);
   h.format = kFormat;
+  h.meta_size = static_cast<uint32_t>(meta.size());
   h.key_high = key.high;
   h.key_low = key.low;
-  h.size = cubin.size();
-  h.checksum = XXH3_64bits(cubin.data(), cubin.size());
-  std::random_device rd;
-  const std::string temp = fmt::format("{}.tmp.{}.{:08x}", path, ::getpid(), rd());
+  h.size = body.size();
+  h.checksum = XXH3_64bits(body.data(), body.size());
+  const std::string temp = fmt::format("{}.tmp.{}.{:08x}", path, ::getpid(), std::random_device{}());
   const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0600);
   if (fd < 0) return Error{ErrorCode::CompileOrDevice, fmt::format("kernel cache: cannot write {}: {}", temp, std::strerror(errno))};
-  std::string bytes(reinterpret_cast<const char*>(&h), sizeof h);
-  bytes += cubin;
+  const std::string bytes = std::string(reinterpret_cast<const char*>(&h), sizeof h) + body;
   size_t written = 0;
   while (written < bytes.size()) {
     const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
@@ -106,12 +172,60 @@ Status KernelCache::store(const ir::Hash128& key, const std::string& cubin) cons
     written += static_cast<size_t>(n);
   }
   const bool ok = written == bytes.size() && ::fsync(fd) == 0;
+  const int saved_errno = errno;
   ::close(fd);
   if (!ok || std::rename(temp.c_str(), path.c_str()) != 0) {
     ::unlink(temp.c_str());
-    return Error{ErrorCode::CompileOrDevice, fmt::format("kernel cache: writing {} failed: {}", path, std::strerror(errno))};
+    return Error{ErrorCode::CompileOrDevice, fmt::format("kernel cache: writing {} failed: {}", path, std::strerror(saved_errno))};
   }
   return {};
+}
+
+std::vector<CacheEntry> KernelCache::list(std::vector<std::string>* problems, bool remove_bad) const {
+  std::vector<CacheEntry> out;
+  const fs::path root = fs::path(dir_) / "kernels";
+  std::error_code ec;
+  if (!fs::exists(root, ec)) return out;
+  for (auto it = fs::recursive_directory_iterator(root, fs::directory_options::skip_permission_denied, ec);
+       it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (ec) break;
+    if (!it->is_regular_file() || it->path().extension() != ".cubin") continue;
+    const std::string path = it->path().string();
+    const std::optional<ir::Hash128> key = ir::Hash128::from_hex(it->path().stem().string());
+    Parsed p;
+    const std::string why = key ? parse(read_file(path), &*key, p) : "not named after a key";
+    if (!why.empty()) {
+      if (problems) problems->push_back(fmt::format("{}: {}", path, why));
+      if (remove_bad) fs::remove(path, ec);
+      continue;
+    }
+    CacheEntry e;
+    e.path = path;
+    e.key = *key;
+    e.parts = {p.meta.value("source", ""), p.meta.value("arch", ""), p.meta.value("nvrtc", ""), p.meta.value("kiln", ""),
+               p.meta.value("options", "")};
+    e.kind = p.meta.value("kind", "");
+    e.bytes = static_cast<int64_t>(it->file_size(ec));
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0) e.last_use = st.st_mtime;
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+int KernelCache::evict(int64_t limit) const {
+  std::vector<CacheEntry> entries = list();
+  int64_t total = 0;
+  for (const CacheEntry& e : entries) total += e.bytes;
+  if (total <= limit) return 0;
+  std::sort(entries.begin(), entries.end(), [](const CacheEntry& a, const CacheEntry& b) { return a.last_use < b.last_use; });
+  int removed = 0;
+  for (const CacheEntry& e : entries) {
+    if (total <= limit) break;
+    std::error_code ec;
+    if (fs::remove(e.path, ec)) total -= e.bytes, ++removed;
+  }
+  return removed;
 }
 
 }  // namespace kiln::runtime

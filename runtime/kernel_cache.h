@@ -1,14 +1,20 @@
 // The on-disk kernel cache: one file per compiled kernel.
 //
-// Key: a hash of the kernel's canonical source, the target arch, the NVRTC
-// version, the kiln version and the compile options (kernel_key). Entry:
-// <dir>/kernels/<2 hex>/<32 hex>.cubin = header (magic, format, key, size,
-// XXH3-64 checksum) + cubin. Writes are atomic (a temporary file in the same
-// folder, then rename), so readers never see half an entry and concurrent
-// writers of one key are harmless. Every read re-checks magic, key, size
-// and checksum; a bad entry is deleted and reported as a miss, never loaded.
+// Key: a hash of its parts (KeyParts): the kernel's canonical source, the
+// target arch, the NVRTC version, the kiln version and the compile options.
+// Entry: <dir>/kernels/<2 hex>/<32 hex>.cubin = header (magic, format, key,
+// sizes, XXH3-64 checksum of the rest) + metadata (the key's parts and the
+// kernel's kind, as JSON) + cubin. Writes are atomic (a temporary file in
+// the same folder, then rename), so readers never see half an entry and
+// concurrent writers of one key are harmless. Every read re-checks magic,
+// format, key, sizes and checksum; a bad entry is deleted and reported as a
+// miss, never loaded. A read sets the file's modification time: it is the
+// entry's last use, which size-limited eviction (least recently used first)
+// goes by. Deleting a file another process is reading is safe on POSIX (its
+// open handle keeps the data).
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -18,10 +24,39 @@
 
 namespace kiln::runtime {
 
-ir::Hash128 kernel_key(const std::string& canonical_source, const std::string& arch);
+// What a kernel's cache key is made of (`kiln cache explain` compares them).
+struct KeyParts {
+  std::string source;   // XXH3-128 of the canonical source, hex
+  std::string arch;
+  std::string nvrtc;
+  std::string kiln;
+  std::string options;  // NVRTC options, space-separated
+  ir::Hash128 key() const;
+};
+KeyParts key_parts(const std::string& canonical_source, const std::string& arch);
+inline ir::Hash128 kernel_key(const std::string& canonical_source, const std::string& arch) {
+  return key_parts(canonical_source, arch).key();
+}
 
 // $KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln (cli.md).
 std::string default_cache_dir();
+// $KILN_CACHE_MAX_BYTES, else 2 GiB.
+int64_t cache_size_limit();
+
+struct CacheEntry {
+  std::string path;
+  ir::Hash128 key;
+  KeyParts parts;
+  std::string kind;
+  int64_t bytes = 0;
+  int64_t last_use = 0;  // seconds since the epoch
+};
+
+// The parts of `want` that differ from `have`, in words (`kiln cache explain`).
+std::vector<std::string> key_differences(const KeyParts& have, const KeyParts& want);
+// The entry closest to `want` (sharing the source first, then the most
+// parts), or nullptr when there is none.
+const struct CacheEntry* closest_entry(const std::vector<struct CacheEntry>& entries, const KeyParts& want);
 
 class KernelCache {
  public:
@@ -29,8 +64,15 @@ class KernelCache {
   const std::string& dir() const { return dir_; }
 
   std::optional<std::string> load(const ir::Hash128& key) const;
-  Status store(const ir::Hash128& key, const std::string& cubin) const;
+  Status store(const KeyParts& parts, const std::string& kind, const std::string& cubin) const;
   std::string path_of(const ir::Hash128& key) const;
+
+  // Every readable entry; `problems` gets "path: reason" for the others
+  // (which are removed when `remove_bad`).
+  std::vector<CacheEntry> list(std::vector<std::string>* problems = nullptr, bool remove_bad = false) const;
+  // Removes least recently used entries until the cache holds at most
+  // `limit` bytes; returns how many it removed.
+  int evict(int64_t limit) const;
 
  private:
   std::string dir_;

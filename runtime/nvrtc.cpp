@@ -4,6 +4,10 @@
 #include <nvrtc.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
 #include <regex>
 
 #include "runtime/embedded_templates.h"
@@ -24,7 +28,15 @@ std::string nvrtc_version() {
 
 bool is_valid_arch(const std::string& arch) { return std::regex_match(arch, std::regex("sm_[0-9]{2,3}a?")); }
 
-Expected<NvrtcOutput> nvrtc_compile(const std::string& source, const std::string& arch, bool ptx) {
+namespace {
+
+Expected<NvrtcOutput> compile_with(const std::string& source_in, const std::string& arch, bool ptx,
+                                   const std::vector<std::string>& extra) {
+  // Test hook: KILN_TEST_NVRTC_FAIL=1 breaks every kernel on purpose, so the
+  // failure path (log, saved source, repro) runs against the real compiler.
+  std::string source = source_in;
+  if (const char* fail = std::getenv("KILN_TEST_NVRTC_FAIL"); fail && *fail && std::string(fail) != "0")
+    source += "\n#error \"broken on purpose (KILN_TEST_NVRTC_FAIL)\"\n";
   const auto start = std::chrono::steady_clock::now();
   std::vector<const char*> header_text, header_names;
   for (const EmbeddedFile& f : embedded_templates()) {
@@ -36,7 +48,8 @@ Expected<NvrtcOutput> nvrtc_compile(const std::string& source, const std::string
                                       header_text.data(), header_names.data());
   if (rc != NVRTC_SUCCESS)
     return Error{ErrorCode::CompileOrDevice, fmt::format("NVRTC could not create a program: {}", nvrtcGetErrorString(rc))};
-  const std::vector<std::string> options = nvrtc_options(arch, ptx);
+  std::vector<std::string> options = nvrtc_options(arch, ptx);
+  options.insert(options.end(), extra.begin(), extra.end());
   std::vector<const char*> option_ptrs;
   for (const std::string& o : options) option_ptrs.push_back(o.c_str());
   rc = nvrtcCompileProgram(program, static_cast<int>(option_ptrs.size()), option_ptrs.data());
@@ -65,6 +78,45 @@ Expected<NvrtcOutput> nvrtc_compile(const std::string& source, const std::string
   nvrtcDestroyProgram(&program);
   out.milliseconds = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   return out;
+}
+
+}  // namespace
+
+Expected<NvrtcOutput> nvrtc_compile(const std::string& source, const std::string& arch, bool ptx) {
+  return compile_with(source, arch, ptx, {});
+}
+
+Expected<std::string> nvrtc_resource_usage(const std::string& source, const std::string& arch) {
+  Expected<NvrtcOutput> out = compile_with(source, arch, false, {"--ptxas-options=--verbose"});
+  if (!out) return out.error();
+  std::string lines;
+  size_t at = 0;
+  while (at < out->log.size()) {
+    size_t end = out->log.find('\n', at);
+    if (end == std::string::npos) end = out->log.size();
+    const std::string line = out->log.substr(at, end - at);
+    if (line.find("Used") != std::string::npos || line.find("spill") != std::string::npos) lines += line + "\n";
+    at = end + 1;
+  }
+  return lines;
+}
+
+std::string write_repro(const std::string& graph_json, const std::string& source, const std::string& arch,
+                        const std::string& log) {
+  namespace fs = std::filesystem;
+  const std::string id = fmt::format("{:016x}", std::hash<std::string>{}(graph_json + source + arch));
+  const fs::path dir = fs::temp_directory_path() / ("kiln-repro-" + id.substr(0, 12));
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  std::ofstream(dir / "graph.json") << graph_json;
+  std::ofstream(dir / "kernel.cu") << source;
+  std::ofstream(dir / "log.txt") << log << "\n";
+  std::string options;
+  for (const std::string& o : nvrtc_options(arch, false)) options += o + "\n";
+  std::ofstream(dir / "nvrtc_options.txt") << options << "NVRTC " << nvrtc_version() << "\n";
+  return fmt::format("a repro folder is at {} (graph.json, kernel.cu, nvrtc_options.txt, log.txt); to reproduce: "
+                     "kiln compile {} --arch {} --no-cache",
+                     dir.string(), (dir / "graph.json").string(), arch);
 }
 
 }  // namespace kiln::runtime

@@ -25,4 +25,14 @@ bool is_valid_arch(const std::string& arch);  // "sm_80", "sm_90", "sm_90a", ...
 
 Expected<NvrtcOutput> nvrtc_compile(const std::string& source, const std::string& arch, bool ptx = false);
 
+// ptxas's resource report for the kernel: registers, shared memory, spills
+// ("ptxas info : Used 40 registers, ..."), one line per function.
+Expected<std::string> nvrtc_resource_usage(const std::string& source, const std::string& arch);
+
+// Writes a folder that reproduces a failed compile (the graph, the source,
+// the NVRTC options and log) and returns a message naming it and a command
+// that reproduces the failure.
+std::string write_repro(const std::string& graph_json, const std::string& source, const std::string& arch,
+                        const std::string& log);
+
 }  // namespace kiln::runtime

@@ -28,6 +28,7 @@ ir::Hash128 program_key(const std::string& canonical_json, const std::string& ar
 std::string recipe_to_text(const ProgramRecipe& r) {
   json doc;
   doc["format"] = 1;
+  doc["graph"] = r.graph_name;
   doc["intermediates"] = r.program.intermediates;
   doc["workspaces"] = json::array();
   for (const auto& w : r.program.workspaces) doc["workspaces"].push_back({w.name, w.words, w.fill});
@@ -52,6 +53,7 @@ std::optional<ProgramRecipe> recipe_from_text(const std::string& text, size_t te
     const json doc = json::parse(body);
     if (doc.at("format") != 1) return std::nullopt;
     ProgramRecipe r;
+    r.graph_name = doc.value("graph", "");
     for (const auto& t : doc.at("intermediates")) r.program.intermediates.push_back(t.get<ir::TensorId>());
     for (const auto& w : doc.at("workspaces"))
       r.program.workspaces.push_back({w.at(0).get<std::string>(), w.at(1).get<int64_t>(), w.at(2).get<uint32_t>()});
@@ -92,6 +94,27 @@ std::optional<ProgramRecipe> load_recipe(const std::string& dir, const ir::Hash1
     std::filesystem::remove(path, ec);
   }
   return r;
+}
+
+std::vector<std::pair<std::string, ProgramRecipe>> list_recipes(const std::string& dir, std::vector<std::string>* problems,
+                                                                bool remove_bad) {
+  std::vector<std::pair<std::string, ProgramRecipe>> out;
+  const std::filesystem::path root = std::filesystem::path(dir) / "graphs";
+  std::error_code ec;
+  if (!std::filesystem::exists(root, ec)) return out;
+  for (const auto& e : std::filesystem::directory_iterator(root, ec)) {
+    if (e.path().extension() != ".json") continue;
+    std::ifstream file(e.path(), std::ios::binary);
+    const std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+    std::optional<ProgramRecipe> r = recipe_from_text(text, SIZE_MAX);
+    if (!r) {
+      if (problems) problems->push_back(e.path().string() + ": damaged graph recipe");
+      if (remove_bad) std::filesystem::remove(e.path(), ec);
+      continue;
+    }
+    out.emplace_back(e.path().string(), std::move(*r));
+  }
+  return out;
 }
 
 void store_recipe(const std::string& dir, const ir::Hash128& key, const ProgramRecipe& recipe) {

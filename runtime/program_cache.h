@@ -21,7 +21,13 @@ struct ProgramRecipe {
   codegen::GeneratedProgram program;   // sources left empty
   std::vector<std::string> kernel_keys;  // per generated kernel
   std::vector<std::string> kernel_kinds;
+  std::string graph_name;  // for `kiln cache ls`
 };
+
+// Every readable recipe of a cache (`problems` as KernelCache::list).
+std::vector<std::pair<std::string, ProgramRecipe>> list_recipes(const std::string& cache_dir,
+                                                                std::vector<std::string>* problems = nullptr,
+                                                                bool remove_bad = false);
 
 ir::Hash128 program_key(const std::string& canonical_json, const std::string& arch, bool fuse);
 

@@ -52,7 +52,15 @@ Runner add_dump(CLI::App& app, const CommonOptions& common) {
       Expected<runtime::NvrtcOutput> out = runtime::nvrtc_compile(k.source, arch, args->stage == "ptx");
       if (!out) return report(out.error());
       if (args->stage == "ptx") {
-        fmt::print("// kernel {} ({})\n{}\n", k.plan_kernel, arch, out->binary);
+        Expected<std::string> usage = runtime::nvrtc_resource_usage(k.source, arch);
+        std::string resources = usage ? *usage : usage.error().message + "\n";
+        std::string commented;
+        for (size_t at = 0; at < resources.size();) {
+          const size_t end = resources.find('\n', at);
+          commented += "// " + resources.substr(at, end - at) + "\n";
+          at = end == std::string::npos ? resources.size() : end + 1;
+        }
+        fmt::print("// kernel {} ({})\n{}{}\n", k.plan_kernel, arch, commented, out->binary);
         continue;
       }
       Expected<std::string> sass = disassemble(out->binary);

@@ -1,5 +1,10 @@
 // kiln plan GRAPH [--json] [--dot] [--no-fusion]: print the fusion plan.
 #include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 
 #include "compiler/plan_printer.h"
 #include "compiler/plan_verifier.h"
@@ -13,12 +18,13 @@ Runner add_plan(CLI::App& app, const CommonOptions& common) {
   CLI::App* cmd = app.add_subcommand("plan", "print the fusion plan: kernels, their ops, reads, writes, and why groups were split");
   struct Args {
     std::string path;
-    bool json = false, dot = false, no_fusion = false;
+    bool json = false, dot = false, svg = false, no_fusion = false;
   };
   auto args = std::make_shared<Args>();
   cmd->add_option("GRAPH", args->path, "graph file")->required();
   auto* json = cmd->add_flag("--json", args->json, "the plan as JSON (cli.md)");
-  cmd->add_flag("--dot", args->dot, "the plan as Graphviz, one cluster per kernel")->excludes(json);
+  auto* dot = cmd->add_flag("--dot", args->dot, "the plan as Graphviz, one cluster per kernel")->excludes(json);
+  cmd->add_flag("--svg", args->svg, "the plan as an SVG picture (needs Graphviz's dot)")->excludes(json)->excludes(dot);
   cmd->add_flag("--no-fusion", args->no_fusion, "one kernel per op");
   return [args] {
     Expected<Graph> graph = Graph::load(args->path);
@@ -28,6 +34,17 @@ Runner add_plan(CLI::App& app, const CommonOptions& common) {
     if (std::string problem = ir::verify_plan(g, plan); !problem.empty())
       return report({ErrorCode::Internal, "internal error: the planner produced an invalid plan: " + problem +
                                               " (this is a bug in kiln; please report it)"});
+    if (args->svg) {
+      if (std::system("command -v dot >/dev/null 2>&1") != 0)
+        return report({ErrorCode::CompileOrDevice,
+                       "--svg needs Graphviz's dot, which is not installed (apt-get install graphviz); --dot prints the "
+                       "same picture as text"});
+      const std::string path = (std::filesystem::temp_directory_path() / fmt::format("kiln-plan-{}.dot", ::getpid())).string();
+      std::ofstream(path) << ir::plan_to_dot(g, plan);
+      const int rc = std::system(fmt::format("dot -Tsvg '{}'", path).c_str());
+      std::filesystem::remove(path);
+      return rc == 0 ? 0 : report({ErrorCode::CompileOrDevice, "Graphviz's dot failed on the plan"});
+    }
     if (args->json) fmt::print("{}", ir::plan_to_json(g, plan));
     else if (args->dot) fmt::print("{}", ir::plan_to_dot(g, plan));
     else fmt::print("{}", ir::plan_to_text(g, plan));

@@ -29,5 +29,7 @@ Runner add_run(CLI::App& app, const CommonOptions& common);
 Runner add_dump(CLI::App& app, const CommonOptions& common);
 Runner add_plan(CLI::App& app, const CommonOptions& common);
 Runner add_compile(CLI::App& app, const CommonOptions& common);
+Runner add_warm(CLI::App& app, const CommonOptions& common);
+Runner add_cache(CLI::App& app, const CommonOptions& common);
 
 }  // namespace kiln::cli

@@ -40,6 +40,8 @@ int main(int argc, char** argv) {
   add(add_plan);
   add(add_dump);
   add(add_compile);
+  add(add_warm);
+  add(add_cache);
 
   try {
     app.parse(argc, argv);

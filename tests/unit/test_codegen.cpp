@@ -1,5 +1,7 @@
 // Codegen and NVRTC (no GPU needed): every example compiles for sm_80 and
 // sm_90; the kernel cache hits, proves it, and survives bad entries.
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -89,13 +91,14 @@ TEST(KernelCache, MissThenHitWithNothingCompiled) {
 TEST(KernelCache, BadEntriesAreDroppedAndRecompiled) {
   const fs::path dir = fresh_cache("bad");
   const runtime::KernelCache cache(dir.string());
-  const ir::Hash128 key = runtime::kernel_key("// some kernel\n", "sm_90");
+  const runtime::KeyParts parts = runtime::key_parts("// some kernel\n", "sm_90");
+  const ir::Hash128 key = parts.key();
   const std::string cubin(1000, 'x');
-  ASSERT_TRUE(cache.store(key, cubin).ok());
+  ASSERT_TRUE(cache.store(parts, "pointwise", cubin).ok());
   ASSERT_EQ(cache.load(key).value_or(""), cubin);
   const std::string path = cache.path_of(key);
   auto rewrite = [&](auto change) {
-    ASSERT_TRUE(cache.store(key, cubin).ok());
+    ASSERT_TRUE(cache.store(parts, "pointwise", cubin).ok());
     std::string bytes;
     {
       std::ifstream in(path, std::ios::binary);
@@ -214,6 +217,53 @@ TEST(ProgramCache, AWarmProcessSkipsPlanningAndCompiling) {
   waitpid(pid, &status, 0);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+TEST(KernelCache, EvictsTheLeastRecentlyUsedFirst) {
+  const fs::path dir = fresh_cache("evict");
+  const runtime::KernelCache cache(dir.string());
+  std::vector<ir::Hash128> keys;
+  for (int i = 0; i < 4; ++i) {
+    const runtime::KeyParts parts = runtime::key_parts("// kernel " + std::to_string(i), "sm_90");
+    ASSERT_TRUE(cache.store(parts, "pointwise", std::string(1000, 'x')).ok());
+    keys.push_back(parts.key());
+    // Last use: entry i used at time 1000 + i (entry 0 least recently).
+    const struct timespec times[2] = {{1000 + i, 0}, {1000 + i, 0}};
+    ASSERT_EQ(::utimensat(AT_FDCWD, cache.path_of(parts.key()).c_str(), times, 0), 0);
+  }
+  const int64_t entry = cache.list()[0].bytes;
+  EXPECT_EQ(cache.evict(entry * 2), 2);
+  EXPECT_FALSE(fs::exists(cache.path_of(keys[0])));
+  EXPECT_FALSE(fs::exists(cache.path_of(keys[1])));
+  EXPECT_TRUE(cache.load(keys[2]).has_value());  // reading marks it used now
+  EXPECT_TRUE(fs::exists(cache.path_of(keys[3])));
+  EXPECT_EQ(cache.evict(entry), 1);  // entry 3 is now the least recently used
+  EXPECT_TRUE(fs::exists(cache.path_of(keys[2])));
+  fs::remove_all(dir);
+}
+
+TEST(KernelCache, ExplainNamesThePartThatDiffers) {
+  runtime::KeyParts have = runtime::key_parts("// a kernel", "sm_80");
+  runtime::KeyParts want = runtime::key_parts("// a kernel", "sm_90");
+  EXPECT_THAT(runtime::key_differences(have, want), ::testing::ElementsAre("arch (sm_80 cached, sm_90 wanted)"));
+  want = have;
+  want.options += " --use_fast_math";
+  ASSERT_EQ(runtime::key_differences(have, want).size(), 1u);
+  EXPECT_THAT(runtime::key_differences(have, want)[0], ::testing::HasSubstr("compile options"));
+  want = have;
+  want.kiln = "9.9.9";
+  EXPECT_THAT(runtime::key_differences(have, want)[0], ::testing::HasSubstr("kiln version"));
+  // The closest entry prefers the same source over fewer other differences.
+  std::vector<runtime::CacheEntry> entries(2);
+  entries[0].parts = runtime::key_parts("// another kernel", "sm_90");
+  entries[1].parts = runtime::key_parts("// a kernel", "sm_80");
+  EXPECT_EQ(runtime::closest_entry(entries, runtime::key_parts("// a kernel", "sm_90")), &entries[1]);
 }
 
 }  // namespace

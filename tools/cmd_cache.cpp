@@ -1,0 +1,150 @@
+// kiln cache stats|ls|verify|clear|explain: inspect and maintain the kernel
+// cache (runtime/kernel_cache.h says how it is laid out).
+#include <fmt/format.h>
+
+#include <ctime>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "codegen/kernel_codegen.h"
+#include "compiler/error.h"
+#include "compiler/planner/planner.h"
+#include "runtime/kernel_cache.h"
+#include "runtime/program_cache.h"
+#include "runtime/nvrtc.h"
+#include "tools/commands.h"
+#include "tools/sass.h"
+
+namespace kiln::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string human(int64_t bytes) {
+  if (bytes >= (int64_t{1} << 20)) return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1 << 20));
+  if (bytes >= (int64_t{1} << 10)) return fmt::format("{:.1f} KiB", static_cast<double>(bytes) / (1 << 10));
+  return fmt::format("{} B", bytes);
+}
+
+std::string when(int64_t seconds) {
+  const std::time_t t = static_cast<std::time_t>(seconds);
+  char buffer[32];
+  std::strftime(buffer, sizeof buffer, "%Y-%m-%d %H:%M:%S", std::gmtime(&t));
+  return buffer;
+}
+
+int stats(const std::string& dir) {
+  const auto entries = runtime::KernelCache(dir).list();
+  const auto recipes = runtime::list_recipes(dir);
+  int64_t bytes = 0, oldest = INT64_MAX, newest = 0;
+  std::map<std::pair<std::string, std::string>, std::pair<int, int64_t>> groups;
+  for (const runtime::CacheEntry& e : entries) {
+    bytes += e.bytes;
+    oldest = std::min(oldest, e.last_use);
+    newest = std::max(newest, e.last_use);
+    auto& g = groups[{e.parts.arch, e.kind}];
+    ++g.first;
+    g.second += e.bytes;
+  }
+  fmt::print("cache {}\n", dir);
+  fmt::print("kernels: {} entries, {} (limit {})\n", entries.size(), human(bytes), human(runtime::cache_size_limit()));
+  fmt::print("graphs: {} recipes\n", recipes.size());
+  for (const auto& [key, g] : groups) fmt::print("  {} {}: {} entries, {}\n", key.first, key.second, g.first, human(g.second));
+  if (!entries.empty()) fmt::print("last used: oldest {}, newest {} (UTC)\n", when(oldest), when(newest));
+  return 0;
+}
+
+int ls(const std::string& dir) {
+  std::map<std::string, std::set<std::string>> users;  // key -> graph names
+  for (const auto& [path, r] : runtime::list_recipes(dir))
+    for (const std::string& key : r.kernel_keys) users[key].insert(r.graph_name.empty() ? "(unnamed)" : detail::quoted(r.graph_name));
+  auto entries = runtime::KernelCache(dir).list();
+  std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.last_use > b.last_use; });
+  for (const runtime::CacheEntry& e : entries) {
+    const auto& names = users[e.key.hex()];
+    fmt::print("{}  {:<10} {:<7} {:>10}  {}  {}\n", e.key.hex(), e.kind, e.parts.arch, human(e.bytes), when(e.last_use),
+               names.empty() ? "-" : fmt::format("{}", fmt::join(names, ", ")));
+  }
+  return 0;
+}
+
+int verify(const std::string& dir) {
+  std::vector<std::string> problems;
+  const auto entries = runtime::KernelCache(dir).list(&problems, /*remove_bad=*/true);
+  const auto recipes = runtime::list_recipes(dir, &problems, /*remove_bad=*/true);
+  for (const std::string& p : problems) fmt::print("removed {}\n", p);
+  fmt::print("verified: {} kernels and {} graph recipes ok, {} removed\n", entries.size(), recipes.size(), problems.size());
+  return 0;
+}
+
+int clear(const std::string& dir) {
+  const auto entries = runtime::KernelCache(dir).list();
+  const auto recipes = runtime::list_recipes(dir);
+  int64_t bytes = 0;
+  for (const auto& e : entries) bytes += e.bytes;
+  std::error_code ec;
+  fs::remove_all(fs::path(dir) / "kernels", ec);
+  fs::remove_all(fs::path(dir) / "graphs", ec);
+  fmt::print("cleared: {} kernels ({}) and {} graph recipes from {}\n", entries.size(), human(bytes), recipes.size(), dir);
+  return 0;
+}
+
+// For each kernel of the graph: cached, or which part of its key differs
+// from the closest entry (the one sharing the most parts, source first).
+int explain(const std::string& dir, const std::string& path, const std::string& arch) {
+  Expected<Graph> graph = Graph::load(path);
+  if (!graph) return report(graph.error());
+  const ir::Plan plan = ir::plan_fusion(graph->ir());
+  Expected<codegen::GeneratedProgram> program = generate(*graph, plan);
+  if (!program) return report(program.error());
+  const auto entries = runtime::KernelCache(dir).list();
+  int cached = 0;
+  for (const codegen::GeneratedKernel& k : program->kernels) {
+    const runtime::KeyParts want = runtime::key_parts(k.canonical, arch);
+    const std::string kind(ir::to_string(plan.kernels[static_cast<size_t>(k.plan_kernel)].kind));
+    const std::string head = fmt::format("kernel {} ({}, {})", k.plan_kernel, kind, arch);
+    const runtime::CacheEntry* best = runtime::closest_entry(entries, want);
+    const std::vector<std::string> best_diff = best ? runtime::key_differences(best->parts, want) : std::vector<std::string>{};
+    if (best && best_diff.empty()) {
+      ++cached;
+      fmt::print("{}: cached, key {}\n", head, best->key.hex());
+    } else if (!best) {
+      fmt::print("{}: not cached; the cache is empty\n", head);
+    } else {
+      fmt::print("{}: not cached; the closest entry {} differs in {}\n", head, best->key.hex(), fmt::join(best_diff, "; "));
+    }
+  }
+  fmt::print("{} of {} kernels cached in {}\n", cached, program->kernels.size(), dir);
+  return 0;
+}
+
+}  // namespace
+
+Runner add_cache(CLI::App& app, const CommonOptions& common) {
+  CLI::App* cmd = app.add_subcommand("cache", "inspect and maintain the kernel cache: stats, ls, verify, clear, explain");
+  cmd->require_subcommand(1);
+  struct Args {
+    std::string graph, arch;
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* s = cmd->add_subcommand("stats", "entries, bytes, per arch and kernel kind, oldest and newest use");
+  CLI::App* l = cmd->add_subcommand("ls", "one line per entry: key, kind, arch, size, last use, graphs using it");
+  CLI::App* v = cmd->add_subcommand("verify", "re-check every entry; remove and report bad ones");
+  CLI::App* c = cmd->add_subcommand("clear", "remove every entry");
+  CLI::App* e = cmd->add_subcommand("explain", "say whether each kernel of a graph is cached, and if not, why");
+  e->add_option("GRAPH", args->graph, "graph file")->required();
+  e->add_option("--arch", args->arch, "target architecture (default: the GPU present, else sm_90)");
+  return [=, &common] {
+    const std::string dir = common.cache_dir.empty() ? runtime::default_cache_dir() : common.cache_dir;
+    if (s->parsed()) return stats(dir);
+    if (l->parsed()) return ls(dir);
+    if (v->parsed()) return verify(dir);
+    if (c->parsed()) return clear(dir);
+    const std::string arch = args->arch.empty() ? default_arch() : args->arch;
+    if (!runtime::is_valid_arch(arch)) return report({ErrorCode::InvalidInput, fmt::format("--arch {}: expected sm_XX", arch)});
+    return explain(dir, args->graph, arch);
+  };
+}
+
+}  // namespace kiln::cli

@@ -1,0 +1,185 @@
+// kiln warm PATH... [--arch sm_XX]... [--jobs N]: fill the kernel cache ahead
+// of deployment. No GPU needed. Each kernel is compiled once however many
+// graphs share it; a failure is reported and the rest go on.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "codegen/kernel_codegen.h"
+#include "compiler/error.h"
+#include "compiler/planner/planner.h"
+#include "kiln/executable.h"
+#include "runtime/kernel_cache.h"
+#include "runtime/nvrtc.h"
+#include "tools/commands.h"
+#include "tools/sass.h"
+
+namespace kiln::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Graph files named by PATHs: a graph, a folder (recursively *.json), or a
+// manifest (one graph path per line, relative to the manifest; # comments).
+Expected<std::vector<std::string>> collect(const std::vector<std::string>& paths) {
+  std::vector<std::string> out;
+  for (const std::string& path : paths) {
+    std::error_code ec;
+    if (fs::is_directory(path, ec)) {
+      std::vector<std::string> found;
+      for (const auto& e : fs::recursive_directory_iterator(path, ec))
+        if (e.path().extension() == ".json") found.push_back(e.path().string());
+      std::sort(found.begin(), found.end());
+      out.insert(out.end(), found.begin(), found.end());
+    } else if (fs::path(path).extension() == ".json") {
+      out.push_back(path);
+    } else {
+      std::ifstream manifest(path);
+      if (!manifest) return Error{ErrorCode::InvalidInput, fmt::format("{}: cannot open (a graph, folder or manifest)", path)};
+      std::string line;
+      while (std::getline(manifest, line)) {
+        line.erase(0, line.find_first_not_of(" \t"));
+        line.erase(line.find_last_not_of(" \t\r") + 1);
+        if (line.empty() || line[0] == '#') continue;
+        out.push_back(fs::path(line).is_absolute() ? line : (fs::path(path).parent_path() / line).string());
+      }
+    }
+  }
+  return out;
+}
+
+struct Job {
+  std::string source, arch, kind, graph, graph_json;
+  runtime::KeyParts parts;
+};
+
+}  // namespace
+
+Runner add_warm(CLI::App& app, const CommonOptions& common) {
+  CLI::App* cmd = app.add_subcommand("warm", "pre-warm the kernel cache from graphs, folders of graphs or manifests");
+  struct Args {
+    std::vector<std::string> paths, archs;
+    int jobs = 0;
+  };
+  auto args = std::make_shared<Args>();
+  cmd->add_option("PATH", args->paths, "graph files, folders (recursively *.json) or manifests (a path per line)")->required();
+  cmd->add_option("--arch", args->archs, "target architecture (repeatable); default: the GPU present, else sm_90");
+  cmd->add_option("--jobs", args->jobs, "parallel compiles (default: the number of cores)")->check(CLI::PositiveNumber);
+  return [args, &common] {
+    const auto start = std::chrono::steady_clock::now();
+    if (common.no_cache) return report({ErrorCode::InvalidInput, "warm fills the cache: it cannot run with --no-cache"});
+    std::vector<std::string> archs = args->archs;
+    if (archs.empty()) archs.push_back(default_arch());
+    for (const std::string& a : archs)
+      if (!runtime::is_valid_arch(a)) return report({ErrorCode::InvalidInput, fmt::format("--arch {}: expected sm_XX", a)});
+    Expected<std::vector<std::string>> paths = collect(args->paths);
+    if (!paths) return report(paths.error());
+    const std::string dir = common.cache_dir.empty() ? runtime::default_cache_dir() : common.cache_dir;
+    const runtime::KernelCache cache(dir);
+
+    // 1. Plan and generate every graph (fast); gather the kernels not cached.
+    int invalid = 0, hits = 0;
+    std::map<ir::Hash128, Job> jobs;
+    std::vector<std::pair<Graph, std::string>> ready;  // graph, arch
+    for (const std::string& path : *paths) {
+      Expected<Graph> graph = Graph::load(path);
+      if (!graph) {
+        ++invalid;
+        std::fprintf(stderr, "kiln: error: %s\n", graph.error().message.c_str());
+        continue;
+      }
+      const ir::Plan plan = ir::plan_fusion(graph->ir());
+      Expected<codegen::GeneratedProgram> program = generate(*graph, plan);
+      if (!program) {
+        ++invalid;
+        std::fprintf(stderr, "kiln: error: %s: %s\n", path.c_str(), program.error().message.c_str());
+        continue;
+      }
+      for (const std::string& arch : archs) {
+        for (const codegen::GeneratedKernel& k : program->kernels) {
+          const runtime::KeyParts parts = runtime::key_parts(k.canonical, arch);
+          const ir::Hash128 key = parts.key();
+          if (jobs.count(key)) continue;
+          const std::string kind(ir::to_string(plan.kernels[static_cast<size_t>(k.plan_kernel)].kind));
+          if (cache.load(key)) {
+            ++hits;
+            jobs[key] = {"", arch, kind, path, "", parts};  // counted once, nothing to do
+          } else {
+            jobs[key] = {k.source, arch, kind, path, graph->to_json(), parts};
+          }
+        }
+        ready.emplace_back(*graph, arch);
+      }
+    }
+
+    // 2. Compile what is missing, in parallel.
+    std::vector<std::pair<ir::Hash128, Job*>> todo;
+    for (auto& [key, job] : jobs)
+      if (!job.source.empty()) todo.emplace_back(key, &job);
+    const int workers = std::max(1, args->jobs > 0 ? args->jobs : static_cast<int>(std::thread::hardware_concurrency()));
+    std::atomic<size_t> next{0}, done{0};
+    std::atomic<int> compiled{0}, failed{0};
+    std::mutex print;
+    const bool tty = ::isatty(STDERR_FILENO);
+    auto progress = [&](const Job& job, const std::string& what) {
+      std::lock_guard<std::mutex> lock(print);
+      const size_t n = ++done;
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      const double rate = static_cast<double>(n) / std::max(seconds, 1e-3);
+      if (tty) {
+        const int width = 30, filled = static_cast<int>(width * n / std::max<size_t>(todo.size(), 1));
+        std::fprintf(stderr, "\r[%s%s] %zu/%zu kernels  %.1f/s  ETA %.0f s ", std::string(filled, '#').c_str(),
+                     std::string(width - filled, '.').c_str(), n, todo.size(), rate,
+                     static_cast<double>(todo.size() - n) / std::max(rate, 1e-3));
+        if (n == todo.size()) std::fprintf(stderr, "\n");
+      } else {
+        std::fprintf(stderr, "[%zu/%zu] %s (%s, %s) from %s\n", n, todo.size(), what.c_str(), job.kind.c_str(),
+                     job.arch.c_str(), job.graph.c_str());
+      }
+    };
+    std::vector<std::thread> threads;
+    for (int w = 0; w < workers; ++w)
+      threads.emplace_back([&] {
+        for (size_t i; (i = next++) < todo.size();) {
+          Job& job = *todo[i].second;
+          Expected<runtime::NvrtcOutput> out = runtime::nvrtc_compile(job.source, job.arch);
+          if (!out) {
+            ++failed;
+            std::lock_guard<std::mutex> lock(print);
+            std::fprintf(stderr, "%skiln: error: %s: %s\n%s\n", tty ? "\n" : "", job.graph.c_str(), out.error().message.c_str(),
+                         runtime::write_repro(job.graph_json, job.source, job.arch, out.error().message).c_str());
+            continue;
+          }
+          if (Status s = cache.store(job.parts, job.kind, out->binary); !s) {
+            ++failed;
+            std::lock_guard<std::mutex> lock(print);
+            std::fprintf(stderr, "%skiln: error: %s\n", tty ? "\n" : "", s.error().message.c_str());
+            continue;
+          }
+          ++compiled;
+          progress(job, fmt::format("compiled kernel {} in {:.0f} ms", todo[i].first.hex().substr(0, 12), out->milliseconds));
+        }
+      });
+    for (std::thread& t : threads) t.join();
+
+    // 3. Graph recipes, so warm processes skip planning too (nothing compiles here).
+    for (const auto& [graph, arch] : ready)
+      (void)Executable::compile(graph, {.arch = arch, .cache_dir = dir, .fail_if_compiling = true});
+
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    fmt::print("warmed: {} graphs, {} kernels ({} compiled, {} cached, {} failed) in {:.2f} s\n",
+               paths->size() - static_cast<size_t>(invalid), jobs.size(), compiled.load(), hits, failed.load(), seconds);
+    if (failed > 0) return static_cast<int>(ErrorCode::CompileOrDevice);
+    if (invalid > 0) return static_cast<int>(ErrorCode::InvalidInput);
+    return 0;
+  };
+}
+
+}  // namespace kiln::cli
