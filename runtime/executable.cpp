@@ -23,6 +23,7 @@
 #include "runtime/kernel_cache.h"
 #include "runtime/nvrtc.h"
 #include "runtime/program_cache.h"
+#include "runtime/storage.h"
 
 namespace kiln {
 namespace {
@@ -75,11 +76,6 @@ void write_dumps(const std::string& stages, const Graph& graph, const ir::Plan& 
   }
 }
 
-int64_t span_elements(const Shape& shape, const Strides& strides) {
-  int64_t span = 1;
-  for (size_t d = 0; d < shape.size(); ++d) span += (shape[d] - 1) * strides[d];
-  return span;
-}
 
 }  // namespace
 
@@ -272,7 +268,7 @@ Expected<size_t> Executable::binding_bytes(const std::string& name) const {
   for (ir::TensorId id : g.inputs)
     if (g.tensor(id).name == name) {
       const ir::Tensor& t = g.tensor(id);
-      return static_cast<size_t>(span_elements(t.shape, t.strides) * byte_size(t.dtype));
+      return static_cast<size_t>(runtime::span_elements(t.shape, t.strides) * byte_size(t.dtype));
     }
   for (ir::TensorId id : g.outputs)
     if (g.tensor(id).name == name) {
@@ -333,52 +329,6 @@ Status Executable::launch(const std::vector<DeviceBinding>& bindings, void* stre
   return {};
 }
 
-namespace {
-
-std::string to_storage(const HostTensor& t, const Strides& strides) {
-  const int64_t span = span_elements(t.shape, strides);
-  const int size = byte_size(t.dtype);
-  std::string bytes(static_cast<size_t>(span * size), '\0');
-  std::vector<int64_t> index(t.shape.size(), 0);
-  for (size_t i = 0; i < t.values.size(); ++i) {
-    int64_t at = 0;
-    for (size_t d = 0; d < index.size(); ++d) at += index[d] * strides[d];
-    char* p = bytes.data() + at * size;
-    const float v = t.values[i];
-    switch (t.dtype) {
-      case DType::f32: std::memcpy(p, &v, 4); break;
-      case DType::bf16: { const uint16_t b = f32_to_bf16_bits(v); std::memcpy(p, &b, 2); break; }
-      case DType::f16: { const uint16_t b = f32_to_f16_bits(v); std::memcpy(p, &b, 2); break; }
-      case DType::boolean: *p = v != 0.0f ? 1 : 0; break;
-    }
-    for (size_t d = index.size(); d-- > 0;) {
-      if (++index[d] < t.shape[d]) break;
-      index[d] = 0;
-    }
-  }
-  return bytes;
-}
-
-std::vector<float> from_storage(const std::string& bytes, DType dtype, int64_t count) {
-  std::vector<float> out(static_cast<size_t>(count));
-  for (int64_t i = 0; i < count; ++i) {
-    const char* p = bytes.data() + i * byte_size(dtype);
-    switch (dtype) {
-      case DType::f32: std::memcpy(&out[static_cast<size_t>(i)], p, 4); break;
-      case DType::bf16: { uint16_t b; std::memcpy(&b, p, 2); out[static_cast<size_t>(i)] = bf16_bits_to_f32(b); break; }
-      case DType::f16: { uint16_t b; std::memcpy(&b, p, 2); out[static_cast<size_t>(i)] = f16_bits_to_f32(b); break; }
-      case DType::boolean: {
-        const auto b = static_cast<unsigned char>(*p);
-        out[static_cast<size_t>(i)] = b == 0 ? 0.0f : b == 1 ? 1.0f : NAN;  // anything else: never written
-        break;
-      }
-    }
-  }
-  return out;
-}
-
-}  // namespace
-
 Expected<std::vector<HostTensor>> Executable::run_host(const std::vector<HostTensor>& inputs) {
   if (Status s = impl_->prepare_device(); !s) return s.error();
   const runtime::Driver& cu = *impl_->driver;
@@ -403,7 +353,7 @@ Expected<std::vector<HostTensor>> Executable::run_host(const std::vector<HostTen
       return Error{ErrorCode::InvalidInput, fmt::format("input '{}': expected {}{}, got {}{}", t.name, to_string(t.dtype),
                                                         to_string(t.shape), to_string(inputs[i].dtype), to_string(inputs[i].shape))};
     }
-    const std::string bytes = to_storage(inputs[i], t.strides);
+    const std::string bytes = runtime::to_storage(inputs[i], t.strides);
     Expected<CUdeviceptr> p = allocate(bytes.size());
     if (!p) return release(), p.error();
     if (Status s = runtime::check(cu.cuMemcpyHtoD(*p, bytes.data(), bytes.size()), "cuMemcpyHtoD"); !s) return release(), s.error();
@@ -433,7 +383,7 @@ Expected<std::vector<HostTensor>> Executable::run_host(const std::vector<HostTen
     const DType storage = codegen::storage_dtype(t);
     std::string bytes(static_cast<size_t>(element_count(t.shape) * byte_size(storage)), '\0');
     if (Status s = runtime::check(cu.cuMemcpyDtoH(bytes.data(), p, bytes.size()), "cuMemcpyDtoH"); !s) return release(), s.error();
-    result.push_back(HostTensor{t.shape, t.dtype, from_storage(bytes, storage, element_count(t.shape))});
+    result.push_back(HostTensor{t.shape, t.dtype, runtime::from_storage(bytes, storage, element_count(t.shape))});
   }
   release();
   return result;

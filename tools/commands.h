@@ -31,5 +31,6 @@ Runner add_plan(CLI::App& app, const CommonOptions& common);
 Runner add_compile(CLI::App& app, const CommonOptions& common);
 Runner add_warm(CLI::App& app, const CommonOptions& common);
 Runner add_cache(CLI::App& app, const CommonOptions& common);
+Runner add_bench(CLI::App& app, const CommonOptions& common);
 
 }  // namespace kiln::cli

@@ -41,4 +41,9 @@ section "reference interpreter vs PyTorch (float64)"
 python3 tests/gpu/crosscheck_reference.py build-gpu/bin/kiln "$root" >"$out/crosscheck.log" 2>&1 || status=1
 grep -E "^FAIL|Traceback|Error" "$out/crosscheck.log" | head -20
 tail -1 "$out/crosscheck.log"
+if [[ ${KILN_SKIP_BENCH:-0} != 1 ]]; then
+  section "benchmarks (same run: ceilings, kiln, eager, torch.compile)"
+  timeout 420 python3 bench/run_bench.py build-gpu/bin/kiln bench/graphs/*.json --json "$out/bench.json" \
+    2>"$out/bench.log" || { status=1; tail -20 "$out/bench.log"; }
+fi
 exit $status

@@ -42,6 +42,7 @@ int main(int argc, char** argv) {
   add(add_compile);
   add(add_warm);
   add(add_cache);
+  add(add_bench);
 
   try {
     app.parse(argc, argv);

@@ -1,0 +1,117 @@
+"""The benchmark table: kiln against PyTorch eager and torch.compile, in the
+same run on the same graph files, with the device's measured ceilings.
+
+    python3 bench/run_bench.py KILN_BINARY GRAPH... [--json OUT.json]
+
+Ceilings (measured here, now): device-to-device copy bandwidth (bytes read +
+written over time) and the cuBLAS bf16 GEMM rate (torch.matmul 8192^3).
+Per graph: kiln's fused and unfused plan (`kiln bench --json`), eager and
+torch.compile of the same graph through bench/torch_graph.py (the spec's
+numerics: f32 compute, rounding where the graph says). Times are medians of
+CUDA-event timings after warm-up. Memory-bound graphs are compared with the
+copy ceiling (bytes = each input read once + each output written once),
+anchor graphs with the cuBLAS rate.
+"""
+import json
+import math
+import os
+import subprocess
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_graph  # noqa: E402
+
+
+def median_ms(fn, warmup=3, runs=20):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(runs):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        stop.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(stop))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def ceilings():
+    n = 1 << 30  # 1 GiB each way
+    a = torch.empty(n, dtype=torch.uint8, device="cuda")
+    b = torch.empty_like(a)
+    copy_ms = median_ms(lambda: b.copy_(a))
+    x = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    y = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    gemm_ms = median_ms(lambda: torch.matmul(x, y), runs=10)
+    return {"copy_gbps": 2 * n / (copy_ms * 1e-3) / 1e9, "cublas_tflops": 2 * 8192 ** 3 / (gemm_ms * 1e-3) / 1e12}
+
+
+def inputs_for(graph, seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    out = {}
+    var_inputs = {op["in"][2] for op in graph["ops"] if op["op"] == "batch_norm"}
+    for name, spec in graph["inputs"].items():
+        shape = spec["shape"]
+        if spec["dtype"] == "bool":
+            out[name] = torch.rand(shape, generator=g, device="cuda") < 0.5
+            continue
+        x = torch.randn(shape, generator=g, device="cuda")
+        if name in var_inputs:
+            x = x.abs() + 0.5
+        out[name] = x.to(torch_graph.TORCH_DTYPES[spec["dtype"]])
+    return out
+
+
+def main():
+    args = sys.argv[1:]
+    json_out = None
+    if "--json" in args:
+        i = args.index("--json")
+        json_out = args[i + 1]
+        del args[i:i + 2]
+    kiln, graphs = args[0], args[1:]
+    ceil = ceilings()
+    kiln_results = {r["path"]: r for r in json.loads(
+        subprocess.run([kiln, "bench", "--json", *graphs], check=True, capture_output=True, text=True).stdout)}
+    rows = []
+    for path in graphs:
+        graph = torch_graph.load(path)
+        info = torch_graph.annotate(graph)
+        ins = inputs_for(graph, 1)
+        eager = lambda: torch_graph.evaluate(graph, ins, torch.float32, info)
+        eager_ms = median_ms(eager)
+        try:
+            compiled = torch.compile(lambda i: torch_graph.evaluate(graph, i, torch.float32, info), dynamic=False)
+            compile_ms = median_ms(lambda: compiled(ins))
+        except Exception as e:  # noqa: BLE001 - report and go on
+            print(f"torch.compile failed on {path}: {e}", file=sys.stderr)
+            compile_ms = float("nan")
+        k = kiln_results[path]
+        row = {"graph": graph["name"], "kiln_ms": k["fused_ms"], "unfused_ms": k["unfused_ms"], "eager_ms": eager_ms,
+               "compile_ms": compile_ms, "bytes": k["bytes"], "flops": k["flops"], "gbps": k["gbps"], "tflops": k["tflops"]}
+        row["ratio_vs_compile"] = row["kiln_ms"] / compile_ms if compile_ms == compile_ms else float("nan")
+        row["share"] = (f"{100 * k['tflops'] / ceil['cublas_tflops']:.0f}% cuBLAS" if k["flops"] > 0
+                        else f"{100 * k['gbps'] / ceil['copy_gbps']:.0f}% copy")
+        rows.append(row)
+        torch.cuda.empty_cache()
+    print(f"ceilings: copy {ceil['copy_gbps']:.0f} GB/s, cuBLAS bf16 {ceil['cublas_tflops']:.0f} TFLOP/s ({torch.cuda.get_device_name()})")
+    head = f"{'graph':<22} {'kiln ms':>9} {'unfused':>9} {'eager ms':>9} {'compile':>9} {'kiln/cmp':>8} {'GB/s':>7} {'TFLOP/s':>8}  share"
+    print(head)
+    for r in rows:
+        print(f"{r['graph']:<22} {r['kiln_ms']:>9.3f} {r['unfused_ms']:>9.3f} {r['eager_ms']:>9.3f} {r['compile_ms']:>9.3f} "
+              f"{r['ratio_vs_compile']:>8.2f} {r['gbps']:>7.0f} {r['tflops']:>8.1f}  {r['share']}")
+    ratios = [r["ratio_vs_compile"] for r in rows if r["ratio_vs_compile"] == r["ratio_vs_compile"]]
+    if ratios:
+        print(f"geometric mean kiln/torch.compile: {math.exp(sum(math.log(x) for x in ratios) / len(ratios)):.2f}")
+    if json_out:
+        with open(json_out, "w") as f:
+            json.dump({"ceilings": ceil, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

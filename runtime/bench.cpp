@@ -1,0 +1,122 @@
+#include "runtime/bench.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "codegen/kernel_codegen.h"
+#include "runtime/cuda_driver.h"
+#include "runtime/random_inputs.h"
+#include "runtime/storage.h"
+
+namespace kiln::runtime {
+
+int64_t min_bytes(const ir::Graph& g) {
+  int64_t bytes = 0;
+  for (ir::TensorId id : g.inputs) bytes += element_count(g.tensor(id).shape) * byte_size(g.tensor(id).dtype);
+  for (ir::TensorId id : g.outputs) {
+    const ir::Tensor& t = g.tensor(id);
+    if (t.kind != ir::TensorKind::Input) bytes += element_count(t.shape) * byte_size(codegen::storage_dtype(t));
+  }
+  return bytes;
+}
+
+int64_t anchor_flops(const ir::Graph& g) {
+  int64_t flops = 0;
+  for (const ir::Op& op : g.ops) {
+    const Shape& out = g.result(op).shape;
+    switch (op.kind) {
+      case ir::OpKind::Matmul: flops += 2 * element_count(out) * g.operand(op, 0).shape.back(); break;
+      case ir::OpKind::Conv2d: {
+        const Shape& w = g.operand(op, 1).shape;
+        flops += 2 * element_count(out) * w[1] * w[2] * w[3];
+        break;
+      }
+      case ir::OpKind::Sdpa: {
+        const Shape& q = g.operand(op, 0).shape;
+        const int64_t skv = g.operand(op, 1).shape[2];
+        int64_t f = 4 * q[0] * q[1] * q[2] * skv * q[3];
+        if (op.attrs.causal) f /= 2;
+        flops += f;
+        break;
+      }
+      default: break;
+    }
+  }
+  return flops;
+}
+
+Expected<Timing> time_executable(Executable& exe, uint64_t seed) {
+  Expected<const Driver*> d = driver();
+  if (!d) return d.error();
+  const Driver& cu = **d;
+  const ir::Graph& g = exe.graph().ir();
+  int64_t input_bytes = 0;
+  for (const TensorDesc& t : exe.graph().inputs()) input_bytes += static_cast<int64_t>(exe.binding_bytes(t.name).value());
+  Timing timing;
+  // Enough input sets that one pass over them is several times the L2 (50-60 MB).
+  timing.input_sets = static_cast<int>(std::clamp<int64_t>((256LL << 20) / std::max<int64_t>(input_bytes, 1), 1, 8));
+  std::vector<CUdeviceptr> allocations;
+  auto cleanup = [&] {
+    for (CUdeviceptr p : allocations) cu.cuMemFree(p);
+  };
+  std::vector<std::vector<DeviceBinding>> sets(static_cast<size_t>(timing.input_sets));
+  for (int s = 0; s < timing.input_sets; ++s) {
+    const std::vector<HostTensor> inputs = random_inputs(exe.graph(), seed + static_cast<uint64_t>(s));
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const ir::Tensor& t = g.tensor(g.inputs[i]);
+      const std::string bytes = to_storage(inputs[i], t.strides);
+      CUdeviceptr p;
+      if (Status st = check(cu.cuMemAlloc(&p, std::max<size_t>(bytes.size(), 4)), "cuMemAlloc"); !st) return cleanup(), st.error();
+      allocations.push_back(p);
+      if (Status st = check(cu.cuMemcpyHtoD(p, bytes.data(), bytes.size()), "cuMemcpyHtoD"); !st) return cleanup(), st.error();
+      sets[static_cast<size_t>(s)].push_back({t.name, reinterpret_cast<void*>(p), bytes.size()});
+    }
+  }
+  for (const TensorDesc& t : exe.graph().outputs()) {
+    const size_t bytes = exe.binding_bytes(t.name).value();
+    CUdeviceptr p;
+    if (Status st = check(cu.cuMemAlloc(&p, std::max<size_t>(bytes, 4)), "cuMemAlloc"); !st) return cleanup(), st.error();
+    allocations.push_back(p);
+    for (auto& set : sets)
+      if (std::none_of(set.begin(), set.end(), [&](const DeviceBinding& b) { return b.name == t.name; }))
+        set.push_back({t.name, reinterpret_cast<void*>(p), bytes});
+  }
+  // Events around every run, recorded back to back: the queue stays full, so
+  // launch gaps on the host do not count.
+  auto run = [&](int iterations, std::vector<float>* ms) -> Status {
+    std::vector<CUevent> events(static_cast<size_t>(2 * iterations));
+    for (CUevent& e : events) cu.cuEventCreate(&e, CU_EVENT_DEFAULT);
+    Status status;
+    for (int i = 0; i < iterations && status; ++i) {
+      cu.cuEventRecord(events[static_cast<size_t>(2 * i)], nullptr);
+      status = exe.launch(sets[static_cast<size_t>(i % timing.input_sets)], nullptr);
+      cu.cuEventRecord(events[static_cast<size_t>(2 * i + 1)], nullptr);
+    }
+    if (status) status = check(cu.cuCtxSynchronize(), "running the graph");
+    for (int i = 0; i < iterations && status && ms; ++i) {
+      float t = 0;
+      cu.cuEventElapsedTime(&t, events[static_cast<size_t>(2 * i)], events[static_cast<size_t>(2 * i + 1)]);
+      ms->push_back(t);
+    }
+    for (CUevent& e : events) cu.cuEventDestroy(e);
+    return status;
+  };
+  std::vector<float> first;
+  Status st = run(3, &first);  // warm-up (module load, first touch)
+  std::vector<float> ms;
+  if (st) {
+    const float estimate = *std::min_element(first.begin(), first.end());
+    const int iterations = static_cast<int>(std::clamp<double>(300.0 / std::max(estimate, 1e-3f), 10, 200));
+    st = run(iterations, &ms);
+  }
+  cleanup();
+  if (!st) return st.error();
+  std::sort(ms.begin(), ms.end());
+  timing.median_ms = ms[ms.size() / 2];
+  timing.min_ms = ms.front();
+  timing.runs = static_cast<int>(ms.size());
+  return timing;
+}
+
+}  // namespace kiln::runtime
