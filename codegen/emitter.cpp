@@ -103,6 +103,11 @@ std::string Emitter::compute(ir::TensorId t, const Coords& coords) {
   const ir::Tensor& tensor = g_.tensor(t);
   const bool computed_here = tensor.kind == ir::TensorKind::OpResult && ops_.count(tensor.producer);
   if (!computed_here) {
+    if (auto v = vector_sources_.find(t); v != vector_sources_.end() && v->second.first == coords) {
+      const std::string name = fresh("v");
+      lines_.push_back(fmt::format("const float {} = {};  // {}", name, v->second.second, tensor.name));
+      return name;
+    }
     auto it = externals_.find(t);
     KILN_INTERNAL_CHECK(it != externals_.end());
     const std::string v = fresh("v");

@@ -44,6 +44,13 @@ class Emitter {
   // norm prologue of a matmul): pointer to [rows][2] floats (mean, rstd).
   void set_norm_stats(ir::TensorId norm_result, const std::string& pointer) { norm_stats_[norm_result] = pointer; }
 
+  // Vectorised pointwise kernels: external tensor `t`, read at exactly
+  // `coords`, is element `index` of the register array `array`.
+  void set_vector_source(ir::TensorId t, const Coords& coords, const std::string& array, const std::string& index) {
+    vector_sources_[t] = {coords, array + "[" + index + "]"};
+  }
+  void clear_vector_sources() { vector_sources_.clear(); }
+
   // Starts a new scope: values memoised so far are no longer visible.
   void begin_block() { memo_.clear(); }
   // The statements emitted since the last take(), indented.
@@ -79,6 +86,7 @@ class Emitter {
   std::map<ir::TensorId, std::string> leaves_;
   std::map<ir::TensorId, std::string> norm_stats_;
   std::map<std::string, std::string> memo_;
+  std::map<ir::TensorId, std::pair<Coords, std::string>> vector_sources_;
   std::vector<std::string> lines_;
   int next_ = 0;
 };

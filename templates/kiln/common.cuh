@@ -63,6 +63,61 @@ __device__ __forceinline__ void store_bool(void* p, i64 i, float v) { static_cas
 
 __device__ __forceinline__ float inf() { return __int_as_float(0x7f800000); }
 
+// ---- 16-byte vector loads and stores of V consecutive elements -------------
+// p + i0 must be 16-byte aligned and V * sizeof(element) a multiple of 16.
+template <int V>
+__device__ __forceinline__ void load_vec_f32(const void* p, i64 i0, float* out) {
+  const float4* q = reinterpret_cast<const float4*>(static_cast<const float*>(p) + i0);
+#pragma unroll
+  for (int c = 0; c < V / 4; ++c) {
+    const float4 v = q[c];
+    out[4 * c] = v.x, out[4 * c + 1] = v.y, out[4 * c + 2] = v.z, out[4 * c + 3] = v.w;
+  }
+}
+template <int V, bool kBf16>
+__device__ __forceinline__ void load_vec_16bit(const void* p, i64 i0, float* out) {
+  const uint4* q = reinterpret_cast<const uint4*>(static_cast<const u16*>(p) + i0);
+#pragma unroll
+  for (int c = 0; c < V / 8; ++c) {
+    const uint4 v = q[c];
+    const u32 w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const u16 lo = static_cast<u16>(w[k] & 0xffffu), hi = static_cast<u16>(w[k] >> 16);
+      out[8 * c + 2 * k] = kBf16 ? bf16_to_f32(lo) : f16_to_f32(lo);
+      out[8 * c + 2 * k + 1] = kBf16 ? bf16_to_f32(hi) : f16_to_f32(hi);
+    }
+  }
+}
+template <int V> __device__ __forceinline__ void load_vec_bf16(const void* p, i64 i0, float* out) { load_vec_16bit<V, true>(p, i0, out); }
+template <int V> __device__ __forceinline__ void load_vec_f16(const void* p, i64 i0, float* out) { load_vec_16bit<V, false>(p, i0, out); }
+
+template <int V>
+__device__ __forceinline__ void store_vec_f32(void* p, i64 i0, const float* v) {
+  float4* q = reinterpret_cast<float4*>(static_cast<float*>(p) + i0);
+#pragma unroll
+  for (int c = 0; c < V / 4; ++c) q[c] = make_float4(v[4 * c], v[4 * c + 1], v[4 * c + 2], v[4 * c + 3]);
+}
+template <int V, bool kBf16>
+__device__ __forceinline__ void store_vec_16bit(void* p, i64 i0, const float* v) {
+  uint4* q = reinterpret_cast<uint4*>(static_cast<u16*>(p) + i0);
+#pragma unroll
+  for (int c = 0; c < V / 8; ++c) {
+    u32 w[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const u16 lo = kBf16 ? f32_to_bf16(v[8 * c + 2 * k]) : f32_to_f16(v[8 * c + 2 * k]);
+      const u16 hi = kBf16 ? f32_to_bf16(v[8 * c + 2 * k + 1]) : f32_to_f16(v[8 * c + 2 * k + 1]);
+      w[k] = static_cast<u32>(lo) | (static_cast<u32>(hi) << 16);
+    }
+    q[c] = make_uint4(w[0], w[1], w[2], w[3]);
+  }
+}
+template <int V> __device__ __forceinline__ void store_vec_bf16(void* p, i64 i0, const float* v) { store_vec_16bit<V, true>(p, i0, v); }
+template <int V> __device__ __forceinline__ void store_vec_f16(void* p, i64 i0, const float* v) { store_vec_16bit<V, false>(p, i0, v); }
+
+__device__ __forceinline__ bool aligned16(const void* p) { return (reinterpret_cast<unsigned long long>(p) & 15) == 0; }
+
 // ---- one functor per pointwise op (graph-format.md's catalogue) -----------
 // maximum, minimum, relu and clamp propagate NaN, as the reference does.
 __device__ __forceinline__ float nan_max(float a, float b) { return (a != a || b != b) ? __int_as_float(0x7fc00000) : fmaxf(a, b); }
