@@ -228,22 +228,24 @@ class KernelBuilder {
   }
 
   // Elements per thread of the vectorised path (1: no vector path): 16 bytes
-  // of the widest tensor, when every written tensor has the domain's shape
-  // and a floating storage type, and the domain has a whole number of chunks.
+  // of the narrowest vectorised tensor (8 when any is 16-bit, so that every
+  // vectorised tensor moves whole 16-byte words), when every written tensor
+  // has the domain's shape and a floating storage type, and the domain has
+  // some whole chunks.
   int vector_width(const Shape& domain) {
-    int widest = 0;
+    int narrowest = 4;
     for (ir::TensorId t : k_.writes) {
       const ir::Tensor& tensor = g_.tensor(t);
       if (tensor.shape != domain || storage_dtype(tensor) == DType::boolean) return 1;
-      widest = std::max(widest, byte_size(storage_dtype(tensor)));
+      narrowest = std::min(narrowest, byte_size(storage_dtype(tensor)));
     }
     for (ir::TensorId t : k_.reads) {
       const ir::Tensor& tensor = g_.tensor(t);
       const DType st = tensor.kind == ir::TensorKind::Input ? tensor.dtype : storage_dtype(tensor);
       if (tensor.shape == domain && tensor.strides == contiguous_strides(domain) && st != DType::boolean)
-        widest = std::max(widest, byte_size(st));
+        narrowest = std::min(narrowest, byte_size(st));
     }
-    const int v = widest == 4 ? 4 : 8;
+    const int v = 16 / narrowest;
     if (domain.empty() || element_count(domain) < 4 * v) return 1;
     return v;
   }
