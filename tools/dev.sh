@@ -27,6 +27,7 @@ install_missing() {
     "libgtest-dev:/usr/include/gtest/gtest.h"
     "libgmock-dev:/usr/include/gmock/gmock.h"
     "llvm-14-tools:/usr/lib/llvm-14/bin/FileCheck"
+    "graphviz:dot"
   )
   local missing=() entry pkg probe
   for entry in "${wanted[@]}"; do
