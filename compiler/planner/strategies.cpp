@@ -15,19 +15,6 @@ bool pointwise_like(OpKind kind) { return is_pointwise(kind) || kind == OpKind::
 
 std::string name_of(const Graph& g, const Op& op) { return fmt::format("'{}'", g.result(op).name); }
 
-std::string_view kind_phrase(KernelKind kind) {
-  switch (kind) {
-    case KernelKind::Matmul: return "matmul";
-    case KernelKind::Conv: return "conv";
-    case KernelKind::Attention: return "attention";
-    case KernelKind::Pointwise: return "pointwise";
-    case KernelKind::Reduction: return "reduction";
-    case KernelKind::Norm: return "normalisation";
-    case KernelKind::Copy: return "copy";
-  }
-  return "?";
-}
-
 // Pointwise ops (and views' consumers) on a stage: one value per element of
 // that stage, so the element counts must agree.
 Verdict take_pointwise(const Graph& g, const Group& group, const Op& op, int stage) {
@@ -38,7 +25,7 @@ Verdict take_pointwise(const Graph& g, const Group& group, const Op& op, int sta
                                    name_of(g, op)));
   if (count != group.count[stage])
     return Verdict::no(fmt::format("iteration spaces differ: {} has {} elements, the {} kernel's domain has {}",
-                                   name_of(g, op), count, kind_phrase(group.kind), group.count[stage]));
+                                   name_of(g, op), count, to_string(group.kind), group.count[stage]));
   return Verdict::yes(stage);
 }
 
@@ -47,7 +34,7 @@ Verdict take_into_anchor(const Graph& g, const Group& group, const Op& op, int s
   if (stage == 1)
     return Verdict::no(fmt::format("{} reads the result of a reduction across the {} kernel's tiles, which is "
                                    "complete only when the kernel ends",
-                                   name_of(g, op), kind_phrase(group.kind)));
+                                   name_of(g, op), to_string(group.kind)));
   if (pointwise_like(op.kind)) return take_pointwise(g, group, op, 0);
   if (family == OpFamily::Reduce) {
     if (group.kind == KernelKind::Attention)
@@ -58,7 +45,7 @@ Verdict take_into_anchor(const Graph& g, const Group& group, const Op& op, int s
   }
   return Verdict::no(fmt::format("a {} cannot be the epilogue of a {} kernel: it needs whole rows of the anchor's "
                                  "output, which a tile does not hold",
-                                 op_name(op.kind), kind_phrase(group.kind)));
+                                 op_name(op.kind), to_string(group.kind)));
 }
 
 Verdict take_into_pointwise(const Graph& g, const Group& group, const Op& op, int stage) {
