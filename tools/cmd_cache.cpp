@@ -14,7 +14,7 @@
 #include "runtime/program_cache.h"
 #include "runtime/nvrtc.h"
 #include "tools/commands.h"
-#include "tools/sass.h"
+#include "tools/helpers.h"
 
 namespace kiln::cli {
 namespace {

@@ -5,7 +5,7 @@
 
 #include "kiln/executable.h"
 #include "tools/commands.h"
-#include "tools/sass.h"
+#include "tools/helpers.h"
 
 namespace kiln::cli {
 

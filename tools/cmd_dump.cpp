@@ -4,7 +4,7 @@
 #include "codegen/kernel_codegen.h"
 #include "compiler/plan_printer.h"
 #include "runtime/nvrtc.h"
-#include "tools/sass.h"
+#include "tools/helpers.h"
 #include "compiler/planner/planner.h"
 #include "kiln/graph.h"
 #include "tools/commands.h"

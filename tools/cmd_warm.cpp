@@ -19,7 +19,7 @@
 #include "runtime/kernel_cache.h"
 #include "runtime/nvrtc.h"
 #include "tools/commands.h"
-#include "tools/sass.h"
+#include "tools/helpers.h"
 
 namespace kiln::cli {
 namespace {

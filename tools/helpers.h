@@ -1,4 +1,5 @@
-// Helpers the dump and compile commands share.
+// Helpers the commands share: the default arch, code generation with errors
+// as values, and disassembly.
 #pragma once
 
 #include <string>

@@ -1,4 +1,4 @@
-#include "tools/sass.h"
+#include "tools/helpers.h"
 
 #include <fmt/format.h>
 
