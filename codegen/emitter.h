@@ -40,6 +40,7 @@ class Emitter {
   std::string value(ir::TensorId t, const Coords& coords);
   // A value computed by the kernel template, valid for the current block.
   void set_leaf(ir::TensorId t, const std::string& var) { leaves_[t] = var; }
+  void clear_leaf(ir::TensorId t) { leaves_.erase(t); }
   // Rows statistics for a normalisation recomputed from a workspace (the
   // norm prologue of a matmul): pointer to [rows][2] floats (mean, rstd).
   void set_norm_stats(ir::TensorId norm_result, const std::string& pointer) { norm_stats_[norm_result] = pointer; }
