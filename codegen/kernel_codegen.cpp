@@ -551,14 +551,16 @@ class KernelBuilder {
     const ir::KernelParams& p = k_.params;
     const int64_t lines = p.outer * p.inner, n = p.reduced;
     const NormRecipe recipe = norm_recipe(*norm);
-    const bool persistent = p.row == ir::RowStrategy::Warp || p.row == ir::RowStrategy::Block;
+    // Registers bound it: at most 512 threads (128 registers each) holding at
+    // most 32 values each (the planner's Block bound, 16384).
+    const bool persistent = (p.row == ir::RowStrategy::Warp || p.row == ir::RowStrategy::Block) && n <= 16384;
     std::string body = "  __shared__ float kiln_scratch[32];\n";
     body += fmt::format("  for (kiln::i64 line = blockIdx.x; line < {}LL; line += gridDim.x) {{\n", lines);
     body += "    float stat0 = 0.0f, stat1 = 0.0f;\n";
     int threads = kThreads;
     if (persistent) {
       // The row lives in registers: one read, statistics from registers, one write.
-      threads = static_cast<int>(std::clamp<int64_t>(std::bit_ceil(static_cast<uint64_t>((n + 15) / 16)), 32, 1024));
+      threads = static_cast<int>(std::clamp<int64_t>(std::bit_ceil(static_cast<uint64_t>((n + 15) / 16)), 32, 512));
       const int64_t per = (n + threads - 1) / threads;
       body += fmt::format("    float xs[{}];\n#pragma unroll\n    for (int t = 0; t < {}; ++t) {{\n", per, per);
       body += fmt::format("      const kiln::i64 j = threadIdx.x + t * {}LL;\n      xs[t] = 0.0f;\n      if (j < {}LL) {{\n", threads, n);

@@ -129,7 +129,7 @@ KernelKind kind_for(OpKind kind) {
 
 RowStrategy row_strategy(int64_t elements) {
   if (elements <= 1024) return RowStrategy::Warp;
-  if (elements <= 32768) return RowStrategy::Block;        // 128 KiB of f32 in one block's registers
+  if (elements <= 16384) return RowStrategy::Block;        // 512 threads x 32 values in registers
   if (elements <= 8 * 40960) return RowStrategy::Cluster;  // up to 8 blocks x 160 KiB of shared memory
   return RowStrategy::TwoPass;
 }
