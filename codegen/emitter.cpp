@@ -70,8 +70,11 @@ std::string Emitter::offset_of(const ExternalTensor& e, const Shape& shape, cons
 }
 
 std::string Emitter::rounded(const ir::Tensor& t, const std::string& value) {
-  if (!t.rounded) return value;
-  switch (t.dtype) {
+  return t.rounded ? round_as(t.dtype, value) : value;
+}
+
+std::string Emitter::round_as(DType dtype, const std::string& value) {
+  switch (dtype) {
     case DType::bf16: return fmt::format("kiln::round_bf16({})", value);
     case DType::f16: return fmt::format("kiln::round_f16({})", value);
     case DType::boolean: return fmt::format("kiln::op_to_bool({})", value);

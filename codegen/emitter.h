@@ -69,6 +69,8 @@ class Emitter {
 
   // `value` rounded as the result of `t` must be (rule 2).
   std::string rounded(const ir::Tensor& t, const std::string& value);
+  // `value` rounded to `dtype` (f16/bf16 rounding, bool as 0/1, f32 as is).
+  static std::string round_as(DType dtype, const std::string& value);
   static std::string float_literal(float v);
   static std::string load_call(DType storage, const std::string& pointer, const std::string& offset);
   static std::string store_call(DType storage, const std::string& pointer, const std::string& offset,

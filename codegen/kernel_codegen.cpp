@@ -160,7 +160,6 @@ class KernelBuilder {
       if (element_count(out) != count ||
           std::find(op.inputs.begin(), op.inputs.end(), from) == op.inputs.end())
         continue;
-      const ir::OpFamily family = ir::op_info(op.kind).family;
       Coords next;
       if (op.kind == OpKind::Transpose) {
         next.resize(coords.size());
@@ -171,7 +170,6 @@ class KernelBuilder {
         next.assign(out.size() - coords.size(), "0");
         next.insert(next.end(), coords.begin(), coords.end());
       } else {
-        (void)family;
         continue;
       }
       if (std::optional<Coords> found = forward(op.output, to, next)) return found;
@@ -764,13 +762,13 @@ class KernelBuilder {
       c.push_back(n);
       return c;
     };
-    setup_norm_prologue(mm);
+    setup_norm_prologue();
     gemm(mm, gm);
   }
 
   // The matmul applies a split layer_norm/rms_norm from its row statistics
   // (the norm, and any pointwise ops after it, are recomputed in its prologue).
-  void setup_norm_prologue(const ir::Op& mm) {
+  void setup_norm_prologue() {
     for (int32_t oi : k_.recomputed) {
       const ir::Op& norm = g_.ops[static_cast<size_t>(oi)];
       if (norm.kind != OpKind::LayerNorm && norm.kind != OpKind::RmsNorm) continue;
@@ -779,7 +777,6 @@ class KernelBuilder {
       const std::string p = workspace_param(g_.result(norm).name + ".rowstats", rows * 2, 0, false);
       em_.set_norm_stats(norm.output, "static_cast<const float*>(" + p + ")");
     }
-    (void)mm;
   }
 
   void conv() {
@@ -929,8 +926,8 @@ class KernelBuilder {
     em_.begin_block();
     const std::string s = score("j");
     if (sdpa) {
-      em_.emit(fmt::format("p = {};", em_.rounded(ir::Tensor{ir::TensorKind::OpResult, "", {}, {}, g_.operand(last, 2).value_dtype(), true},
-                                                  fmt::format("expf({} - row_max) / row_sum", s))));
+      em_.emit(fmt::format("p = {};", Emitter::round_as(g_.operand(last, 2).value_dtype(),
+                                                        fmt::format("expf({} - row_max) / row_sum", s))));
     } else {
       em_.emit(fmt::format("p = {};", em_.rounded(g_.result(*softmax), fmt::format("expf({} - row_max) / row_sum", s))));
     }

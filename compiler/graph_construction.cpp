@@ -106,11 +106,6 @@ std::string accepted_attrs(const OpInfo& info) {
   return fmt::format("{} takes: {}", info.name, fmt::join(names, ", "));
 }
 
-std::string describe_operand(const Tensor& t) {
-  if (t.kind == TensorKind::Constant) return fmt::format("scalar {}", t.constant);
-  return fmt::format("'{}' {}{}", t.name, to_string(t.dtype), to_string(t.shape));
-}
-
 }  // namespace
 
 bool is_valid_name(std::string_view name) {
@@ -245,12 +240,12 @@ TensorId GraphConstructor::add_op(const OpDeclaration& decl) {
     const bool condition = info.family == OpFamily::Select && i == 0;
     if (condition) {
       KILN_USER_CHECK(t.dtype == DType::boolean, "{}: the condition {} must be bool", where,
-                      describe_operand(t));
+                      describe_tensor(t));
     } else if (t.dtype == DType::boolean) {
       KILN_USER_CHECK(*kind == OpKind::Cast || (*kind == OpKind::Sdpa && i == 3),
                       "{}: input {} {} is bool; bool values may only be read as where's condition, "
                       "by cast, or as sdpa's mask (cast it first)",
-                      where, i, describe_operand(t));
+                      where, i, describe_tensor(t));
     }
   }
 

@@ -45,10 +45,6 @@ int64_t normalize_axis(int64_t axis, int rank, const std::string& where, std::st
   return axis < 0 ? axis + rank : axis;
 }
 
-std::string describe_tensor(const Tensor& t) {
-  if (t.kind == TensorKind::Constant) return fmt::format("scalar {}", t.constant);
-  return fmt::format("'{}' {}{}", t.name, to_string(t.dtype), to_string(t.shape));
-}
 
 void expect_rank(const Tensor& t, int rank, const std::string& where, std::string_view role) {
   KILN_USER_CHECK(t.rank() == rank, "{}: {} {} must have rank {}", where, role,
@@ -326,6 +322,11 @@ InferredResult infer_sdpa(const std::vector<const Tensor*>& in, Attributes& a, A
 }
 
 }  // namespace
+
+std::string describe_tensor(const Tensor& t) {
+  if (t.kind == TensorKind::Constant) return fmt::format("scalar {}", t.constant);
+  return fmt::format("'{}' {}{}", t.name, to_string(t.dtype), to_string(t.shape));
+}
 
 std::optional<Shape> broadcast_shapes(const Shape& a, const Shape& b) {
   const size_t rank = std::max(a.size(), b.size());

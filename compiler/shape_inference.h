@@ -25,6 +25,9 @@ struct InferredResult {
 InferredResult infer_result(OpKind kind, const std::vector<const Tensor*>& operands,
                             Attributes& attrs, AttrSet given, const std::string& where);
 
+// "'x' bf16[2,3]" (or "scalar 0.5"): how messages name an operand.
+std::string describe_tensor(const Tensor& t);
+
 // NumPy broadcasting of two shapes; nullopt where they do not broadcast.
 std::optional<Shape> broadcast_shapes(const Shape& a, const Shape& b);
 

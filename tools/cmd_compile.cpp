@@ -22,14 +22,14 @@ Runner add_compile(CLI::App& app, const CommonOptions& common) {
   return [args, &common] {
     std::vector<std::string> archs = args->archs;
     if (archs.empty()) archs.push_back(default_arch());
-    nlohmann::ordered_json report = nlohmann::ordered_json::array();
+    nlohmann::ordered_json results = nlohmann::ordered_json::array();
     for (const std::string& path : args->paths) {
       Expected<Graph> graph = Graph::load(path);
-      if (!graph) return report_error(graph.error());
+      if (!graph) return report(graph.error());
       for (const std::string& arch : archs) {
         CompileOptions options{.arch = arch, .use_cache = !common.no_cache, .cache_dir = common.cache_dir};
         Expected<Executable> exe = Executable::compile(*graph, options);
-        if (!exe) return report_error(exe.error());
+        if (!exe) return report(exe.error());
         int hits = 0;
         for (const KernelReport& k : exe->report()) hits += k.cache_hit;
         nlohmann::ordered_json entry{{"graph", graph->name()}, {"path", path}, {"arch", arch}, {"kernels", nlohmann::ordered_json::array()}};
@@ -43,10 +43,10 @@ Runner add_compile(CLI::App& app, const CommonOptions& common) {
             fmt::print("  kernel {} {}: {} in {:.1f} ms, key {}\n", k.kernel, k.kind, k.cache_hit ? "cache hit" : "compiled",
                        k.milliseconds, k.key);
         }
-        report.push_back(std::move(entry));
+        results.push_back(std::move(entry));
       }
     }
-    if (args->json) fmt::print("{}\n", report.dump(2));
+    if (args->json) fmt::print("{}\n", results.dump(2));
     return 0;
   };
 }

@@ -22,7 +22,6 @@ using Runner = std::function<int()>;
 
 // Prints `kiln: error: <message>` to stderr and returns the error's exit code.
 int report(const Error& error);
-inline int report_error(const Error& error) { return report(error); }
 
 Runner add_validate(CLI::App& app, const CommonOptions& common);
 Runner add_run(CLI::App& app, const CommonOptions& common);

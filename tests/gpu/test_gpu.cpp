@@ -209,14 +209,9 @@ TEST(Gpu, CompileAndLaunchFigures) {
   std::vector<DeviceBinding> bindings;
   std::vector<CUdeviceptr> buffers;
   const runtime::Driver& cu = *runtime::driver().value();
-  for (const TensorDesc& d : g.inputs()) {
-    CUdeviceptr p;
-    const size_t bytes = warm->binding_bytes(d.name).value();
-    cu.cuMemAlloc(&p, bytes);
-    buffers.push_back(p);
-    bindings.push_back({d.name, reinterpret_cast<void*>(p), bytes});
-  }
-  for (const TensorDesc& d : g.outputs()) {
+  std::vector<TensorDesc> bound = g.inputs();
+  for (const TensorDesc& d : g.outputs()) bound.push_back(d);
+  for (const TensorDesc& d : bound) {
     CUdeviceptr p;
     const size_t bytes = warm->binding_bytes(d.name).value();
     cu.cuMemAlloc(&p, bytes);
