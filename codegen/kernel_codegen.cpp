@@ -76,8 +76,8 @@ struct ProgramState {
 
 class KernelBuilder {
  public:
-  KernelBuilder(const ir::Graph& g, const ir::PlannedKernel& k, ProgramState& state)
-      : g_(g), k_(k), state_(state), em_(g, std::set<int32_t>(k.ops.begin(), k.ops.end()), externals()) {
+  KernelBuilder(const ir::Graph& g, const ir::PlannedKernel& k, ProgramState& state, int sm)
+      : g_(g), k_(k), state_(state), sm_(sm), em_(g, std::set<int32_t>(k.ops.begin(), k.ops.end()), externals()) {
     out_.plan_kernel = k.id;
   }
 
@@ -97,6 +97,7 @@ class KernelBuilder {
                                       false, tensor.name);
       writes_[t] = p;
     }
+    ext_ = ext;
     return ext;
   }
 
@@ -185,13 +186,14 @@ class KernelBuilder {
     return same_element(leaf_coords, g_.tensor(leaf).shape, g_.tensor(t).shape);
   }
 
-  std::string finish(const std::string& body, int threads, const std::string& shared = "") {
+  std::string finish(const std::string& body, int threads, const std::string& shared = "",
+                     const std::string& includes = "") {
     std::string src;
     src += fmt::format("// kiln kernel {}: {} over {}\n", k_.id, ir::to_string(k_.kind), k_.params.to_string(k_.kind));
     std::vector<std::string> names;
     for (int32_t oi : k_.ops) names.push_back(g_.result(g_.ops[static_cast<size_t>(oi)]).name);
     src += fmt::format("// ops: {}\n", fmt::join(names, ", "));
-    src += "#include \"kiln/common.cuh\"\n\n";
+    src += "#include \"kiln/common.cuh\"\n" + includes + "\n";
     src += fmt::format("extern \"C\" __global__ void __launch_bounds__({}) kiln_kernel(", threads);
     for (size_t i = 0; i < params_.size(); ++i)
       src += fmt::format("\n    {}{}  // {}", params_[i], i + 1 < params_.size() ? "," : "", param_notes_[i]);
@@ -640,15 +642,151 @@ class KernelBuilder {
     return c;
   }
 
+  // The GEMM view of an anchor and how to reach its operands. load_a/load_b
+  // emit statements that set `v` to one operand element (any prologue);
+  // chunk_a/chunk_b, where set, emit statements for a 16-byte chunk of a
+  // plain tensor (`chunk` consecutive elements along the tile's contiguous
+  // dimension) and return {in bounds, element offset from pointer_a/b}.
+  using ChunkFn = std::function<std::pair<std::string, std::string>(const std::string&, const std::string&,
+                                                                    const std::string&)>;
   struct Gemm {
     int64_t m, n, k, batches;
     std::function<void(const std::string& m, const std::string& k, const std::string& batch)> load_a;  // sets `v`
     std::function<void(const std::string& k, const std::string& n, const std::string& batch)> load_b;
     std::function<Coords(const std::string& m, const std::string& n, const std::string& batch)> out_coords;
+    ChunkFn chunk_a, chunk_b;
+    std::string pointer_a, pointer_b;
+    bool b_k_major = false;  // B's tile is [n][k] (conv weights, B transposed) rather than [k][n]
   };
 
-  void gemm(const ir::Op& anchor, const Gemm& gm) {
+  // Which tensor-core MMA computes this anchor exactly (numerics rule 5), or
+  // nullopt for the f32 SIMT path: bf16 or f16 when both operands are (or
+  // the precision rounds f32 operands to it); tf32 when every operand is
+  // exact in tf32 (16-bit values, or f32 under precision tf32).
+  enum class Mma { bf16, f16, tf32 };
+  std::optional<Mma> mma_kind(const ir::Op& anchor) const {
+    if (sm_ < 80) return std::nullopt;
+    auto effective = [&](size_t slot) {
+      const DType vt = g_.operand(anchor, slot).value_dtype();
+      if (vt != DType::f32) return std::optional<DType>(vt);
+      switch (anchor.attrs.precision) {
+        case ir::Precision::bf16: return std::optional<DType>(DType::bf16);
+        case ir::Precision::f16: return std::optional<DType>(DType::f16);
+        case ir::Precision::tf32: return std::optional<DType>(DType::f32);  // rounded to tf32
+        case ir::Precision::f32: return std::optional<DType>();
+      }
+      return std::optional<DType>();
+    };
+    const std::optional<DType> a = effective(0), b = effective(1);
+    if (!a || !b) return std::nullopt;
+    if (*a == DType::bf16 && *b == DType::bf16) return Mma::bf16;
+    if (*a == DType::f16 && *b == DType::f16) return Mma::f16;
+    return Mma::tf32;
+  }
+  static DType mma_storage(Mma kind) {
+    return kind == Mma::bf16 ? DType::bf16 : kind == Mma::f16 ? DType::f16 : DType::f32;
+  }
+
+  // The tensor in device memory that `t` is, seen through this kernel's
+  // transposes (x @ w^T reads w in place): its pointer, storage and strides
+  // in t's dimension order.
+  std::optional<ExternalTensor> in_memory(ir::TensorId t) const {
+    if (auto it = ext_.find(t); it != ext_.end()) return it->second;
+    const ir::Tensor& tensor = g_.tensor(t);
+    if (tensor.producer < 0 || std::find(k_.ops.begin(), k_.ops.end(), tensor.producer) == k_.ops.end()) return std::nullopt;
+    const ir::Op& op = g_.ops[static_cast<size_t>(tensor.producer)];
+    if (op.kind != OpKind::Transpose) return std::nullopt;
+    std::optional<ExternalTensor> base = in_memory(op.inputs[0]);
+    if (!base) return std::nullopt;
+    ExternalTensor e = *base;
+    for (size_t d = 0; d < e.strides.size(); ++d) e.strides[d] = base->strides[static_cast<size_t>(op.attrs.perm[d])];
+    return e;
+  }
+
+  // An operand read as 16-byte chunks along dimension `inner`: a tensor in
+  // memory (not computed here) stored as the MMA's element type, stride 1
+  // along `inner`, every chunk 16-byte aligned given an aligned base
+  // pointer (checked at run time).
+  std::optional<ExternalTensor> chunkable(ir::TensorId t, Mma kind, size_t inner, int64_t chunk) const {
+    std::optional<ExternalTensor> e = in_memory(t);
+    if (!e || e->storage != mma_storage(kind)) return std::nullopt;
+    const Shape& shape = g_.tensor(t).shape;
+    if (e->strides[inner] != 1 || shape[inner] % chunk != 0) return std::nullopt;
+    for (size_t d = 0; d < shape.size(); ++d)
+      if (d != inner && shape[d] != 1 && e->strides[d] % chunk != 0) return std::nullopt;
+    return e;
+  }
+
+  // The epilogue over every accumulator element: `open` declares `m`, `n`
+  // (GEMM coordinates, in range) and ends inside the loops that `close`
+  // closes; `acc` names the element. Writes the anchor's consumers and
+  // epilogue reductions (atomics into workspaces, finalised by the last
+  // block).
+  std::string epilogue(const ir::Op& anchor, const Gemm& gm, const std::string& open, const std::string& close,
+                       const std::string& acc, int indent) {
     const ir::Tensor& result = g_.result(anchor);
+    std::vector<const ir::Op*> reduces;  // epilogue reductions whose results are needed
+    for (const ir::Op* r : ops_of({ir::OpFamily::Reduce}))
+      if (writes_.count(r->output)) reduces.push_back(r);
+    std::vector<std::string> ws;
+    for (const ir::Op* r : reduces)
+      ws.push_back(workspace_param(g_.result(*r).name + ".partial", element_count(g_.result(*r).shape),
+                                   reduce_identity_bits(r->kind), true));
+    const std::string counter = reduces.empty() ? "" : workspace_param(g_.result(anchor).name + ".tiles_done", 1, 0, true);
+    std::string body = open;
+    em_.begin_block();
+    const Coords oc = gm.out_coords("m", "n", "batch");
+    em_.emit(fmt::format("const float out = {};  // {}", em_.rounded(result, acc), result.name));
+    em_.set_leaf(anchor.output, "out");
+    std::set<ir::TensorId> reduce_outs;
+    for (size_t r = 0; r < reduces.size(); ++r) {
+      const ir::Op& op = *reduces[r];
+      reduce_outs.insert(op.output);
+      const Shape& in_shape = g_.operand(op, 0).shape;
+      const Coords ic = write_coords(anchor.output, oc, op.inputs[0]);
+      Coords kept;
+      Shape kept_shape;
+      for (size_t d = 0; d < in_shape.size(); ++d)
+        if (!std::binary_search(op.attrs.axes.begin(), op.attrs.axes.end(), static_cast<int64_t>(d)))
+          kept.push_back(ic[d]), kept_shape.push_back(in_shape[d]);
+      em_.emit(fmt::format("kiln::atomic_combine({}(), static_cast<float*>({}) + {}, {});", reduce_functor(op.kind), ws[r],
+                           em_.linearize(kept, kept_shape), em_.value(op.inputs[0], ic)));
+    }
+    for (ir::TensorId t : k_.writes) {
+      if (reduce_outs.count(t)) continue;
+      const Coords tc = write_coords(anchor.output, oc, t);
+      em_.emit(store(t, em_.linearize(tc, g_.tensor(t).shape), em_.value(t, tc)) + "  // " + g_.tensor(t).name);
+    }
+    body += em_.take(indent) + close;
+    if (!reduces.empty()) {
+      // The last block to finish turns the partials into the results.
+      body += "  __threadfence();\n  __syncthreads();\n  __shared__ bool kiln_last;\n";
+      body += fmt::format("  if (threadIdx.x == 0) kiln_last = atomicAdd(static_cast<unsigned int*>({}), 1u) == "
+                          "gridDim.x * gridDim.y * gridDim.z - 1;\n", counter);
+      body += "  __syncthreads();\n  if (kiln_last) {\n    __threadfence();\n";
+      for (size_t r = 0; r < reduces.size(); ++r) {
+        const ir::Op& op = *reduces[r];
+        const ir::Tensor& out = g_.result(op);
+        const int64_t count = element_count(out.shape);
+        const int64_t reduced = element_count(g_.operand(op, 0).shape) / count;
+        std::string v = fmt::format("static_cast<volatile float*>({})[o]", ws[r]);
+        if (op.kind == OpKind::ReduceMean) v = fmt::format("({} / {})", v, Emitter::float_literal(static_cast<float>(reduced)));
+        body += fmt::format("    for (kiln::i64 o = threadIdx.x; o < {}LL; o += blockDim.x) {}  // {}\n", count,
+                            store(op.output, "o", em_.rounded(out, v)), out.name);
+      }
+      body += "  }\n";
+    }
+    return body;
+  }
+
+  void gemm(const ir::Op& anchor, const Gemm& gm) {
+    if (const std::optional<Mma> kind = mma_kind(anchor)) return gemm_tensor_core(anchor, gm, *kind);
+    gemm_simt(anchor, gm);
+  }
+
+  // f32 operands in full f32 (and GPUs before sm_80): a BM x BN tile per
+  // block, 256 threads with 4x4 results each.
+  void gemm_simt(const ir::Op& anchor, const Gemm& gm) {
     std::string body = fmt::format("  __shared__ float As[{}][{}];\n  __shared__ float Bs[{}][{}];\n", kBK, kBM + 4, kBK, kBN + 4);
     body += "  const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;\n";
     body += fmt::format("  const kiln::i64 m0 = (kiln::i64)blockIdx.y * {}, n0 = (kiln::i64)blockIdx.x * {};\n", kBM, kBN);
@@ -674,62 +812,106 @@ class KernelBuilder {
     body += "      float a[4], b[4];\n#pragma unroll\n      for (int i = 0; i < 4; ++i) a[i] = As[kk][ty * 4 + i], b[i] = Bs[kk][tx * 4 + i];\n";
     body += "#pragma unroll\n      for (int i = 0; i < 4; ++i)\n#pragma unroll\n        for (int j = 0; j < 4; ++j) acc[i][j] += a[i] * b[j];\n";
     body += "    }\n    __syncthreads();\n  }\n";
-    // Epilogue.
-    std::vector<const ir::Op*> reduces;  // epilogue reductions whose results are needed
-    for (const ir::Op* r : ops_of({ir::OpFamily::Reduce}))
-      if (writes_.count(r->output)) reduces.push_back(r);
-    std::vector<std::string> ws;
-    for (const ir::Op* r : reduces)
-      ws.push_back(workspace_param(g_.result(*r).name + ".partial", element_count(g_.result(*r).shape),
-                                   reduce_identity_bits(r->kind), true));
-    const std::string counter = reduces.empty() ? "" : workspace_param(g_.result(anchor).name + ".tiles_done", 1, 0, true);
-    body += "#pragma unroll\n  for (int i = 0; i < 4; ++i)\n#pragma unroll\n    for (int j = 0; j < 4; ++j) {\n";
-    body += "      const kiln::i64 m = m0 + ty * 4 + i, n = n0 + tx * 4 + j;\n";
-    body += fmt::format("      if (m >= {}LL || n >= {}LL) continue;\n", gm.m, gm.n);
-    em_.begin_block();
-    const Coords oc = gm.out_coords("m", "n", "batch");
-    em_.emit(fmt::format("const float out = {};  // {}", em_.rounded(result, "acc[i][j]"), result.name));
-    em_.set_leaf(anchor.output, "out");
-    std::set<ir::TensorId> reduce_outs;
-    for (size_t r = 0; r < reduces.size(); ++r) {
-      const ir::Op& op = *reduces[r];
-      reduce_outs.insert(op.output);
-      const Shape& in_shape = g_.operand(op, 0).shape;
-      const Coords ic = write_coords(anchor.output, oc, op.inputs[0]);
-      Coords kept;
-      Shape kept_shape;
-      for (size_t d = 0; d < in_shape.size(); ++d)
-        if (!std::binary_search(op.attrs.axes.begin(), op.attrs.axes.end(), static_cast<int64_t>(d)))
-          kept.push_back(ic[d]), kept_shape.push_back(in_shape[d]);
-      em_.emit(fmt::format("kiln::atomic_combine({}(), static_cast<float*>({}) + {}, {});", reduce_functor(op.kind), ws[r],
-                           em_.linearize(kept, kept_shape), em_.value(op.inputs[0], ic)));
-    }
-    for (ir::TensorId t : k_.writes) {
-      if (reduce_outs.count(t)) continue;
-      const Coords tc = write_coords(anchor.output, oc, t);
-      em_.emit(store(t, em_.linearize(tc, g_.tensor(t).shape), em_.value(t, tc)) + "  // " + g_.tensor(t).name);
-    }
-    body += em_.take(6) + "    }\n";
-    if (!reduces.empty()) {
-      // The last block to finish turns the partials into the results.
-      body += "  __threadfence();\n  __syncthreads();\n  __shared__ bool kiln_last;\n";
-      body += fmt::format("  if (tid == 0) kiln_last = atomicAdd(static_cast<unsigned int*>({}), 1u) == "
-                          "gridDim.x * gridDim.y * gridDim.z - 1;\n", counter);
-      body += "  __syncthreads();\n  if (kiln_last) {\n    __threadfence();\n";
-      for (size_t r = 0; r < reduces.size(); ++r) {
-        const ir::Op& op = *reduces[r];
-        const ir::Tensor& out = g_.result(op);
-        const int64_t count = element_count(out.shape);
-        const int64_t reduced = element_count(g_.operand(op, 0).shape) / count;
-        std::string v = fmt::format("static_cast<volatile float*>({})[o]", ws[r]);
-        if (op.kind == OpKind::ReduceMean) v = fmt::format("({} / {})", v, Emitter::float_literal(static_cast<float>(reduced)));
-        body += fmt::format("    for (kiln::i64 o = tid; o < {}LL; o += blockDim.x) {}  // {}\n", count,
-                            store(op.output, "o", em_.rounded(out, v)), out.name);
-      }
-      body += "  }\n";
-    }
+    const std::string open = "#pragma unroll\n  for (int i = 0; i < 4; ++i)\n#pragma unroll\n    for (int j = 0; j < 4; ++j) {\n"
+                             "      const kiln::i64 m = m0 + ty * 4 + i, n = n0 + tx * 4 + j;\n" +
+                             fmt::format("      if (m >= {}LL || n >= {}LL) continue;\n", gm.m, gm.n);
+    body += epilogue(anchor, gm, open, "    }\n", "acc[i][j]", 6);
     finish(body, 256);
     out_.grid = {blocks_for(gm.n, kBN), blocks_for(gm.m, kBM), static_cast<uint32_t>(gm.batches)};
+  }
+
+  // Tensor cores (templates/kiln/mma.cuh): the template's pipelined main
+  // loop, with this kernel's operand loaders as its hooks.
+  struct MmaTile {
+    int bm, bn, bk, warps_m, warps_n, stages;
+  };
+  MmaTile mma_tile(const Gemm& gm, Mma kind) const {
+    const int bk = kind == Mma::tf32 ? 16 : 32;
+    const int64_t big_tiles = ((gm.m + 127) / 128) * ((gm.n + 127) / 128) * gm.batches;
+    // 128x128 tiles once they fill most of a GPU's SMs; else 64x64.
+    if (big_tiles >= 96) return {128, 128, bk, 2, 4, 4};
+    return {64, 64, bk, 2, 2, 4};
+  }
+
+  void gemm_tensor_core(const ir::Op& anchor, const Gemm& gm, Mma kind) {
+    const MmaTile t = mma_tile(gm, kind);
+    const int threads = t.warps_m * t.warps_n * 32;
+    const int elem = kind == Mma::tf32 ? 4 : 2, chunk = 16 / elem;
+    const char* kind_name = kind == Mma::bf16 ? "kBf16" : kind == Mma::f16 ? "kF16" : "kTf32";
+    const int a_stride = t.bk + chunk, b_stride = gm.b_k_major ? t.bk + chunk : t.bn + 8;
+    const int shared_bytes = t.stages * (t.bm * a_stride + (gm.b_k_major ? t.bn : t.bk) * b_stride) * elem;
+    const int64_t tiles_m = (gm.m + t.bm - 1) / t.bm, tiles_n = (gm.n + t.bn - 1) / t.bn;
+    KILN_USER_CHECK(tiles_m * tiles_n < (int64_t{1} << 31) && gm.batches <= 65535,
+                    "{}: {} x {} tiles in {} batches exceed this matmul kernel's grid limits", g_.describe(k_.anchor), tiles_m,
+                    tiles_n, gm.batches);
+    std::string body;
+    body += fmt::format("  typedef kiln::tc::Gemm<{}, {}, {}, {}, {}, {}, kiln::tc::{}, {}> G;\n", t.bm, t.bn, t.bk, t.warps_m,
+                        t.warps_n, t.stages, kind_name, gm.b_k_major ? "true" : "false");
+    body += fmt::format("  static_assert(G::kSharedBytes == {}, \"shared memory size as launched\");\n", shared_bytes);
+    body += "  typedef G::T T;\n  extern __shared__ __align__(16) unsigned char kiln_shared[];\n";
+    body += "  T* smem = reinterpret_cast<T*>(kiln_shared);\n";
+    body += "  int tile_m, tile_n;\n";
+    body += fmt::format("  kiln::tc::swizzled_tile(blockIdx.x, {}, {}, 8, tile_m, tile_n);\n", tiles_m, tiles_n);
+    body += fmt::format("  const kiln::i64 m0 = (kiln::i64)tile_m * {}, n0 = (kiln::i64)tile_n * {};\n", t.bm, t.bn);
+    body += "  const kiln::i64 batch = blockIdx.z;\n";
+
+    // One loader per operand: 16-byte asynchronous copies where the operand
+    // is a plain aligned tensor, else element by element through the emitter.
+    auto loader = [&](bool is_a) {
+      const ChunkFn& chunk_fn = is_a ? gm.chunk_a : gm.chunk_b;
+      const std::string& pointer = is_a ? gm.pointer_a : gm.pointer_b;
+      // The tile's rows x cols, cols contiguous in shared memory.
+      const bool k_major = is_a || gm.b_k_major;
+      const int rows = is_a ? t.bm : (k_major ? t.bn : t.bk), cols = k_major ? t.bk : t.bn;
+      // GEMM coordinates of (row, col).
+      const std::string row_base = is_a ? "m0" : (k_major ? "n0" : "k0"), col_base = k_major ? "k0" : "n0";
+      const std::string row_name = is_a ? "m" : (k_major ? "n" : "k"), col_name = k_major ? "k" : "n";
+      const std::string index = is_a ? "G::a_index(row, col)" : (k_major ? "G::b_index(col, row)" : "G::b_index(row, col)");
+      const int64_t row_limit = is_a ? gm.m : (k_major ? gm.n : gm.k), col_limit = k_major ? gm.k : gm.n;
+      std::string out = fmt::format("  auto load_{} = [&](T* tile, int kt) {{\n", is_a ? "a" : "b");
+      out += fmt::format("    const kiln::i64 k0 = (kiln::i64)kt * {};\n", t.bk);
+      std::string generic_indent = "    ";
+      if (chunk_fn) {
+        out += fmt::format("    if (kiln::aligned16({})) {{\n", pointer);
+        out += fmt::format("      for (int c = threadIdx.x; c < {}; c += {}) {{\n", rows * cols / chunk, threads);
+        out += fmt::format("        const int row = c / {0}, col = (c % {0}) * {1};\n", cols / chunk, chunk);
+        out += fmt::format("        const kiln::i64 {} = {} + row, {} = {} + col;\n", row_name, row_base, col_name, col_base);
+        em_.begin_block();
+        const auto [valid, offset] = is_a ? chunk_fn("m", "k", "batch") : chunk_fn("k", "n", "batch");
+        em_.emit(fmt::format("const bool ok = {};", valid));
+        em_.emit(fmt::format("kiln::tc::cp_async16(tile + {}, static_cast<const T*>({}) + (ok ? {} : 0), ok);", index,
+                             pointer, offset));
+        out += em_.take(8) + "      }\n      return;\n    }\n";
+      }
+      out += fmt::format("{}for (int e = threadIdx.x; e < {}; e += {}) {{\n", generic_indent, rows * cols, threads);
+      out += fmt::format("{0}  const int row = e / {1}, col = e % {1};\n", generic_indent, cols);
+      out += fmt::format("{}  const kiln::i64 {} = {} + row, {} = {} + col;\n", generic_indent, row_name, row_base, col_name,
+                         col_base);
+      out += fmt::format("{}  float v = 0.0f;\n{}  if ({} < {}LL && {} < {}LL) {{\n", generic_indent, generic_indent, row_name,
+                         row_limit, col_name, col_limit);
+      em_.begin_block();
+      if (is_a)
+        gm.load_a("m", "k", "batch");
+      else
+        gm.load_b("k", "n", "batch");
+      out += em_.take(8) + generic_indent + "  }\n";
+      out += fmt::format("{}  tile[{}] = kiln::tc::Element<kiln::tc::{}>::from_float(v);\n{}}}\n", generic_indent, index,
+                         kind_name, generic_indent);
+      out += "  };\n";
+      return out;
+    };
+    body += loader(true) + loader(false);
+    body += "  G gemm;\n";
+    body += fmt::format("  gemm.run(smem, {}, load_a, load_b);\n", (gm.k + t.bk - 1) / t.bk);
+    const std::string open =
+        "#pragma unroll\n  for (int mi = 0; mi < G::kMI; ++mi)\n#pragma unroll\n    for (int ni = 0; ni < G::kNI; ++ni)\n"
+        "#pragma unroll\n      for (int e = 0; e < 4; ++e) {\n"
+        "        const kiln::i64 m = m0 + G::acc_row(mi, e), n = n0 + G::acc_col(ni, e);\n" +
+        fmt::format("        if (m >= {}LL || n >= {}LL) continue;\n", gm.m, gm.n);
+    body += epilogue(anchor, gm, open, "      }\n", "gemm.acc[mi][ni][e]", 8);
+    finish(body, threads, "", "#include \"kiln/mma.cuh\"\n");
+    out_.shared_bytes = static_cast<uint32_t>(shared_bytes);
+    out_.grid = {static_cast<uint32_t>(tiles_m * tiles_n), 1, static_cast<uint32_t>(gm.batches)};
   }
 
   void matmul() {
@@ -762,6 +944,41 @@ class KernelBuilder {
       c.push_back(n);
       return c;
     };
+    if (const std::optional<Mma> kind = mma_kind(mm)) {
+      const int64_t chunk = *kind == Mma::tf32 ? 4 : 8;
+      const Shape& as = g_.operand(mm, 0).shape;
+      const Shape& bs = g_.operand(mm, 1).shape;
+      auto at = [&](const Shape& shape, const std::string& batch, const std::string& row, const std::string& col) {
+        Coords c = broadcast_batch(batch_coords(batch), shape);
+        c.push_back(row);
+        c.push_back(col);
+        return c;
+      };
+      auto in_range = [&](const std::string& x, const std::string& y) {
+        return fmt::format("{} < {}LL && {} < {}LL", x, gm.m, y, gm.k);
+      };
+      if (const std::optional<ExternalTensor> e = chunkable(mm.inputs[0], *kind, as.size() - 1, chunk)) {
+        gm.pointer_a = e->pointer;
+        gm.chunk_a = [this, e = *e, as, at, in_range](const std::string& m, const std::string& k, const std::string& batch) {
+          return std::pair(in_range(m, k), em_.offset_of(e, as, at(as, batch, m, k)));
+        };
+      }
+      auto b_range = [&](const std::string& k, const std::string& n) {
+        return fmt::format("{} < {}LL && {} < {}LL", k, gm.k, n, gm.n);
+      };
+      if (const std::optional<ExternalTensor> e = chunkable(mm.inputs[1], *kind, bs.size() - 1, chunk)) {
+        gm.pointer_b = e->pointer;
+        gm.chunk_b = [this, e = *e, bs, at, b_range](const std::string& k, const std::string& n, const std::string& batch) {
+          return std::pair(b_range(k, n), em_.offset_of(e, bs, at(bs, batch, k, n)));
+        };
+      } else if (const std::optional<ExternalTensor> e = chunkable(mm.inputs[1], *kind, bs.size() - 2, chunk)) {
+        gm.b_k_major = true;  // B is stored transposed ([n][k] in memory)
+        gm.pointer_b = e->pointer;
+        gm.chunk_b = [this, e = *e, bs, at, b_range](const std::string& k, const std::string& n, const std::string& batch) {
+          return std::pair(b_range(k, n), em_.offset_of(e, bs, at(bs, batch, k, n)));
+        };
+      }
+    }
     setup_norm_prologue();
     gemm(mm, gm);
   }
@@ -795,28 +1012,56 @@ class KernelBuilder {
     gm.n = kg;
     gm.k = r * s * cg;
     gm.batches = at.groups;
-    gm.load_a = [&, nhwc](const std::string& m, const std::string& kk, const std::string& g) {
+    // Implicit im2col: GEMM row m is output pixel (ni, pi, qi); GEMM k is
+    // (ri, si, ci), ci fastest.
+    auto input_pixel = [&](const std::string& m, const std::string& kk, const std::string& g) {
       em_.emit(fmt::format("const kiln::i64 ni = {0} / {1}LL, pi = ({0} / {2}LL) % {3}LL, qi = {0} % {2}LL;", m, p * q, q, p));
       em_.emit(fmt::format("const kiln::i64 ri = {0} / {1}LL, si = ({0} / {2}LL) % {3}LL, ci = {4} * {2}LL + {0} % {2}LL;", kk,
                            s * cg, cg, s, g));
       em_.emit(fmt::format("const kiln::i64 hi = pi * {}LL - {}LL + ri * {}LL, wi = qi * {}LL - {}LL + si * {}LL;", at.stride[0],
                            at.padding[0], at.dilation[0], at.stride[1], at.padding[1], at.dilation[1]));
-      em_.emit(fmt::format("if (hi >= 0 && hi < {}LL && wi >= 0 && wi < {}LL) {{", h, w));
+      return fmt::format("hi >= 0 && hi < {}LL && wi >= 0 && wi < {}LL", h, w);
+    };
+    auto filter_tap = [&](const std::string& kk, const std::string& nn, const std::string& g) {
+      em_.emit(fmt::format("const kiln::i64 ri = {0} / {1}LL, si = ({0} / {2}LL) % {3}LL, ci = {0} % {2}LL;", kk, s * cg, cg, s));
+      em_.emit(fmt::format("const kiln::i64 ko = {} * {}LL + {};", g, kg, nn));
+      return nhwc ? Coords{"ko", "ri", "si", "ci"} : Coords{"ko", "ci", "ri", "si"};
+    };
+    gm.load_a = [&, nhwc](const std::string& m, const std::string& kk, const std::string& g) {
+      em_.emit(fmt::format("if ({}) {{", input_pixel(m, kk, g)));
       const Coords xc = nhwc ? Coords{"ni", "hi", "wi", "ci"} : Coords{"ni", "ci", "hi", "wi"};
       em_.emit("v = " + operand_value(cv, 0, xc) + ";");
       em_.emit("}");
     };
-    gm.load_b = [&, nhwc](const std::string& kk, const std::string& nn, const std::string& g) {
-      em_.emit(fmt::format("const kiln::i64 ri = {0} / {1}LL, si = ({0} / {2}LL) % {3}LL, ci = {0} % {2}LL;", kk, s * cg, cg, s));
-      em_.emit(fmt::format("const kiln::i64 ko = {} * {}LL + {};", g, kg, nn));
-      const Coords wc = nhwc ? Coords{"ko", "ri", "si", "ci"} : Coords{"ko", "ci", "ri", "si"};
-      em_.emit("v = " + operand_value(cv, 1, wc) + ";");
+    gm.load_b = [&](const std::string& kk, const std::string& nn, const std::string& g) {
+      em_.emit("v = " + operand_value(cv, 1, filter_tap(kk, nn, g)) + ";");
     };
     gm.out_coords = [&, nhwc](const std::string& m, const std::string& nn, const std::string& g) {
       em_.emit(fmt::format("const kiln::i64 on = {0} / {1}LL, op = ({0} / {2}LL) % {3}LL, oq = {0} % {2}LL;", m, p * q, q, p));
       em_.emit(fmt::format("const kiln::i64 ok = {} * {}LL + {};", g, kg, nn));
       return nhwc ? Coords{"on", "op", "oq", "ok"} : Coords{"on", "ok", "op", "oq"};
     };
+    // B's tile is [k-out][ri, si, ci]: the weights' own order in NHWC.
+    gm.b_k_major = true;
+    const std::optional<Mma> kind = mma_kind(cv);
+    const int64_t chunk = kind == Mma::tf32 ? 4 : 8;
+    if (kind && nhwc && cg % chunk == 0) {
+      if (const std::optional<ExternalTensor> e = chunkable(cv.inputs[0], *kind, 3, chunk)) {
+        gm.pointer_a = e->pointer;
+        gm.chunk_a = [&, e = *e](const std::string& m, const std::string& kk, const std::string& g) {
+          const std::string inside = input_pixel(m, kk, g);
+          return std::pair(fmt::format("{} < {}LL && {} < {}LL && {}", m, gm.m, kk, gm.k, inside),
+                           em_.offset_of(e, xs, Coords{"ni", "hi", "wi", "ci"}));
+        };
+      }
+      if (const std::optional<ExternalTensor> e = chunkable(cv.inputs[1], *kind, 3, chunk)) {
+        gm.pointer_b = e->pointer;
+        gm.chunk_b = [&, e = *e](const std::string& kk, const std::string& nn, const std::string& g) {
+          const Coords wc = filter_tap(kk, nn, g);
+          return std::pair(fmt::format("{} < {}LL && {} < {}LL", kk, gm.k, nn, gm.n), em_.offset_of(e, ws, wc));
+        };
+      }
+    }
     gemm(cv, gm);
   }
 
@@ -975,21 +1220,30 @@ class KernelBuilder {
   GeneratedKernel out_;
   std::vector<std::string> params_, param_notes_;
   std::map<ir::TensorId, std::string> writes_;
+  std::map<ir::TensorId, ExternalTensor> ext_;
+  int sm_;
   Emitter em_;
 };
 
 }  // namespace
+
+int sm_of(const std::string& arch) {
+  int sm = 0;
+  for (char c : arch)
+    if (c >= '0' && c <= '9') sm = sm * 10 + (c - '0');
+  return sm;
+}
 
 DType storage_dtype(const ir::Tensor& t) {
   if (t.kind == ir::TensorKind::Input) return t.dtype;
   return t.value_dtype();
 }
 
-GeneratedProgram generate_program(const ir::Graph& g, const ir::Plan& plan) {
+GeneratedProgram generate_program(const ir::Graph& g, const ir::Plan& plan, int sm) {
   ProgramState state;
   for (const ir::PlannedKernel& k : plan.kernels) {
     if (k.writes.empty() && k.workspace.empty()) continue;  // computes nothing anyone reads
-    KernelBuilder b(g, k, state);
+    KernelBuilder b(g, k, state, sm);
     switch (k.kind) {
       case ir::KernelKind::Pointwise:
       case ir::KernelKind::Copy: b.pointwise(); break;

@@ -45,6 +45,7 @@ struct GeneratedKernel {
   std::vector<KernelArg> args;
   std::array<uint32_t, 3> grid{1, 1, 1};
   std::array<uint32_t, 3> block{1, 1, 1};
+  uint32_t shared_bytes = 0;  // dynamic shared memory per block
   std::vector<int> reset_workspaces;  // filled before this kernel launches
 };
 
@@ -54,7 +55,12 @@ struct GeneratedProgram {
   std::vector<ir::TensorId> intermediates;  // materialised results that are not graph outputs
 };
 
-GeneratedProgram generate_program(const ir::Graph& g, const ir::Plan& plan);
+// `sm`: the target's compute capability (80 for sm_80): tensor-core kernels
+// from 80 on, SIMT before.
+GeneratedProgram generate_program(const ir::Graph& g, const ir::Plan& plan, int sm);
+
+// The compute capability of an arch name: sm_90a -> 90.
+int sm_of(const std::string& arch);
 
 // How a materialised tensor is stored.
 DType storage_dtype(const ir::Tensor& t);

@@ -27,6 +27,7 @@ namespace kiln::runtime {
   KILN_CU(cuModuleLoadData, "cuModuleLoadData")        \
   KILN_CU(cuModuleUnload, "cuModuleUnload")            \
   KILN_CU(cuModuleGetFunction, "cuModuleGetFunction")  \
+  KILN_CU(cuFuncSetAttribute, "cuFuncSetAttribute")    \
   KILN_CU(cuLaunchKernel, "cuLaunchKernel")            \
   KILN_CU(cuMemAlloc, "cuMemAlloc_v2")                 \
   KILN_CU(cuMemFree, "cuMemFree_v2")                   \

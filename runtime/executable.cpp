@@ -169,7 +169,7 @@ Expected<Executable> Executable::compile(const Graph& graph, const CompileOption
   if (std::string problem = ir::verify_plan(graph.ir(), plan); !problem.empty())
     return Error{ErrorCode::Internal, "internal error: invalid plan: " + problem + " (this is a bug in kiln; please report it)"};
   Expected<codegen::GeneratedProgram> program =
-      detail::catch_errors([&] { return codegen::generate_program(graph.ir(), plan); });
+      detail::catch_errors([&] { return codegen::generate_program(graph.ir(), plan, codegen::sm_of(impl->arch)); });
   if (!program) return program.error();
   auto c = std::make_shared<Compiled>();
   c->recipe.program = std::move(program).value();
@@ -245,6 +245,13 @@ Status Executable::Impl::prepare_device() {
     if (Status s = runtime::check(cu.cuModuleGetFunction(&function, module, "kiln_kernel"), "cuModuleGetFunction"); !s)
       return s;
     functions.push_back(function);
+    if (const uint32_t shared = program().kernels[i].shared_bytes; shared > 48 * 1024)
+      if (Status s = runtime::check(cu.cuFuncSetAttribute(function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                                          static_cast<int>(shared)),
+                                    fmt::format("cuFuncSetAttribute (kernel {}: {} bytes of shared memory)",
+                                                program().kernels[i].plan_kernel, shared));
+          !s)
+        return s;
   }
   for (ir::TensorId t : program().intermediates) {
     const ir::Tensor& tensor = graph.ir().tensor(t);
@@ -321,7 +328,7 @@ Status Executable::launch(const std::vector<DeviceBinding>& bindings, void* stre
     std::vector<void*> params;
     for (CUdeviceptr& v : values) params.push_back(&v);
     if (Status s = runtime::check(cu.cuLaunchKernel(impl_->functions[i], k.grid[0], k.grid[1], k.grid[2], k.block[0], k.block[1],
-                                                    k.block[2], 0, stream, params.data(), nullptr),
+                                                    k.block[2], k.shared_bytes, stream, params.data(), nullptr),
                                   fmt::format("cuLaunchKernel (kernel {})", k.plan_kernel));
         !s)
       return s;

@@ -17,6 +17,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include "runtime/embedded_templates.h"
 #include "runtime/nvrtc.h"
 
 namespace kiln::runtime {
@@ -79,7 +80,12 @@ ir::Hash128 KeyParts::key() const {
 
 KeyParts key_parts(const std::string& canonical_source, const std::string& arch) {
   KeyParts p;
-  p.source = ir::HashBuilder().add(std::string_view(canonical_source)).digest().hex();
+  // The source hash covers the templates it includes: a changed template
+  // with an unchanged kiln version never reuses an old cubin.
+  ir::HashBuilder source;
+  source.add(std::string_view(canonical_source));
+  for (const EmbeddedFile& f : embedded_templates()) source.add(f.name).add(f.text);
+  p.source = source.digest().hex();
   p.arch = arch;
   p.nvrtc = nvrtc_version();
   p.kiln = KILN_VERSION;

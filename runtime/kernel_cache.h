@@ -26,7 +26,7 @@ namespace kiln::runtime {
 
 // What a kernel's cache key is made of (`kiln cache explain` compares them).
 struct KeyParts {
-  std::string source;   // XXH3-128 of the canonical source, hex
+  std::string source;   // XXH3-128 of the canonical source and the templates it may include, hex
   std::string arch;
   std::string nvrtc;
   std::string kiln;

@@ -27,7 +27,7 @@ ir::Hash128 program_key(const std::string& canonical_json, const std::string& ar
 
 std::string recipe_to_text(const ProgramRecipe& r) {
   json doc;
-  doc["format"] = 1;
+  doc["format"] = 2;
   doc["graph"] = r.graph_name;
   doc["intermediates"] = r.program.intermediates;
   doc["workspaces"] = json::array();
@@ -38,7 +38,7 @@ std::string recipe_to_text(const ProgramRecipe& r) {
     json args = json::array();
     for (const codegen::KernelArg& a : k.args) args.push_back({static_cast<int>(a.role), a.tensor, a.workspace});
     doc["kernels"].push_back({{"plan_kernel", k.plan_kernel}, {"key", r.kernel_keys[i]}, {"kind", r.kernel_kinds[i]},
-                              {"grid", k.grid}, {"block", k.block}, {"args", args}, {"reset", k.reset_workspaces}});
+                              {"grid", k.grid}, {"block", k.block}, {"shared", k.shared_bytes}, {"args", args}, {"reset", k.reset_workspaces}});
   }
   const std::string body = doc.dump();
   return fmt::format("{:016x}\n{}", XXH3_64bits(body.data(), body.size()), body);
@@ -51,7 +51,7 @@ std::optional<ProgramRecipe> recipe_from_text(const std::string& text, size_t te
   if (fmt::format("{:016x}", XXH3_64bits(body.data(), body.size())) != text.substr(0, 16)) return std::nullopt;
   try {
     const json doc = json::parse(body);
-    if (doc.at("format") != 1) return std::nullopt;
+    if (doc.at("format") != 2) return std::nullopt;
     ProgramRecipe r;
     r.graph_name = doc.value("graph", "");
     for (const auto& t : doc.at("intermediates")) r.program.intermediates.push_back(t.get<ir::TensorId>());
@@ -62,6 +62,7 @@ std::optional<ProgramRecipe> recipe_from_text(const std::string& text, size_t te
       g.plan_kernel = k.at("plan_kernel").get<int>();
       g.grid = k.at("grid").get<std::array<uint32_t, 3>>();
       g.block = k.at("block").get<std::array<uint32_t, 3>>();
+      g.shared_bytes = k.at("shared").get<uint32_t>();
       g.reset_workspaces = k.at("reset").get<std::vector<int>>();
       for (const auto& a : k.at("args")) {
         codegen::KernelArg arg{static_cast<codegen::KernelArg::Role>(a.at(0).get<int>()), a.at(1).get<ir::TensorId>(),

@@ -96,7 +96,7 @@ int explain(const std::string& dir, const std::string& path, const std::string& 
   Expected<Graph> graph = Graph::load(path);
   if (!graph) return report(graph.error());
   const ir::Plan plan = ir::plan_fusion(graph->ir());
-  Expected<codegen::GeneratedProgram> program = generate(*graph, plan);
+  Expected<codegen::GeneratedProgram> program = generate(*graph, plan, arch);
   if (!program) return report(program.error());
   const auto entries = runtime::KernelCache(dir).list();
   int cached = 0;

@@ -41,7 +41,7 @@ Runner add_dump(CLI::App& app, const CommonOptions& common) {
     if (args->kernel >= static_cast<int>(plan.kernels.size()))
       return report({ErrorCode::InvalidInput, fmt::format("--kernel {}: the plan has {} kernels (0 to {})", args->kernel,
                                                           plan.kernels.size(), plan.kernels.size() - 1)});
-    Expected<codegen::GeneratedProgram> program = generate(*graph, plan);
+    Expected<codegen::GeneratedProgram> program = generate(*graph, plan, arch);
     if (!program) return report(program.error());
     for (const codegen::GeneratedKernel& k : program->kernels) {
       if (args->kernel >= 0 && k.plan_kernel != args->kernel) continue;

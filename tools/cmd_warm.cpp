@@ -96,13 +96,13 @@ Runner add_warm(CLI::App& app, const CommonOptions& common) {
         continue;
       }
       const ir::Plan plan = ir::plan_fusion(graph->ir());
-      Expected<codegen::GeneratedProgram> program = generate(*graph, plan);
-      if (!program) {
-        ++invalid;
-        std::fprintf(stderr, "kiln: error: %s: %s\n", path.c_str(), program.error().message.c_str());
-        continue;
-      }
       for (const std::string& arch : archs) {
+        Expected<codegen::GeneratedProgram> program = generate(*graph, plan, arch);  // kernels depend on the arch
+        if (!program) {
+          ++invalid;
+          std::fprintf(stderr, "kiln: error: %s: %s\n", path.c_str(), program.error().message.c_str());
+          break;
+        }
         for (const codegen::GeneratedKernel& k : program->kernels) {
           const runtime::KeyParts parts = runtime::key_parts(k.canonical, arch);
           const ir::Hash128 key = parts.key();

@@ -17,8 +17,8 @@ std::string default_arch() {
   return "sm_90";
 }
 
-Expected<codegen::GeneratedProgram> generate(const Graph& graph, const ir::Plan& plan) {
-  return detail::catch_errors([&] { return codegen::generate_program(graph.ir(), plan); });
+Expected<codegen::GeneratedProgram> generate(const Graph& graph, const ir::Plan& plan, const std::string& arch) {
+  return detail::catch_errors([&] { return codegen::generate_program(graph.ir(), plan, codegen::sm_of(arch)); });
 }
 
 Expected<std::string> disassemble(const std::string& cubin) {

@@ -13,7 +13,7 @@ namespace kiln::cli {
 // --arch's default: the GPU present, else sm_90.
 std::string default_arch();
 // Code generation with kiln's errors turned into values.
-Expected<codegen::GeneratedProgram> generate(const Graph& graph, const ir::Plan& plan);
+Expected<codegen::GeneratedProgram> generate(const Graph& graph, const ir::Plan& plan, const std::string& arch);
 // SASS of a cubin through cuobjdump or nvdisasm, where one is installed.
 Expected<std::string> disassemble(const std::string& cubin);
 

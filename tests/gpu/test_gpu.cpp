@@ -160,6 +160,25 @@ TEST(Gpu, FamiliesWithOddShapes) {
       "ops":[{{"op":"reduce_max","in":["x"],"out":"a","axes":[0,2]}},{{"op":"reduce_mean","in":["x"],"out":"b","axes":[1],"keepdims":true}},
              {{"op":"sub","in":["x","b"],"out":"d"}},{{"op":"reduce_min","in":["d"],"out":"c"}}],"outputs":["a","c"]}})", dt));
   }
+  // Tensor-core paths: tf32 and bf16 precision on f32 operands, a weight
+  // read transposed in place, bf16 x f16 (tf32 MMA), 16-byte implicit
+  // im2col, 128x128 tiles, batch broadcasting in f16.
+  texts.push_back(R"({"kiln":1,"inputs":{"a":{"shape":[2,100,72],"dtype":"f32"},"b":{"shape":[72,136],"dtype":"f32"}},
+    "ops":[{"op":"matmul","in":["a","b"],"out":"m","precision":"tf32"},{"op":"relu","in":["m"],"out":"y"}],"outputs":["y"]})");
+  texts.push_back(R"({"kiln":1,"inputs":{"a":{"shape":[50,40],"dtype":"f32"},"b":{"shape":[40,30],"dtype":"f32"}},
+    "ops":[{"op":"matmul","in":["a","b"],"out":"m","precision":"bf16"}],"outputs":["m"]})");
+  texts.push_back(R"({"kiln":1,"inputs":{"x":{"shape":[130,72],"dtype":"bf16"},"w":{"shape":[96,72],"dtype":"bf16"},"bias":{"shape":[96],"dtype":"f32"}},
+    "ops":[{"op":"transpose","in":["w"],"out":"wt","perm":[1,0]},{"op":"matmul","in":["x","wt"],"out":"m"},
+           {"op":"add","in":["m","bias"],"out":"y","dtype":"bf16"}],"outputs":["y"]})");
+  texts.push_back(R"({"kiln":1,"inputs":{"a":{"shape":[33,48],"dtype":"bf16"},"b":{"shape":[48,20],"dtype":"f16"}},
+    "ops":[{"op":"matmul","in":["a","b"],"out":"m"}],"outputs":["m"]})");
+  texts.push_back(R"({"kiln":1,"inputs":{"x":{"shape":[2,15,15,32],"dtype":"bf16"},"w":{"shape":[48,3,3,32],"dtype":"bf16"},"b":{"shape":[48],"dtype":"bf16"}},
+    "ops":[{"op":"conv2d","in":["x","w"],"out":"c","padding":[1,1]},{"op":"add","in":["c","b"],"out":"y"},
+           {"op":"reduce_sum","in":["y"],"out":"s","axes":[0,1,2]}],"outputs":["y","s"]})");
+  texts.push_back(R"({"kiln":1,"inputs":{"a":{"shape":[1024,512],"dtype":"bf16"},"b":{"shape":[512,1536],"dtype":"bf16"}},
+    "ops":[{"op":"matmul","in":["a","b"],"out":"m"},{"op":"gelu","in":["m"],"out":"y"}],"outputs":["y"]})");
+  texts.push_back(R"({"kiln":1,"inputs":{"a":{"shape":[4,1,40,64],"dtype":"f16"},"b":{"shape":[3,64,24],"dtype":"f16"}},
+    "ops":[{"op":"matmul","in":["a","b"],"out":"m"}],"outputs":["m"]})");
   std::vector<Graph> graphs;
   std::vector<std::string> names;
   for (size_t i = 0; i < texts.size(); ++i) {

@@ -60,14 +60,14 @@ TEST(Codegen, SourceHasNoUserTextOutsideComments) {
   Graph g = testing::must_parse(R"({"kiln": 1, "name": "evil\"); asm(\"trap;\"); //",
     "inputs": {"weird_input.name": {"shape": [4], "dtype": "f32"}},
     "ops": [{"op": "relu", "in": ["weird_input.name"], "out": "also_weird"}], "outputs": ["also_weird"]})");
-  const codegen::GeneratedProgram p = codegen::generate_program(g.ir(), ir::plan_fusion(g.ir()));
+  const codegen::GeneratedProgram p = codegen::generate_program(g.ir(), ir::plan_fusion(g.ir()), 90);
   ASSERT_EQ(p.kernels.size(), 1u);
   EXPECT_EQ(p.kernels[0].source.find("evil"), std::string::npos);
   EXPECT_EQ(p.kernels[0].canonical.find("weird"), std::string::npos);
   // Renaming tensors does not change what is compiled (cache sharing).
   Graph renamed = testing::must_parse(R"({"kiln": 1, "inputs": {"x": {"shape": [4], "dtype": "f32"}},
     "ops": [{"op": "relu", "in": ["x"], "out": "y"}], "outputs": ["y"]})");
-  const codegen::GeneratedProgram q = codegen::generate_program(renamed.ir(), ir::plan_fusion(renamed.ir()));
+  const codegen::GeneratedProgram q = codegen::generate_program(renamed.ir(), ir::plan_fusion(renamed.ir()), 90);
   EXPECT_EQ(p.kernels[0].canonical, q.kernels[0].canonical);
 }
 
@@ -165,7 +165,7 @@ TEST(Codegen, RandomGraphsGenerateAndASampleCompiles) {
   for (uint64_t seed = 1; seed <= 3000; ++seed) {
     Graph g = testing::random_graph(seed);
     Expected<codegen::GeneratedProgram> p =
-        detail::catch_errors([&] { return codegen::generate_program(g.ir(), ir::plan_fusion(g.ir())); });
+        detail::catch_errors([&] { return codegen::generate_program(g.ir(), ir::plan_fusion(g.ir()), 90); });
     ASSERT_TRUE(p.ok()) << "seed " << seed << ": " << p.error().message << "\n" << g.to_json();
     if (seed % 100 == 0)
       compiles.push_back(std::async(std::launch::async, [g, seed] {
@@ -185,7 +185,7 @@ namespace {
 TEST(ProgramCache, RecipeRoundTripsAndRejectsDamage) {
   Graph g = Graph::load(KILN_SOURCE_DIR "/examples/matmul/rmsnorm_matmul.json").value();
   runtime::ProgramRecipe r;
-  r.program = codegen::generate_program(g.ir(), ir::plan_fusion(g.ir()));
+  r.program = codegen::generate_program(g.ir(), ir::plan_fusion(g.ir()), 90);
   for (size_t i = 0; i < r.program.kernels.size(); ++i) {
     r.kernel_keys.push_back(std::string(32, 'a'));
     r.kernel_kinds.push_back("x");
