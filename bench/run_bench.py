@@ -7,7 +7,10 @@ Ceilings (measured here, now): device-to-device copy bandwidth (bytes read +
 written over time) and the cuBLAS bf16 GEMM rate (torch.matmul 8192^3).
 Per graph: kiln's fused and unfused plan (`kiln bench --json`), eager and
 torch.compile of the same graph through bench/torch_graph.py (the spec's
-numerics: f32 compute, rounding where the graph says). Times are medians of
+numerics: f32 compute, rounding where the graph says; matmul, conv2d and
+sdpa on 16-bit operands run natively in that dtype, as frameworks run them:
+cuBLAS, cuDNN, flash attention). Graphs with a matmul are compiled with
+mode="max-autotune-no-cudagraphs" (Inductor's GEMM autotuning). Times are medians of
 CUDA-event timings after warm-up. Memory-bound graphs are compared with the
 copy ceiling (bytes = each input read once + each output written once),
 anchor graphs with the cuBLAS rate.
@@ -83,13 +86,15 @@ def main():
         graph = torch_graph.load(path)
         info = torch_graph.annotate(graph)
         ins = inputs_for(graph, 1)
-        eager = lambda: torch_graph.evaluate(graph, ins, torch.float32, info)
+        eager = lambda: torch_graph.evaluate(graph, ins, torch.float32, info, native_anchors=True)
         eager_ms = median_ms(eager)
         try:
             # Every graph runs through the same evaluate(): without a reset,
             # dynamo's recompile limit would quietly fall back to eager.
             torch._dynamo.reset()
-            compiled = torch.compile(lambda i: torch_graph.evaluate(graph, i, torch.float32, info), dynamic=False)
+            anchored = any(op["op"] == "matmul" for op in graph["ops"])
+            compiled = torch.compile(lambda i: torch_graph.evaluate(graph, i, torch.float32, info, native_anchors=True),
+                                     dynamic=False, mode="max-autotune-no-cudagraphs" if anchored else None)
             compile_ms = median_ms(lambda: compiled(ins))
         except Exception as e:  # noqa: BLE001 - report and go on
             print(f"torch.compile failed on {path}: {e}", file=sys.stderr)

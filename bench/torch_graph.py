@@ -118,10 +118,22 @@ def sdpa(q, k, v, mask, mask_is_bool, causal, scale, p_dtype, compute):
     return torch.matmul(p, v).masked_fill(all_masked, 0.0)
 
 
-def evaluate(graph, inputs, compute=torch.float64, info=None):
+def native_type(ts, n):
+    """The 16-bit torch dtype the first n operands share as values, or None."""
+    kinds = {t.value_dtype for t in ts[:n]}
+    return TORCH_DTYPES[kinds.pop()] if len(kinds) == 1 and kinds <= {"bf16", "f16"} else None
+
+
+def evaluate(graph, inputs, compute=torch.float64, info=None, native_anchors=False):
     """inputs: name -> tensor (any float dtype; bool for bool inputs).
     Returns name -> tensor for every graph output, in `compute` precision
-    (bool outputs as bool)."""
+    (bool outputs as bool).
+
+    native_anchors (benchmark baselines only): matmul, conv2d and sdpa whose
+    operands are all bf16 or all f16 values run in that dtype, as a
+    framework runs them (cuBLAS/cuDNN with f32 accumulation, flash
+    attention), their result rounded to it; not the graph's numerics
+    exactly, but the baseline users compare against."""
     info = info or annotate(graph)
     env = {}
     for name, spec in graph["inputs"].items():
@@ -202,6 +214,29 @@ def evaluate(graph, inputs, compute=torch.float64, info=None):
             w = xs[1] if len(xs) > 1 else None
             b = xs[2] if len(xs) > 2 else None
             y = F.group_norm(moved, a["groups"], w, b, a.get("eps", 1e-5)).movedim(1, axis)
+        elif kind == "matmul" and native_anchors and native_type(ts, 2):
+            dt = native_type(ts, 2)
+            y = torch.matmul(xs[0].to(dt), xs[1].to(dt)).to(compute)
+        elif kind == "conv2d" and native_anchors and native_type(ts, 2):
+            dt = native_type(ts, 2)
+            nhwc = a.get("layout", "NHWC") == "NHWC"
+            xx, w = x.to(dt), xs[1].to(dt)
+            if nhwc:  # channels-last memory, as the NHWC graph stores it
+                xx, w = xx.permute(0, 3, 1, 2), w.permute(0, 3, 1, 2)
+            y = F.conv2d(xx, w, stride=a.get("stride", [1, 1]), padding=a.get("padding", [0, 0]),
+                         dilation=a.get("dilation", [1, 1]), groups=a.get("groups", 1))
+            y = (y.permute(0, 2, 3, 1) if nhwc else y).to(compute)
+        elif kind == "sdpa" and native_anchors and native_type(ts, 3):
+            dt = native_type(ts, 3)
+            mask = xs[3] if len(xs) > 3 else None
+            if mask is not None and mask.dtype != torch.bool:
+                mask = mask.to(dt)
+            causal = a.get("causal", False)
+            if causal and x.shape[2] != xs[1].shape[2]:
+                raise ValueError("native sdpa baseline: causal needs Sq == Skv")
+            y = F.scaled_dot_product_attention(x.to(dt), xs[1].to(dt), xs[2].to(dt), attn_mask=mask, is_causal=causal,
+                                               scale=a.get("scale", 1.0 / math.sqrt(x.shape[-1])),
+                                               enable_gqa=x.shape[1] != xs[1].shape[1]).to(compute)
         elif kind == "matmul":
             prec = a.get("precision", "f32")
             y = torch.matmul(at_precision(xs[0], ts[0], prec, compute), at_precision(xs[1], ts[1], prec, compute))

@@ -657,6 +657,13 @@ class KernelBuilder {
     ChunkFn chunk_a, chunk_b;
     std::string pointer_a, pointer_b;
     bool b_k_major = false;  // B's tile is [n][k] (conv weights, B transposed) rather than [k][n]
+    // Computed operands: emit statements; return the operand's coordinates
+    // at GEMM (m, k) / (k, n) and when they lie inside it (else the value
+    // is 0). *_runs_last: the tile's contiguous dimension runs along the
+    // operand's last dimension in whole runs of 8, so the operand's inputs
+    // can be loaded 8 at a time.
+    std::function<std::pair<Coords, std::string>(const std::string&, const std::string&, const std::string&)> at_a, at_b;
+    bool a_runs_last = false, b_runs_last = false;
   };
 
   // Which tensor-core MMA computes this anchor exactly (numerics rule 5), or
@@ -856,10 +863,15 @@ class KernelBuilder {
     body += "  const kiln::i64 batch = blockIdx.z;\n";
 
     // One loader per operand: 16-byte asynchronous copies where the operand
-    // is a plain aligned tensor, else element by element through the emitter.
+    // is a plain aligned tensor; else its inputs 8 at a time into registers
+    // (computed and stored after the next slice's math); else element by
+    // element through the emitter.
     auto loader = [&](bool is_a) {
+      const ir::Op& op = anchor;
+      const size_t slot = is_a ? 0 : 1;
       const ChunkFn& chunk_fn = is_a ? gm.chunk_a : gm.chunk_b;
       const std::string& pointer = is_a ? gm.pointer_a : gm.pointer_b;
+      const std::string x = is_a ? "a" : "b";
       // The tile's rows x cols, cols contiguous in shared memory.
       const bool k_major = is_a || gm.b_k_major;
       const int rows = is_a ? t.bm : (k_major ? t.bn : t.bk), cols = k_major ? t.bk : t.bn;
@@ -868,41 +880,108 @@ class KernelBuilder {
       const std::string row_name = is_a ? "m" : (k_major ? "n" : "k"), col_name = k_major ? "k" : "n";
       const std::string index = is_a ? "G::a_index(row, col)" : (k_major ? "G::b_index(col, row)" : "G::b_index(row, col)");
       const int64_t row_limit = is_a ? gm.m : (k_major ? gm.n : gm.k), col_limit = k_major ? gm.k : gm.n;
-      std::string out = fmt::format("  auto load_{} = [&](T* tile, int kt) {{\n", is_a ? "a" : "b");
-      out += fmt::format("    const kiln::i64 k0 = (kiln::i64)kt * {};\n", t.bk);
-      std::string generic_indent = "    ";
+      auto at = [&]() { return is_a ? gm.at_a("m", "k", "batch") : gm.at_b("k", "n", "batch"); };
+      const std::string gemm_coords = fmt::format("const kiln::i64 {} = {} + row, {} = {} + col", row_name, row_base, col_name,
+                                                  col_base);
+      std::string load = fmt::format("  auto load_{} = [&](T* tile, int kt) {{\n", x);
+      load += fmt::format("    const kiln::i64 k0 = (kiln::i64)kt * {};\n", t.bk);
+      std::string stash = fmt::format("  auto stash_{} = [&](T* tile, int kt) {{\n", x);
+      std::string decls;
       if (chunk_fn) {
-        out += fmt::format("    if (kiln::aligned16({})) {{\n", pointer);
-        out += fmt::format("      for (int c = threadIdx.x; c < {}; c += {}) {{\n", rows * cols / chunk, threads);
-        out += fmt::format("        const int row = c / {0}, col = (c % {0}) * {1};\n", cols / chunk, chunk);
-        out += fmt::format("        const kiln::i64 {} = {} + row, {} = {} + col;\n", row_name, row_base, col_name, col_base);
+        load += fmt::format("    if (kiln::aligned16({})) {{\n", pointer);
+        load += fmt::format("      for (int c = threadIdx.x; c < {}; c += {}) {{\n", rows * cols / chunk, threads);
+        load += fmt::format("        const int row = c / {0}, col = (c % {0}) * {1};\n", cols / chunk, chunk);
+        load += "        " + gemm_coords + ";\n";
         em_.begin_block();
         const auto [valid, offset] = is_a ? chunk_fn("m", "k", "batch") : chunk_fn("k", "n", "batch");
         em_.emit(fmt::format("const bool ok = {};", valid));
         em_.emit(fmt::format("kiln::tc::cp_async16(tile + {}, static_cast<const T*>({}) + (ok ? {} : 0), ok);", index,
                              pointer, offset));
-        out += em_.take(8) + "      }\n      return;\n    }\n";
+        load += em_.take(8) + "      }\n      return;\n    }\n";
+      } else if (is_a ? gm.a_runs_last : gm.b_runs_last) {
+        // The operand's inputs that run along its last dimension, contiguous.
+        const Shape& shape = g_.operand(op, slot).shape;
+        std::vector<ir::TensorId> runs;
+        for (const auto& [id, e] : ext_) {
+          const Shape& ts = g_.tensor(id).shape;
+          if (e.storage == DType::boolean || ts.empty() || ts.size() > shape.size() || ts.back() != shape.back() ||
+              !std::equal(ts.begin(), ts.end(), shape.end() - static_cast<std::ptrdiff_t>(ts.size())))
+            continue;
+          bool ok = e.strides.back() == 1;
+          for (size_t d = 0; d + 1 < ts.size(); ++d) ok = ok && (ts[d] == 1 || e.strides[d] % 8 == 0);
+          if (ok) runs.push_back(id);
+        }
+        const int per_thread = rows * cols / 8 / threads;
+        KILN_INTERNAL_CHECK(per_thread * 8 * threads == rows * cols);
+        std::string aligned = "true";
+        for (ir::TensorId id : runs) {
+          decls += fmt::format("  float run{}[{}][8];  // {}\n", id, per_thread, g_.tensor(id).name);
+          aligned += fmt::format(" && kiln::aligned16({})", ext_.at(id).pointer);
+        }
+        decls += fmt::format("  const bool runs_{} = {};\n", x, aligned);
+        auto run_coords = [&](ir::TensorId id, const Coords& c) {
+          const Shape& ts = g_.tensor(id).shape;
+          Coords tc(ts.size());
+          for (size_t d = 0; d < ts.size(); ++d) tc[d] = ts[d] == 1 ? "0" : c[c.size() - ts.size() + d];
+          return tc;
+        };
+        auto chunk_header = [&](std::string& out) {
+          out += fmt::format("#pragma unroll\n      for (int i = 0; i < {}; ++i) {{\n", per_thread);
+          out += fmt::format("        const int row = (threadIdx.x + i * {0}) / {1}, col = ((threadIdx.x + i * {0}) % {1}) * 8;\n",
+                             threads, cols / 8);
+        };
+        load += fmt::format("    if (runs_{}) {{\n", x);
+        chunk_header(load);
+        load += "        " + gemm_coords + ";\n";
+        em_.begin_block();
+        {
+          const auto [coords, valid] = at();
+          em_.emit(fmt::format("if ({}) {{", valid));
+          for (ir::TensorId id : runs) {
+            const ExternalTensor& e = ext_.at(id);
+            em_.emit(fmt::format("  kiln::load_vec_{}<8>({}, {}, run{}[i]);", to_string(e.storage), e.pointer,
+                                 em_.offset_of(e, g_.tensor(id).shape, run_coords(id, coords)), id));
+          }
+          em_.emit("}");
+        }
+        load += em_.take(8) + "      }\n      return;\n    }\n";
+        stash += fmt::format("    if (!runs_{}) return;\n    const kiln::i64 k0 = (kiln::i64)kt * {};\n", x, t.bk);
+        chunk_header(stash);
+        stash += "        float vals[8];\n#pragma unroll\n        for (int j = 0; j < 8; ++j) {\n";
+        stash += fmt::format("          const kiln::i64 {} = {} + row, {} = {} + col + j;\n", row_name, row_base, col_name,
+                             col_base);
+        em_.begin_block();
+        {
+          const auto [coords, valid] = at();
+          for (ir::TensorId id : runs) em_.set_vector_source(id, run_coords(id, coords), fmt::format("run{}[i]", id), "j");
+          em_.emit("float v = 0.0f;");
+          em_.emit(fmt::format("if ({}) {{", valid));
+          em_.emit("  v = " + operand_value(op, slot, coords) + ";");
+          em_.emit("}");
+          em_.emit("vals[j] = v;");
+          em_.clear_vector_sources();
+        }
+        stash += em_.take(10) + "        }\n";
+        stash += fmt::format("        kiln::tc::store_chunk8<kiln::tc::{}>(tile + {}, vals);\n      }}\n", kind_name, index);
       }
-      out += fmt::format("{}for (int e = threadIdx.x; e < {}; e += {}) {{\n", generic_indent, rows * cols, threads);
-      out += fmt::format("{0}  const int row = e / {1}, col = e % {1};\n", generic_indent, cols);
-      out += fmt::format("{}  const kiln::i64 {} = {} + row, {} = {} + col;\n", generic_indent, row_name, row_base, col_name,
-                         col_base);
-      out += fmt::format("{}  float v = 0.0f;\n{}  if ({} < {}LL && {} < {}LL) {{\n", generic_indent, generic_indent, row_name,
-                         row_limit, col_name, col_limit);
+      stash += "  };\n";
+      load += fmt::format("    for (int e = threadIdx.x; e < {}; e += {}) {{\n", rows * cols, threads);
+      load += fmt::format("      const int row = e / {0}, col = e % {0};\n", cols);
+      load += "      " + gemm_coords + ";\n";
+      load += fmt::format("      float v = 0.0f;\n      if ({} < {}LL && {} < {}LL) {{\n", row_name, row_limit, col_name, col_limit);
       em_.begin_block();
       if (is_a)
         gm.load_a("m", "k", "batch");
       else
         gm.load_b("k", "n", "batch");
-      out += em_.take(8) + generic_indent + "  }\n";
-      out += fmt::format("{}  tile[{}] = kiln::tc::Element<kiln::tc::{}>::from_float(v);\n{}}}\n", generic_indent, index,
-                         kind_name, generic_indent);
-      out += "  };\n";
-      return out;
+      load += em_.take(8) + "      }\n";
+      load += fmt::format("      tile[{}] = kiln::tc::Element<kiln::tc::{}>::from_float(v);\n    }}\n", index, kind_name);
+      load += "  };\n";
+      return decls + load + stash;
     };
     body += loader(true) + loader(false);
     body += "  G gemm;\n";
-    body += fmt::format("  gemm.run(smem, {}, load_a, load_b);\n", (gm.k + t.bk - 1) / t.bk);
+    body += fmt::format("  gemm.run(smem, {}, load_a, load_b, stash_a, stash_b);\n", (gm.k + t.bk - 1) / t.bk);
     const std::string open =
         "#pragma unroll\n  for (int mi = 0; mi < G::kMI; ++mi)\n#pragma unroll\n    for (int ni = 0; ni < G::kNI; ++ni)\n"
         "#pragma unroll\n      for (int e = 0; e < 4; ++e) {\n"
@@ -944,6 +1023,19 @@ class KernelBuilder {
       c.push_back(n);
       return c;
     };
+    gm.at_a = [&](const std::string& m, const std::string& k, const std::string& batch) {
+      Coords c = broadcast_batch(batch_coords(batch), g_.operand(mm, 0).shape);
+      c.push_back(m);
+      c.push_back(k);
+      return std::pair(c, fmt::format("{} < {}LL && {} < {}LL", m, gm.m, k, gm.k));
+    };
+    gm.at_b = [&](const std::string& k, const std::string& n, const std::string& batch) {
+      Coords c = broadcast_batch(batch_coords(batch), g_.operand(mm, 1).shape);
+      c.push_back(k);
+      c.push_back(n);
+      return std::pair(c, fmt::format("{} < {}LL && {} < {}LL", k, gm.k, n, gm.n));
+    };
+    gm.a_runs_last = gm.k % 8 == 0;
     if (const std::optional<Mma> kind = mma_kind(mm)) {
       const int64_t chunk = *kind == Mma::tf32 ? 4 : 8;
       const Shape& as = g_.operand(mm, 0).shape;
@@ -979,6 +1071,7 @@ class KernelBuilder {
         };
       }
     }
+    gm.b_runs_last = !gm.b_k_major && gm.n % 8 == 0;
     setup_norm_prologue();
     gemm(mm, gm);
   }
@@ -1041,6 +1134,15 @@ class KernelBuilder {
       em_.emit(fmt::format("const kiln::i64 ok = {} * {}LL + {};", g, kg, nn));
       return nhwc ? Coords{"on", "op", "oq", "ok"} : Coords{"on", "ok", "op", "oq"};
     };
+    gm.at_a = [&, nhwc](const std::string& m, const std::string& kk, const std::string& g) {
+      const std::string inside = input_pixel(m, kk, g);
+      return std::pair(nhwc ? Coords{"ni", "hi", "wi", "ci"} : Coords{"ni", "ci", "hi", "wi"},
+                       fmt::format("{} < {}LL && {} < {}LL && {}", m, gm.m, kk, gm.k, inside));
+    };
+    gm.at_b = [&](const std::string& kk, const std::string& nn, const std::string& g) {
+      return std::pair(filter_tap(kk, nn, g), fmt::format("{} < {}LL && {} < {}LL", kk, gm.k, nn, gm.n));
+    };
+    gm.a_runs_last = gm.b_runs_last = nhwc && cg % 8 == 0;  // k runs along ci within one filter tap
     // B's tile is [k-out][ri, si, ci]: the weights' own order in NHWC.
     gm.b_k_major = true;
     const std::optional<Mma> kind = mma_kind(cv);
@@ -1065,11 +1167,99 @@ class KernelBuilder {
     gemm(cv, gm);
   }
 
-  // ---- attention: a block per query row; exact softmax in two passes ---------------
+  // ---- attention on tensor cores: templates/kiln/attention.cuh -------------------
+  // sdpa with q, k, v in memory as one 16-bit type (through transposes),
+  // d contiguous, head dimension a multiple of 16 up to 256.
+  bool flash_attention_fits(const ir::Op& op) const {
+    if (op.kind != OpKind::Sdpa || sm_ < 80) return false;
+    const int64_t d = g_.operand(op, 0).shape[3];
+    if (d % 16 != 0 || d > 256) return false;
+    std::optional<DType> type;
+    for (size_t slot = 0; slot < 3; ++slot) {
+      const std::optional<ExternalTensor> e = in_memory(op.inputs[slot]);
+      if (!e || (e->storage != DType::bf16 && e->storage != DType::f16) || (type && *type != e->storage)) return false;
+      type = e->storage;
+      if (e->strides[3] != 1 || e->strides[0] % 8 != 0 || e->strides[1] % 8 != 0 || e->strides[2] % 8 != 0) return false;
+    }
+    return true;
+  }
+
+  void flash_attention(const ir::Op& op) {
+    const ir::Tensor& result = g_.result(op);
+    const Shape& qs = g_.operand(op, 0).shape;
+    const Shape& ks = g_.operand(op, 1).shape;
+    const int64_t batches = qs[0], heads = qs[1], sq = qs[2], d = qs[3], kv_heads = ks[1], skv = ks[2];
+    const ExternalTensor q = *in_memory(op.inputs[0]), k = *in_memory(op.inputs[1]), v = *in_memory(op.inputs[2]);
+    const int bq = 64, bkv = d <= 128 ? 64 : 32, threads = bq / 16 * 32;
+    const int shared_bytes = (bq * static_cast<int>(d + 8) + 4 * bkv * static_cast<int>(d + 8)) * 2;
+    KILN_USER_CHECK(batches * heads <= 65535, "{}: {} batch x head pairs exceed this attention kernel's grid limit of 65535",
+                    g_.describe(k_.anchor), batches * heads);
+    std::string body;
+    body += fmt::format("  typedef kiln::tc::FlashAttention<{}, {}, {}, kiln::tc::{}> A;\n", d, bq, bkv,
+                        q.storage == DType::bf16 ? "kBf16" : "kF16");
+    body += fmt::format("  static_assert(A::kSharedBytes == {}, \"shared memory size as launched\");\n", shared_bytes);
+    body += "  extern __shared__ __align__(16) unsigned char kiln_shared[];\n";
+    body += fmt::format("  const kiln::i64 bi = blockIdx.y / {0}LL, hi = blockIdx.y % {0}LL, kvh = hi / {1}LL;\n", heads,
+                        heads / kv_heads);
+    body += fmt::format("  const int q0 = blockIdx.x * {};\n", bq);
+    auto base = [&](const ExternalTensor& e, const std::string& head) {
+      return fmt::format("static_cast<const kiln::u16*>({}) + bi * {}LL + {} * {}LL", e.pointer, e.strides[0], head, e.strides[1]);
+    };
+    body += fmt::format("  const kiln::u16* q = {};\n", base(q, "hi"));
+    body += fmt::format("  const kiln::u16* k = {};\n", base(k, "kvh"));
+    body += fmt::format("  const kiln::u16* v = {};\n", base(v, "kvh"));
+    body += fmt::format("  const bool aligned = kiln::aligned16({}) && kiln::aligned16({}) && kiln::aligned16({});\n", q.pointer,
+                        k.pointer, v.pointer);
+    // Key tiles to visit: a causal mask hides keys past q0 + BQ - 1 + skv - sq.
+    if (op.attrs.causal)
+      body += fmt::format("  const int kv_tiles = max(0, min({0}, (int)((q0 + {1} + {2}LL + {3} - 1) / {3})));\n",
+                          (skv + bkv - 1) / bkv, bq, skv - sq, bkv);
+    else
+      body += fmt::format("  const int kv_tiles = {};\n", (skv + bkv - 1) / bkv);
+    // The score hook: scale, mask, causal.
+    body += "  auto score = [&](float dot, int row, int key) -> float {\n";
+    body += "    const kiln::i64 qi = q0 + row, kj = key;\n";
+    em_.begin_block();
+    std::string sc = fmt::format("dot * {}", Emitter::float_literal(op.attrs.scale));
+    if (op.inputs.size() > 3) {
+      const ir::Tensor& mask = g_.operand(op, 3);
+      const Coords full{"bi", "hi", "qi", "kj"};
+      Coords mc(mask.shape.size());
+      for (size_t dim = 0; dim < mask.shape.size(); ++dim)
+        mc[dim] = mask.shape[dim] == 1 ? "0" : full[4 - mask.shape.size() + dim];
+      const std::string mv = em_.value(op.inputs[3], mc);
+      sc = mask.dtype == DType::boolean ? fmt::format("({} != 0.0f ? {} : -kiln::inf())", mv, sc) : fmt::format("({} + {})", sc, mv);
+    }
+    if (op.attrs.causal) sc = fmt::format("(kj > qi + {}LL ? -kiln::inf() : {})", skv - sq, sc);
+    em_.emit(fmt::format("return {};", sc));
+    body += em_.take(4) + "  };\n";
+    body += "  A fa;\n";
+    body += fmt::format("  fa.run(reinterpret_cast<kiln::u16*>(kiln_shared), q, {}LL, q0, {}, k, {}LL, v, {}LL, {}, kv_tiles, aligned, score);\n",
+                        q.strides[2], sq, k.strides[2], v.strides[2], skv);
+    body += "#pragma unroll\n  for (int dn = 0; dn < A::kDN; ++dn)\n#pragma unroll\n    for (int e = 0; e < 4; ++e) {\n";
+    body += fmt::format("      const kiln::i64 qi = q0 + A::acc_row(e), d = A::acc_col(dn, e);\n      if (qi >= {}LL) continue;\n", sq);
+    em_.begin_block();
+    em_.emit(fmt::format("const float out = {};  // {}", em_.rounded(result, "fa.out(dn, e)"), result.name));
+    em_.set_leaf(op.output, "out");
+    const Coords oc{"bi", "hi", "qi", "d"};
+    for (ir::TensorId t : k_.writes) {
+      const Coords tc = write_coords(op.output, oc, t);
+      em_.emit(store(t, em_.linearize(tc, g_.tensor(t).shape), em_.value(t, tc)) + "  // " + g_.tensor(t).name);
+    }
+    body += em_.take(6) + "    }\n";
+    finish(body, threads, "", "#include \"kiln/attention.cuh\"\n");
+    out_.shared_bytes = static_cast<uint32_t>(shared_bytes);
+    out_.grid = {static_cast<uint32_t>((sq + bq - 1) / bq), static_cast<uint32_t>(batches * heads), 1};
+  }
+
+  // ---- attention without tensor cores: a block per query row, exact softmax in
+  // two passes (f32 or mixed operands, decomposed matmul-softmax-matmul graphs).
+
   // Pass 1 finds the row's max and sum, pass 2 forms each probability exactly
   // as the graph defines it (rounded where it says) and accumulates p * v.
   void attention() {
     const ir::Op& last = g_.ops[static_cast<size_t>(k_.anchor)];
+    if (flash_attention_fits(last)) return flash_attention(last);
     const bool sdpa = last.kind == OpKind::Sdpa;
     const ir::Tensor& result = g_.result(last);
     // The pieces: q row source, k per key, score chain, softmax, v.

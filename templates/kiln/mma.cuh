@@ -4,12 +4,13 @@
 // of shared-memory tiles.
 //
 // Hooks (what codegen provides):
-// - load_a(tile, k_tile) / load_b(tile, k_tile): fill one stage's tiles for
-//   K-slice k_tile. They either issue cp.async copies (a plain tensor in
-//   memory: the copy overlaps the math of earlier stages) or compute the
-//   operand element by element (a fused prologue: normalisation, pointwise
-//   ops, views, implicit im2col) and store it; both are complete by the time
-//   the main loop reads that stage. Elements outside the problem are zero.
+// - load_a(tile, k_tile) / load_b(tile, k_tile), then stash_a / stash_b:
+//   fill one stage's tiles for K-slice k_tile. A plain tensor in memory is
+//   copied with cp.async (overlapping the math of earlier stages); a fused
+//   prologue (normalisation, pointwise ops, views, implicit im2col) has its
+//   inputs loaded into registers by load_x and is computed and stored by
+//   stash_x after the next slice's math; both are complete by the time the
+//   main loop reads that stage. Elements outside the problem are zero.
 // - the epilogue reads `acc` after run() through acc_row / acc_col.
 //
 // Tiles in shared memory: A is [BM][BK] with k contiguous; B is [BN][BK] (k
@@ -169,8 +170,13 @@ struct Gemm {
 
   // The main loop over k_tiles K-slices of BK. On return every thread's
   // accumulators hold its share of the tile and shared memory is free.
-  template <class LoadA, class LoadB>
-  __device__ __forceinline__ void run(T* smem, int k_tiles, LoadA&& load_a, LoadB&& load_b) {
+  // load_x(tile, kt) starts K-slice kt (asynchronous copies, or loads into
+  // registers); stash_x(tile, kt) runs after the math of the current slice
+  // and finishes it (registers -> shared memory), so that global-memory
+  // latency of computed operands hides behind the MMAs.
+  template <class LoadA, class LoadB, class StashA, class StashB>
+  __device__ __forceinline__ void run(T* smem, int k_tiles, LoadA&& load_a, LoadB&& load_b, StashA&& stash_a,
+                                      StashB&& stash_b) {
 #pragma unroll
     for (int mi = 0; mi < kMI; ++mi)
 #pragma unroll
@@ -179,7 +185,10 @@ struct Gemm {
         for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0.0f;
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
-      if (s < k_tiles) load_a(a_tile(smem, s), s), load_b(b_tile(smem, s), s);
+      if (s < k_tiles) {
+        load_a(a_tile(smem, s), s), load_b(b_tile(smem, s), s);
+        stash_a(a_tile(smem, s), s), stash_b(b_tile(smem, s), s);
+      }
       cp_async_commit();
     }
     for (int kt = 0; kt < k_tiles; ++kt) {
@@ -187,13 +196,30 @@ struct Gemm {
       __syncthreads();  // stage kt is complete; stage kt-1 is no longer read
       const int next = kt + STAGES - 1;
       if (next < k_tiles) load_a(a_tile(smem, next % STAGES), next), load_b(b_tile(smem, next % STAGES), next);
-      cp_async_commit();
       compute(a_tile(smem, kt % STAGES), b_tile(smem, kt % STAGES));
+      if (next < k_tiles) stash_a(a_tile(smem, next % STAGES), next), stash_b(b_tile(smem, next % STAGES), next);
+      cp_async_commit();
     }
     cp_async_wait<0>();
     __syncthreads();
   }
 };
+
+// Eight consecutive tile elements from f32 values, one or two 16-byte stores.
+template <int KIND>
+__device__ __forceinline__ void store_chunk8(typename Element<KIND>::type* dst, const float (&v)[8]) {
+  if constexpr (KIND == kTf32) {
+    reinterpret_cast<float4*>(dst)[0] = make_float4(v[0], v[1], v[2], v[3]);
+    reinterpret_cast<float4*>(dst)[1] = make_float4(v[4], v[5], v[6], v[7]);
+  } else {
+    u32 w[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      w[i] = static_cast<u32>(Element<KIND>::from_float(v[2 * i])) |
+             (static_cast<u32>(Element<KIND>::from_float(v[2 * i + 1])) << 16);
+    *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
+  }
+}
 
 // Tile order: groups of `group` tile rows are walked column by column so that
 // blocks running together share A rows and B columns in L2.

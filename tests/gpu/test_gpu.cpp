@@ -179,6 +179,18 @@ TEST(Gpu, FamiliesWithOddShapes) {
     "ops":[{"op":"matmul","in":["a","b"],"out":"m"},{"op":"gelu","in":["m"],"out":"y"}],"outputs":["y"]})");
   texts.push_back(R"({"kiln":1,"inputs":{"a":{"shape":[4,1,40,64],"dtype":"f16"},"b":{"shape":[3,64,24],"dtype":"f16"}},
     "ops":[{"op":"matmul","in":["a","b"],"out":"m"}],"outputs":["m"]})");
+  // Flash attention: head dims 64/128/256, additive and bool masks, more
+  // queries than keys under a causal mask (rows that see no key give
+  // zeros), q read through a transpose.
+  texts.push_back(R"({"kiln":1,"inputs":{"q":{"shape":[2,3,150,128],"dtype":"bf16"},"k":{"shape":[2,3,97,128],"dtype":"bf16"},"v":{"shape":[2,3,97,128],"dtype":"bf16"},"m":{"shape":[1,1,150,97],"dtype":"f32"}},
+    "ops":[{"op":"sdpa","in":["q","k","v","m"],"out":"o","scale":0.1}],"outputs":["o"]})");
+  texts.push_back(R"({"kiln":1,"inputs":{"q":{"shape":[1,4,33,256],"dtype":"f16"},"k":{"shape":[1,2,70,256],"dtype":"f16"},"v":{"shape":[1,2,70,256],"dtype":"f16"},"m":{"shape":[1,4,1,70],"dtype":"bool"}},
+    "ops":[{"op":"sdpa","in":["q","k","v","m"],"out":"o"}],"outputs":["o"]})");
+  texts.push_back(R"({"kiln":1,"inputs":{"q":{"shape":[2,2,100,64],"dtype":"bf16"},"k":{"shape":[2,2,50,64],"dtype":"bf16"},"v":{"shape":[2,2,50,64],"dtype":"bf16"}},
+    "ops":[{"op":"sdpa","in":["q","k","v"],"out":"o","causal":true}],"outputs":["o"]})");
+  texts.push_back(R"({"kiln":1,"inputs":{"x":{"shape":[2,90,4,64],"dtype":"bf16"},"k":{"shape":[2,4,200,64],"dtype":"bf16"},"v":{"shape":[2,4,200,64],"dtype":"bf16"}},
+    "ops":[{"op":"transpose","in":["x"],"out":"q","perm":[0,2,1,3]},{"op":"sdpa","in":["q","k","v"],"out":"o","causal":true},
+           {"op":"relu","in":["o"],"out":"y"}],"outputs":["y"]})");
   std::vector<Graph> graphs;
   std::vector<std::string> names;
   for (size_t i = 0; i < texts.size(); ++i) {
