@@ -70,21 +70,21 @@ template <int K>
 __device__ __forceinline__ void mma(float (&c)[4], const u32 (&a)[4], const u32 (&b)[2]);
 template <>
 __device__ __forceinline__ void mma<kBf16>(float (&c)[4], const u32 (&a)[4], const u32 (&b)[2]) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
                "{%0, %1, %2, %3};\n"
                : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 template <>
 __device__ __forceinline__ void mma<kF16>(float (&c)[4], const u32 (&a)[4], const u32 (&b)[2]) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
                "{%0, %1, %2, %3};\n"
                : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 template <>
 __device__ __forceinline__ void mma<kTf32>(float (&c)[4], const u32 (&a)[4], const u32 (&b)[2]) {
-  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
                "{%0, %1, %2, %3};\n"
                : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
@@ -126,45 +126,53 @@ struct Gemm {
     return warp_n * kWarpN + ni * 8 + (lane & 3) * 2 + (e & 1);
   }
 
-  __device__ __forceinline__ void compute(const T* a, const T* b) {
+  // One k-step's fragments: A for every MMA row tile, B for every column tile.
+  __device__ __forceinline__ void load_fragments(const T* a, const T* b, int ks, u32 (&af)[kMI][4], u32 (&bf)[kNI][2]) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int wm = (warp / WARPS_N) * kWarpM, wn = (warp % WARPS_N) * kWarpN;
+    if constexpr (KIND == kTf32) {
+      const int g = lane >> 2, t = lane & 3;
 #pragma unroll
-    for (int ks = 0; ks < BK; ks += kKStep) {
-      u32 af[kMI][4], bf[kNI][2];
-      if constexpr (KIND == kTf32) {
-        const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-        for (int mi = 0; mi < kMI; ++mi) {
-          const int r = wm + mi * 16 + g;
-          af[mi][0] = tf32_bits(a[a_index(r, ks + t)]);
-          af[mi][1] = tf32_bits(a[a_index(r + 8, ks + t)]);
-          af[mi][2] = tf32_bits(a[a_index(r, ks + t + 4)]);
-          af[mi][3] = tf32_bits(a[a_index(r + 8, ks + t + 4)]);
-        }
-#pragma unroll
-        for (int ni = 0; ni < kNI; ++ni) {
-          const int n = wn + ni * 8 + g;
-          bf[ni][0] = tf32_bits(b[b_index(ks + t, n)]);
-          bf[ni][1] = tf32_bits(b[b_index(ks + t + 4, n)]);
-        }
-      } else {
-#pragma unroll
-        for (int mi = 0; mi < kMI; ++mi) ldmatrix_x4(af[mi], a + a_index(wm + mi * 16 + (lane & 15), ks + (lane >> 4) * 8));
-#pragma unroll
-        for (int nj = 0; nj < kNI / 2; ++nj) {
-          u32 r[4];
-          if constexpr (B_K_MAJOR)
-            ldmatrix_x4(r, b + b_index(ks + ((lane >> 3) & 1) * 8, wn + nj * 16 + (lane & 7) + (lane >> 4) * 8));
-          else
-            ldmatrix_x4_trans(r, b + b_index(ks + (lane & 7) + ((lane >> 3) & 1) * 8, wn + nj * 16 + (lane >> 4) * 8));
-          bf[2 * nj][0] = r[0], bf[2 * nj][1] = r[1], bf[2 * nj + 1][0] = r[2], bf[2 * nj + 1][1] = r[3];
-        }
+      for (int mi = 0; mi < kMI; ++mi) {
+        const int r = wm + mi * 16 + g;
+        af[mi][0] = tf32_bits(a[a_index(r, ks + t)]);
+        af[mi][1] = tf32_bits(a[a_index(r + 8, ks + t)]);
+        af[mi][2] = tf32_bits(a[a_index(r, ks + t + 4)]);
+        af[mi][3] = tf32_bits(a[a_index(r + 8, ks + t + 4)]);
       }
+#pragma unroll
+      for (int ni = 0; ni < kNI; ++ni) {
+        const int n = wn + ni * 8 + g;
+        bf[ni][0] = tf32_bits(b[b_index(ks + t, n)]);
+        bf[ni][1] = tf32_bits(b[b_index(ks + t + 4, n)]);
+      }
+    } else {
+#pragma unroll
+      for (int mi = 0; mi < kMI; ++mi) ldmatrix_x4(af[mi], a + a_index(wm + mi * 16 + (lane & 15), ks + (lane >> 4) * 8));
+#pragma unroll
+      for (int nj = 0; nj < kNI / 2; ++nj) {
+        u32 r[4];
+        if constexpr (B_K_MAJOR)
+          ldmatrix_x4(r, b + b_index(ks + ((lane >> 3) & 1) * 8, wn + nj * 16 + (lane & 7) + (lane >> 4) * 8));
+        else
+          ldmatrix_x4_trans(r, b + b_index(ks + (lane & 7) + ((lane >> 3) & 1) * 8, wn + nj * 16 + (lane >> 4) * 8));
+        bf[2 * nj][0] = r[0], bf[2 * nj][1] = r[1], bf[2 * nj + 1][0] = r[2], bf[2 * nj + 1][1] = r[3];
+      }
+    }
+  }
+
+  // The MMAs of one K-slice. Fragments are double-buffered: step ks+1's
+  // shared-memory loads are issued before step ks's MMAs.
+  __device__ __forceinline__ void compute(const T* a, const T* b) {
+    u32 af[2][kMI][4], bf[2][kNI][2];
+    load_fragments(a, b, 0, af[0], bf[0]);
+#pragma unroll
+    for (int step = 0; step < BK / kKStep; ++step) {
+      if (step + 1 < BK / kKStep) load_fragments(a, b, (step + 1) * kKStep, af[(step + 1) & 1], bf[(step + 1) & 1]);
 #pragma unroll
       for (int mi = 0; mi < kMI; ++mi)
 #pragma unroll
-        for (int ni = 0; ni < kNI; ++ni) mma<KIND>(acc[mi][ni], af[mi], bf[ni]);
+        for (int ni = 0; ni < kNI; ++ni) mma<KIND>(acc[mi][ni], af[step & 1][mi], bf[step & 1][ni]);
     }
   }
 
