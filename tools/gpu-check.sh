@@ -48,7 +48,7 @@ if [[ ${KILN_SKIP_BENCH:-0} != 1 ]]; then
 fi
 if [[ ${KILN_SKIP_ANCHOR_BENCH:-0} != 1 ]]; then
   section "anchor benchmarks (matmul, conv, attention; torch.compile max-autotune for matmul graphs)"
-  timeout 540 python3 bench/run_bench.py build-gpu/bin/kiln bench/graphs/anchors/*.json --json "$out/bench-anchors.json" \
+  timeout 480 python3 bench/run_bench.py build-gpu/bin/kiln bench/graphs/anchors/*.json --json "$out/bench-anchors.json" \
     2>"$out/bench-anchors.log" || { status=1; tail -20 "$out/bench-anchors.log"; }
 fi
 exit $status
