@@ -331,6 +331,18 @@ class KernelBuilder {
     for (const ir::Op* r : reduces) reduce_outs.insert(r->output);
     const std::set<ir::TensorId> post = downstream_of(reduce_outs);
 
+    // Few kept elements over a long axis: split the axis over gridDim.y
+    // blocks, combine their partials atomically, and let the last block
+    // finish (post-reduction ops included).
+    const int64_t splits = kept < 256 && reduced >= 65536 ? std::min<int64_t>((512 + kept - 1) / kept, reduced / 16384) : 1;
+    const int64_t slice = (reduced + splits - 1) / splits;
+    std::vector<std::string> partials;
+    std::string counter;
+    if (splits > 1) {
+      for (const ir::Op* r : reduces)
+        partials.push_back(workspace_param(g_.result(*r).name + ".partial", kept, reduce_identity_bits(r->kind), true));
+      counter = workspace_param(g_.result(first).name + ".splits_done", 1, 0, true);
+    }
     std::string body = "  __shared__ float kiln_scratch[32];\n";
     body += fmt::format("  for (kiln::i64 k = blockIdx.x; k < {}LL; k += gridDim.x) {{\n", kept);
     const Coords kc = em_.delinearize("k", kept_shape);
@@ -338,7 +350,11 @@ class KernelBuilder {
       em_.emit(fmt::format("float acc{} = {}::identity();  // {}", j, reduce_functor(reduces[j]->kind),
                            g_.result(*reduces[j]).name));
     body += em_.take(4);
-    body += fmt::format("    for (kiln::i64 r = threadIdx.x; r < {}LL; r += blockDim.x) {{\n", reduced);
+    if (splits > 1)
+      body += fmt::format("    for (kiln::i64 r = blockIdx.y * {0}LL + threadIdx.x; r < min((kiln::i64)(blockIdx.y + 1) * {0}LL, {1}LL); "
+                          "r += blockDim.x) {{\n", slice, reduced);
+    else
+      body += fmt::format("    for (kiln::i64 r = threadIdx.x; r < {}LL; r += blockDim.x) {{\n", reduced);
     em_.begin_block();
     const Coords rc = em_.delinearize("r", reduced_shape);
     Coords full(d.size());
@@ -355,7 +371,23 @@ class KernelBuilder {
     body += em_.take(6) + "    }\n";
     for (size_t j = 0; j < reduces.size(); ++j)
       body += fmt::format("    acc{0} = kiln::block_reduce<{1}>(acc{0}, kiln_scratch);\n", j, reduce_functor(reduces[j]->kind));
-    body += "    if (threadIdx.x == 0) {\n";
+    if (splits > 1) {
+      body += "    if (threadIdx.x == 0) {\n";
+      for (size_t j = 0; j < reduces.size(); ++j)
+        body += fmt::format("      kiln::atomic_combine({}(), static_cast<float*>({}) + k, acc{});\n",
+                            reduce_functor(reduces[j]->kind), partials[j], j);
+      body += "    }\n  }\n";
+      body += "  __threadfence();\n  __syncthreads();\n  __shared__ bool kiln_last;\n";
+      body += fmt::format("  if (threadIdx.x == 0) kiln_last = atomicAdd(static_cast<unsigned int*>({}), 1u) == "
+                          "gridDim.x * gridDim.y - 1;\n", counter);
+      body += "  __syncthreads();\n  if (!kiln_last) return;\n  __threadfence();\n";
+      body += fmt::format("  for (kiln::i64 k = threadIdx.x; k < {}LL; k += blockDim.x) {{\n", kept);
+      for (size_t j = 0; j < reduces.size(); ++j)
+        body += fmt::format("    const float acc{} = static_cast<volatile float*>({})[k];\n", j, partials[j]);
+      body += "    {\n";
+    } else {
+      body += "    if (threadIdx.x == 0) {\n";
+    }
     em_.begin_block();
     for (size_t j = 0; j < reduces.size(); ++j) {
       const ir::Tensor& out = g_.result(*reduces[j]);
@@ -375,7 +407,7 @@ class KernelBuilder {
     }
     body += em_.take(6) + "    }\n  }\n";
     finish(body, kThreads);
-    out_.grid = {blocks_for(kept, 1), 1, 1};
+    out_.grid = {blocks_for(kept, 1), static_cast<uint32_t>(splits), 1};
   }
 
   void pooling(const ir::Op& pool) {

@@ -191,6 +191,12 @@ TEST(Gpu, FamiliesWithOddShapes) {
   texts.push_back(R"({"kiln":1,"inputs":{"x":{"shape":[2,90,4,64],"dtype":"bf16"},"k":{"shape":[2,4,200,64],"dtype":"bf16"},"v":{"shape":[2,4,200,64],"dtype":"bf16"}},
     "ops":[{"op":"transpose","in":["x"],"out":"q","perm":[0,2,1,3]},{"op":"sdpa","in":["q","k","v"],"out":"o","causal":true},
            {"op":"relu","in":["o"],"out":"y"}],"outputs":["y"]})");
+  // Split reductions: few kept elements over long axes, with a
+  // post-reduction op and an elementwise sibling output.
+  texts.push_back(R"({"kiln":1,"inputs":{"x":{"shape":[3,70001],"dtype":"bf16"},"y":{"shape":[200000],"dtype":"f32"}},
+    "ops":[{"op":"reduce_sum","in":["x"],"out":"s","axes":[1]},{"op":"reduce_max","in":["x"],"out":"m","axes":[1]},
+           {"op":"sub","in":["s","m"],"out":"d","dtype":"bf16"},{"op":"reduce_mean","in":["y"],"out":"ym","axes":[0]},
+           {"op":"exp","in":["y"],"out":"ye"}],"outputs":["d","ym","ye"]})");
   std::vector<Graph> graphs;
   std::vector<std::string> names;
   for (size_t i = 0; i < texts.size(); ++i) {
