@@ -33,6 +33,7 @@ std::string Emitter::store_call(DType storage, const std::string& pointer, const
                      pointer, offset, value);
 }
 
+// `linear` must lie in [0, element_count(shape)).
 Coords Emitter::delinearize(const std::string& linear, const Shape& shape) {
   Coords c(shape.size());
   const Strides strides = contiguous_strides(shape);
@@ -41,8 +42,17 @@ Coords Emitter::delinearize(const std::string& linear, const Shape& shape) {
       c[d] = "0";
       continue;
     }
-    std::string e = strides[d] == 1 ? linear : fmt::format("({} / {}LL)", linear, strides[d]);
-    if (d > 0) e = fmt::format("({} % {}LL)", e, shape[d]);
+    // Indices below 2^31 divide in 32 bits (a multiply-high and a shift;
+    // 64-bit division is a long emulated sequence).
+    std::string e;
+    if (element_count(shape) < (int64_t{1} << 31)) {
+      e = strides[d] == 1 ? fmt::format("(kiln::u32){}", linear) : fmt::format("((kiln::u32){} / {}u)", linear, strides[d]);
+      if (d > 0) e = fmt::format("({} % {}u)", e, shape[d]);
+      e = "(kiln::i64)" + e;
+    } else {
+      e = strides[d] == 1 ? linear : fmt::format("({} / {}LL)", linear, strides[d]);
+      if (d > 0) e = fmt::format("({} % {}LL)", e, shape[d]);
+    }
     const std::string name = fresh("c");
     lines_.push_back(fmt::format("const kiln::i64 {} = {};", name, e));
     c[d] = name;

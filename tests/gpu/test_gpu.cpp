@@ -197,6 +197,18 @@ TEST(Gpu, FamiliesWithOddShapes) {
     "ops":[{"op":"reduce_sum","in":["x"],"out":"s","axes":[1]},{"op":"reduce_max","in":["x"],"out":"m","axes":[1]},
            {"op":"sub","in":["s","m"],"out":"d","dtype":"bf16"},{"op":"reduce_mean","in":["y"],"out":"ym","axes":[0]},
            {"op":"exp","in":["y"],"out":"ye"}],"outputs":["d","ym","ye"]})");
+  // Column reductions (outer axes): vectorised and not, split and not,
+  // with post-reduction ops and elementwise siblings.
+  texts.push_back(R"({"kiln":1,"inputs":{"x":{"shape":[5,300,72],"dtype":"bf16"}},
+    "ops":[{"op":"reduce_mean","in":["x"],"out":"m","axes":[1],"keepdims":true},{"op":"sub","in":["m",1.5],"out":"d"},
+           {"op":"reduce_max","in":["x"],"out":"mx","axes":[1]}],"outputs":["d","mx"]})");
+  texts.push_back(R"({"kiln":1,"inputs":{"x":{"shape":[4,1000,40],"dtype":"f32"}},
+    "ops":[{"op":"reduce_min","in":["x"],"out":"m","axes":[1]},{"op":"exp","in":["x"],"out":"e"}],"outputs":["m","e"]})");
+  texts.push_back(R"({"kiln":1,"inputs":{"x":{"shape":[3000,33],"dtype":"f16"}},
+    "ops":[{"op":"reduce_sum","in":["x"],"out":"s","axes":[0]}],"outputs":["s"]})");
+  texts.push_back(R"({"kiln":1,"inputs":{"x":{"shape":[64,64,48],"dtype":"f16"},"y":{"shape":[48],"dtype":"f32"}},
+    "ops":[{"op":"mul","in":["x","y"],"out":"p"},{"op":"reduce_sum","in":["p"],"out":"s","axes":[0,1]},
+           {"op":"square","in":["p"],"out":"q"},{"op":"reduce_sum","in":["q"],"out":"ss","axes":[0,1]}],"outputs":["s","ss","p"]})");
   std::vector<Graph> graphs;
   std::vector<std::string> names;
   for (size_t i = 0; i < texts.size(); ++i) {
