@@ -440,7 +440,9 @@ class KernelBuilder {
     const bool inner_is_last = axes.back() + 2 == static_cast<int64_t>(d.size());
     const int vec = !vector_reads.empty() && inner_is_last && inner % (16 / narrowest) == 0 ? 16 / narrowest : 1;
     const int64_t vec_cols = inner / vec;  // threads' column groups per outer index
-    const int cols = static_cast<int>(std::min<int64_t>(256, (vec_cols + 31) / 32 * 32)), lanes = 256 / cols;
+    // Columns per block: a power of two from 32 to 256, so that row lanes x columns is exactly the block.
+    const int cols = static_cast<int>(std::clamp<int64_t>(static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(vec_cols))), 32, 256));
+    const int lanes = 256 / cols;
     const int64_t per_outer = (vec_cols + cols - 1) / cols, col_blocks = outer * per_outer;
     const int64_t splits = std::clamp<int64_t>((1024 + col_blocks - 1) / col_blocks, 1,
                                                std::max<int64_t>(1, reduced / (16 * lanes)));
