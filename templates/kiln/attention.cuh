@@ -64,7 +64,7 @@ struct FlashAttention {
 
   // q: the (batch, head)'s first query row; k, v: its kv head's first key.
   // score(dot, row, key) -> the score of query row `row` of this tile and
-  // key `key` (or -inf), for key < skv. kv_tiles: key tiles to visit
+  // key `key` (or -inf), called only for key < skv and q0 + row < sq. kv_tiles: key tiles to visit
   // (fewer than ceil(skv / BKV) when a causal mask hides the rest).
   template <class Score>
   __device__ __forceinline__ void run(u16* smem, const u16* q, i64 q_stride, int q0, int sq, const u16* k, i64 k_stride,
@@ -128,7 +128,8 @@ struct FlashAttention {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int key = t * BKV + ni * 8 + (lane & 3) * 2 + (e & 1);
-          s[ni][e] = key < skv ? score(s[ni][e], acc_row(e), key) : -inf();
+          // Rows past the queries exist only to fill the tile: never call the hook for them (it may read a mask).
+          s[ni][e] = key < skv && q0 + acc_row(e) < sq ? score(s[ni][e], acc_row(e), key) : -inf();
         }
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
