@@ -35,6 +35,13 @@ section "ctest (cpu and gpu labels)"
 ctest --test-dir build-gpu -j "$(nproc)" --output-on-failure >"$out/ctest.log" 2>&1 || status=1
 tail -6 "$out/ctest.log"
 grep -E "tests passed|tests failed" "$out/ctest.log"
+section "compute-sanitizer (memcheck over the GPU tests, racecheck over anchors, norms and attention)"
+timeout 360 compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/tests/kiln_gpu_tests \
+  --gtest_filter=-Gpu.CompileAndLaunchFigures >"$out/memcheck.log" 2>&1 || status=1
+grep -E "ERROR SUMMARY|PASSED|FAILED" "$out/memcheck.log" | head -5
+timeout 240 compute-sanitizer --tool racecheck --error-exitcode 9 build-gpu/tests/kiln_gpu_tests \
+  --gtest_filter=Gpu.FamiliesWithOddShapes:Gpu.EveryExampleMatchesTheReference >"$out/racecheck.log" 2>&1 || status=1
+grep -E "RACECHECK SUMMARY|ERROR SUMMARY|PASSED|FAILED" "$out/racecheck.log" | head -5
 section "figures (compile, cache load, launch)"
 build-gpu/tests/kiln_gpu_tests --gtest_filter=Gpu.CompileAndLaunchFigures 2>&1 | grep FIGURE | sed 's/^FIGURE //'
 section "reference interpreter vs PyTorch (float64)"
