@@ -19,6 +19,7 @@
 #include "compiler/plan_printer.h"
 #include "compiler/plan_verifier.h"
 #include "compiler/planner/planner.h"
+#include "runtime/cache_dir.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/kernel_cache.h"
 #include "runtime/nvrtc.h"
@@ -142,7 +143,14 @@ Expected<Executable> Executable::compile(const Graph& graph, const CompileOption
   }
   // 2. The disk has its recipe and every cubin: no planning, no codegen.
   std::optional<runtime::KernelCache> disk;
-  if (options.use_cache) disk.emplace(cache_dir);
+  if (options.use_cache) {
+    if (Status safe = runtime::secure_cache_dir(cache_dir); safe) {
+      disk.emplace(cache_dir);
+    } else {
+      static std::once_flag warned;  // once per process: every compile would say the same
+      std::call_once(warned, [&] { std::fprintf(stderr, "kiln: warning: %s; compiling in memory\n", safe.error().message.c_str()); });
+    }
+  }
   if (disk && dump.empty()) {
     if (std::optional<runtime::ProgramRecipe> recipe = runtime::load_recipe(cache_dir, program_key, tensors)) {
       auto c = std::make_shared<Compiled>();

@@ -17,6 +17,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include "runtime/cache_dir.h"
 #include "runtime/embedded_templates.h"
 #include "runtime/nvrtc.h"
 
@@ -64,9 +65,12 @@ std::string parse(const std::string& data, const ir::Hash128* key, Parsed& out) 
   return {};
 }
 
+// An entry's bytes; a symlink or anything but a regular file reads as
+// nothing, which no entry parses as (kiln never follows links in its cache).
 std::string read_file(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  std::string out;
+  read_regular_file(path, out);
+  return out;
 }
 
 }  // namespace
@@ -137,7 +141,8 @@ std::string KernelCache::path_of(const ir::Hash128& key) const {
 
 std::optional<std::string> KernelCache::load(const ir::Hash128& key) const {
   const std::string path = path_of(key);
-  if (!fs::exists(path)) return std::nullopt;
+  std::error_code exists_ec;
+  if (!fs::exists(fs::symlink_status(path, exists_ec))) return std::nullopt;
   Parsed p;
   if (!parse(read_file(path), &key, p).empty()) {  // corrupt, truncated or foreign: drop it, recompile
     std::error_code ec;
@@ -195,7 +200,17 @@ std::vector<CacheEntry> KernelCache::list(std::vector<std::string>* problems, bo
   for (auto it = fs::recursive_directory_iterator(root, fs::directory_options::skip_permission_denied, ec);
        it != fs::recursive_directory_iterator(); it.increment(ec)) {
     if (ec) break;
-    if (!it->is_regular_file() || it->path().extension() != ".cubin") continue;
+    if (it->path().filename().string().find(".tmp.") != std::string::npos && !it->is_directory()) {
+      // A writer's temporary file; one untouched for a minute belongs to a
+      // writer that died (entries appear only by rename, so never half-written).
+      struct stat st {};
+      if (::lstat(it->path().c_str(), &st) == 0 && st.st_mtime < ::time(nullptr) - 60) {
+        if (problems) problems->push_back(fmt::format("{}: stale temporary file (its writer died)", it->path().string()));
+        if (remove_bad) fs::remove(it->path(), ec);
+      }
+      continue;
+    }
+    if (it->path().extension() != ".cubin" || it->is_directory()) continue;
     const std::string path = it->path().string();
     const std::optional<ir::Hash128> key = ir::Hash128::from_hex(it->path().stem().string());
     Parsed p;

@@ -1,5 +1,7 @@
 #include "runtime/program_cache.h"
 
+#include "runtime/cache_dir.h"
+
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -86,9 +88,9 @@ std::optional<ProgramRecipe> recipe_from_text(const std::string& text, size_t te
 
 std::optional<ProgramRecipe> load_recipe(const std::string& dir, const ir::Hash128& key, size_t tensor_count) {
   const std::string path = fmt::format("{}/graphs/{}.json", dir, key.hex());
-  std::ifstream file(path, std::ios::binary);
-  if (!file) return std::nullopt;
-  const std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  std::string text;
+  if (!std::filesystem::exists(std::filesystem::symlink_status(path))) return std::nullopt;
+  read_regular_file(path, text);  // a symlink or anything but a file reads as nothing: damaged
   std::optional<ProgramRecipe> r = recipe_from_text(text, tensor_count);
   if (!r) {
     std::error_code ec;
@@ -105,8 +107,8 @@ std::vector<std::pair<std::string, ProgramRecipe>> list_recipes(const std::strin
   if (!std::filesystem::exists(root, ec)) return out;
   for (const auto& e : std::filesystem::directory_iterator(root, ec)) {
     if (e.path().extension() != ".json") continue;
-    std::ifstream file(e.path(), std::ios::binary);
-    const std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+    std::string text;
+    read_regular_file(e.path().string(), text);
     std::optional<ProgramRecipe> r = recipe_from_text(text, SIZE_MAX);
     if (!r) {
       if (problems) problems->push_back(e.path().string() + ": damaged graph recipe");

@@ -10,6 +10,7 @@
 #include "codegen/kernel_codegen.h"
 #include "compiler/error.h"
 #include "compiler/planner/planner.h"
+#include "runtime/cache_dir.h"
 #include "runtime/kernel_cache.h"
 #include "runtime/program_cache.h"
 #include "runtime/nvrtc.h"
@@ -137,6 +138,7 @@ Runner add_cache(CLI::App& app, const CommonOptions& common) {
   e->add_option("--arch", args->arch, "target architecture (default: the GPU present, else sm_90)");
   return [=, &common] {
     const std::string dir = common.cache_dir.empty() ? runtime::default_cache_dir() : common.cache_dir;
+    if (Status safe = runtime::secure_cache_dir(dir); !safe) return report(safe.error());
     if (s->parsed()) return stats(dir);
     if (l->parsed()) return ls(dir);
     if (v->parsed()) return verify(dir);

@@ -16,6 +16,7 @@
 #include "compiler/error.h"
 #include "compiler/planner/planner.h"
 #include "kiln/executable.h"
+#include "runtime/cache_dir.h"
 #include "runtime/kernel_cache.h"
 #include "runtime/nvrtc.h"
 #include "tools/commands.h"
@@ -82,6 +83,7 @@ Runner add_warm(CLI::App& app, const CommonOptions& common) {
     Expected<std::vector<std::string>> paths = collect(args->paths);
     if (!paths) return report(paths.error());
     const std::string dir = common.cache_dir.empty() ? runtime::default_cache_dir() : common.cache_dir;
+    if (Status safe = runtime::secure_cache_dir(dir); !safe) return report(safe.error());
     const runtime::KernelCache cache(dir);
 
     // 1. Plan and generate every graph (fast); gather the kernels not cached.

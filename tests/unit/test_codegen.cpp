@@ -1,19 +1,24 @@
 // Codegen and NVRTC (no GPU needed): every example compiles for sm_80 and
 // sm_90; the kernel cache hits, proves it, and survives bad entries.
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <chrono>
+#include <csignal>
 #include <future>
+#include <thread>
 
 #include "codegen/kernel_codegen.h"
 #include "compiler/error.h"
 #include "tests/unit/random_graph.h"
 #include "compiler/planner/planner.h"
 #include "kiln/executable.h"
+#include "runtime/cache_dir.h"
 #include "runtime/kernel_cache.h"
 #include "runtime/program_cache.h"
 #include "tests/unit/test_helpers.h"
@@ -117,7 +122,7 @@ TEST(KernelCache, BadEntriesAreDroppedAndRecompiled) {
   fs::remove_all(dir);
 }
 
-TEST(KernelCache, TwoProcessesFillOneCacheConcurrently) {
+TEST(KernelCache, EightProcessesFillOneCacheConcurrently) {
   const fs::path dir = fresh_cache("procs");
   // Graphs no other test compiles (the in-memory cache is process-wide).
   std::vector<Graph> graphs;
@@ -126,11 +131,12 @@ TEST(KernelCache, TwoProcessesFillOneCacheConcurrently) {
       "ops": [{{"op": "exp", "in": ["x"], "out": "e"}}, {{"op": "reduce_sum", "in": ["e"], "out": "y", "axes": [1]}}],
       "outputs": ["y"]}})", rows)));
   std::vector<pid_t> children;
-  for (int p = 0; p < 2; ++p) {
+  for (int p = 0; p < 8; ++p) {  // overlapping work, each process in its own order
     const pid_t pid = fork();
     if (pid == 0) {
       int failures = 0;
-      for (const Graph& g : graphs) failures += !Executable::compile(g, {.arch = "sm_90", .cache_dir = dir}).ok();
+      for (size_t i = 0; i < graphs.size(); ++i)
+        failures += !Executable::compile(graphs[(i + static_cast<size_t>(p)) % graphs.size()], {.arch = "sm_90", .cache_dir = dir}).ok();
       _exit(failures);
     }
     children.push_back(pid);
@@ -151,6 +157,123 @@ TEST(KernelCache, TwoProcessesFillOneCacheConcurrently) {
     }
   EXPECT_EQ(entries, 3);
   for (const auto& e : fs::recursive_directory_iterator(dir)) EXPECT_EQ(e.path().string().find(".tmp."), std::string::npos);
+  fs::remove_all(dir);
+}
+
+// ---- the cache directory as an attack surface, and faults while writing ----
+
+TEST(CacheDirectory, CreatedPrivate) {
+  const fs::path dir = fresh_cache("private") / "nested";
+  ASSERT_TRUE(runtime::secure_cache_dir(dir.string()).ok());
+  EXPECT_EQ(fs::status(dir).permissions() & fs::perms::all, fs::perms::owner_all);
+  fs::remove_all(dir.parent_path());
+}
+
+TEST(CacheDirectory, WritableByOthersIsRefusedAndKilnCompilesInMemory) {
+  const fs::path dir = fresh_cache("open");
+  fs::create_directories(dir);
+  fs::permissions(dir, fs::perms::all);
+  const Status s = runtime::secure_cache_dir(dir.string());
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("group or others may write to it (mode 0777)"), std::string::npos) << s.error().message;
+  EXPECT_NE(s.error().message.find("chmod 700"), std::string::npos);
+  const Graph g = testing::must_parse(R"({"kiln": 1, "inputs": {"x": {"shape": [29], "dtype": "f32"}},
+    "ops": [{"op": "sin", "in": ["x"], "out": "y"}], "outputs": ["y"]})");
+  Expected<Executable> exe = Executable::compile(g, {.arch = "sm_90", .cache_dir = dir.string()});
+  ASSERT_TRUE(exe.ok()) << exe.error().message;
+  EXPECT_TRUE(fs::is_empty(dir));  // nothing written to, or read from, a directory others control
+  fs::remove_all(dir);
+}
+
+TEST(CacheDirectory, OwnedByAnotherUserIsRefused) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to give a directory to another user";
+  const fs::path dir = fresh_cache("theirs");
+  fs::create_directories(dir);
+  fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace);
+  ASSERT_EQ(::chown(dir.c_str(), 65534, 65534), 0);
+  const Status s = runtime::secure_cache_dir(dir.string());
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("belongs to uid 65534"), std::string::npos) << s.error().message;
+  fs::remove_all(dir);
+}
+
+TEST(KernelCache, SymlinksAreNeverFollowed) {
+  const fs::path dir = fresh_cache("links");
+  ASSERT_TRUE(runtime::secure_cache_dir(dir.string()).ok());
+  const runtime::KernelCache cache(dir.string());
+  const runtime::KeyParts parts = runtime::key_parts("// linked kernel\n", "sm_90");
+  ASSERT_TRUE(cache.store(parts, "pointwise", std::string(500, 'c')).ok());
+  const fs::path entry = cache.path_of(parts.key());
+  const fs::path elsewhere = dir / "elsewhere.cubin";
+  fs::rename(entry, elsewhere);
+  fs::create_symlink(elsewhere, entry);
+  EXPECT_FALSE(cache.load(parts.key()).has_value());  // a valid entry, but reached through a link
+  EXPECT_FALSE(fs::exists(fs::symlink_status(entry)));  // the link is gone
+  EXPECT_TRUE(fs::exists(elsewhere));                   // its target untouched
+  // A linked folder makes the whole directory untrusted.
+  fs::remove_all(dir / "kernels");
+  fs::create_directory_symlink(fs::temp_directory_path(), dir / "kernels");
+  EXPECT_FALSE(runtime::secure_cache_dir(dir.string()).ok());
+  fs::remove_all(dir);
+}
+
+TEST(KernelCache, AnEntryOfAnotherArchIsNotLoaded) {
+  const fs::path dir = fresh_cache("arch");
+  const runtime::KernelCache cache(dir.string());
+  const runtime::KeyParts sm80 = runtime::key_parts("// arch kernel\n", "sm_80");
+  const runtime::KeyParts sm90 = runtime::key_parts("// arch kernel\n", "sm_90");
+  ASSERT_TRUE(cache.store(sm80, "pointwise", std::string(300, 'a')).ok());
+  fs::create_directories(fs::path(cache.path_of(sm90.key())).parent_path());
+  fs::copy_file(cache.path_of(sm80.key()), cache.path_of(sm90.key()));
+  EXPECT_FALSE(cache.load(sm90.key()).has_value());
+  EXPECT_FALSE(fs::exists(cache.path_of(sm90.key())));
+  EXPECT_TRUE(cache.load(sm80.key()).has_value());
+  fs::remove_all(dir);
+}
+
+TEST(KernelCache, ADiskFullMidWriteLeavesNoEntry) {
+  const fs::path dir = fresh_cache("full");
+  const runtime::KernelCache cache(dir.string());
+  const runtime::KeyParts parts = runtime::key_parts("// big kernel\n", "sm_90");
+  const pid_t pid = fork();
+  if (pid == 0) {  // a file-size limit: write() fails part-way, as on a full disk
+    std::signal(SIGXFSZ, SIG_IGN);
+    rlimit limit{4096, 4096};
+    ::setrlimit(RLIMIT_FSIZE, &limit);
+    _exit(cache.store(parts, "pointwise", std::string(100000, 'z')).ok() ? 1 : 0);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the store must report the failure";
+  EXPECT_FALSE(cache.load(parts.key()).has_value());
+  for (const auto& e : fs::recursive_directory_iterator(dir)) EXPECT_FALSE(e.is_regular_file()) << e.path();
+  fs::remove_all(dir);
+}
+
+TEST(KernelCache, AWriterKilledMidWriteLeavesNoEntryAndVerifyClearsItsLitter) {
+  const fs::path dir = fresh_cache("killed");
+  const runtime::KernelCache cache(dir.string());
+  const pid_t pid = fork();
+  if (pid == 0) {
+    for (int i = 0;; ++i) (void)cache.store(runtime::key_parts(fmt::format("// k{}\n", i), "sm_90"), "pointwise", std::string(1 << 20, 'k'));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ::kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  // What a killed writer can leave: complete entries and, at most, its temporary file.
+  std::vector<std::string> problems;
+  const auto entries = cache.list(&problems);
+  EXPECT_TRUE(problems.empty()) << problems.front();
+  for (const auto& e : entries) EXPECT_TRUE(cache.load(e.key).has_value()) << e.path;
+  // A temporary file a minute old is litter: verify (list with remove_bad) deletes it.
+  const fs::path litter = fs::path(cache.path_of(ir::Hash128{1, 2})).parent_path() / "x.cubin.tmp.1.deadbeef";
+  fs::create_directories(litter.parent_path());
+  std::ofstream(litter) << "half";
+  const timespec old[2] = {{::time(nullptr) - 120, 0}, {::time(nullptr) - 120, 0}};
+  ::utimensat(AT_FDCWD, litter.c_str(), old, 0);
+  problems.clear();
+  cache.list(&problems, /*remove_bad=*/true);
+  EXPECT_FALSE(fs::exists(litter));
   fs::remove_all(dir);
 }
 

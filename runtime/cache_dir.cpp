@@ -1,0 +1,73 @@
+#include "runtime/cache_dir.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+namespace kiln::runtime {
+
+namespace {
+
+Error unsafe(const std::string& dir, const std::string& why, const std::string& fix) {
+  return Error{ErrorCode::CompileOrDevice, fmt::format("kernel cache directory '{}' is not safe to load code from: {} ({})", dir, why, fix)};
+}
+
+}  // namespace
+
+Status secure_cache_dir(const std::string& dir) {
+  namespace fs = std::filesystem;
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) {
+    if (errno != ENOENT) return unsafe(dir, std::strerror(errno), "check the path");
+    std::error_code ec;
+    const fs::path parent = fs::path(dir).parent_path();
+    if (!parent.empty()) fs::create_directories(parent, ec);
+    if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
+      return Error{ErrorCode::CompileOrDevice, fmt::format("kernel cache: cannot create '{}': {}", dir, std::strerror(errno))};
+    if (::stat(dir.c_str(), &st) != 0)
+      return Error{ErrorCode::CompileOrDevice, fmt::format("kernel cache: cannot read '{}': {}", dir, std::strerror(errno))};
+  }
+  if (!S_ISDIR(st.st_mode)) return unsafe(dir, "it is not a directory", "point KILN_CACHE_DIR at a directory");
+  if (st.st_uid != ::geteuid())
+    return unsafe(dir, fmt::format("it belongs to uid {}, not to this user (uid {})", st.st_uid, ::geteuid()),
+                  "use a directory of your own, e.g. set KILN_CACHE_DIR");
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0)
+    return unsafe(dir, fmt::format("group or others may write to it (mode {:04o})", st.st_mode & 07777),
+                  fmt::format("chmod 700 '{}'", dir));
+  for (const char* sub : {"kernels", "graphs"}) {
+    const std::string path = dir + "/" + sub;
+    struct stat sub_st {};
+    if (::lstat(path.c_str(), &sub_st) != 0) continue;  // created on first write
+    if (!S_ISDIR(sub_st.st_mode)) return unsafe(dir, fmt::format("'{}' is not a plain directory (a symlink?)", sub), fmt::format("remove '{}'", path));
+    if (sub_st.st_uid != ::geteuid() || (sub_st.st_mode & (S_IWGRP | S_IWOTH)) != 0)
+      return unsafe(dir, fmt::format("'{}' belongs to someone else or is writable by others", sub), fmt::format("remove '{}'", path));
+  }
+  return {};
+}
+
+bool read_regular_file(const std::string& path, std::string& out) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return false;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return false;
+  }
+  out.clear();
+  char buffer[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    out.append(buffer, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return true;
+}
+
+}  // namespace kiln::runtime
