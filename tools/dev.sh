@@ -5,6 +5,7 @@
 #   tools/dev.sh demo [GRAPH]  the main job on a bundled example graph
 #   tools/dev.sh test          build and run every CPU test (what CI runs)
 #   tools/dev.sh build         configure and build only
+#   tools/dev.sh deps          install missing packages only
 #
 # Environment: KILN_BUILD_DIR (default: build), KILN_BUILD_TYPE (default:
 # RelWithDebInfo), KILN_NO_INSTALL=1 to never call apt-get.
@@ -75,14 +76,21 @@ demo() {
   "$kiln" dump "$graph" --stage ir
   say "kiln plan"
   "$kiln" plan "$graph"
-  if has_gpu; then
-    say "a GPU is present, but this version of kiln has no GPU runtime yet: running the CPU reference"
-  else
-    say "no GPU on this machine: running the CPU reference interpreter"
-  fi
   local out
   out=$(mktemp -d)
-  "$kiln" run "$graph" --device cpu --random 0 --outputs "$out"
+  say "kiln dump --stage cuda (the generated kernels, first 40 lines; all in $out/kernels.cu)"
+  "$kiln" dump "$graph" --stage cuda >"$out/kernels.cu"
+  head -40 "$out/kernels.cu"
+  say "kiln compile (NVRTC, into the kernel cache), twice: the second run finds every kernel cached"
+  "$kiln" compile "$graph"
+  "$kiln" compile "$graph"
+  if has_gpu; then
+    say "a GPU is present: running the kernels and checking them against the reference interpreter"
+    "$kiln" run "$graph" --device cuda --check --random 0 --outputs "$out"
+  else
+    say "no GPU on this machine: running the CPU reference interpreter"
+    "$kiln" run "$graph" --device cpu --random 0 --outputs "$out"
+  fi
   say "inputs and outputs written as .npy to $out"
 }
 
@@ -96,5 +104,6 @@ case ${1:-} in
   demo) shift; demo "$@" ;;
   test) run_tests ;;
   build) configure_and_build ;;
+  deps) install_missing ;;
   *) echo "usage: tools/dev.sh demo [GRAPH] | test | build" >&2; exit 2 ;;
 esac
