@@ -59,11 +59,15 @@ const Loaded& loaded() {
 Expected<const Driver*> driver() {
   const Loaded& l = loaded();
   if (l.error) return *l.error;
+  // kiln's modules live in the primary context: make it current on this
+  // thread (a caller's own context would not know kiln's functions).
   CUcontext current = nullptr;
   l.driver.cuCtxGetCurrent(&current);
-  if (current == nullptr) l.driver.cuCtxSetCurrent(l.context);
+  if (current != l.context) l.driver.cuCtxSetCurrent(l.context);
   return &l.driver;
 }
+
+CUcontext primary_context() { return loaded().error ? nullptr : loaded().context; }
 
 std::optional<std::string> device_arch() {
   const Loaded& l = loaded();

@@ -52,6 +52,9 @@ struct Driver {
 // The loaded driver with device 0's primary context current on this
 // thread, or an Error (CompileOrDevice) saying why there is none.
 Expected<const Driver*> driver();
+// The context kiln loads its modules in and launches into: device 0's
+// primary context (null without a GPU).
+CUcontext primary_context();
 // "sm_90" for device 0, when a GPU and its driver are present.
 std::optional<std::string> device_arch();
 // An Error naming `what` and the driver's message, or success.

@@ -238,7 +238,11 @@ Expected<Executable> Executable::compile(const Graph& graph, const CompileOption
 }
 
 Status Executable::Impl::prepare_device() {
-  if (driver) return {};
+  if (driver) {  // loaded already; make the primary context current on this thread too
+    Expected<const runtime::Driver*> d = runtime::driver();
+    if (!d) return d.error();
+    return {};
+  }
   Expected<const runtime::Driver*> d = runtime::driver();
   if (!d) return d.error();
   const runtime::Driver& cu = **d;
@@ -298,6 +302,17 @@ Status Executable::launch(const std::vector<DeviceBinding>& bindings, void* stre
   const runtime::Driver& cu = *impl_->driver;
   const ir::Graph& g = impl_->graph.ir();
   auto stream = static_cast<CUstream>(stream_handle);
+  // A stream of another context would run kernels that context does not
+  // have: refuse it before anything is launched. (0 and the legacy and
+  // per-thread default-stream handles mean the current context's.)
+  if (stream != nullptr && stream != CU_STREAM_LEGACY && stream != CU_STREAM_PER_THREAD) {
+    CUcontext stream_context = nullptr;
+    if (cu.cuStreamGetCtx(stream, &stream_context) != CUDA_SUCCESS)
+      return Error{ErrorCode::InvalidInput, "launch: the stream is not a valid CUDA stream"};
+    if (stream_context != runtime::primary_context())
+      return Error{ErrorCode::InvalidInput, "launch: the stream belongs to another CUDA context; kiln launches into device 0's "
+                                            "primary context (create the stream while it is current, e.g. with the CUDA runtime)"};
+  }
   std::map<ir::TensorId, CUdeviceptr> bound;
   for (const DeviceBinding& b : bindings) {
     Expected<size_t> need = binding_bytes(b.name);

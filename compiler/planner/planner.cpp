@@ -6,6 +6,7 @@
 #include <optional>
 #include <queue>
 #include <set>
+#include <unordered_map>
 
 #include "compiler/error.h"
 #include "compiler/planner/strategies.h"
@@ -16,6 +17,9 @@ namespace {
 // A normalisation prologue is recomputed for each column tile of the
 // matmul: it pays only while the output has at most two 128-wide tiles.
 constexpr int64_t kNormPrologueMaxColumns = 256;
+// Ops one kernel may compute: bounds its source, codegen's expression depth
+// and NVRTC time (a 100 000-op chain becomes several kernels).
+constexpr size_t kMaxOpsPerKernel = 256;
 
 using planner::Group;
 using planner::Verdict;
@@ -73,6 +77,7 @@ class Planner {
     gr.count[0] = element_count(gr.domain);
     groups_.push_back(std::move(gr));
     succ_.emplace_back();
+    forward_.push_back(-1);
     add(groups_.back().id, op_index, reduces ? 1 : 0);
     return groups_.back().id;
   }
@@ -85,6 +90,10 @@ class Planner {
     const bool fresh = gr.ops.empty();  // the op that starts the group
     const bool convertible = fresh || gr.kind == KernelKind::Pointwise;
     gr.ops.insert(op_index);
+    for (TensorId t : op.inputs) {
+      std::vector<int>& readers = readers_[source(t)];
+      if (readers.empty() || readers.back() != gid) readers.push_back(gid);
+    }
     for (TensorId t : op.inputs)
       for (const Op* p = producer(t); p && is_view(p->kind); p = producer(p->inputs[0])) {
         gr.ops.insert(g_.tensor(p->output).producer);
@@ -178,6 +187,7 @@ class Planner {
       for (int gid : sibling_candidates(op)) {
         if (std::find(candidates.begin(), candidates.end(), gid) != candidates.end()) continue;
         const Group& gr = group(gid);
+        if (full(gid)) continue;
         const planner::Verdict v = planner::can_take(g_, gr, op, 0);
         if (v.ok && !creates_cycle(gid, op)) {
           add(gid, op_index, v.stage);
@@ -188,23 +198,32 @@ class Planner {
     new_group(planner::kind_for(op.kind), op_index);
   }
 
-  // Groups that read one of the op's operands (by source), newest first.
+  // Groups that read one of the op's operands (by source), newest first
+  // (through the readers index: linear in the graph, not quadratic).
   std::vector<int> sibling_candidates(const Op& op) const {
     std::vector<int> out;
-    for (auto it = groups_.rbegin(); it != groups_.rend(); ++it) {
-      if (!it->alive) continue;
-      bool shares = false;
-      for (TensorId t : op.inputs) {
-        const TensorId s = source(t);
-        if (g_.tensor(s).kind == TensorKind::Constant || owner_[static_cast<size_t>(s)] == it->id) continue;
-        for (int32_t oi : it->ops)
-          for (TensorId in : g_.ops[static_cast<size_t>(oi)].inputs)
-            if (source(in) == s) shares = true;
+    for (TensorId t : op.inputs) {
+      const TensorId s = source(t);
+      if (g_.tensor(s).kind == TensorKind::Constant) continue;
+      auto it = readers_.find(s);
+      if (it == readers_.end()) continue;
+      for (int gid : it->second) {
+        gid = alive_group(gid);
+        if (owner_[static_cast<size_t>(s)] == gid || std::find(out.begin(), out.end(), gid) != out.end()) continue;
+        out.push_back(gid);
       }
-      if (shares) out.push_back(it->id);
     }
+    std::sort(out.begin(), out.end(), std::greater<int>());
     return out;
   }
+
+  // The group a (possibly merged) group lives on in.
+  int alive_group(int gid) const {
+    while (forward_[static_cast<size_t>(gid)] >= 0) gid = forward_[static_cast<size_t>(gid)];
+    return gid;
+  }
+
+  bool full(int gid, size_t more = 1) const { return groups_[static_cast<size_t>(gid)].ops.size() + more > kMaxOpsPerKernel; }
 
   bool creates_cycle(int gid, const Op& op) const {
     for (TensorId t : op.inputs) {
@@ -223,7 +242,7 @@ class Planner {
       if (!group(hid).alive) continue;
       Group& h = group(hid);
       Group& gr = group(gid);
-      if (h.kind != KernelKind::Pointwise || h.count[0] != gr.count[stage]) continue;
+      if (h.kind != KernelKind::Pointwise || h.count[0] != gr.count[stage] || full(gid, h.ops.size())) continue;
       bool through_third = false;
       for (int next : succ_[static_cast<size_t>(hid)])
         if (next != gid && depends(gid, next)) through_third = true;
@@ -247,11 +266,15 @@ class Planner {
       if (next != into) succ_[static_cast<size_t>(into)].insert(next);
     succ_[static_cast<size_t>(from)].clear();
     group(from).alive = false;
+    forward_[static_cast<size_t>(from)] = into;
   }
 
   int join_stage_ = 0;
   std::optional<std::string> why_not_join(int gid, const Op& op) {
     const Group& gr = group(gid);
+    if (full(gid))
+      return fmt::format("its kernel already computes {} ops, the most one kernel takes (a bound on its source and "
+                         "compile time)", gr.ops.size());
     std::set<int> stages;
     for (TensorId t : op.inputs)
       if (owner_of(t) == gid) stages.insert(gr.stage.at(source(t)));
@@ -384,6 +407,9 @@ class Planner {
                               g_.tensor(s).name);
           else if (!escaping(p, oi).empty())
             why = fmt::format("the kernel computing '{}' has other results", g_.tensor(s).name);
+          else if (full(a.id, p.ops.size()))
+            why = fmt::format("the anchor's kernel and the prologue of '{}' together exceed {} ops", g_.tensor(s).name,
+                              kMaxOpsPerKernel);
           if (!why.empty()) {
             reasons_.emplace(std::make_pair(s, oi), why);
             continue;
@@ -595,6 +621,8 @@ class Planner {
   PlanOptions options_;
   std::vector<Group> groups_;
   std::vector<std::set<int>> succ_;  // group -> groups reading its results
+  std::vector<int> forward_;         // group -> the group it merged into, or -1
+  std::unordered_map<TensorId, std::vector<int>> readers_;  // source tensor -> groups that read it (maybe merged since)
   std::vector<int> owner_;  // tensor -> group computing it (-1: input, constant or view)
   std::map<std::pair<TensorId, int32_t>, std::string> reasons_;  // (tensor, reader op) -> why not fused
   std::vector<int> pattern_;            // op -> attention pattern, or -1

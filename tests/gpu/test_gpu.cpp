@@ -122,12 +122,15 @@ TEST(Gpu, RandomGraphsMatchTheReference) {
   REQUIRE_GPU();
   std::vector<Graph> graphs;
   std::vector<std::string> names;
-  for (uint64_t seed = 1; seed <= 200; ++seed) {
+  // KILN_RANDOM_GRAPHS raises the count for a long differential run.
+  const uint64_t count = std::getenv("KILN_RANDOM_GRAPHS") ? std::strtoull(std::getenv("KILN_RANDOM_GRAPHS"), nullptr, 10) : 200;
+  for (uint64_t seed = 1; seed <= count; ++seed) {
     graphs.push_back(testing::random_graph(seed));
     names.push_back("random graph " + std::to_string(seed));
   }
   const Outcome o = check_graphs(graphs, names, 1000);
   RecordProperty("passed", o.passed);
+  std::printf("FIGURE random graphs on the GPU: %d run, %d failed\n", o.passed + o.failed, o.failed);
   EXPECT_EQ(o.failed, 0);
 }
 
@@ -209,6 +212,19 @@ TEST(Gpu, FamiliesWithOddShapes) {
   texts.push_back(R"({"kiln":1,"inputs":{"x":{"shape":[64,64,48],"dtype":"f16"},"y":{"shape":[48],"dtype":"f32"}},
     "ops":[{"op":"mul","in":["x","y"],"out":"p"},{"op":"reduce_sum","in":["p"],"out":"s","axes":[0,1]},
            {"op":"square","in":["p"],"out":"q"},{"op":"reduce_sum","in":["q"],"out":"ss","axes":[0,1]}],"outputs":["s","ss","p"]})");
+  // Rank 8, reduced over single, alternate and all axes; a 1000-op chain the
+  // planner cuts into kernels of at most 256 ops.
+  for (const char* axes : {"[0]", "[3]", "[5]", "[7]", "[0,2,4,6]", "[0,1,2,3,4,5,6,7]"})
+    texts.push_back(fmt::format(R"({{"kiln":1,"inputs":{{"x":{{"shape":[2,1,3,1,2,5,2,3],"dtype":"bf16"}}}},
+      "ops":[{{"op":"reduce_max","in":["x"],"out":"m","axes":{0},"keepdims":true}},{{"op":"sub","in":["x","m"],"out":"d"}},
+             {{"op":"reduce_sum","in":["d"],"out":"s","axes":{0}}}],"outputs":["s","d"]}})", axes));
+  {
+    std::string chain = R"({"kiln":1,"inputs":{"x":{"shape":[1000],"dtype":"f32"}},"ops":[)";
+    for (int i = 0; i < 1000; ++i)
+      chain += fmt::format(R"({}{{"op":"{}","in":["{}",{}],"out":"t{}"}})", i ? "," : "", i % 2 ? "mul" : "add",
+                           i ? fmt::format("t{}", i - 1) : "x", i % 2 ? "0.999" : "0.001", i);
+    texts.push_back(chain + R"(],"outputs":["t999"]})");
+  }
   std::vector<Graph> graphs;
   std::vector<std::string> names;
   for (size_t i = 0; i < texts.size(); ++i) {
@@ -292,6 +308,39 @@ TEST(Gpu, CompileAndLaunchFigures) {
   std::printf("FIGURE launch only (bound executable): median %.1f us\n", launch_only[launch_only.size() / 2]);
   for (CUdeviceptr p : buffers) cu.cuMemFree(p);
   fs::remove_all(dir);
+}
+
+// Misuse through the C++ API is an Error naming the binding, and nothing runs.
+TEST(Gpu, LaunchMisuseIsAnErrorAndNoLaunch) {
+  REQUIRE_GPU();
+  const Graph g = testing::must_parse(R"({"kiln": 1, "inputs": {"x": {"shape": [1000], "dtype": "f32"}},
+    "ops": [{"op": "cos", "in": ["x"], "out": "y"}], "outputs": ["y"]})");
+  Expected<Executable> exe = Executable::compile(g, {.use_cache = false});
+  ASSERT_TRUE(exe.ok());
+  const runtime::Driver& cu = *runtime::driver().value();
+  CUdeviceptr x, y;
+  ASSERT_EQ(cu.cuMemAlloc(&x, 4000), CUDA_SUCCESS);
+  ASSERT_EQ(cu.cuMemAlloc(&y, 4000), CUDA_SUCCESS);
+  ASSERT_EQ(cu.cuMemsetD32Async(y, 0x7fc00001u, 1000, nullptr), CUDA_SUCCESS);  // a NaN pattern: a launch would overwrite it
+  auto expect_error = [&](const std::vector<DeviceBinding>& b, void* stream, const std::string& says) {
+    const Status s = exe->launch(b, stream);
+    ASSERT_FALSE(s.ok()) << says;
+    EXPECT_NE(s.error().message.find(says), std::string::npos) << s.error().message;
+  };
+  void* px = reinterpret_cast<void*>(x);
+  void* py = reinterpret_cast<void*>(y);
+  expect_error({{"x", px, 4000}}, nullptr, "output 'y' is not bound");
+  expect_error({{"y", py, 4000}}, nullptr, "input 'x' is not bound");
+  expect_error({{"x", px, 3996}, {"y", py, 4000}}, nullptr, "binding 'x': 3996 bytes given, 4000 needed");
+  expect_error({{"x", nullptr, 4000}, {"y", py, 4000}}, nullptr, "binding 'x': null pointer");
+  expect_error({{"x", px, 4000}, {"y", py, 4000}, {"z", px, 4}}, nullptr, "'z' is not an input or output");
+  cu.cuCtxSynchronize();
+  uint32_t first = 0;
+  cu.cuMemcpyDtoH(&first, y, 4);
+  EXPECT_EQ(first, 0x7fc00001u);  // nothing ran
+  EXPECT_TRUE(exe->launch({{"x", px, 4000}, {"y", py, 4000}}).ok());
+  cu.cuMemFree(x);
+  cu.cuMemFree(y);
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 
 #include "codegen/kernel_codegen.h"
 #include "compiler/error.h"
+#include "compiler/plan_verifier.h"
 #include "tests/unit/random_graph.h"
 #include "compiler/planner/planner.h"
 #include "kiln/executable.h"
@@ -194,6 +195,20 @@ TEST(CacheDirectory, OwnedByAnotherUserIsRefused) {
   const Status s = runtime::secure_cache_dir(dir.string());
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.error().message.find("belongs to uid 65534"), std::string::npos) << s.error().message;
+  fs::remove_all(dir);
+}
+
+TEST(KernelCache, AReadOnlyCacheDirectoryStillCompiles) {
+  if (::geteuid() == 0) GTEST_SKIP() << "root writes through permission bits; a read-only directory needs another user";
+  const fs::path dir = fresh_cache("readonly");
+  ASSERT_TRUE(runtime::secure_cache_dir(dir.string()).ok());
+  fs::permissions(dir, fs::perms::owner_read | fs::perms::owner_exec, fs::perm_options::replace);
+  const Graph g = testing::must_parse(R"({"kiln": 1, "inputs": {"x": {"shape": [31], "dtype": "f32"}},
+    "ops": [{"op": "tanh", "in": ["x"], "out": "y"}], "outputs": ["y"]})");
+  Expected<Executable> exe = Executable::compile(g, {.arch = "sm_90", .cache_dir = dir.string()});
+  EXPECT_TRUE(exe.ok()) << exe.error().message;  // a warning, the kernel compiled in memory
+  fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace);
+  EXPECT_TRUE(fs::is_empty(dir));
   fs::remove_all(dir);
 }
 
@@ -387,6 +402,62 @@ TEST(KernelCache, ExplainNamesThePartThatDiffers) {
   entries[0].parts = runtime::key_parts("// another kernel", "sm_90");
   entries[1].parts = runtime::key_parts("// a kernel", "sm_80");
   EXPECT_EQ(runtime::closest_entry(entries, runtime::key_parts("// a kernel", "sm_90")), &entries[1]);
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// ---- pathological sizes: each works or fails with a clear error, in bounded time and memory ----
+
+std::string chain_graph(int ops, bool wide) {
+  std::string text = R"({"kiln": 1, "inputs": {"x": {"shape": [64], "dtype": "f32"}}, "ops": [)";
+  for (int i = 0; i < ops; ++i)
+    text += fmt::format(R"({}{{"op": "{}", "in": ["{}", {}], "out": "t{}"}})", i ? "," : "", wide ? "mul" : "add",
+                        wide || i == 0 ? "x" : fmt::format("t{}", i - 1), i + 1, i);
+  text += R"(], "outputs": [)";
+  for (int i = wide ? 0 : ops - 1; i < ops; i += 1000) text += fmt::format(R"({}"t{}")", i == 0 || !wide ? "" : ",", i);
+  return text + "]}";
+}
+
+TEST(Pathological, HundredThousandOpsPlanAndGenerateInBoundedTime) {
+  for (bool wide : {false, true}) {
+    const auto start = std::chrono::steady_clock::now();
+    const Graph g = testing::must_parse(chain_graph(100000, wide));
+    const ir::Plan plan = ir::plan_fusion(g.ir());
+    EXPECT_EQ(ir::verify_plan(g.ir(), plan), "");
+    for (const ir::PlannedKernel& k : plan.kernels) EXPECT_LE(k.ops.size(), 256u);  // the planner's per-kernel bound
+    Expected<codegen::GeneratedProgram> p = detail::catch_errors([&] { return codegen::generate_program(g.ir(), plan, 90); });
+    ASSERT_TRUE(p.ok()) << p.error().message;
+    // A hang guard, not a benchmark: it takes about 2 s; quadratic planning took minutes.
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 60.0) << (wide ? "wide" : "chain");
+  }
+}
+
+TEST(Pathological, ReductionsOverEveryAxisOfARank8Tensor) {
+  const std::string shape = "[2,1,3,1,2,5,2,3]";
+  std::vector<std::string> axes_lists;
+  for (int a = 0; a < 8; ++a) axes_lists.push_back(fmt::format("[{}]", a));
+  axes_lists.push_back("[0,1,2,3,4,5,6,7]");
+  axes_lists.push_back("[0,2,4,6]");
+  for (const std::string& axes : axes_lists) {
+    const Graph g = testing::must_parse(fmt::format(R"({{"kiln": 1, "inputs": {{"x": {{"shape": {}, "dtype": "bf16"}}}},
+      "ops": [{{"op": "reduce_max", "in": ["x"], "out": "m", "axes": {}, "keepdims": true}},
+              {{"op": "sub", "in": ["x", "m"], "out": "d"}}, {{"op": "reduce_sum", "in": ["d"], "out": "s", "axes": {}}}],
+      "outputs": ["s", "d"]}})", shape, axes, axes));
+    Expected<Executable> exe = Executable::compile(g, {.arch = "sm_80", .use_cache = false});
+    EXPECT_TRUE(exe.ok()) << axes << ": " << exe.error().message;
+  }
+}
+
+TEST(Pathological, RowsFarTooLongForOneBlockStillCompile) {
+  // 4 Mi-element rows: no persistent kernel holds them; the two-pass path does.
+  const Graph g = testing::must_parse(R"({"kiln": 1, "inputs": {"x": {"shape": [3, 4194304], "dtype": "bf16"}},
+    "ops": [{"op": "softmax", "in": ["x"], "out": "s"}, {"op": "layer_norm", "in": ["x"], "out": "n"}], "outputs": ["s", "n"]})");
+  Expected<Executable> exe = Executable::compile(g, {.arch = "sm_90", .use_cache = false});
+  EXPECT_TRUE(exe.ok()) << exe.error().message;
 }
 
 }  // namespace
