@@ -101,7 +101,8 @@ Coords Emitter::broadcast(const Shape& operand, const Shape& result, const Coord
 }
 
 std::string Emitter::value(ir::TensorId t, const Coords& coords) {
-  if (auto leaf = leaves_.find(t); leaf != leaves_.end()) return leaf->second;
+  if (auto leaf = leaves_.find(t); leaf != leaves_.end() && (leaf->second.first.empty() || leaf->second.first == coords))
+    return leaf->second.second;
   const ir::Tensor& tensor = g_.tensor(t);
   if (tensor.kind == ir::TensorKind::Constant) return float_literal(tensor.constant);
   std::string key = std::to_string(t);

@@ -38,8 +38,12 @@ class Emitter {
   Emitter(const ir::Graph& g, std::set<int32_t> ops, std::map<ir::TensorId, ExternalTensor> externals);
 
   std::string value(ir::TensorId t, const Coords& coords);
-  // A value computed by the kernel template, valid for the current block.
-  void set_leaf(ir::TensorId t, const std::string& var) { leaves_[t] = var; }
+  // A value computed by the kernel template, valid for the current block:
+  // at any coordinates the kernel asks for it (the template's own output),
+  // or, with `at`, only there (elsewhere t is computed as usual: a
+  // normalisation's input held in registers, read through a view at other
+  // coordinates).
+  void set_leaf(ir::TensorId t, const std::string& var, const Coords& at = {}) { leaves_[t] = {at, var}; }
   void clear_leaf(ir::TensorId t) { leaves_.erase(t); }
   // Rows statistics for a normalisation recomputed from a workspace (the
   // norm prologue of a matmul): pointer to [rows][2] floats (mean, rstd).
@@ -86,7 +90,7 @@ class Emitter {
   const ir::Graph& g_;
   std::set<int32_t> ops_;
   std::map<ir::TensorId, ExternalTensor> externals_;
-  std::map<ir::TensorId, std::string> leaves_;
+  std::map<ir::TensorId, std::pair<Coords, std::string>> leaves_;  // coordinates (empty: any), variable
   std::map<ir::TensorId, std::string> norm_stats_;
   std::map<std::string, std::string> memo_;
   std::map<ir::TensorId, std::pair<Coords, std::string>> vector_sources_;

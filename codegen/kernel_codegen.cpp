@@ -590,13 +590,29 @@ class KernelBuilder {
                                                 : "(float)inside";
     em_.emit(fmt::format("const float pooled = {};  // {}", em_.rounded(out, is_max ? "acc" : "(acc / " + div + ")"), out.name));
     em_.set_leaf(pool.output, "pooled");
+    const std::set<ir::TensorId> post = downstream_of({pool.output});
     for (ir::TensorId t : k_.writes) {
+      if (!post.count(t)) continue;  // values before the pool: written below, over their own elements
       const Coords tc = write_coords(pool.output, oc, t);
       em_.emit(store(t, em_.linearize(tc, g_.tensor(t).shape), em_.value(t, tc)) + "  // " + g_.tensor(t).name);
     }
     body += em_.take(4) + "  }\n";
+    // Tensors the kernel computes before the pool (its input's space, not
+    // the pool's output's): every element, in a loop of their own.
+    for (ir::TensorId t : k_.writes) {
+      if (post.count(t)) continue;
+      const int64_t n = element_count(g_.tensor(t).shape);
+      body += fmt::format("  for (kiln::i64 i = (kiln::i64)blockIdx.x * blockDim.x + threadIdx.x; i < {}LL; "
+                          "i += (kiln::i64)gridDim.x * blockDim.x) {{\n", n);
+      em_.begin_block();
+      const Coords tc = em_.delinearize("i", g_.tensor(t).shape);
+      em_.emit(store(t, "i", em_.value(t, tc)) + "  // " + g_.tensor(t).name);
+      body += em_.take(4) + "  }\n";
+    }
     finish(body, kThreads);
-    out_.grid = {blocks_for(count, kThreads), 1, 1};
+    int64_t widest = count;
+    for (ir::TensorId t : k_.writes) widest = std::max(widest, element_count(g_.tensor(t).shape));
+    out_.grid = {blocks_for(widest, kThreads), 1, 1};
   }
 
   // The row statistics of a layer_norm/rms_norm whose application is the
@@ -763,7 +779,7 @@ class KernelBuilder {
       em_.begin_block();
       const Coords c2 = norm_element(*norm, "j");
       em_.emit("const float x = xs[t];");
-      em_.set_leaf(norm->inputs[0], "x");
+      em_.set_leaf(norm->inputs[0], "x", c2);
       body += em_.take(6);
       std::string out = norm_output(*norm, c2, recipe.finale);
       em_.clear_leaf(norm->inputs[0]);
