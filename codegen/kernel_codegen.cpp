@@ -309,6 +309,31 @@ class KernelBuilder {
     KILN_UNREACHABLE("no parameter for a tensor");
   }
 
+  // The finished reductions (accumulator `acc_format` of reduction j, the
+  // kept element's linear index in `k`) and every write after them: means
+  // divided, results rounded as the graph says, post-reduction ops at the
+  // matching elements.
+  std::string reduction_results(const std::vector<const ir::Op*>& reduces, const std::set<ir::TensorId>& post,
+                                int64_t reduced, const std::string& acc_format, int indent) {
+    for (size_t j = 0; j < reduces.size(); ++j) {
+      const ir::Tensor& out = g_.result(*reduces[j]);
+      std::string v = fmt::format(fmt::runtime(acc_format), j);
+      if (reduces[j]->kind == OpKind::ReduceMean) v = fmt::format("({} / {})", v, Emitter::float_literal(static_cast<float>(reduced)));
+      const std::string name = em_.fresh("r");
+      em_.emit(fmt::format("const float {} = {};  // {}", name, em_.rounded(out, v), out.name));
+      em_.set_leaf(reduces[j]->output, name);
+    }
+    for (ir::TensorId t : k_.writes) {
+      if (!post.count(t)) continue;
+      std::optional<Coords> tc;
+      for (const ir::Op* r : reduces)
+        if (!tc) tc = forward(r->output, t, em_.delinearize("k", g_.result(*r).shape));
+      KILN_INTERNAL_CHECK(tc.has_value());
+      em_.emit(store(t, em_.linearize(*tc, g_.tensor(t).shape), em_.value(t, *tc)) + "  // " + g_.tensor(t).name);
+    }
+    return em_.take(indent);
+  }
+
   // ---- reductions (block per kept element) ----------------------------------------
   void reduction() {
     const auto reduces = ops_of({ir::OpFamily::Reduce});
@@ -391,23 +416,7 @@ class KernelBuilder {
       body += "    if (threadIdx.x == 0) {\n";
     }
     em_.begin_block();
-    for (size_t j = 0; j < reduces.size(); ++j) {
-      const ir::Tensor& out = g_.result(*reduces[j]);
-      std::string v = fmt::format("acc{}", j);
-      if (reduces[j]->kind == OpKind::ReduceMean) v = fmt::format("({} / {})", v, Emitter::float_literal(static_cast<float>(reduced)));
-      const std::string name = em_.fresh("r");
-      em_.emit(fmt::format("const float {} = {};  // {}", name, em_.rounded(out, v), out.name));
-      em_.set_leaf(reduces[j]->output, name);
-    }
-    for (ir::TensorId t : k_.writes) {
-      if (!post.count(t)) continue;
-      std::optional<Coords> tc;
-      for (const ir::Op* r : reduces)
-        if (!tc) tc = forward(r->output, t, em_.delinearize("k", g_.result(*r).shape));
-      KILN_INTERNAL_CHECK(tc.has_value());
-      em_.emit(store(t, em_.linearize(*tc, g_.tensor(t).shape), em_.value(t, *tc)) + "  // " + g_.tensor(t).name);
-    }
-    body += em_.take(6) + "    }\n  }\n";
+    body += reduction_results(reduces, post, reduced, "acc{}", 6) + "    }\n  }\n";
     finish(body, kThreads);
     out_.grid = {blocks_for(kept, 1), static_cast<uint32_t>(splits), 1};
   }
@@ -521,23 +530,7 @@ class KernelBuilder {
     auto finish_columns = [&](int indent) {
       em_.begin_block();
       em_.emit("const kiln::i64 k = k0 + v;");
-      for (size_t j = 0; j < reduces.size(); ++j) {
-        const ir::Tensor& out = g_.result(*reduces[j]);
-        std::string v = fmt::format("acc{}[v]", j);
-        if (reduces[j]->kind == OpKind::ReduceMean) v = fmt::format("({} / {})", v, Emitter::float_literal(static_cast<float>(reduced)));
-        const std::string name = em_.fresh("r");
-        em_.emit(fmt::format("const float {} = {};  // {}", name, em_.rounded(out, v), out.name));
-        em_.set_leaf(reduces[j]->output, name);
-      }
-      for (ir::TensorId t : k_.writes) {
-        if (!post.count(t)) continue;
-        std::optional<Coords> tc;
-        for (const ir::Op* r : reduces)
-          if (!tc) tc = forward(r->output, t, em_.delinearize("k", g_.result(*r).shape));
-        KILN_INTERNAL_CHECK(tc.has_value());
-        em_.emit(store(t, em_.linearize(*tc, g_.tensor(t).shape), em_.value(t, *tc)) + "  // " + g_.tensor(t).name);
-      }
-      return em_.take(indent);
+      return reduction_results(reduces, post, reduced, "acc{}[v]", indent);
     };
     if (splits == 1) {
       body += finish_columns(6) + "    }\n  }\n";
