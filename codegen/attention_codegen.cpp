@@ -1,0 +1,240 @@
+// Attention kernels: flash attention on tensor cores
+// (templates/kiln/attention.cuh) with a score hook for scale, mask and
+// causality; an exact two-pass kernel for f32 and decomposed graphs.
+#include "codegen/kernel_builder.h"
+
+namespace kiln::codegen {
+
+// sdpa with q, k, v in memory as one 16-bit type (through transposes),
+// d contiguous, head dimension a multiple of 16 up to 256.
+bool KernelBuilder::flash_attention_fits(const ir::Op& op) const {
+  if (op.kind != OpKind::Sdpa || sm_ < 80) return false;
+  const int64_t d = g_.operand(op, 0).shape[3];
+  if (d % 16 != 0 || d > 256) return false;
+  std::optional<DType> type;
+  for (size_t slot = 0; slot < 3; ++slot) {
+    const std::optional<ExternalTensor> e = in_memory(op.inputs[slot]);
+    if (!e || (e->storage != DType::bf16 && e->storage != DType::f16) || (type && *type != e->storage)) return false;
+    type = e->storage;
+    if (e->strides[3] != 1 || e->strides[0] % 8 != 0 || e->strides[1] % 8 != 0 || e->strides[2] % 8 != 0) return false;
+  }
+  return true;
+}
+
+void KernelBuilder::flash_attention(const ir::Op& op) {
+  const ir::Tensor& result = g_.result(op);
+  const Shape& qs = g_.operand(op, 0).shape;
+  const Shape& ks = g_.operand(op, 1).shape;
+  const int64_t batches = qs[0], heads = qs[1], sq = qs[2], d = qs[3], kv_heads = ks[1], skv = ks[2];
+  const ExternalTensor q = *in_memory(op.inputs[0]), k = *in_memory(op.inputs[1]), v = *in_memory(op.inputs[2]);
+  const int bq = 64, bkv = d <= 128 ? 64 : 32, threads = bq / 16 * 32;
+  const int shared_bytes = (bq * static_cast<int>(d + 8) + 4 * bkv * static_cast<int>(d + 8)) * 2;
+  KILN_USER_CHECK(batches * heads <= 65535, "{}: {} batch x head pairs exceed this attention kernel's grid limit of 65535",
+                  g_.describe(k_.anchor), batches * heads);
+  std::string body;
+  body += fmt::format("  typedef kiln::tc::FlashAttention<{}, {}, {}, kiln::tc::{}> A;\n", d, bq, bkv,
+                      q.storage == DType::bf16 ? "kBf16" : "kF16");
+  body += fmt::format("  static_assert(A::kSharedBytes == {}, \"shared memory size as launched\");\n", shared_bytes);
+  body += "  extern __shared__ __align__(16) unsigned char kiln_shared[];\n";
+  body += fmt::format("  const kiln::i64 bi = blockIdx.y / {0}LL, hi = blockIdx.y % {0}LL, kvh = hi / {1}LL;\n", heads,
+                      heads / kv_heads);
+  body += fmt::format("  const int q0 = blockIdx.x * {};\n", bq);
+  auto base = [&](const ExternalTensor& e, const std::string& head) {
+    return fmt::format("static_cast<const kiln::u16*>({}) + bi * {}LL + {} * {}LL", e.pointer, e.strides[0], head, e.strides[1]);
+  };
+  body += fmt::format("  const kiln::u16* q = {};\n", base(q, "hi"));
+  body += fmt::format("  const kiln::u16* k = {};\n", base(k, "kvh"));
+  body += fmt::format("  const kiln::u16* v = {};\n", base(v, "kvh"));
+  body += fmt::format("  const bool aligned = kiln::aligned16({}) && kiln::aligned16({}) && kiln::aligned16({});\n", q.pointer,
+                      k.pointer, v.pointer);
+  // Key tiles to visit: a causal mask hides keys past q0 + BQ - 1 + skv - sq.
+  if (op.attrs.causal)
+    body += fmt::format("  const int kv_tiles = max(0, min({0}, (int)((q0 + {1} + {2}LL + {3} - 1) / {3})));\n",
+                        (skv + bkv - 1) / bkv, bq, skv - sq, bkv);
+  else
+    body += fmt::format("  const int kv_tiles = {};\n", (skv + bkv - 1) / bkv);
+  // The score hook: scale, mask, causal.
+  body += "  auto score = [&](float dot, int row, int key) -> float {\n";
+  body += "    const kiln::i64 qi = q0 + row, kj = key;\n";
+  em_.begin_block();
+  std::string sc = fmt::format("dot * {}", Emitter::float_literal(op.attrs.scale));
+  if (op.inputs.size() > 3) {
+    const ir::Tensor& mask = g_.operand(op, 3);
+    const Coords full{"bi", "hi", "qi", "kj"};
+    Coords mc(mask.shape.size());
+    for (size_t dim = 0; dim < mask.shape.size(); ++dim)
+      mc[dim] = mask.shape[dim] == 1 ? "0" : full[4 - mask.shape.size() + dim];
+    const std::string mv = em_.value(op.inputs[3], mc);
+    sc = mask.dtype == DType::boolean ? fmt::format("({} != 0.0f ? {} : -kiln::inf())", mv, sc) : fmt::format("({} + {})", sc, mv);
+  }
+  if (op.attrs.causal) sc = fmt::format("(kj > qi + {}LL ? -kiln::inf() : {})", skv - sq, sc);
+  em_.emit(fmt::format("return {};", sc));
+  body += em_.take(4) + "  };\n";
+  body += "  A fa;\n";
+  body += fmt::format("  fa.run(reinterpret_cast<kiln::u16*>(kiln_shared), q, {}LL, q0, {}, k, {}LL, v, {}LL, {}, kv_tiles, aligned, score);\n",
+                      q.strides[2], sq, k.strides[2], v.strides[2], skv);
+  body += "#pragma unroll\n  for (int dn = 0; dn < A::kDN; ++dn)\n#pragma unroll\n    for (int e = 0; e < 4; ++e) {\n";
+  body += fmt::format("      const kiln::i64 qi = q0 + A::acc_row(e), d = A::acc_col(dn, e);\n      if (qi >= {}LL) continue;\n", sq);
+  em_.begin_block();
+  em_.emit(fmt::format("const float out = {};  // {}", em_.rounded(result, "fa.out(dn, e)"), result.name));
+  em_.set_leaf(op.output, "out");
+  const Coords oc{"bi", "hi", "qi", "d"};
+  for (ir::TensorId t : k_.writes) {
+    const Coords tc = write_coords(op.output, oc, t);
+    em_.emit(store(t, em_.linearize(tc, g_.tensor(t).shape), em_.value(t, tc)) + "  // " + g_.tensor(t).name);
+  }
+  body += em_.take(6) + "    }\n";
+  finish(body, threads, "", "#include \"kiln/attention.cuh\"\n");
+  out_.shared_bytes = static_cast<uint32_t>(shared_bytes);
+  out_.grid = {static_cast<uint32_t>((sq + bq - 1) / bq), static_cast<uint32_t>(batches * heads), 1};
+}
+
+// Pass 1 finds the row's max and sum, pass 2 forms each probability exactly
+// as the graph defines it (rounded where it says) and accumulates p * v.
+void KernelBuilder::attention() {
+  const ir::Op& last = g_.ops[static_cast<size_t>(k_.anchor)];
+  if (flash_attention_fits(last)) return flash_attention(last);
+  const bool sdpa = last.kind == OpKind::Sdpa;
+  const ir::Tensor& result = g_.result(last);
+  // The pieces: q row source, k per key, score chain, softmax, v.
+  const ir::Op* first_mm = nullptr;
+  const ir::Op* softmax = nullptr;
+  if (!sdpa) {
+    for (int32_t oi : k_.ops) {
+      const ir::Op& op = g_.ops[static_cast<size_t>(oi)];
+      if (op.kind == OpKind::Matmul && oi != k_.anchor) first_mm = &op;
+      if (op.kind == OpKind::Softmax) softmax = &op;
+    }
+    KILN_INTERNAL_CHECK(first_mm && softmax);
+  }
+  const Shape& out_shape = result.shape;
+  const int64_t sq = out_shape[out_shape.size() - 2], dv = out_shape.back();
+  const Shape batch_shape(out_shape.begin(), out_shape.end() - 2);
+  const int64_t batches = element_count(batch_shape);
+  const int64_t skv = sdpa ? g_.operand(last, 1).shape[2] : g_.operand(last, 0).shape.back();
+  const int64_t dq = sdpa ? g_.operand(last, 0).shape[3] : g_.operand(*first_mm, 0).shape.back();
+  KILN_USER_CHECK(dq <= 1024, "{}: head dimension {} exceeds this attention kernel's limit of 1024", g_.describe(k_.anchor), dq);
+  const int per_thread = static_cast<int>((dv + 127) / 128);
+
+  std::string body = fmt::format("  __shared__ float q_row[{}];\n  __shared__ float p_chunk[128];\n  __shared__ float kiln_scratch[32];\n", dq);
+  body += fmt::format("  for (kiln::i64 line = blockIdx.x; line < {}LL; line += gridDim.x) {{\n", batches * sq);
+  body += fmt::format("    const kiln::i64 batch = line / {}LL, qi = line % {}LL;\n", sq, sq);
+  em_.begin_block();
+  const Coords bc = em_.delinearize("batch", batch_shape);
+  body += em_.take(4);
+  // q row into shared memory.
+  body += fmt::format("    for (kiln::i64 e = threadIdx.x; e < {}LL; e += blockDim.x) {{\n", dq);
+  em_.begin_block();
+  if (sdpa) {
+    em_.emit(fmt::format("q_row[e] = {};", em_.value(last.inputs[0], Coords{bc[0], bc[1], "qi", "e"})));
+  } else {
+    Coords c = broadcast_batch(bc, g_.operand(*first_mm, 0).shape);
+    c.push_back("qi");
+    c.push_back("e");
+    em_.emit(fmt::format("q_row[e] = {};", operand_value(*first_mm, 0, c)));
+  }
+  body += em_.take(6) + "    }\n    __syncthreads();\n";
+
+  // The score of key `j` (a float named by the return value).
+  auto score = [&](const std::string& j) -> std::string {
+    em_.emit("float dot = 0.0f;");
+    if (sdpa) {
+      const int64_t heads = g_.operand(last, 0).shape[1], kv_heads = g_.operand(last, 1).shape[1];
+      em_.emit(fmt::format("const kiln::i64 kvh = {} / {}LL;", bc[1], heads / kv_heads));
+      em_.emit(fmt::format("for (kiln::i64 e = 0; e < {}LL; ++e) {{", dq));
+      em_.begin_block();
+      em_.emit(fmt::format("dot += q_row[e] * {};", em_.value(last.inputs[1], Coords{bc[0], "kvh", j, "e"})));
+      em_.emit("}");
+      em_.begin_block();
+      std::string s = fmt::format("dot * {}", Emitter::float_literal(last.attrs.scale));
+      if (last.inputs.size() > 3) {
+        const ir::Tensor& mask = g_.operand(last, 3);
+        const Coords full{bc[0], bc[1], "qi", j};
+        Coords mc(mask.shape.size());
+        for (size_t d = 0; d < mask.shape.size(); ++d) mc[d] = mask.shape[d] == 1 ? "0" : full[4 - mask.shape.size() + d];
+        const std::string mv = em_.value(last.inputs[3], mc);
+        s = mask.dtype == DType::boolean ? fmt::format("({} != 0.0f ? {} : -kiln::inf())", mv, s) : fmt::format("({} + {})", s, mv);
+      }
+      if (last.attrs.causal) s = fmt::format("({} > qi + {}LL ? -kiln::inf() : {})", j, skv - sq, s);
+      const std::string v = em_.fresh("s");
+      em_.emit(fmt::format("const float {} = {};", v, s));
+      return v;
+    }
+    Coords c = broadcast_batch(bc, g_.operand(*first_mm, 1).shape);
+    c.push_back("e");
+    c.push_back(j);
+    em_.emit(fmt::format("for (kiln::i64 e = 0; e < {}LL; ++e) {{", dq));
+    em_.begin_block();
+    em_.emit(fmt::format("dot += q_row[e] * {};", operand_value(*first_mm, 1, c)));
+    em_.emit("}");
+    em_.begin_block();
+    em_.emit(fmt::format("const float s_raw = {};", em_.rounded(g_.result(*first_mm), "dot")));
+    em_.set_leaf(first_mm->output, "s_raw");
+    Coords sc = bc;
+    sc.push_back("qi");
+    sc.push_back(j);
+    const std::string v = em_.value(softmax->inputs[0], sc);
+    return v;
+  };
+  const std::string neg_inf = "(-kiln::inf())";
+  body += "    float row_max = " + neg_inf + ";\n";
+  body += fmt::format("    for (kiln::i64 j = threadIdx.x; j < {}LL; j += blockDim.x) {{\n", skv);
+  em_.begin_block();
+  em_.emit(fmt::format("row_max = kiln::MaxOp::combine(row_max, {});", score("j")));
+  body += em_.take(6) + "    }\n    row_max = kiln::block_reduce<kiln::MaxOp>(row_max, kiln_scratch);\n";
+  body += "    float row_sum = 0.0f;\n";
+  body += fmt::format("    for (kiln::i64 j = threadIdx.x; j < {}LL; j += blockDim.x) {{\n", skv);
+  em_.begin_block();
+  em_.emit(fmt::format("row_sum += expf({} - row_max);", score("j")));
+  body += em_.take(6) + "    }\n    row_sum = kiln::block_reduce<kiln::SumOp>(row_sum, kiln_scratch);\n";
+  // Pass 2: probabilities and p * v.
+  body += fmt::format("    float acc[{}] = {{}};\n", per_thread);
+  body += fmt::format("    for (kiln::i64 j0 = 0; j0 < {}LL; j0 += 128) {{\n", skv);
+  body += "      const kiln::i64 j = j0 + threadIdx.x;\n      float p = 0.0f;\n";
+  body += fmt::format("      if (j < {}LL) {{\n", skv);
+  em_.begin_block();
+  const std::string s = score("j");
+  if (sdpa) {
+    em_.emit(fmt::format("p = {};", Emitter::round_as(g_.operand(last, 2).value_dtype(),
+                                                      fmt::format("expf({} - row_max) / row_sum", s))));
+  } else {
+    em_.emit(fmt::format("p = {};", em_.rounded(g_.result(*softmax), fmt::format("expf({} - row_max) / row_sum", s))));
+  }
+  body += em_.take(8) + "      }\n      __syncthreads();\n      p_chunk[threadIdx.x] = p;\n      __syncthreads();\n";
+  body += fmt::format("      for (int jj = 0; jj < 128 && j0 + jj < {}LL; ++jj) {{\n", skv);
+  body += "        const kiln::i64 jk = j0 + jj;\n";
+  body += fmt::format("#pragma unroll\n        for (int t = 0; t < {}; ++t) {{\n", per_thread);
+  body += fmt::format("          const kiln::i64 d = threadIdx.x + t * 128;\n          if (d >= {}LL) break;\n", dv);
+  em_.begin_block();
+  if (sdpa) {
+    const int64_t heads = g_.operand(last, 0).shape[1], kv_heads = g_.operand(last, 1).shape[1];
+    em_.emit(fmt::format("const kiln::i64 kvh2 = {} / {}LL;", bc[1], heads / kv_heads));
+    em_.emit(fmt::format("acc[t] += p_chunk[jj] * {};", em_.value(last.inputs[2], Coords{bc[0], "kvh2", "jk", "d"})));
+  } else {
+    Coords c = broadcast_batch(bc, g_.operand(last, 1).shape);
+    c.push_back("jk");
+    c.push_back("d");
+    em_.emit(fmt::format("acc[t] += p_chunk[jj] * {};", operand_value(last, 1, c)));
+  }
+  body += em_.take(10) + "        }\n      }\n    }\n";
+  // Output and epilogue.
+  body += fmt::format("#pragma unroll\n    for (int t = 0; t < {}; ++t) {{\n", per_thread);
+  body += fmt::format("      const kiln::i64 d = threadIdx.x + t * 128;\n      if (d >= {}LL) break;\n", dv);
+  em_.begin_block();
+  // sdpa: a row whose keys are all masked gives zeros (graph-format.md rule 6).
+  const std::string o = sdpa ? "(row_max == -kiln::inf() ? 0.0f : acc[t])" : "acc[t]";
+  em_.emit(fmt::format("const float out = {};  // {}", em_.rounded(result, o), result.name));
+  em_.set_leaf(last.output, "out");
+  Coords oc = bc;
+  oc.push_back("qi");
+  oc.push_back("d");
+  for (ir::TensorId t : k_.writes) {
+    const Coords tc = write_coords(last.output, oc, t);
+    em_.emit(store(t, em_.linearize(tc, g_.tensor(t).shape), em_.value(t, tc)) + "  // " + g_.tensor(t).name);
+  }
+  body += em_.take(6) + "    }\n    __syncthreads();\n  }\n";
+  finish(body, 128);
+  out_.grid = {blocks_for(batches * sq, 1), 1, 1};
+}
+
+}  // namespace kiln::codegen

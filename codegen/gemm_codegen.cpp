@@ -1,0 +1,550 @@
+// Matmul and conv kernels: the tensor-core main loop of templates/kiln/mma.cuh
+// (or f32 SIMT tiles) with this kernel's operand loaders (prologues,
+// implicit im2col) and epilogue (pointwise ops, extra outputs, reductions).
+#include "codegen/kernel_builder.h"
+
+namespace kiln::codegen {
+
+std::string KernelBuilder::operand_value(const ir::Op& anchor, size_t slot, const Coords& coords) {
+  const std::string v = em_.value(anchor.inputs[slot], coords);
+  if (g_.operand(anchor, slot).value_dtype() != DType::f32) return v;
+  switch (anchor.attrs.precision) {
+    case ir::Precision::tf32: return "kiln::round_tf32(" + v + ")";
+    case ir::Precision::bf16: return "kiln::round_bf16(" + v + ")";
+    case ir::Precision::f16: return "kiln::round_f16(" + v + ")";
+    case ir::Precision::f32: return v;
+  }
+  return v;
+}
+
+Coords KernelBuilder::broadcast_batch(const Coords& batch, const Shape& operand) {
+  const size_t rank = operand.size() - 2;
+  Coords c(rank);
+  for (size_t d = 0; d < rank; ++d) c[d] = operand[d] == 1 ? "0" : batch[batch.size() - rank + d];
+  return c;
+}
+
+auto KernelBuilder::mma_kind(const ir::Op& anchor) const -> std::optional<Mma> {
+  if (sm_ < 80) return std::nullopt;
+  auto effective = [&](size_t slot) {
+    const DType vt = g_.operand(anchor, slot).value_dtype();
+    if (vt != DType::f32) return std::optional<DType>(vt);
+    switch (anchor.attrs.precision) {
+      case ir::Precision::bf16: return std::optional<DType>(DType::bf16);
+      case ir::Precision::f16: return std::optional<DType>(DType::f16);
+      case ir::Precision::tf32: return std::optional<DType>(DType::f32);  // rounded to tf32
+      case ir::Precision::f32: return std::optional<DType>();
+    }
+    return std::optional<DType>();
+  };
+  const std::optional<DType> a = effective(0), b = effective(1);
+  if (!a || !b) return std::nullopt;
+  if (*a == DType::bf16 && *b == DType::bf16) return Mma::bf16;
+  if (*a == DType::f16 && *b == DType::f16) return Mma::f16;
+  return Mma::tf32;
+}
+
+DType KernelBuilder::mma_storage(Mma kind) {
+  return kind == Mma::bf16 ? DType::bf16 : kind == Mma::f16 ? DType::f16 : DType::f32;
+}
+
+// The tensor in device memory that `t` is, seen through this kernel's
+// transposes (x @ w^T reads w in place): its pointer, storage and strides
+// in t's dimension order.
+std::optional<ExternalTensor> KernelBuilder::in_memory(ir::TensorId t) const {
+  if (auto it = ext_.find(t); it != ext_.end()) return it->second;
+  const ir::Tensor& tensor = g_.tensor(t);
+  if (tensor.producer < 0 || std::find(k_.ops.begin(), k_.ops.end(), tensor.producer) == k_.ops.end()) return std::nullopt;
+  const ir::Op& op = g_.ops[static_cast<size_t>(tensor.producer)];
+  if (op.kind != OpKind::Transpose) return std::nullopt;
+  std::optional<ExternalTensor> base = in_memory(op.inputs[0]);
+  if (!base) return std::nullopt;
+  ExternalTensor e = *base;
+  for (size_t d = 0; d < e.strides.size(); ++d) e.strides[d] = base->strides[static_cast<size_t>(op.attrs.perm[d])];
+  return e;
+}
+
+// An operand read as 16-byte chunks along dimension `inner`: a tensor in
+// memory (not computed here) stored as the MMA's element type, stride 1
+// along `inner`, every chunk 16-byte aligned given an aligned base
+// pointer (checked at run time).
+std::optional<ExternalTensor> KernelBuilder::chunkable(ir::TensorId t, Mma kind, size_t inner, int64_t chunk) const {
+  std::optional<ExternalTensor> e = in_memory(t);
+  if (!e || e->storage != mma_storage(kind)) return std::nullopt;
+  const Shape& shape = g_.tensor(t).shape;
+  if (e->strides[inner] != 1 || shape[inner] % chunk != 0) return std::nullopt;
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (d != inner && shape[d] != 1 && e->strides[d] % chunk != 0) return std::nullopt;
+  return e;
+}
+
+// The epilogue over every accumulator element: `open` declares `m`, `n`
+// (GEMM coordinates, in range) and ends inside the loops that `close`
+// closes; `acc` names the element. Writes the anchor's consumers and
+// epilogue reductions (atomics into workspaces, finalised by the last
+// block).
+// tensor_core: the loops are over the MMA fragments (ni, e): a reduction
+// that keeps only the output column is combined in registers and across
+// the warp's rows first, one atomic per column and warp.
+std::string KernelBuilder::epilogue(const ir::Op& anchor, const Gemm& gm, const std::string& open, const std::string& close,
+                     const std::string& acc, int indent, bool tensor_core) {
+  const ir::Tensor& result = g_.result(anchor);
+  std::vector<const ir::Op*> reduces;  // epilogue reductions whose results are needed
+  for (const ir::Op* r : ops_of({ir::OpFamily::Reduce}))
+    if (writes_.count(r->output)) reduces.push_back(r);
+  std::vector<std::string> ws;
+  for (const ir::Op* r : reduces)
+    ws.push_back(workspace_param(g_.result(*r).name + ".partial", element_count(g_.result(*r).shape),
+                                 reduce_identity_bits(r->kind), true));
+  const std::string counter = reduces.empty() ? "" : workspace_param(g_.result(anchor).name + ".tiles_done", 1, 0, true);
+  std::string body;
+  std::vector<std::pair<size_t, std::string>> column_reduces;  // reduction, register partials
+  em_.begin_block();
+  const Coords oc = gm.out_coords("m", "n", "batch");
+  em_.emit(fmt::format("const float out = {};  // {}", em_.rounded(result, acc), result.name));
+  em_.set_leaf(anchor.output, "out");
+  std::set<ir::TensorId> reduce_outs;
+  for (size_t r = 0; r < reduces.size(); ++r) {
+    const ir::Op& op = *reduces[r];
+    reduce_outs.insert(op.output);
+    const Shape& in_shape = g_.operand(op, 0).shape;
+    const Coords ic = write_coords(anchor.output, oc, op.inputs[0]);
+    Coords kept;
+    Shape kept_shape;
+    for (size_t d = 0; d < in_shape.size(); ++d)
+      if (!std::binary_search(op.attrs.axes.begin(), op.attrs.axes.end(), static_cast<int64_t>(d)))
+        kept.push_back(ic[d]), kept_shape.push_back(in_shape[d]);
+    if (tensor_core && kept.size() == 1 && kept[0] == oc.back()) {
+      const std::string functor = reduce_functor(op.kind), red = fmt::format("red{}", r);
+      body += fmt::format("  float {0}[G::kNI][2];\n#pragma unroll\n  for (int ni = 0; ni < G::kNI; ++ni) {0}[ni][0] = {0}[ni][1] = "
+                          "{1}::identity();\n", red, functor);
+      em_.emit(fmt::format("{0}[ni][e & 1] = {1}::combine({0}[ni][e & 1], {2});", red, functor, em_.value(op.inputs[0], ic)));
+      column_reduces.emplace_back(r, red);
+      continue;
+    }
+    em_.emit(fmt::format("kiln::atomic_combine({}(), static_cast<float*>({}) + {}, {});", reduce_functor(op.kind), ws[r],
+                         em_.linearize(kept, kept_shape), em_.value(op.inputs[0], ic)));
+  }
+  for (ir::TensorId t : k_.writes) {
+    if (reduce_outs.count(t)) continue;
+    const Coords tc = write_coords(anchor.output, oc, t);
+    em_.emit(store(t, em_.linearize(tc, g_.tensor(t).shape), em_.value(t, tc)) + "  // " + g_.tensor(t).name);
+  }
+  body += open + em_.take(indent) + close;
+  // Column partials: across the warp's rows (lanes with equal lane % 4), then one atomic each.
+  for (const auto& [r, red] : column_reduces) {
+    const std::string functor = reduce_functor(reduces[r]->kind);
+    body += "#pragma unroll\n  for (int ni = 0; ni < G::kNI; ++ni)\n#pragma unroll\n    for (int c = 0; c < 2; ++c) {\n";
+    body += fmt::format("      float v = {}[ni][c];\n", red);
+    body += fmt::format("      for (int lanes = 4; lanes < 32; lanes <<= 1) v = {}::combine(v, __shfl_xor_sync(0xffffffffu, v, lanes));\n",
+                        functor);
+    body += fmt::format("      const kiln::i64 n = n0 + G::acc_col(ni, c);\n      if ((threadIdx.x & 31) >= 4 || n >= {}LL) continue;\n",
+                        gm.n);
+    em_.begin_block();
+    const Coords column = gm.out_coords("m0", "n", "batch");
+    em_.emit(fmt::format("kiln::atomic_combine({}(), static_cast<float*>({}) + {}, v);", functor, ws[r], column.back()));
+    body += em_.take(6) + "    }\n";
+  }
+  if (!reduces.empty()) {
+    // The last block to finish turns the partials into the results.
+    body += "  __threadfence();\n  __syncthreads();\n  __shared__ bool kiln_last;\n";
+    body += fmt::format("  if (threadIdx.x == 0) kiln_last = atomicAdd(static_cast<unsigned int*>({}), 1u) == "
+                        "gridDim.x * gridDim.y * gridDim.z - 1;\n", counter);
+    body += "  __syncthreads();\n  if (kiln_last) {\n    __threadfence();\n";
+    for (size_t r = 0; r < reduces.size(); ++r) {
+      const ir::Op& op = *reduces[r];
+      const ir::Tensor& out = g_.result(op);
+      const int64_t count = element_count(out.shape);
+      const int64_t reduced = element_count(g_.operand(op, 0).shape) / count;
+      std::string v = fmt::format("static_cast<volatile float*>({})[o]", ws[r]);
+      if (op.kind == OpKind::ReduceMean) v = fmt::format("({} / {})", v, Emitter::float_literal(static_cast<float>(reduced)));
+      body += fmt::format("    for (kiln::i64 o = threadIdx.x; o < {}LL; o += blockDim.x) {}  // {}\n", count,
+                          store(op.output, "o", em_.rounded(out, v)), out.name);
+    }
+    body += "  }\n";
+  }
+  return body;
+}
+
+void KernelBuilder::gemm(const ir::Op& anchor, const Gemm& gm) {
+  if (const std::optional<Mma> kind = mma_kind(anchor)) return gemm_tensor_core(anchor, gm, *kind);
+  gemm_simt(anchor, gm);
+}
+
+// f32 operands in full f32 (and GPUs before sm_80): a BM x BN tile per
+// block, 256 threads with 4x4 results each.
+void KernelBuilder::gemm_simt(const ir::Op& anchor, const Gemm& gm) {
+  std::string body = fmt::format("  __shared__ float As[{}][{}];\n  __shared__ float Bs[{}][{}];\n", kBK, kBM + 4, kBK, kBN + 4);
+  body += "  const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;\n";
+  body += fmt::format("  const kiln::i64 m0 = (kiln::i64)blockIdx.y * {}, n0 = (kiln::i64)blockIdx.x * {};\n", kBM, kBN);
+  body += "  const kiln::i64 batch = blockIdx.z;\n";
+  body += "  float acc[4][4] = {};\n";
+  body += fmt::format("  for (kiln::i64 k0 = 0; k0 < {}LL; k0 += {}) {{\n", gm.k, kBK);
+  body += fmt::format("    for (int e = tid; e < {}; e += 256) {{\n", kBM * kBK);
+  body += fmt::format("      const kiln::i64 m = m0 + e / {0}, k = k0 + e % {0};\n      float v = 0.0f;\n", kBK);
+  body += fmt::format("      if (m < {}LL && k < {}LL) {{\n", gm.m, gm.k);
+  em_.begin_block();
+  gm.load_a("m", "k", "batch");
+  body += em_.take(8) + "      }\n";
+  body += fmt::format("      As[e % {}][e / {}] = v;\n    }}\n", kBK, kBK);
+  body += fmt::format("    for (int e = tid; e < {}; e += 256) {{\n", kBN * kBK);
+  body += fmt::format("      const kiln::i64 k = k0 + e / {0}, n = n0 + e % {0};\n      float v = 0.0f;\n", kBN);
+  body += fmt::format("      if (k < {}LL && n < {}LL) {{\n", gm.k, gm.n);
+  em_.begin_block();
+  gm.load_b("k", "n", "batch");
+  body += em_.take(8) + "      }\n";
+  body += fmt::format("      Bs[e / {}][e % {}] = v;\n    }}\n", kBN, kBN);
+  body += "    __syncthreads();\n";
+  body += fmt::format("#pragma unroll\n    for (int kk = 0; kk < {}; ++kk) {{\n", kBK);
+  body += "      float a[4], b[4];\n#pragma unroll\n      for (int i = 0; i < 4; ++i) a[i] = As[kk][ty * 4 + i], b[i] = Bs[kk][tx * 4 + i];\n";
+  body += "#pragma unroll\n      for (int i = 0; i < 4; ++i)\n#pragma unroll\n        for (int j = 0; j < 4; ++j) acc[i][j] += a[i] * b[j];\n";
+  body += "    }\n    __syncthreads();\n  }\n";
+  const std::string open = "#pragma unroll\n  for (int i = 0; i < 4; ++i)\n#pragma unroll\n    for (int j = 0; j < 4; ++j) {\n"
+                           "      const kiln::i64 m = m0 + ty * 4 + i, n = n0 + tx * 4 + j;\n" +
+                           fmt::format("      if (m >= {}LL || n >= {}LL) continue;\n", gm.m, gm.n);
+  body += epilogue(anchor, gm, open, "    }\n", "acc[i][j]", 6);
+  finish(body, 256);
+  out_.grid = {blocks_for(gm.n, kBN), blocks_for(gm.m, kBM), static_cast<uint32_t>(gm.batches)};
+}
+
+auto KernelBuilder::mma_tile(const Gemm& gm, Mma kind) const -> MmaTile {
+  const int bk = kind == Mma::tf32 ? 16 : 32;
+  const int64_t big_tiles = ((gm.m + 127) / 128) * ((gm.n + 127) / 128) * gm.batches;
+  // 128x128 tiles once they fill most of a GPU's SMs; else 64x64. With
+  // both operands copied straight from memory, 4 warps of 64x64 and a
+  // deeper K-slice (measured on H100, bf16 8192x8192x4096: 209 TFLOP/s
+  // against 167 for 8 warps of 64x32 and 165 for 256x128); computed
+  // operands keep 8 warps so each thread stages only two 8-element runs.
+  if (big_tiles >= 96 && gm.chunk_a && gm.chunk_b) return {128, 128, 2 * bk, 2, 2, 3};
+  if (big_tiles >= 96) return {128, 128, bk, 2, 4, 4};
+  return {64, 64, bk, 2, 2, 4};
+}
+
+void KernelBuilder::gemm_tensor_core(const ir::Op& anchor, const Gemm& gm, Mma kind) {
+  const MmaTile t = mma_tile(gm, kind);
+  const int threads = t.warps_m * t.warps_n * 32;
+  const int elem = kind == Mma::tf32 ? 4 : 2, chunk = 16 / elem;
+  const char* kind_name = kind == Mma::bf16 ? "kBf16" : kind == Mma::f16 ? "kF16" : "kTf32";
+  const int a_stride = t.bk + chunk, b_stride = gm.b_k_major ? t.bk + chunk : t.bn + 8;
+  const int shared_bytes = t.stages * (t.bm * a_stride + (gm.b_k_major ? t.bn : t.bk) * b_stride) * elem;
+  const int64_t tiles_m = (gm.m + t.bm - 1) / t.bm, tiles_n = (gm.n + t.bn - 1) / t.bn;
+  KILN_USER_CHECK(tiles_m * tiles_n < (int64_t{1} << 31) && gm.batches <= 65535,
+                  "{}: {} x {} tiles in {} batches exceed this matmul kernel's grid limits", g_.describe(k_.anchor), tiles_m,
+                  tiles_n, gm.batches);
+  std::string body;
+  body += fmt::format("  typedef kiln::tc::Gemm<{}, {}, {}, {}, {}, {}, kiln::tc::{}, {}> G;\n", t.bm, t.bn, t.bk, t.warps_m,
+                      t.warps_n, t.stages, kind_name, gm.b_k_major ? "true" : "false");
+  body += fmt::format("  static_assert(G::kSharedBytes == {}, \"shared memory size as launched\");\n", shared_bytes);
+  body += "  typedef G::T T;\n  extern __shared__ __align__(16) unsigned char kiln_shared[];\n";
+  body += "  T* smem = reinterpret_cast<T*>(kiln_shared);\n";
+  body += "  int tile_m, tile_n;\n";
+  body += fmt::format("  kiln::tc::swizzled_tile(blockIdx.x, {}, {}, 8, tile_m, tile_n);\n", tiles_m, tiles_n);
+  body += fmt::format("  const kiln::i64 m0 = (kiln::i64)tile_m * {}, n0 = (kiln::i64)tile_n * {};\n", t.bm, t.bn);
+  body += "  const kiln::i64 batch = blockIdx.z;\n";
+
+  // One loader per operand: 16-byte asynchronous copies where the operand
+  // is a plain aligned tensor; else its inputs 8 at a time into registers
+  // (computed and stored after the next slice's math); else element by
+  // element through the emitter.
+  auto loader = [&](bool is_a) {
+    const ir::Op& op = anchor;
+    const size_t slot = is_a ? 0 : 1;
+    const ChunkFn& chunk_fn = is_a ? gm.chunk_a : gm.chunk_b;
+    const std::string& pointer = is_a ? gm.pointer_a : gm.pointer_b;
+    const std::string x = is_a ? "a" : "b";
+    // The tile's rows x cols, cols contiguous in shared memory.
+    const bool k_major = is_a || gm.b_k_major;
+    const int rows = is_a ? t.bm : (k_major ? t.bn : t.bk), cols = k_major ? t.bk : t.bn;
+    // GEMM coordinates of (row, col).
+    const std::string row_base = is_a ? "m0" : (k_major ? "n0" : "k0"), col_base = k_major ? "k0" : "n0";
+    const std::string row_name = is_a ? "m" : (k_major ? "n" : "k"), col_name = k_major ? "k" : "n";
+    const std::string index = is_a ? "G::a_index(row, col)" : (k_major ? "G::b_index(col, row)" : "G::b_index(row, col)");
+    const int64_t row_limit = is_a ? gm.m : (k_major ? gm.n : gm.k), col_limit = k_major ? gm.k : gm.n;
+    auto at = [&]() { return is_a ? gm.at_a("m", "k", "batch") : gm.at_b("k", "n", "batch"); };
+    const std::string gemm_coords = fmt::format("const kiln::i64 {} = {} + row, {} = {} + col", row_name, row_base, col_name,
+                                                col_base);
+    std::string load = fmt::format("  auto load_{} = [&](T* tile, int kt) {{\n", x);
+    load += fmt::format("    const kiln::i64 k0 = (kiln::i64)kt * {};\n", t.bk);
+    std::string stash = fmt::format("  auto stash_{} = [&](T* tile, int kt) {{\n", x);
+    std::string decls;
+    if (chunk_fn) {
+      load += fmt::format("    if (kiln::aligned16({})) {{\n", pointer);
+      load += fmt::format("      for (int c = threadIdx.x; c < {}; c += {}) {{\n", rows * cols / chunk, threads);
+      load += fmt::format("        const int row = c / {0}, col = (c % {0}) * {1};\n", cols / chunk, chunk);
+      load += "        " + gemm_coords + ";\n";
+      em_.begin_block();
+      const auto [valid, offset] = is_a ? chunk_fn("m", "k", "batch") : chunk_fn("k", "n", "batch");
+      em_.emit(fmt::format("const bool ok = {};", valid));
+      em_.emit(fmt::format("kiln::tc::cp_async16(tile + {}, static_cast<const T*>({}) + (ok ? {} : 0), ok);", index,
+                           pointer, offset));
+      load += em_.take(8) + "      }\n      return;\n    }\n";
+    } else if (is_a ? gm.a_runs_last : gm.b_runs_last) {
+      // The operand's inputs that run along its last dimension, contiguous.
+      const Shape& shape = g_.operand(op, slot).shape;
+      std::vector<ir::TensorId> runs;
+      for (const auto& [id, e] : ext_) {
+        const Shape& ts = g_.tensor(id).shape;
+        if (e.storage == DType::boolean || ts.empty() || ts.size() > shape.size() || ts.back() != shape.back() ||
+            !std::equal(ts.begin(), ts.end(), shape.end() - static_cast<std::ptrdiff_t>(ts.size())))
+          continue;
+        bool ok = e.strides.back() == 1;
+        for (size_t d = 0; d + 1 < ts.size(); ++d) ok = ok && (ts[d] == 1 || e.strides[d] % 8 == 0);
+        if (ok) runs.push_back(id);
+      }
+      const int per_thread = rows * cols / 8 / threads;
+      KILN_INTERNAL_CHECK(per_thread * 8 * threads == rows * cols);
+      std::string aligned = "true";
+      for (ir::TensorId id : runs) {
+        decls += fmt::format("  float run{}[{}][8];  // {}\n", id, per_thread, g_.tensor(id).name);
+        aligned += fmt::format(" && kiln::aligned16({})", ext_.at(id).pointer);
+      }
+      decls += fmt::format("  const bool runs_{} = {};\n", x, aligned);
+      auto run_coords = [&](ir::TensorId id, const Coords& c) {
+        const Shape& ts = g_.tensor(id).shape;
+        Coords tc(ts.size());
+        for (size_t d = 0; d < ts.size(); ++d) tc[d] = ts[d] == 1 ? "0" : c[c.size() - ts.size() + d];
+        return tc;
+      };
+      auto chunk_header = [&](std::string& out) {
+        out += fmt::format("#pragma unroll\n      for (int i = 0; i < {}; ++i) {{\n", per_thread);
+        out += fmt::format("        const int row = (threadIdx.x + i * {0}) / {1}, col = ((threadIdx.x + i * {0}) % {1}) * 8;\n",
+                           threads, cols / 8);
+      };
+      load += fmt::format("    if (runs_{}) {{\n", x);
+      chunk_header(load);
+      load += "        " + gemm_coords + ";\n";
+      em_.begin_block();
+      {
+        const auto [coords, valid] = at();
+        em_.emit(fmt::format("if ({}) {{", valid));
+        for (ir::TensorId id : runs) {
+          const ExternalTensor& e = ext_.at(id);
+          em_.emit(fmt::format("  kiln::load_vec_{}<8>({}, {}, run{}[i]);", to_string(e.storage), e.pointer,
+                               em_.offset_of(e, g_.tensor(id).shape, run_coords(id, coords)), id));
+        }
+        em_.emit("}");
+      }
+      load += em_.take(8) + "      }\n      return;\n    }\n";
+      stash += fmt::format("    if (!runs_{}) return;\n    const kiln::i64 k0 = (kiln::i64)kt * {};\n", x, t.bk);
+      chunk_header(stash);
+      stash += "        float vals[8];\n#pragma unroll\n        for (int j = 0; j < 8; ++j) {\n";
+      stash += fmt::format("          const kiln::i64 {} = {} + row, {} = {} + col + j;\n", row_name, row_base, col_name,
+                           col_base);
+      em_.begin_block();
+      {
+        const auto [coords, valid] = at();
+        for (ir::TensorId id : runs) em_.set_vector_source(id, run_coords(id, coords), fmt::format("run{}[i]", id), "j");
+        em_.emit("float v = 0.0f;");
+        em_.emit(fmt::format("if ({}) {{", valid));
+        em_.emit("  v = " + operand_value(op, slot, coords) + ";");
+        em_.emit("}");
+        em_.emit("vals[j] = v;");
+        em_.clear_vector_sources();
+      }
+      stash += em_.take(10) + "        }\n";
+      stash += fmt::format("        kiln::tc::store_chunk8<kiln::tc::{}>(tile + {}, vals);\n      }}\n", kind_name, index);
+    }
+    stash += "  };\n";
+    load += fmt::format("    for (int e = threadIdx.x; e < {}; e += {}) {{\n", rows * cols, threads);
+    load += fmt::format("      const int row = e / {0}, col = e % {0};\n", cols);
+    load += "      " + gemm_coords + ";\n";
+    load += fmt::format("      float v = 0.0f;\n      if ({} < {}LL && {} < {}LL) {{\n", row_name, row_limit, col_name, col_limit);
+    em_.begin_block();
+    if (is_a)
+      gm.load_a("m", "k", "batch");
+    else
+      gm.load_b("k", "n", "batch");
+    load += em_.take(8) + "      }\n";
+    load += fmt::format("      tile[{}] = kiln::tc::Element<kiln::tc::{}>::from_float(v);\n    }}\n", index, kind_name);
+    load += "  };\n";
+    return decls + load + stash;
+  };
+  body += loader(true) + loader(false);
+  body += "  G gemm;\n";
+  body += fmt::format("  gemm.run(smem, {}, load_a, load_b, stash_a, stash_b);\n", (gm.k + t.bk - 1) / t.bk);
+  const std::string open =
+      "#pragma unroll\n  for (int mi = 0; mi < G::kMI; ++mi)\n#pragma unroll\n    for (int ni = 0; ni < G::kNI; ++ni)\n"
+      "#pragma unroll\n      for (int e = 0; e < 4; ++e) {\n"
+      "        const kiln::i64 m = m0 + G::acc_row(mi, e), n = n0 + G::acc_col(ni, e);\n" +
+      fmt::format("        if (m >= {}LL || n >= {}LL) continue;\n", gm.m, gm.n);
+  body += epilogue(anchor, gm, open, "      }\n", "gemm.acc[mi][ni][e]", 8, true);
+  finish(body, threads, "", "#include \"kiln/mma.cuh\"\n");
+  out_.shared_bytes = static_cast<uint32_t>(shared_bytes);
+  out_.grid = {static_cast<uint32_t>(tiles_m * tiles_n), 1, static_cast<uint32_t>(gm.batches)};
+}
+
+void KernelBuilder::matmul() {
+  const ir::Op& mm = g_.ops[static_cast<size_t>(k_.anchor)];
+  const ir::Tensor& result = g_.result(mm);
+  const Shape batch_shape(result.shape.begin(), result.shape.end() - 2);
+  Gemm gm;
+  gm.m = result.shape[result.shape.size() - 2];
+  gm.n = result.shape.back();
+  gm.k = g_.operand(mm, 0).shape.back();
+  gm.batches = element_count(batch_shape);
+  KILN_USER_CHECK(gm.batches <= 65535, "{}: {} batches exceed this matmul kernel's grid limit of 65535",
+                  g_.describe(k_.anchor), gm.batches);
+  auto batch_coords = [&](const std::string& batch) { return em_.delinearize(batch, batch_shape); };
+  gm.load_a = [&](const std::string& m, const std::string& k, const std::string& batch) {
+    Coords c = broadcast_batch(batch_coords(batch), g_.operand(mm, 0).shape);
+    c.push_back(m);
+    c.push_back(k);
+    em_.emit("v = " + operand_value(mm, 0, c) + ";");
+  };
+  gm.load_b = [&](const std::string& k, const std::string& n, const std::string& batch) {
+    Coords c = broadcast_batch(batch_coords(batch), g_.operand(mm, 1).shape);
+    c.push_back(k);
+    c.push_back(n);
+    em_.emit("v = " + operand_value(mm, 1, c) + ";");
+  };
+  gm.out_coords = [&](const std::string& m, const std::string& n, const std::string& batch) {
+    Coords c = batch_coords(batch);
+    c.push_back(m);
+    c.push_back(n);
+    return c;
+  };
+  gm.at_a = [&](const std::string& m, const std::string& k, const std::string& batch) {
+    Coords c = broadcast_batch(batch_coords(batch), g_.operand(mm, 0).shape);
+    c.push_back(m);
+    c.push_back(k);
+    return std::pair(c, fmt::format("{} < {}LL && {} < {}LL", m, gm.m, k, gm.k));
+  };
+  gm.at_b = [&](const std::string& k, const std::string& n, const std::string& batch) {
+    Coords c = broadcast_batch(batch_coords(batch), g_.operand(mm, 1).shape);
+    c.push_back(k);
+    c.push_back(n);
+    return std::pair(c, fmt::format("{} < {}LL && {} < {}LL", k, gm.k, n, gm.n));
+  };
+  gm.a_runs_last = gm.k % 8 == 0;
+  if (const std::optional<Mma> kind = mma_kind(mm)) {
+    const int64_t chunk = *kind == Mma::tf32 ? 4 : 8;
+    const Shape& as = g_.operand(mm, 0).shape;
+    const Shape& bs = g_.operand(mm, 1).shape;
+    auto at = [&](const Shape& shape, const std::string& batch, const std::string& row, const std::string& col) {
+      Coords c = broadcast_batch(batch_coords(batch), shape);
+      c.push_back(row);
+      c.push_back(col);
+      return c;
+    };
+    auto in_range = [&](const std::string& x, const std::string& y) {
+      return fmt::format("{} < {}LL && {} < {}LL", x, gm.m, y, gm.k);
+    };
+    if (const std::optional<ExternalTensor> e = chunkable(mm.inputs[0], *kind, as.size() - 1, chunk)) {
+      gm.pointer_a = e->pointer;
+      gm.chunk_a = [this, e = *e, as, at, in_range](const std::string& m, const std::string& k, const std::string& batch) {
+        return std::pair(in_range(m, k), em_.offset_of(e, as, at(as, batch, m, k)));
+      };
+    }
+    auto b_range = [&](const std::string& k, const std::string& n) {
+      return fmt::format("{} < {}LL && {} < {}LL", k, gm.k, n, gm.n);
+    };
+    if (const std::optional<ExternalTensor> e = chunkable(mm.inputs[1], *kind, bs.size() - 1, chunk)) {
+      gm.pointer_b = e->pointer;
+      gm.chunk_b = [this, e = *e, bs, at, b_range](const std::string& k, const std::string& n, const std::string& batch) {
+        return std::pair(b_range(k, n), em_.offset_of(e, bs, at(bs, batch, k, n)));
+      };
+    } else if (const std::optional<ExternalTensor> e = chunkable(mm.inputs[1], *kind, bs.size() - 2, chunk)) {
+      gm.b_k_major = true;  // B is stored transposed ([n][k] in memory)
+      gm.pointer_b = e->pointer;
+      gm.chunk_b = [this, e = *e, bs, at, b_range](const std::string& k, const std::string& n, const std::string& batch) {
+        return std::pair(b_range(k, n), em_.offset_of(e, bs, at(bs, batch, k, n)));
+      };
+    }
+  }
+  gm.b_runs_last = !gm.b_k_major && gm.n % 8 == 0;
+  setup_norm_prologue();
+  gemm(mm, gm);
+}
+
+// The matmul applies a split layer_norm/rms_norm from its row statistics
+// (the norm, and any pointwise ops after it, are recomputed in its prologue).
+void KernelBuilder::setup_norm_prologue() {
+  for (int32_t oi : k_.recomputed) {
+    const ir::Op& norm = g_.ops[static_cast<size_t>(oi)];
+    if (norm.kind != OpKind::LayerNorm && norm.kind != OpKind::RmsNorm) continue;
+    const ir::Tensor& x = g_.operand(norm, 0);
+    const int64_t rows = element_count(x.shape) / x.shape.back();
+    const std::string p = workspace_param(g_.result(norm).name + ".rowstats", rows * 2, 0, false);
+    em_.set_norm_stats(norm.output, "static_cast<const float*>(" + p + ")");
+  }
+}
+
+void KernelBuilder::conv() {
+  const ir::Op& cv = g_.ops[static_cast<size_t>(k_.anchor)];
+  const ir::Attributes& at = cv.attrs;
+  const bool nhwc = at.layout == ir::Layout::NHWC;
+  const Shape& xs = g_.operand(cv, 0).shape;
+  const Shape& ws = g_.operand(cv, 1).shape;
+  const Shape& os = g_.result(cv).shape;
+  const int64_t n = xs[0], c = nhwc ? xs[3] : xs[1], h = nhwc ? xs[1] : xs[2], w = nhwc ? xs[2] : xs[3];
+  const int64_t k = ws[0], r = nhwc ? ws[1] : ws[2], s = nhwc ? ws[2] : ws[3];
+  const int64_t p = nhwc ? os[1] : os[2], q = nhwc ? os[2] : os[3];
+  const int64_t cg = c / at.groups, kg = k / at.groups;
+  Gemm gm;
+  gm.m = n * p * q;
+  gm.n = kg;
+  gm.k = r * s * cg;
+  gm.batches = at.groups;
+  // Implicit im2col: GEMM row m is output pixel (ni, pi, qi); GEMM k is
+  // (ri, si, ci), ci fastest.
+  auto input_pixel = [&](const std::string& m, const std::string& kk, const std::string& g) {
+    em_.emit(fmt::format("const kiln::i64 ni = {0} / {1}LL, pi = ({0} / {2}LL) % {3}LL, qi = {0} % {2}LL;", m, p * q, q, p));
+    em_.emit(fmt::format("const kiln::i64 ri = {0} / {1}LL, si = ({0} / {2}LL) % {3}LL, ci = {4} * {2}LL + {0} % {2}LL;", kk,
+                         s * cg, cg, s, g));
+    em_.emit(fmt::format("const kiln::i64 hi = pi * {}LL - {}LL + ri * {}LL, wi = qi * {}LL - {}LL + si * {}LL;", at.stride[0],
+                         at.padding[0], at.dilation[0], at.stride[1], at.padding[1], at.dilation[1]));
+    return fmt::format("hi >= 0 && hi < {}LL && wi >= 0 && wi < {}LL", h, w);
+  };
+  auto filter_tap = [&](const std::string& kk, const std::string& nn, const std::string& g) {
+    em_.emit(fmt::format("const kiln::i64 ri = {0} / {1}LL, si = ({0} / {2}LL) % {3}LL, ci = {0} % {2}LL;", kk, s * cg, cg, s));
+    em_.emit(fmt::format("const kiln::i64 ko = {} * {}LL + {};", g, kg, nn));
+    return nhwc ? Coords{"ko", "ri", "si", "ci"} : Coords{"ko", "ci", "ri", "si"};
+  };
+  gm.load_a = [&, nhwc](const std::string& m, const std::string& kk, const std::string& g) {
+    em_.emit(fmt::format("if ({}) {{", input_pixel(m, kk, g)));
+    const Coords xc = nhwc ? Coords{"ni", "hi", "wi", "ci"} : Coords{"ni", "ci", "hi", "wi"};
+    em_.emit("v = " + operand_value(cv, 0, xc) + ";");
+    em_.emit("}");
+  };
+  gm.load_b = [&](const std::string& kk, const std::string& nn, const std::string& g) {
+    em_.emit("v = " + operand_value(cv, 1, filter_tap(kk, nn, g)) + ";");
+  };
+  gm.out_coords = [&, nhwc](const std::string& m, const std::string& nn, const std::string& g) {
+    em_.emit(fmt::format("const kiln::i64 on = {0} / {1}LL, op = ({0} / {2}LL) % {3}LL, oq = {0} % {2}LL;", m, p * q, q, p));
+    em_.emit(fmt::format("const kiln::i64 ok = {} * {}LL + {};", g, kg, nn));
+    return nhwc ? Coords{"on", "op", "oq", "ok"} : Coords{"on", "ok", "op", "oq"};
+  };
+  gm.at_a = [&, nhwc](const std::string& m, const std::string& kk, const std::string& g) {
+    const std::string inside = input_pixel(m, kk, g);
+    return std::pair(nhwc ? Coords{"ni", "hi", "wi", "ci"} : Coords{"ni", "ci", "hi", "wi"},
+                     fmt::format("{} < {}LL && {} < {}LL && {}", m, gm.m, kk, gm.k, inside));
+  };
+  gm.at_b = [&](const std::string& kk, const std::string& nn, const std::string& g) {
+    return std::pair(filter_tap(kk, nn, g), fmt::format("{} < {}LL && {} < {}LL", kk, gm.k, nn, gm.n));
+  };
+  gm.a_runs_last = gm.b_runs_last = nhwc && cg % 8 == 0;  // k runs along ci within one filter tap
+  // B's tile is [k-out][ri, si, ci]: the weights' own order in NHWC.
+  gm.b_k_major = true;
+  const std::optional<Mma> kind = mma_kind(cv);
+  const int64_t chunk = kind == Mma::tf32 ? 4 : 8;
+  if (kind && nhwc && cg % chunk == 0) {
+    if (const std::optional<ExternalTensor> e = chunkable(cv.inputs[0], *kind, 3, chunk)) {
+      gm.pointer_a = e->pointer;
+      gm.chunk_a = [&, e = *e](const std::string& m, const std::string& kk, const std::string& g) {
+        const std::string inside = input_pixel(m, kk, g);
+        return std::pair(fmt::format("{} < {}LL && {} < {}LL && {}", m, gm.m, kk, gm.k, inside),
+                         em_.offset_of(e, xs, Coords{"ni", "hi", "wi", "ci"}));
+      };
+    }
+    if (const std::optional<ExternalTensor> e = chunkable(cv.inputs[1], *kind, 3, chunk)) {
+      gm.pointer_b = e->pointer;
+      gm.chunk_b = [&, e = *e](const std::string& kk, const std::string& nn, const std::string& g) {
+        const Coords wc = filter_tap(kk, nn, g);
+        return std::pair(fmt::format("{} < {}LL && {} < {}LL", kk, gm.k, nn, gm.n), em_.offset_of(e, ws, wc));
+      };
+    }
+  }
+  gemm(cv, gm);
+}
+
+}  // namespace kiln::codegen

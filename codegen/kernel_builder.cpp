@@ -1,0 +1,128 @@
+// What the generators of every kernel kind share: parameters, workspaces,
+// where a written tensor's element lies, the kernel's frame.
+#include "codegen/kernel_builder.h"
+
+namespace kiln::codegen {
+
+std::map<ir::TensorId, ExternalTensor> KernelBuilder::externals() {
+  std::map<ir::TensorId, ExternalTensor> ext;
+  for (ir::TensorId t : k_.reads) {
+    const ir::Tensor& tensor = g_.tensor(t);
+    const bool input = tensor.kind == ir::TensorKind::Input;
+    const std::string p = add_param({input ? KernelArg::Role::Input : KernelArg::Role::Intermediate, t, -1}, true,
+                                    tensor.name);
+    ext[t] = {p, input ? tensor.dtype : storage_dtype(tensor), tensor.strides};
+  }
+  for (ir::TensorId t : k_.writes) {
+    const ir::Tensor& tensor = g_.tensor(t);
+    const std::string p = add_param({tensor.is_output ? KernelArg::Role::Output : KernelArg::Role::Intermediate, t, -1},
+                                    false, tensor.name);
+    writes_[t] = p;
+  }
+  ext_ = ext;
+  return ext;
+}
+
+std::string KernelBuilder::add_param(KernelArg arg, bool read_only, const std::string& what) {
+  const std::string name = "p" + std::to_string(out_.args.size());
+  params_.push_back(fmt::format("{}void* __restrict__ {}", read_only ? "const " : "", name));
+  param_notes_.push_back(what);
+  out_.args.push_back(arg);
+  return name;
+}
+
+std::string KernelBuilder::workspace_param(const std::string& name, int64_t words, uint32_t fill, bool reset_here) {
+  const int index = state_.workspace(name, words, fill);
+  if (reset_here) out_.reset_workspaces.push_back(index);
+  return add_param({KernelArg::Role::Workspace, -1, index}, false, "workspace " + name);
+}
+
+std::string KernelBuilder::store(ir::TensorId t, const std::string& offset, const std::string& value) {
+  return Emitter::store_call(storage_dtype(g_.tensor(t)), writes_.at(t), offset, value);
+}
+
+std::vector<const ir::Op*> KernelBuilder::ops_of(std::initializer_list<ir::OpFamily> families) const {
+  std::vector<const ir::Op*> out;
+  for (int32_t oi : k_.ops) {
+    const ir::Op& op = g_.ops[static_cast<size_t>(oi)];
+    if (std::find(families.begin(), families.end(), ir::op_info(op.kind).family) != families.end()) out.push_back(&op);
+  }
+  return out;
+}
+
+// Tensors computed (in this kernel) from the results of `roots`.
+std::set<ir::TensorId> KernelBuilder::downstream_of(const std::set<ir::TensorId>& roots) const {
+  std::set<ir::TensorId> out = roots;
+  for (int32_t oi : k_.ops) {
+    const ir::Op& op = g_.ops[static_cast<size_t>(oi)];
+    for (ir::TensorId in : op.inputs)
+      if (out.count(in)) out.insert(op.output);
+  }
+  return out;
+}
+
+// Coordinates of a tensor that has `count` elements in the same linear
+// order as `shape` at `coords`.
+Coords KernelBuilder::same_element(const Coords& coords, const Shape& shape, const Shape& target) {
+  if (shape == target) return coords;
+  const std::string l = em_.fresh("l");
+  em_.emit(fmt::format("const kiln::i64 {} = {};", l, em_.linearize(coords, shape)));
+  return em_.delinearize(l, target);
+}
+
+// The coordinates of `to` at the element where `from` has `coords`,
+// following this kernel's ops forward: views map coordinates, pointwise
+// ops keep them. nullopt when `to` is not computed from `from` here.
+std::optional<Coords> KernelBuilder::forward(ir::TensorId from, ir::TensorId to, const Coords& coords) {
+  if (from == to) return coords;
+  const int64_t count = element_count(g_.tensor(from).shape);
+  for (int32_t oi : k_.ops) {
+    const ir::Op& op = g_.ops[static_cast<size_t>(oi)];
+    const Shape& out = g_.result(op).shape;
+    if (element_count(out) != count ||
+        std::find(op.inputs.begin(), op.inputs.end(), from) == op.inputs.end())
+      continue;
+    Coords next;
+    if (op.kind == OpKind::Transpose) {
+      next.resize(coords.size());
+      for (size_t d = 0; d < coords.size(); ++d) next[d] = coords[static_cast<size_t>(op.attrs.perm[d])];
+    } else if (op.kind == OpKind::Reshape) {
+      next = same_element(coords, g_.tensor(from).shape, out);
+    } else if (ir::is_pointwise(op.kind) || op.kind == OpKind::BatchNorm) {
+      next.assign(out.size() - coords.size(), "0");
+      next.insert(next.end(), coords.begin(), coords.end());
+    } else {
+      continue;
+    }
+    if (std::optional<Coords> found = forward(op.output, to, next)) return found;
+  }
+  return std::nullopt;
+}
+
+// Where to write `t` in a kernel whose template holds `leaf` at
+// `leaf_coords`: downstream of the leaf, at the matching element; else (t
+// does not use the leaf) at the element with the same linear index.
+Coords KernelBuilder::write_coords(ir::TensorId leaf, const Coords& leaf_coords, ir::TensorId t) {
+  if (std::optional<Coords> c = forward(leaf, t, leaf_coords)) return *c;
+  return same_element(leaf_coords, g_.tensor(leaf).shape, g_.tensor(t).shape);
+}
+
+std::string KernelBuilder::finish(const std::string& body, int threads, const std::string& shared,
+                   const std::string& includes) {
+  std::string src;
+  src += fmt::format("// kiln kernel {}: {} over {}\n", k_.id, ir::to_string(k_.kind), k_.params.to_string(k_.kind));
+  std::vector<std::string> names;
+  for (int32_t oi : k_.ops) names.push_back(g_.result(g_.ops[static_cast<size_t>(oi)]).name);
+  src += fmt::format("// ops: {}\n", fmt::join(names, ", "));
+  src += "#include \"kiln/common.cuh\"\n" + includes + "\n";
+  src += fmt::format("extern \"C\" __global__ void __launch_bounds__({}) kiln_kernel(", threads);
+  for (size_t i = 0; i < params_.size(); ++i)
+    src += fmt::format("\n    {}{}  // {}", params_[i], i + 1 < params_.size() ? "," : "", param_notes_[i]);
+  src += "\n) {\n" + shared + body + "}\n";
+  out_.source = src;
+  out_.canonical = drop_comment_lines(src);
+  out_.block = {static_cast<uint32_t>(threads), 1, 1};
+  return src;
+}
+
+}  // namespace kiln::codegen

@@ -1,0 +1,307 @@
+// KernelBuilder: the CUDA C++ of one planned kernel, shared by the
+// generators of each kernel kind (codegen's internal header; the public
+// entry point is kernel_codegen.h).
+//
+// One file per kind of kernel: pointwise_codegen.cpp (vectorised pointwise
+// and copies), reduction_codegen.cpp (row, split and column reductions,
+// pools, row statistics), norm_codegen.cpp (persistent and multi-pass
+// normalisations), gemm_codegen.cpp (matmul and conv on tensor cores or
+// SIMT, prologues and epilogues), attention_codegen.cpp (flash attention and
+// the exact two-pass kernel); kernel_builder.cpp holds what they share
+// (parameters, coordinates of writes, the kernel's frame).
+#pragma once
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "codegen/emitter.h"
+#include "codegen/kernel_codegen.h"
+#include "compiler/error.h"
+
+namespace kiln::codegen {
+
+using ir::OpKind;
+
+inline constexpr int kThreads = 256;
+
+inline uint32_t float_bits(float v) {
+  uint32_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  return bits;
+}
+
+inline std::string reduce_functor(OpKind kind) {
+  switch (kind) {
+    case OpKind::ReduceMax: return "kiln::MaxOp";
+    case OpKind::ReduceMin: return "kiln::MinOp";
+    default: return "kiln::SumOp";
+  }
+}
+
+inline uint32_t reduce_identity_bits(OpKind kind) {
+  if (kind == OpKind::ReduceMax) return float_bits(-INFINITY);
+  if (kind == OpKind::ReduceMin) return float_bits(INFINITY);
+  return 0;
+}
+
+inline uint32_t blocks_for(int64_t work, int64_t per_block) {
+  return static_cast<uint32_t>(std::clamp<int64_t>((work + per_block - 1) / per_block, 1, int64_t{1} << 20));
+}
+
+inline std::string drop_comment_lines(const std::string& source) {
+  std::istringstream in(source);
+  std::string line, out;
+  while (std::getline(in, line)) {
+    const size_t first = line.find_first_not_of(' ');
+    if (first != std::string::npos && line.compare(first, 2, "//") == 0) continue;
+    // Trailing comments name tensors: drop them too.
+    if (const size_t c = line.find("  // "); c != std::string::npos) line.resize(c);
+    out += line + "\n";
+  }
+  return out;
+}
+
+// State shared by the kernels of one program (workspaces by name).
+struct ProgramState {
+  GeneratedProgram program;
+  std::map<std::string, int> workspace_index;
+  std::set<ir::TensorId> materialised;  // written by some kernel
+
+  int workspace(const std::string& name, int64_t words, uint32_t fill) {
+    auto it = workspace_index.find(name);
+    if (it != workspace_index.end()) return it->second;
+    const int index = static_cast<int>(program.workspaces.size());
+    program.workspaces.push_back({name, words, fill});
+    workspace_index[name] = index;
+    return index;
+  }
+};
+
+class KernelBuilder {
+ public:
+  KernelBuilder(const ir::Graph& g, const ir::PlannedKernel& k, ProgramState& state, int sm)
+      : g_(g), k_(k), state_(state), sm_(sm), em_(g, std::set<int32_t>(k.ops.begin(), k.ops.end()), externals()) {
+    out_.plan_kernel = k.id;
+  }
+
+  // ---- parameters ---------------------------------------------------------
+  std::map<ir::TensorId, ExternalTensor> externals();
+
+  std::string add_param(KernelArg arg, bool read_only, const std::string& what);
+
+  std::string workspace_param(const std::string& name, int64_t words, uint32_t fill, bool reset_here);
+
+  std::string store(ir::TensorId t, const std::string& offset, const std::string& value);
+
+  // ---- the pieces each kind needs ---------------------------------------------
+  std::vector<const ir::Op*> ops_of(std::initializer_list<ir::OpFamily> families) const;
+
+  // Tensors computed (in this kernel) from the results of `roots`.
+  std::set<ir::TensorId> downstream_of(const std::set<ir::TensorId>& roots) const;
+
+  // Coordinates of a tensor that has `count` elements in the same linear
+  // order as `shape` at `coords`.
+  Coords same_element(const Coords& coords, const Shape& shape, const Shape& target);
+
+  // The coordinates of `to` at the element where `from` has `coords`,
+  // following this kernel's ops forward: views map coordinates, pointwise
+  // ops keep them. nullopt when `to` is not computed from `from` here.
+  std::optional<Coords> forward(ir::TensorId from, ir::TensorId to, const Coords& coords);
+
+  // Where to write `t` in a kernel whose template holds `leaf` at
+  // `leaf_coords`: downstream of the leaf, at the matching element; else (t
+  // does not use the leaf) at the element with the same linear index.
+  Coords write_coords(ir::TensorId leaf, const Coords& leaf_coords, ir::TensorId t);
+
+  std::string finish(const std::string& body, int threads, const std::string& shared = "",
+                     const std::string& includes = "");
+
+  GeneratedKernel take() { return std::move(out_); }
+
+  // ---- pointwise and copy ---------------------------------------------------------
+  void pointwise();
+
+  // Elements per thread of the vectorised path (1: no vector path): 16 bytes
+  // of the narrowest vectorised tensor (8 when any is 16-bit, so that every
+  // vectorised tensor moves whole 16-byte words), when every written tensor
+  // has the domain's shape and a floating storage type, and the domain has
+  // some whole chunks.
+  int vector_width(const Shape& domain);
+
+  std::string vector_loop(const Shape& domain, int vec);
+
+  std::string pointer_of(ir::TensorId t) const;
+
+  // The finished reductions (accumulator `acc_format` of reduction j, the
+  // kept element's linear index in `k`) and every write after them: means
+  // divided, results rounded as the graph says, post-reduction ops at the
+  // matching elements.
+  std::string reduction_results(const std::vector<const ir::Op*>& reduces, const std::set<ir::TensorId>& post,
+                                int64_t reduced, const std::string& acc_format, int indent);
+
+  // ---- reductions (block per kept element) ----------------------------------------
+  void reduction();
+
+  // Reductions over axes outside a contiguous inner block of >= 32
+  // elements ([outer, reduced, inner], e.g. per-channel statistics of NHWC):
+  // threads own V adjacent inner columns (16-byte loads where the inner
+  // block is the last axis and the pointers are aligned), several row lanes
+  // per block, the reduced axis split over gridDim.y when the columns alone
+  // would not fill the GPU. Split partials are combined atomically; the last
+  // block of each column block finishes its columns (post-reduction ops
+  // included).
+  void column_reduction(const std::vector<const ir::Op*>& reduces, const std::set<ir::TensorId>& post, const Shape& d,
+                        const Shape& kept_shape, const Shape& reduced_shape, int64_t inner);
+
+  void pooling(const ir::Op& pool);
+
+  // The row statistics of a layer_norm/rms_norm whose application is the
+  // prologue of a matmul: [rows][2] floats (mean, rstd) in a workspace.
+  void norm_statistics(const ir::Op& norm);
+
+  // A block-wide sum over a last-axis row of x: `update` accumulates into
+  // `sum` from `x`; `assign` uses the total.
+  std::string row_pass(ir::TensorId x, const Shape& shape, int64_t n, const std::string& update,
+                       const std::string& assign);
+
+  // ---- normalisations: a block per row (or group) ------------------------------
+  // Element j of line `line` of a normalisation -> coordinates of its input.
+  Coords norm_element(const ir::Op& norm, const std::string& j);
+
+  // The normalised value of `x` with its parameters, named "y", and the
+  // stores of everything the kernel writes at this element.
+  std::string norm_output(const ir::Op& norm, const Coords& c, const std::string& finale);
+
+  // The statistics: what to accumulate from `x` in which pass, how to
+  // finish each pass into stat0/stat1, and the output from x and the stats.
+  struct NormRecipe {
+    std::vector<std::tuple<std::string, std::string, std::string, std::string>> passes;  // init, functor, update, finish
+    std::string finale;
+  };
+  NormRecipe norm_recipe(const ir::Op& norm);
+
+  void norm();
+
+  // ---- matmul and conv: tiled, f32 accumulation ---------------------------------
+  // A BM x BN tile per block, 256 threads with 4x4 results each; operands go
+  // through the emitter (prologues, views, strides, precision rounding).
+  static constexpr int kBM = 64, kBN = 64, kBK = 16;
+
+  std::string operand_value(const ir::Op& anchor, size_t slot, const Coords& coords);
+
+  Coords broadcast_batch(const Coords& batch, const Shape& operand);
+
+  // The GEMM view of an anchor and how to reach its operands. load_a/load_b
+  // emit statements that set `v` to one operand element (any prologue);
+  // chunk_a/chunk_b, where set, emit statements for a 16-byte chunk of a
+  // plain tensor (`chunk` consecutive elements along the tile's contiguous
+  // dimension) and return {in bounds, element offset from pointer_a/b}.
+  using ChunkFn = std::function<std::pair<std::string, std::string>(const std::string&, const std::string&,
+                                                                    const std::string&)>;
+  struct Gemm {
+    int64_t m, n, k, batches;
+    std::function<void(const std::string& m, const std::string& k, const std::string& batch)> load_a;  // sets `v`
+    std::function<void(const std::string& k, const std::string& n, const std::string& batch)> load_b;
+    std::function<Coords(const std::string& m, const std::string& n, const std::string& batch)> out_coords;
+    ChunkFn chunk_a, chunk_b;
+    std::string pointer_a, pointer_b;
+    bool b_k_major = false;  // B's tile is [n][k] (conv weights, B transposed) rather than [k][n]
+    // Computed operands: emit statements; return the operand's coordinates
+    // at GEMM (m, k) / (k, n) and when they lie inside it (else the value
+    // is 0). *_runs_last: the tile's contiguous dimension runs along the
+    // operand's last dimension in whole runs of 8, so the operand's inputs
+    // can be loaded 8 at a time.
+    std::function<std::pair<Coords, std::string>(const std::string&, const std::string&, const std::string&)> at_a, at_b;
+    bool a_runs_last = false, b_runs_last = false;
+  };
+
+  // Which tensor-core MMA computes this anchor exactly (numerics rule 5), or
+  // nullopt for the f32 SIMT path: bf16 or f16 when both operands are (or
+  // the precision rounds f32 operands to it); tf32 when every operand is
+  // exact in tf32 (16-bit values, or f32 under precision tf32).
+  enum class Mma { bf16, f16, tf32 };
+  std::optional<Mma> mma_kind(const ir::Op& anchor) const;
+  static DType mma_storage(Mma kind);
+
+  // The tensor in device memory that `t` is, seen through this kernel's
+  // transposes (x @ w^T reads w in place): its pointer, storage and strides
+  // in t's dimension order.
+  std::optional<ExternalTensor> in_memory(ir::TensorId t) const;
+
+  // An operand read as 16-byte chunks along dimension `inner`: a tensor in
+  // memory (not computed here) stored as the MMA's element type, stride 1
+  // along `inner`, every chunk 16-byte aligned given an aligned base
+  // pointer (checked at run time).
+  std::optional<ExternalTensor> chunkable(ir::TensorId t, Mma kind, size_t inner, int64_t chunk) const;
+
+  // The epilogue over every accumulator element: `open` declares `m`, `n`
+  // (GEMM coordinates, in range) and ends inside the loops that `close`
+  // closes; `acc` names the element. Writes the anchor's consumers and
+  // epilogue reductions (atomics into workspaces, finalised by the last
+  // block).
+  // tensor_core: the loops are over the MMA fragments (ni, e): a reduction
+  // that keeps only the output column is combined in registers and across
+  // the warp's rows first, one atomic per column and warp.
+  std::string epilogue(const ir::Op& anchor, const Gemm& gm, const std::string& open, const std::string& close,
+                       const std::string& acc, int indent, bool tensor_core = false);
+
+  void gemm(const ir::Op& anchor, const Gemm& gm);
+
+  // f32 operands in full f32 (and GPUs before sm_80): a BM x BN tile per
+  // block, 256 threads with 4x4 results each.
+  void gemm_simt(const ir::Op& anchor, const Gemm& gm);
+
+  // Tensor cores (templates/kiln/mma.cuh): the template's pipelined main
+  // loop, with this kernel's operand loaders as its hooks.
+  struct MmaTile {
+    int bm, bn, bk, warps_m, warps_n, stages;
+  };
+  MmaTile mma_tile(const Gemm& gm, Mma kind) const;
+
+  void gemm_tensor_core(const ir::Op& anchor, const Gemm& gm, Mma kind);
+
+  void matmul();
+
+  // The matmul applies a split layer_norm/rms_norm from its row statistics
+  // (the norm, and any pointwise ops after it, are recomputed in its prologue).
+  void setup_norm_prologue();
+
+  void conv();
+
+  // ---- attention on tensor cores: templates/kiln/attention.cuh -------------------
+  // sdpa with q, k, v in memory as one 16-bit type (through transposes),
+  // d contiguous, head dimension a multiple of 16 up to 256.
+  bool flash_attention_fits(const ir::Op& op) const;
+
+  void flash_attention(const ir::Op& op);
+
+  // ---- attention without tensor cores: a block per query row, exact softmax in
+  // two passes (f32 or mixed operands, decomposed matmul-softmax-matmul graphs).
+
+  // Pass 1 finds the row's max and sum, pass 2 forms each probability exactly
+  // as the graph defines it (rounded where it says) and accumulates p * v.
+  void attention();
+
+ private:
+  const ir::Graph& g_;
+  const ir::PlannedKernel& k_;
+  ProgramState& state_;
+  GeneratedKernel out_;
+  std::vector<std::string> params_, param_notes_;
+  std::map<ir::TensorId, std::string> writes_;
+  std::map<ir::TensorId, ExternalTensor> ext_;
+  int sm_;
+  Emitter em_;
+};
+
+}  // namespace kiln::codegen

@@ -1,0 +1,109 @@
+// Pointwise and copy kernels: a grid-stride loop over the written domain,
+// 16-byte vector loads and stores where every tensor allows, a scalar tail.
+#include "codegen/kernel_builder.h"
+
+namespace kiln::codegen {
+
+void KernelBuilder::pointwise() {
+  KILN_INTERNAL_CHECK(!k_.writes.empty());
+  const Shape domain = g_.tensor(k_.writes.front()).shape;
+  const int64_t n = element_count(domain);
+  std::string body = fmt::format("  const kiln::i64 n = {}LL;\n", n);
+  const int vec = vector_width(domain);
+  if (vec > 1) body += vector_loop(domain, vec);
+  // The scalar loop: everything when not vectorised, else the tail (and any
+  // call whose pointers are not 16-byte aligned).
+  body += vec > 1 ? "  const kiln::i64 first = kiln_vector_done ? (n / " + std::to_string(vec) + "LL) * " + std::to_string(vec) + "LL : 0;\n"
+                  : "  const kiln::i64 first = 0;\n";
+  body += "  for (kiln::i64 i = first + (kiln::i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (kiln::i64)gridDim.x * blockDim.x) {\n";
+  em_.begin_block();
+  for (ir::TensorId t : k_.writes) {
+    const Coords c = em_.delinearize("i", g_.tensor(t).shape);
+    em_.emit(store(t, "i", em_.value(t, c)) + "  // " + g_.tensor(t).name);
+  }
+  body += em_.take(4) + "  }\n";
+  finish(body, kThreads);
+  out_.grid = {blocks_for(vec > 1 ? n / vec : n, kThreads), 1, 1};
+}
+
+// Elements per thread of the vectorised path (1: no vector path): 16 bytes
+// of the narrowest vectorised tensor (8 when any is 16-bit, so that every
+// vectorised tensor moves whole 16-byte words), when every written tensor
+// has the domain's shape and a floating storage type, and the domain has
+// some whole chunks.
+int KernelBuilder::vector_width(const Shape& domain) {
+  int narrowest = 4;
+  for (ir::TensorId t : k_.writes) {
+    const ir::Tensor& tensor = g_.tensor(t);
+    if (tensor.shape != domain || storage_dtype(tensor) == DType::boolean) return 1;
+    narrowest = std::min(narrowest, byte_size(storage_dtype(tensor)));
+  }
+  for (ir::TensorId t : k_.reads) {
+    const ir::Tensor& tensor = g_.tensor(t);
+    const DType st = tensor.kind == ir::TensorKind::Input ? tensor.dtype : storage_dtype(tensor);
+    if (tensor.shape == domain && tensor.strides == contiguous_strides(domain) && st != DType::boolean)
+      narrowest = std::min(narrowest, byte_size(st));
+  }
+  const int v = 16 / narrowest;
+  if (domain.empty() || element_count(domain) < 4 * v) return 1;
+  return v;
+}
+
+std::string KernelBuilder::vector_loop(const Shape& domain, int vec) {
+  // Tensors read at the domain's own index, contiguous: vector loads.
+  std::vector<ir::TensorId> vector_reads;
+  for (ir::TensorId t : k_.reads) {
+    const ir::Tensor& tensor = g_.tensor(t);
+    const DType st = tensor.kind == ir::TensorKind::Input ? tensor.dtype : storage_dtype(tensor);
+    if (tensor.shape == domain && tensor.strides == contiguous_strides(domain) && st != DType::boolean)
+      vector_reads.push_back(t);
+  }
+  std::vector<std::string> pointers;
+  for (ir::TensorId t : vector_reads) pointers.push_back(pointer_of(t));
+  for (ir::TensorId t : k_.writes) pointers.push_back(writes_.at(t));
+  std::string aligned;
+  for (const std::string& p : pointers) aligned += (aligned.empty() ? "" : " && ") + fmt::format("kiln::aligned16({})", p);
+  std::string body = fmt::format("  const bool kiln_vector_done = {};\n  if (kiln_vector_done) {{\n", aligned.empty() ? "true" : aligned);
+  body += fmt::format("    for (kiln::i64 i0 = ((kiln::i64)blockIdx.x * blockDim.x + threadIdx.x) * {0}LL; i0 + {0}LL <= n; "
+                      "i0 += (kiln::i64)gridDim.x * blockDim.x * {0}LL) {{\n", vec);
+  em_.begin_block();
+  // Coordinates once per chunk when the chunk stays within the last axis.
+  const bool chunk_in_row = domain.back() % vec == 0;
+  Coords base;
+  if (chunk_in_row) base = em_.delinearize("i0", domain);
+  for (ir::TensorId t : vector_reads) {
+    const ir::Tensor& tensor = g_.tensor(t);
+    const DType st = tensor.kind == ir::TensorKind::Input ? tensor.dtype : storage_dtype(tensor);
+    em_.emit(fmt::format("float in{}[{}];  // {}", t, vec, tensor.name));
+    em_.emit(fmt::format("kiln::load_vec_{}<{}>({}, i0, in{});", to_string(st), vec, pointer_of(t), t));
+  }
+  for (ir::TensorId t : k_.writes) em_.emit(fmt::format("float out{}[{}];", t, vec));
+  body += em_.take(6);
+  body += fmt::format("#pragma unroll\n      for (int j = 0; j < {}; ++j) {{\n", vec);
+  em_.begin_block();
+  Coords c;
+  if (chunk_in_row) {
+    c = base;
+    c.back() = "(" + base.back() + " + j)";
+  } else {
+    em_.emit("const kiln::i64 i = i0 + j;");
+    c = em_.delinearize("i", domain);
+  }
+  for (ir::TensorId t : vector_reads) em_.set_vector_source(t, c, fmt::format("in{}", t), "j");
+  for (ir::TensorId t : k_.writes) em_.emit(fmt::format("out{}[j] = {};  // {}", t, em_.value(t, c), g_.tensor(t).name));
+  em_.clear_vector_sources();
+  body += em_.take(8) + "      }\n";
+  for (ir::TensorId t : k_.writes)
+    body += fmt::format("      kiln::store_vec_{}<{}>({}, i0, out{});\n", to_string(storage_dtype(g_.tensor(t))), vec,
+                        writes_.at(t), t);
+  body += "    }\n  }\n";
+  return body;
+}
+
+std::string KernelBuilder::pointer_of(ir::TensorId t) const {
+  for (size_t i = 0; i < out_.args.size(); ++i)
+    if (out_.args[i].tensor == t && out_.args[i].role != KernelArg::Role::Workspace) return "p" + std::to_string(i);
+  KILN_UNREACHABLE("no parameter for a tensor");
+}
+
+}  // namespace kiln::codegen

@@ -1,0 +1,344 @@
+// Reduction kernels: a block per kept element (split over blocks for few
+// long rows), column reductions for outer axes, pools, and the row
+// statistics of a normalisation that a matmul applies in its prologue.
+#include "codegen/kernel_builder.h"
+
+namespace kiln::codegen {
+
+// The finished reductions (accumulator `acc_format` of reduction j, the
+// kept element's linear index in `k`) and every write after them: means
+// divided, results rounded as the graph says, post-reduction ops at the
+// matching elements.
+std::string KernelBuilder::reduction_results(const std::vector<const ir::Op*>& reduces, const std::set<ir::TensorId>& post,
+                              int64_t reduced, const std::string& acc_format, int indent) {
+  for (size_t j = 0; j < reduces.size(); ++j) {
+    const ir::Tensor& out = g_.result(*reduces[j]);
+    std::string v = fmt::format(fmt::runtime(acc_format), j);
+    if (reduces[j]->kind == OpKind::ReduceMean) v = fmt::format("({} / {})", v, Emitter::float_literal(static_cast<float>(reduced)));
+    const std::string name = em_.fresh("r");
+    em_.emit(fmt::format("const float {} = {};  // {}", name, em_.rounded(out, v), out.name));
+    em_.set_leaf(reduces[j]->output, name);
+  }
+  for (ir::TensorId t : k_.writes) {
+    if (!post.count(t)) continue;
+    std::optional<Coords> tc;
+    for (const ir::Op* r : reduces)
+      if (!tc) tc = forward(r->output, t, em_.delinearize("k", g_.result(*r).shape));
+    KILN_INTERNAL_CHECK(tc.has_value());
+    em_.emit(store(t, em_.linearize(*tc, g_.tensor(t).shape), em_.value(t, *tc)) + "  // " + g_.tensor(t).name);
+  }
+  return em_.take(indent);
+}
+
+void KernelBuilder::reduction() {
+  const auto reduces = ops_of({ir::OpFamily::Reduce});
+  const auto pools = ops_of({ir::OpFamily::Pool});
+  if (!pools.empty()) return pooling(*pools.front());
+  for (int32_t oi : k_.ops)  // the row statistics of a split normalisation
+    if (const ir::Op& op = g_.ops[static_cast<size_t>(oi)]; op.kind == OpKind::LayerNorm || op.kind == OpKind::RmsNorm)
+      return norm_statistics(op);
+  KILN_INTERNAL_CHECK(!reduces.empty());
+  const ir::Op& first = *reduces.front();
+  const Shape& d = g_.operand(first, 0).shape;
+  const auto& axes = first.attrs.axes;
+  Shape kept_shape, reduced_shape;
+  for (size_t i = 0; i < d.size(); ++i)
+    (std::binary_search(axes.begin(), axes.end(), static_cast<int64_t>(i)) ? reduced_shape : kept_shape).push_back(d[i]);
+  const int64_t kept = element_count(kept_shape), reduced = element_count(reduced_shape);
+  std::set<ir::TensorId> reduce_outs;
+  for (const ir::Op* r : reduces) reduce_outs.insert(r->output);
+  const std::set<ir::TensorId> post = downstream_of(reduce_outs);
+  const bool contiguous_axes = axes.back() - axes.front() + 1 == static_cast<int64_t>(axes.size());
+  int64_t inner = 1;
+  for (size_t i = static_cast<size_t>(axes.back()) + 1; i < d.size(); ++i) inner *= d[i];
+  if (contiguous_axes && inner >= 32) return column_reduction(reduces, post, d, kept_shape, reduced_shape, inner);
+
+  // Few kept elements over a long axis: split the axis over gridDim.y
+  // blocks, combine their partials atomically, and let the last block
+  // finish (post-reduction ops included).
+  const int64_t splits = kept < 256 && reduced >= 65536 ? std::min<int64_t>((512 + kept - 1) / kept, reduced / 16384) : 1;
+  const int64_t slice = (reduced + splits - 1) / splits;
+  std::vector<std::string> partials;
+  std::string counter;
+  if (splits > 1) {
+    for (const ir::Op* r : reduces)
+      partials.push_back(workspace_param(g_.result(*r).name + ".partial", kept, reduce_identity_bits(r->kind), true));
+    counter = workspace_param(g_.result(first).name + ".splits_done", 1, 0, true);
+  }
+  std::string body = "  __shared__ float kiln_scratch[32];\n";
+  body += fmt::format("  for (kiln::i64 k = blockIdx.x; k < {}LL; k += gridDim.x) {{\n", kept);
+  const Coords kc = em_.delinearize("k", kept_shape);
+  for (size_t j = 0; j < reduces.size(); ++j)
+    em_.emit(fmt::format("float acc{} = {}::identity();  // {}", j, reduce_functor(reduces[j]->kind),
+                         g_.result(*reduces[j]).name));
+  body += em_.take(4);
+  if (splits > 1)
+    body += fmt::format("    for (kiln::i64 r = blockIdx.y * {0}LL + threadIdx.x; r < min((kiln::i64)(blockIdx.y + 1) * {0}LL, {1}LL); "
+                        "r += blockDim.x) {{\n", slice, reduced);
+  else
+    body += fmt::format("    for (kiln::i64 r = threadIdx.x; r < {}LL; r += blockDim.x) {{\n", reduced);
+  em_.begin_block();
+  const Coords rc = em_.delinearize("r", reduced_shape);
+  Coords full(d.size());
+  for (size_t i = 0, ki = 0, ri = 0; i < d.size(); ++i)
+    full[i] = std::binary_search(axes.begin(), axes.end(), static_cast<int64_t>(i)) ? rc[ri++] : kc[ki++];
+  for (size_t j = 0; j < reduces.size(); ++j)
+    em_.emit(fmt::format("acc{0} = {1}::combine(acc{0}, {2});", j, reduce_functor(reduces[j]->kind),
+                         em_.value(reduces[j]->inputs[0], full)));
+  for (ir::TensorId t : k_.writes) {
+    if (post.count(t)) continue;
+    const Coords tc = same_element(full, d, g_.tensor(t).shape);
+    em_.emit(store(t, em_.linearize(tc, g_.tensor(t).shape), em_.value(t, tc)) + "  // " + g_.tensor(t).name);
+  }
+  body += em_.take(6) + "    }\n";
+  for (size_t j = 0; j < reduces.size(); ++j)
+    body += fmt::format("    acc{0} = kiln::block_reduce<{1}>(acc{0}, kiln_scratch);\n", j, reduce_functor(reduces[j]->kind));
+  if (splits > 1) {
+    body += "    if (threadIdx.x == 0) {\n";
+    for (size_t j = 0; j < reduces.size(); ++j)
+      body += fmt::format("      kiln::atomic_combine({}(), static_cast<float*>({}) + k, acc{});\n",
+                          reduce_functor(reduces[j]->kind), partials[j], j);
+    body += "    }\n  }\n";
+    body += "  __threadfence();\n  __syncthreads();\n  __shared__ bool kiln_last;\n";
+    body += fmt::format("  if (threadIdx.x == 0) kiln_last = atomicAdd(static_cast<unsigned int*>({}), 1u) == "
+                        "gridDim.x * gridDim.y - 1;\n", counter);
+    body += "  __syncthreads();\n  if (!kiln_last) return;\n  __threadfence();\n";
+    body += fmt::format("  for (kiln::i64 k = threadIdx.x; k < {}LL; k += blockDim.x) {{\n", kept);
+    for (size_t j = 0; j < reduces.size(); ++j)
+      body += fmt::format("    const float acc{} = static_cast<volatile float*>({})[k];\n", j, partials[j]);
+    body += "    {\n";
+  } else {
+    body += "    if (threadIdx.x == 0) {\n";
+  }
+  em_.begin_block();
+  body += reduction_results(reduces, post, reduced, "acc{}", 6) + "    }\n  }\n";
+  finish(body, kThreads);
+  out_.grid = {blocks_for(kept, 1), static_cast<uint32_t>(splits), 1};
+}
+
+// Reductions over axes outside a contiguous inner block of >= 32
+// elements ([outer, reduced, inner], e.g. per-channel statistics of NHWC):
+// threads own V adjacent inner columns (16-byte loads where the inner
+// block is the last axis and the pointers are aligned), several row lanes
+// per block, the reduced axis split over gridDim.y when the columns alone
+// would not fill the GPU. Split partials are combined atomically; the last
+// block of each column block finishes its columns (post-reduction ops
+// included).
+void KernelBuilder::column_reduction(const std::vector<const ir::Op*>& reduces, const std::set<ir::TensorId>& post, const Shape& d,
+                      const Shape& kept_shape, const Shape& reduced_shape, int64_t inner) {
+  const ir::Op& first = *reduces.front();
+  const auto& axes = first.attrs.axes;
+  const int64_t kept = element_count(kept_shape), reduced = element_count(reduced_shape), outer = kept / inner;
+  // Vector sources: tensors read at the reduction's own index, contiguous.
+  std::vector<ir::TensorId> vector_reads;
+  int narrowest = 4;
+  for (const auto& [id, e] : ext_) {
+    const ir::Tensor& t = g_.tensor(id);
+    if (t.shape == d && e.strides == contiguous_strides(d) && e.storage != DType::boolean) {
+      vector_reads.push_back(id);
+      narrowest = std::min(narrowest, byte_size(e.storage));
+    }
+  }
+  const bool inner_is_last = axes.back() + 2 == static_cast<int64_t>(d.size());
+  const int vec = !vector_reads.empty() && inner_is_last && inner % (16 / narrowest) == 0 ? 16 / narrowest : 1;
+  const int64_t vec_cols = inner / vec;  // threads' column groups per outer index
+  // Columns per block: a power of two from 32 to 256, so that row lanes x columns is exactly the block.
+  const int cols = static_cast<int>(std::clamp<int64_t>(static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(vec_cols))), 32, 256));
+  const int lanes = 256 / cols;
+  const int64_t per_outer = (vec_cols + cols - 1) / cols, col_blocks = outer * per_outer;
+  const int64_t splits = std::clamp<int64_t>((1024 + col_blocks - 1) / col_blocks, 1,
+                                             std::max<int64_t>(1, reduced / (16 * lanes)));
+  const int64_t slice = (reduced + splits - 1) / splits;
+  KILN_USER_CHECK(col_blocks < (int64_t{1} << 31) && splits <= 65535, "{}: too many column blocks for this reduction kernel",
+                  g_.describe(static_cast<int32_t>(k_.ops.front())));
+  std::vector<std::string> partials;
+  std::string counter;
+  if (splits > 1) {
+    for (const ir::Op* r : reduces)
+      partials.push_back(workspace_param(g_.result(*r).name + ".partial", kept, reduce_identity_bits(r->kind), true));
+    counter = workspace_param(g_.result(first).name + ".splits_done", col_blocks, 0, true);
+  }
+  std::string body = fmt::format("  __shared__ float kiln_lanes[{}][{}][{}];\n", reduces.size() * vec, lanes, cols);
+  body += fmt::format("  const int col = threadIdx.x % {}, lane = threadIdx.x / {};\n", cols, cols);
+  body += fmt::format("  const kiln::i64 a = blockIdx.x / {0}LL, c = ((blockIdx.x % {0}LL) * {1} + col) * {2};\n", per_outer, cols,
+                      vec);
+  body += fmt::format("  const kiln::i64 k0 = a * {}LL + c;\n", inner);
+  for (size_t j = 0; j < reduces.size(); ++j)
+    body += fmt::format("  float acc{}[{}];  // {}\n#pragma unroll\n  for (int v = 0; v < {}; ++v) acc{}[v] = {}::identity();\n", j,
+                        vec, g_.result(*reduces[j]).name, vec, j, reduce_functor(reduces[j]->kind));
+  body += fmt::format("  if (c < {}LL) {{\n", inner);
+  body += fmt::format("    const kiln::i64 r_end = min((kiln::i64)(blockIdx.y + 1) * {0}LL, {1}LL);\n", slice, reduced);
+  // The loop over rows; `vectors`: with 16-byte loads.
+  auto row_loop = [&](bool vectors) {
+    std::string out = fmt::format("#pragma unroll 4\n    for (kiln::i64 r = blockIdx.y * {}LL + lane; r < r_end; r += {}) {{\n", slice, lanes);
+    em_.begin_block();
+    const Coords rc = em_.delinearize("r", reduced_shape);
+    auto full_at = [&](const std::string& k) {
+      const Coords kc = em_.delinearize(k, kept_shape);
+      Coords full(d.size());
+      for (size_t i = 0, ki = 0, ri = 0; i < d.size(); ++i)
+        full[i] = std::binary_search(axes.begin(), axes.end(), static_cast<int64_t>(i)) ? rc[ri++] : kc[ki++];
+      return full;
+    };
+    if (vectors) {
+      const Coords base = full_at("k0");
+      for (ir::TensorId t : vector_reads) {
+        const ExternalTensor& e = ext_.at(t);
+        em_.emit(fmt::format("float in{}[{}];  // {}", t, vec, g_.tensor(t).name));
+        em_.emit(fmt::format("kiln::load_vec_{}<{}>({}, {}, in{});", to_string(e.storage), vec, e.pointer,
+                             em_.linearize(base, d), t));
+      }
+      out += em_.take(6);
+    }
+    out += fmt::format("#pragma unroll\n      for (int v = 0; v < {}; ++v) {{\n        const kiln::i64 k = k0 + v;\n", vec);
+    em_.begin_block();
+    const Coords full = full_at("k");
+    if (vectors)
+      for (ir::TensorId t : vector_reads) em_.set_vector_source(t, full, fmt::format("in{}", t), "v");
+    for (size_t j = 0; j < reduces.size(); ++j)
+      em_.emit(fmt::format("acc{0}[v] = {1}::combine(acc{0}[v], {2});", j, reduce_functor(reduces[j]->kind),
+                           em_.value(reduces[j]->inputs[0], full)));
+    for (ir::TensorId t : k_.writes) {
+      if (post.count(t)) continue;
+      const Coords tc = same_element(full, d, g_.tensor(t).shape);
+      em_.emit(store(t, em_.linearize(tc, g_.tensor(t).shape), em_.value(t, tc)) + "  // " + g_.tensor(t).name);
+    }
+    em_.clear_vector_sources();
+    out += em_.take(8) + "      }\n    }\n";
+    return out;
+  };
+  if (vec > 1) {
+    std::string aligned;
+    for (ir::TensorId t : vector_reads) aligned += (aligned.empty() ? "" : " && ") + fmt::format("kiln::aligned16({})", ext_.at(t).pointer);
+    body += fmt::format("    if ({}) {{\n", aligned) + row_loop(true) + "    } else {\n" + row_loop(false) + "    }\n  }\n";
+  } else {
+    body += row_loop(false) + "  }\n";
+  }
+  // Row lanes -> lane 0.
+  body += fmt::format("#pragma unroll\n  for (int v = 0; v < {}; ++v) {{\n", vec);
+  for (size_t j = 0; j < reduces.size(); ++j) body += fmt::format("    kiln_lanes[{} + v][lane][col] = acc{}[v];\n", j * vec, j);
+  body += "  }\n  __syncthreads();\n";
+  body += fmt::format("  if (lane == 0 && c < {}LL) {{\n#pragma unroll\n    for (int v = 0; v < {}; ++v) {{\n", inner, vec);
+  for (size_t j = 0; j < reduces.size(); ++j)
+    body += fmt::format("      for (int l = 1; l < {}; ++l) acc{}[v] = {}::combine(acc{}[v], kiln_lanes[{} + v][l][col]);\n", lanes, j,
+                        reduce_functor(reduces[j]->kind), j, j * vec);
+  auto finish_columns = [&](int indent) {
+    em_.begin_block();
+    em_.emit("const kiln::i64 k = k0 + v;");
+    return reduction_results(reduces, post, reduced, "acc{}[v]", indent);
+  };
+  if (splits == 1) {
+    body += finish_columns(6) + "    }\n  }\n";
+  } else {
+    for (size_t j = 0; j < reduces.size(); ++j)
+      body += fmt::format("      kiln::atomic_combine({}(), static_cast<float*>({}) + k0 + v, acc{}[v]);\n",
+                          reduce_functor(reduces[j]->kind), partials[j], j);
+    body += "    }\n  }\n  __threadfence();\n  __syncthreads();\n  __shared__ bool kiln_last;\n";
+    body += fmt::format("  if (threadIdx.x == 0) kiln_last = atomicAdd(static_cast<unsigned int*>({}) + blockIdx.x, 1u) == gridDim.y - 1;\n",
+                        counter);
+    body += "  __syncthreads();\n  if (!kiln_last) return;\n  __threadfence();\n";
+    body += fmt::format("  if (lane == 0 && c < {}LL) {{\n#pragma unroll\n    for (int v = 0; v < {}; ++v) {{\n", inner, vec);
+    for (size_t j = 0; j < reduces.size(); ++j)
+      body += fmt::format("      acc{0}[v] = static_cast<volatile float*>({1})[k0 + v];\n", j, partials[j]);
+    body += finish_columns(6) + "    }\n  }\n";
+  }
+  finish(body, 256);
+  out_.grid = {static_cast<uint32_t>(col_blocks), static_cast<uint32_t>(splits), 1};
+}
+
+void KernelBuilder::pooling(const ir::Op& pool) {
+  const ir::Tensor& in = g_.operand(pool, 0);
+  const ir::Tensor& out = g_.result(pool);
+  const ir::Attributes& a = pool.attrs;
+  const bool nhwc = a.layout == ir::Layout::NHWC;
+  const bool is_max = pool.kind == OpKind::MaxPool2d;
+  const int64_t h = nhwc ? in.shape[1] : in.shape[2], w = nhwc ? in.shape[2] : in.shape[3];
+  const int64_t count = element_count(out.shape);
+  std::string body = fmt::format("  for (kiln::i64 i = (kiln::i64)blockIdx.x * blockDim.x + threadIdx.x; i < {}LL; "
+                                 "i += (kiln::i64)gridDim.x * blockDim.x) {{\n", count);
+  const Coords oc = em_.delinearize("i", out.shape);
+  const std::string &n = oc[0], &c = nhwc ? oc[3] : oc[1], &p = nhwc ? oc[1] : oc[2], &q = nhwc ? oc[2] : oc[3];
+  em_.emit(fmt::format("float acc = {};", is_max ? "kiln::MaxOp::identity()" : "0.0f"));
+  em_.emit("int inside = 0;");
+  body += em_.take(4);
+  body += fmt::format("    for (int dr = 0; dr < {}; ++dr) for (int ds = 0; ds < {}; ++ds) {{\n", a.kernel[0], a.kernel[1]);
+  body += fmt::format("      const kiln::i64 hi = {} * {}LL - {}LL + dr, wi = {} * {}LL - {}LL + ds;\n", p, a.stride[0],
+                      a.padding[0], q, a.stride[1], a.padding[1]);
+  body += fmt::format("      if (hi < 0 || hi >= {}LL || wi < 0 || wi >= {}LL) continue;\n", h, w);
+  em_.begin_block();
+  const Coords ic = nhwc ? Coords{n, "hi", "wi", c} : Coords{n, c, "hi", "wi"};
+  const std::string v = em_.value(pool.inputs[0], ic);
+  em_.emit(is_max ? fmt::format("acc = kiln::MaxOp::combine(acc, {});", v) : fmt::format("acc += {};", v));
+  em_.emit("++inside;");
+  body += em_.take(6) + "    }\n";
+  em_.begin_block();
+  const std::string div = a.count_include_pad ? Emitter::float_literal(static_cast<float>(a.kernel[0] * a.kernel[1]))
+                                              : "(float)inside";
+  em_.emit(fmt::format("const float pooled = {};  // {}", em_.rounded(out, is_max ? "acc" : "(acc / " + div + ")"), out.name));
+  em_.set_leaf(pool.output, "pooled");
+  const std::set<ir::TensorId> post = downstream_of({pool.output});
+  for (ir::TensorId t : k_.writes) {
+    if (!post.count(t)) continue;  // values before the pool: written below, over their own elements
+    const Coords tc = write_coords(pool.output, oc, t);
+    em_.emit(store(t, em_.linearize(tc, g_.tensor(t).shape), em_.value(t, tc)) + "  // " + g_.tensor(t).name);
+  }
+  body += em_.take(4) + "  }\n";
+  // Tensors the kernel computes before the pool (its input's space, not
+  // the pool's output's): every element, in a loop of their own.
+  for (ir::TensorId t : k_.writes) {
+    if (post.count(t)) continue;
+    const int64_t n = element_count(g_.tensor(t).shape);
+    body += fmt::format("  for (kiln::i64 i = (kiln::i64)blockIdx.x * blockDim.x + threadIdx.x; i < {}LL; "
+                        "i += (kiln::i64)gridDim.x * blockDim.x) {{\n", n);
+    em_.begin_block();
+    const Coords tc = em_.delinearize("i", g_.tensor(t).shape);
+    em_.emit(store(t, "i", em_.value(t, tc)) + "  // " + g_.tensor(t).name);
+    body += em_.take(4) + "  }\n";
+  }
+  finish(body, kThreads);
+  int64_t widest = count;
+  for (ir::TensorId t : k_.writes) widest = std::max(widest, element_count(g_.tensor(t).shape));
+  out_.grid = {blocks_for(widest, kThreads), 1, 1};
+}
+
+// The row statistics of a layer_norm/rms_norm whose application is the
+// prologue of a matmul: [rows][2] floats (mean, rstd) in a workspace.
+void KernelBuilder::norm_statistics(const ir::Op& norm) {
+  const ir::Tensor& x = g_.operand(norm, 0);
+  const int64_t rows = element_count(x.shape) / x.shape.back(), n = x.shape.back();
+  const std::string stats = workspace_param(g_.result(norm).name + ".rowstats", rows * 2, 0, false);
+  const bool rms = norm.kind == OpKind::RmsNorm;
+  const std::string count = Emitter::float_literal(static_cast<float>(n));
+  std::string body = "  __shared__ float kiln_scratch[32];\n";
+  body += fmt::format("  float* stats = static_cast<float*>({});\n", stats);
+  body += fmt::format("  for (kiln::i64 row = blockIdx.x; row < {}LL; row += gridDim.x) {{\n", rows);
+  body += "    float mean = 0.0f, var = 0.0f;\n";
+  if (rms) {
+    body += row_pass(norm.inputs[0], x.shape, n, "sum += x * x;", fmt::format("var = sum / {};", count));
+  } else {
+    body += row_pass(norm.inputs[0], x.shape, n, "sum += x;", fmt::format("mean = sum / {};", count));
+    body += row_pass(norm.inputs[0], x.shape, n, "sum += (x - mean) * (x - mean);", fmt::format("var = sum / {};", count));
+  }
+  body += fmt::format("    if (threadIdx.x == 0) {{ stats[2 * row] = mean; stats[2 * row + 1] = 1.0f / sqrtf(var + {}); }}\n",
+                      Emitter::float_literal(norm.attrs.eps));
+  body += "  }\n";
+  finish(body, kThreads);
+  out_.grid = {blocks_for(rows, 1), 1, 1};
+}
+
+// A block-wide sum over a last-axis row of x: `update` accumulates into
+// `sum` from `x`; `assign` uses the total.
+std::string KernelBuilder::row_pass(ir::TensorId x, const Shape& shape, int64_t n, const std::string& update,
+                     const std::string& assign) {
+  std::string body = "    {\n      float sum = 0.0f;\n";
+  body += fmt::format("      for (kiln::i64 j = threadIdx.x; j < {}LL; j += blockDim.x) {{\n", n);
+  em_.begin_block();
+  em_.emit(fmt::format("const kiln::i64 e = row * {}LL + j;", n));
+  em_.emit(fmt::format("const float x = {};", em_.value(x, em_.delinearize("e", shape))));
+  em_.emit(update);
+  body += em_.take(8) + "      }\n";
+  body += "      sum = kiln::block_reduce<kiln::SumOp>(sum, kiln_scratch);\n      " + assign + "\n    }\n";
+  return body;
+}
+
+}  // namespace kiln::codegen
