@@ -247,7 +247,6 @@ void KernelBuilder::gemm_tensor_core(const ir::Op& anchor, const Gemm& gm, Mma k
   // (computed and stored after the next slice's math); else element by
   // element through the emitter.
   auto loader = [&](bool is_a) {
-    const ir::Op& op = anchor;
     const size_t slot = is_a ? 0 : 1;
     const ChunkFn& chunk_fn = is_a ? gm.chunk_a : gm.chunk_b;
     const std::string& pointer = is_a ? gm.pointer_a : gm.pointer_b;
@@ -280,7 +279,7 @@ void KernelBuilder::gemm_tensor_core(const ir::Op& anchor, const Gemm& gm, Mma k
       load += em_.take(8) + "      }\n      return;\n    }\n";
     } else if (is_a ? gm.a_runs_last : gm.b_runs_last) {
       // The operand's inputs that run along its last dimension, contiguous.
-      const Shape& shape = g_.operand(op, slot).shape;
+      const Shape& shape = g_.operand(anchor, slot).shape;
       std::vector<ir::TensorId> runs;
       for (const auto& [id, e] : ext_) {
         const Shape& ts = g_.tensor(id).shape;
@@ -336,7 +335,7 @@ void KernelBuilder::gemm_tensor_core(const ir::Op& anchor, const Gemm& gm, Mma k
         for (ir::TensorId id : runs) em_.set_vector_source(id, run_coords(id, coords), fmt::format("run{}[i]", id), "j");
         em_.emit("float v = 0.0f;");
         em_.emit(fmt::format("if ({}) {{", valid));
-        em_.emit("  v = " + operand_value(op, slot, coords) + ";");
+        em_.emit("  v = " + operand_value(anchor, slot, coords) + ";");
         em_.emit("}");
         em_.emit("vals[j] = v;");
         em_.clear_vector_sources();

@@ -75,7 +75,6 @@ inline std::string drop_comment_lines(const std::string& source) {
 struct ProgramState {
   GeneratedProgram program;
   std::map<std::string, int> workspace_index;
-  std::set<ir::TensorId> materialised;  // written by some kernel
 
   int workspace(const std::string& name, int64_t words, uint32_t fill) {
     auto it = workspace_index.find(name);
@@ -141,6 +140,10 @@ class KernelBuilder {
   std::string vector_loop(const Shape& domain, int vec);
 
   std::string pointer_of(ir::TensorId t) const;
+
+  // One element of the reduced domain: accumulators combined, pre-reduction writes stored.
+  void reduction_step(const std::vector<const ir::Op*>& reduces, const std::set<ir::TensorId>& post, const Coords& full,
+                      const Shape& domain, const std::string& acc_format);
 
   // The finished reductions (accumulator `acc_format` of reduction j, the
   // kept element's linear index in `k`) and every write after them: means

@@ -5,6 +5,23 @@
 
 namespace kiln::codegen {
 
+// One element of the reduced domain at `full`: every accumulator
+// (`acc_format` of reduction j) combines its input there, and the tensors
+// written before the reductions are stored at the same element.
+void KernelBuilder::reduction_step(const std::vector<const ir::Op*>& reduces, const std::set<ir::TensorId>& post,
+                                   const Coords& full, const Shape& domain, const std::string& acc_format) {
+  for (size_t j = 0; j < reduces.size(); ++j) {
+    const std::string acc = fmt::format(fmt::runtime(acc_format), j);
+    em_.emit(fmt::format("{0} = {1}::combine({0}, {2});", acc, reduce_functor(reduces[j]->kind),
+                         em_.value(reduces[j]->inputs[0], full)));
+  }
+  for (ir::TensorId t : k_.writes) {
+    if (post.count(t)) continue;
+    const Coords tc = same_element(full, domain, g_.tensor(t).shape);
+    em_.emit(store(t, em_.linearize(tc, g_.tensor(t).shape), em_.value(t, tc)) + "  // " + g_.tensor(t).name);
+  }
+}
+
 // The finished reductions (accumulator `acc_format` of reduction j, the
 // kept element's linear index in `k`) and every write after them: means
 // divided, results rounded as the graph says, post-reduction ops at the
@@ -82,14 +99,7 @@ void KernelBuilder::reduction() {
   Coords full(d.size());
   for (size_t i = 0, ki = 0, ri = 0; i < d.size(); ++i)
     full[i] = std::binary_search(axes.begin(), axes.end(), static_cast<int64_t>(i)) ? rc[ri++] : kc[ki++];
-  for (size_t j = 0; j < reduces.size(); ++j)
-    em_.emit(fmt::format("acc{0} = {1}::combine(acc{0}, {2});", j, reduce_functor(reduces[j]->kind),
-                         em_.value(reduces[j]->inputs[0], full)));
-  for (ir::TensorId t : k_.writes) {
-    if (post.count(t)) continue;
-    const Coords tc = same_element(full, d, g_.tensor(t).shape);
-    em_.emit(store(t, em_.linearize(tc, g_.tensor(t).shape), em_.value(t, tc)) + "  // " + g_.tensor(t).name);
-  }
+  reduction_step(reduces, post, full, d, "acc{}");
   body += em_.take(6) + "    }\n";
   for (size_t j = 0; j < reduces.size(); ++j)
     body += fmt::format("    acc{0} = kiln::block_reduce<{1}>(acc{0}, kiln_scratch);\n", j, reduce_functor(reduces[j]->kind));
@@ -195,14 +205,7 @@ void KernelBuilder::column_reduction(const std::vector<const ir::Op*>& reduces, 
     const Coords full = full_at("k");
     if (vectors)
       for (ir::TensorId t : vector_reads) em_.set_vector_source(t, full, fmt::format("in{}", t), "v");
-    for (size_t j = 0; j < reduces.size(); ++j)
-      em_.emit(fmt::format("acc{0}[v] = {1}::combine(acc{0}[v], {2});", j, reduce_functor(reduces[j]->kind),
-                           em_.value(reduces[j]->inputs[0], full)));
-    for (ir::TensorId t : k_.writes) {
-      if (post.count(t)) continue;
-      const Coords tc = same_element(full, d, g_.tensor(t).shape);
-      em_.emit(store(t, em_.linearize(tc, g_.tensor(t).shape), em_.value(t, tc)) + "  // " + g_.tensor(t).name);
-    }
+    reduction_step(reduces, post, full, d, "acc{}[v]");
     em_.clear_vector_sources();
     out += em_.take(8) + "      }\n    }\n";
     return out;

@@ -86,10 +86,12 @@ KeyParts key_parts(const std::string& canonical_source, const std::string& arch)
   KeyParts p;
   // The source hash covers the templates it includes: a changed template
   // with an unchanged kiln version never reuses an old cubin.
-  ir::HashBuilder source;
-  source.add(std::string_view(canonical_source));
-  for (const EmbeddedFile& f : embedded_templates()) source.add(f.name).add(f.text);
-  p.source = source.digest().hex();
+  static const ir::Hash128 templates = [] {  // fixed for the life of the process
+    ir::HashBuilder h;
+    for (const EmbeddedFile& f : embedded_templates()) h.add(f.name).add(f.text);
+    return h.digest();
+  }();
+  p.source = ir::HashBuilder().add(std::string_view(canonical_source)).add(templates).digest().hex();
   p.arch = arch;
   p.nvrtc = nvrtc_version();
   p.kiln = KILN_VERSION;
