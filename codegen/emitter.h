@@ -79,13 +79,15 @@ class Emitter {
   static std::string load_call(DType storage, const std::string& pointer, const std::string& offset);
   static std::string store_call(DType storage, const std::string& pointer, const std::string& offset,
                                 const std::string& value);
+  // The coordinates at which a pointwise op whose result has shape `result`
+  // reads its operand of shape `operand` (numpy broadcasting).
+  static Coords broadcast(const Shape& operand, const Shape& result, const Coords& coords);
 
  private:
   std::string compute(ir::TensorId t, const Coords& coords);
   std::string pointwise(const ir::Op& op, const Coords& coords);
   std::string view(const ir::Op& op, const Coords& coords);
   std::string norm_from_stats(const ir::Op& op, const Coords& coords);
-  Coords broadcast(const Shape& operand, const Shape& result, const Coords& coords);
 
   const ir::Graph& g_;
   std::set<int32_t> ops_;

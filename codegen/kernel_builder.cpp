@@ -107,6 +107,90 @@ Coords KernelBuilder::write_coords(ir::TensorId leaf, const Coords& leaf_coords,
   return same_element(leaf_coords, g_.tensor(leaf).shape, g_.tensor(t).shape);
 }
 
+auto KernelBuilder::chunking(const Shape& domain, int64_t lane_extent) const -> Chunking {
+  Chunking ch;
+  if (domain.empty() || domain.back() == 1) return ch;
+  int narrowest = 4;
+  std::vector<ir::TensorId> loads;
+  for (const auto& [t, e] : ext_) {
+    const Shape& shape = g_.tensor(t).shape;
+    if (e.storage == DType::boolean || shape.empty() || shape.size() > domain.size() || shape.back() != domain.back() ||
+        e.strides.back() != 1)
+      continue;
+    loads.push_back(t);
+    narrowest = std::min(narrowest, byte_size(e.storage));
+  }
+  for (ir::TensorId t : k_.writes) {
+    const ir::Tensor& tensor = g_.tensor(t);
+    if (tensor.shape != domain || storage_dtype(tensor) == DType::boolean) continue;
+    ch.stores.push_back(t);
+    narrowest = std::min(narrowest, byte_size(storage_dtype(tensor)));
+  }
+  const int vec = 16 / narrowest;
+  if ((loads.empty() && ch.stores.empty()) || lane_extent % vec != 0 || domain.back() % vec != 0) return {};
+  for (ir::TensorId t : loads) {
+    const Strides& strides = ext_.at(t).strides;
+    if (std::all_of(strides.begin(), strides.end() - 1, [&](int64_t s) { return s % vec == 0; })) ch.loads.push_back(t);
+  }
+  ch.vec = vec;
+  std::vector<std::string> pointers;
+  for (ir::TensorId t : ch.loads) pointers.push_back(fmt::format("kiln::aligned16({})", ext_.at(t).pointer));
+  for (ir::TensorId t : ch.stores) pointers.push_back(fmt::format("kiln::aligned16({})", writes_.at(t)));
+  ch.aligned = pointers.empty() ? "true" : fmt::format("{}", fmt::join(pointers, " && "));
+  return ch;
+}
+
+static std::string storage_tag(DType storage) { return "kiln::Storage::" + std::string(to_string(storage)); }
+
+void KernelBuilder::chunk_sources(const Chunking& ch, const Shape& domain, const Coords& c) {
+  for (ir::TensorId t : ch.loads)
+    em_.set_vector_source(t, Emitter::broadcast(g_.tensor(t).shape, domain, c), fmt::format("in{}", t), "v");
+}
+
+std::string KernelBuilder::chunk_load_calls(const Chunking& ch, const Shape& domain, const Coords& base,
+                                            const std::string& element) {
+  std::string out;
+  for (ir::TensorId t : ch.loads) {
+    if (element.find(fmt::format("in{}[v]", t)) == std::string::npos) continue;
+    const ExternalTensor& e = ext_.at(t);
+    const Shape& shape = g_.tensor(t).shape;
+    out += fmt::format("float in{}[{}];  // {}\n", t, ch.vec, g_.tensor(t).name);
+    out += fmt::format("kiln::load_chunk<{}, {}>({}, {}, in{}, kiln_vec);\n", storage_tag(e.storage), ch.vec, e.pointer,
+                       em_.offset_of(e, shape, Emitter::broadcast(shape, domain, base)), t);
+  }
+  return out;
+}
+
+void KernelBuilder::element_writes(ir::TensorId leaf, const Coords& c, const Chunking& ch, std::set<ir::TensorId>& chunked,
+                                   const std::set<ir::TensorId>& skip) {
+  for (ir::TensorId t : k_.writes) {
+    if (skip.count(t)) continue;
+    const Coords tc = write_coords(leaf, c, t);
+    const std::string& name = g_.tensor(t).name;
+    if (tc == c && std::find(ch.stores.begin(), ch.stores.end(), t) != ch.stores.end()) {
+      em_.emit(fmt::format("out{}[v] = {};  // {}", t, em_.value(t, tc), name));
+      chunked.insert(t);
+    } else {
+      em_.emit(store(t, em_.linearize(tc, g_.tensor(t).shape), em_.value(t, tc)) + "  // " + name);
+    }
+  }
+}
+
+std::string KernelBuilder::chunk_store_arrays(const Chunking& ch, const std::set<ir::TensorId>& chunked) const {
+  std::string out;
+  for (ir::TensorId t : chunked) out += fmt::format("float out{}[{}];\n", t, ch.vec);
+  return out;
+}
+
+std::string KernelBuilder::chunk_store_calls(const Chunking& ch, const std::set<ir::TensorId>& chunked,
+                                             const std::string& offset) const {
+  std::string out;
+  for (ir::TensorId t : chunked)
+    out += fmt::format("kiln::store_chunk<{}, {}>({}, {}, out{}, kiln_vec);  // {}\n", storage_tag(storage_dtype(g_.tensor(t))),
+                       ch.vec, writes_.at(t), offset, t, g_.tensor(t).name);
+  return out;
+}
+
 std::string KernelBuilder::finish(const std::string& body, int threads, const std::string& shared,
                    const std::string& includes) {
   std::string src;
@@ -115,7 +199,7 @@ std::string KernelBuilder::finish(const std::string& body, int threads, const st
   for (int32_t oi : k_.ops) names.push_back(g_.result(g_.ops[static_cast<size_t>(oi)]).name);
   src += fmt::format("// ops: {}\n", fmt::join(names, ", "));
   src += "#include \"kiln/common.cuh\"\n" + includes + "\n";
-  src += fmt::format("extern \"C\" __global__ void __launch_bounds__({}) kiln_kernel(", threads);
+  src += fmt::format("extern \"C\" __global__ void {}__launch_bounds__({}) kiln_kernel(", kernel_attributes_, threads);
   for (size_t i = 0; i < params_.size(); ++i)
     src += fmt::format("\n    {}{}  // {}", params_[i], i + 1 < params_.size() ? "," : "", param_notes_[i]);
   src += "\n) {\n" + shared + body + "}\n";

@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -67,6 +68,18 @@ inline std::string drop_comment_lines(const std::string& source) {
     // Trailing comments name tensors: drop them too.
     if (const size_t c = line.find("  // "); c != std::string::npos) line.resize(c);
     out += line + "\n";
+  }
+  return out;
+}
+
+// `text` with every line indented by `spaces`.
+inline std::string indented(const std::string& text, int spaces) {
+  std::string out;
+  for (size_t at = 0; at < text.size();) {
+    size_t end = text.find('\n', at);
+    if (end == std::string::npos) end = text.size();
+    out += std::string(static_cast<size_t>(spaces), ' ') + text.substr(at, end - at) + "\n";
+    at = end + 1;
   }
   return out;
 }
@@ -127,6 +140,38 @@ class KernelBuilder {
 
   GeneratedKernel take() { return std::move(out_); }
 
+  // ---- chunks: V consecutive elements along the last axis of a domain --------------
+  // Which tensors move V elements at a time in a kernel that walks `domain`
+  // a chunk at a time (chunks start at multiples of V of the last axis):
+  // loads of tensors read at the domain's coordinates as pointwise ops
+  // broadcast them, whose last axis is the domain's, stride 1, other strides
+  // multiples of V; stores of written tensors of the domain's shape. V is 16
+  // bytes of the narrowest of them; 1 (no chunks) when nothing qualifies or
+  // V does not divide `lane_extent` (the run of the last axis the kernel
+  // keeps together) and the last axis.
+  struct Chunking {
+    int vec = 1;
+    std::vector<ir::TensorId> loads, stores;
+    std::string aligned;  // a condition: every chunked pointer is 16-byte aligned
+  };
+  Chunking chunking(const Shape& domain, int64_t lane_extent) const;
+
+  // Makes in<t>[v] the value of each chunked tensor at `c` (a chunk's first
+  // element with the last coordinate advanced by the lane `v`).
+  void chunk_sources(const Chunking& ch, const Shape& domain, const Coords& c);
+  // The loads into in<t>[V] at `base` (the chunk's first element) of the
+  // chunked tensors that `element` (the lane loop's code) uses.
+  std::string chunk_load_calls(const Chunking& ch, const Shape& domain, const Coords& base, const std::string& element);
+
+  // The writes of one element at `c` (coordinates of `leaf`): chunked
+  // stores go to out<t>[v] (and into `chunked`), the rest are stored here.
+  void element_writes(ir::TensorId leaf, const Coords& c, const Chunking& ch, std::set<ir::TensorId>& chunked,
+                      const std::set<ir::TensorId>& skip = {});
+
+  // Declarations before, and stores after, the lane loop of the chunked stores.
+  std::string chunk_store_arrays(const Chunking& ch, const std::set<ir::TensorId>& chunked) const;
+  std::string chunk_store_calls(const Chunking& ch, const std::set<ir::TensorId>& chunked, const std::string& offset) const;
+
   // ---- pointwise and copy ---------------------------------------------------------
   void pointwise();
 
@@ -183,7 +228,9 @@ class KernelBuilder {
 
   // The normalised value of `x` with its parameters, named "y", and the
   // stores of everything the kernel writes at this element.
-  std::string norm_output(const ir::Op& norm, const Coords& c, const std::string& finale);
+  // With `ch`, chunked stores go to out<t>[v] (see element_writes).
+  std::string norm_output(const ir::Op& norm, const Coords& c, const std::string& finale, const Chunking* ch = nullptr,
+                          std::set<ir::TensorId>* chunked = nullptr);
 
   // The statistics: what to accumulate from `x` in which pass, how to
   // finish each pass into stat0/stat1, and the output from x and the stats.
@@ -194,6 +241,27 @@ class KernelBuilder {
   NormRecipe norm_recipe(const ir::Op& norm);
 
   void norm();
+
+  // Rows that fit in registers, read and written a chunk at a time.
+  void norm_chunked(const ir::Op& norm, const Chunking& ch);
+
+  // Rows that fit in the shared memory of `cluster` blocks (a thread-block
+  // cluster on sm_90, one block before): each block holds a slice of the
+  // row; block statistics are combined across the cluster through
+  // distributed shared memory, in rank order (every block gets the same
+  // value). One read, one write.
+  void norm_cluster(const ir::Op& norm, const Chunking& ch, int cluster);
+
+  // How many blocks hold one row of `n` f32 values in shared memory (0: it
+  // does not fit).
+  int row_cluster(int64_t n) const;
+
+  // How a normalisation's row is chunked (vec 1: element by element).
+  Chunking row_chunking(const ir::Op& norm);
+
+  // Softmax can keep exp(x - max) in place of x when nothing else in the
+  // kernel reads x: the recipe then computes exp once per element.
+  NormRecipe norm_recipe_in_place(const ir::Op& norm, bool& in_place);
 
   // ---- matmul and conv: tiled, f32 accumulation ---------------------------------
   // A BM x BN tile per block, 256 threads with 4x4 results each; operands go
@@ -301,6 +369,7 @@ class KernelBuilder {
   ProgramState& state_;
   GeneratedKernel out_;
   std::vector<std::string> params_, param_notes_;
+  std::string kernel_attributes_;  // e.g. a cluster shape
   std::map<ir::TensorId, std::string> writes_;
   std::map<ir::TensorId, ExternalTensor> ext_;
   int sm_;

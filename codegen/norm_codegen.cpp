@@ -38,7 +38,8 @@ Coords KernelBuilder::norm_element(const ir::Op& norm, const std::string& j) {
 
 // The normalised value of `x` with its parameters, named "y", and the
 // stores of everything the kernel writes at this element.
-std::string KernelBuilder::norm_output(const ir::Op& norm, const Coords& c, const std::string& finale) {
+std::string KernelBuilder::norm_output(const ir::Op& norm, const Coords& c, const std::string& finale, const Chunking* ch,
+                                       std::set<ir::TensorId>* chunked) {
   const auto axis = static_cast<size_t>(norm.attrs.axis);
   std::string e = "(" + finale + ")";
   if (norm.kind == OpKind::LayerNorm || norm.kind == OpKind::RmsNorm) {
@@ -53,10 +54,8 @@ std::string KernelBuilder::norm_output(const ir::Op& norm, const Coords& c, cons
   const ir::Tensor& y = g_.result(norm);
   em_.emit(fmt::format("const float y = {};  // {}", em_.rounded(y, e), y.name));
   em_.set_leaf(norm.output, "y");
-  for (ir::TensorId t : k_.writes) {
-    const Coords tc = write_coords(norm.output, c, t);
-    em_.emit(store(t, em_.linearize(tc, g_.tensor(t).shape), em_.value(t, tc)) + "  // " + g_.tensor(t).name);
-  }
+  std::set<ir::TensorId> none;
+  element_writes(norm.output, c, ch ? *ch : Chunking{}, chunked ? *chunked : none);
   return em_.take(0);
 }
 
@@ -93,9 +92,15 @@ void KernelBuilder::norm() {
   const ir::KernelParams& p = k_.params;
   const int64_t lines = p.outer * p.inner, n = p.reduced;
   const NormRecipe recipe = norm_recipe(*norm);
+  const bool fits = (p.row == ir::RowStrategy::Warp || p.row == ir::RowStrategy::Block) && n <= 16384;
+  if (fits) {
+    if (const Chunking ch = row_chunking(*norm); ch.vec > 1) return norm_chunked(*norm, ch);
+  } else if (const int cluster = row_cluster(n); cluster > 0) {
+    return norm_cluster(*norm, row_chunking(*norm), cluster);
+  }
   // Registers bound it: at most 512 threads (128 registers each) holding at
   // most 32 values each (the planner's Block bound, 16384).
-  const bool persistent = (p.row == ir::RowStrategy::Warp || p.row == ir::RowStrategy::Block) && n <= 16384;
+  const bool persistent = fits;
   std::string body = "  __shared__ float kiln_scratch[32];\n";
   body += fmt::format("  for (kiln::i64 line = blockIdx.x; line < {}LL; line += gridDim.x) {{\n", lines);
   body += "    float stat0 = 0.0f, stat1 = 0.0f;\n";
@@ -156,6 +161,186 @@ void KernelBuilder::norm() {
     }
     body += "    }\n  }\n";
   }
+  finish(body, threads);
+  out_.grid = {blocks_for(lines, 1), 1, 1};
+}
+
+// Chunks run along the last axis: softmax and layer/rms norms over it,
+// group norms of channels-last tensors whose groups are whole chunks.
+auto KernelBuilder::row_chunking(const ir::Op& norm) -> Chunking {
+  const Shape& xs = g_.operand(norm, 0).shape;
+  const bool last_axis = static_cast<size_t>(norm.attrs.axis) + 1 == xs.size();
+  const bool softmax = norm.kind == OpKind::Softmax || norm.kind == OpKind::LogSoftmax;
+  if (!last_axis || (softmax && k_.params.inner != 1)) return {};
+  return chunking(xs, norm.kind == OpKind::GroupNorm ? xs.back() / norm.attrs.groups : k_.params.reduced);
+}
+
+auto KernelBuilder::norm_recipe_in_place(const ir::Op& norm, bool& in_place) -> NormRecipe {
+  NormRecipe recipe = norm_recipe(norm);
+  in_place = norm.kind == OpKind::Softmax &&
+             std::find(k_.writes.begin(), k_.writes.end(), norm.inputs[0]) == k_.writes.end();
+  for (int32_t oi : k_.ops) {
+    const ir::Op& op = g_.ops[static_cast<size_t>(oi)];
+    if (&op != &norm && std::find(op.inputs.begin(), op.inputs.end(), norm.inputs[0]) != op.inputs.end()) in_place = false;
+  }
+  if (in_place) {
+    std::get<2>(recipe.passes[1]) = "x = expf(x - stat0); acc += x;";
+    recipe.finale = "x / stat1";
+  }
+  return recipe;
+}
+
+int KernelBuilder::row_cluster(int64_t n) const {
+  constexpr int64_t kTarget = 64 * 1024, kMost = 160 * 1024;  // bytes of a row slice per block
+  const int64_t bytes = n * 4;
+  if (sm_ < 90) return sm_ == 80 || sm_ == 87 ? (bytes <= kMost ? 1 : 0) : (bytes <= 96 * 1024 ? 1 : 0);
+  int cluster = 1;
+  while (cluster < 8 && bytes > kTarget * cluster) cluster *= 2;
+  return bytes <= kMost * cluster ? cluster : 0;
+}
+
+void KernelBuilder::norm_cluster(const ir::Op& norm, const Chunking& ch, int cluster) {
+  const ir::KernelParams& p = k_.params;
+  const ir::Tensor& x = g_.operand(norm, 0);
+  const int64_t lines = p.outer * p.inner, n = p.reduced, vec = ch.vec, chunks = n / vec;
+  const int64_t per_block = (chunks + cluster - 1) / cluster;
+  bool reuse_exp = false;
+  const NormRecipe recipe = norm_recipe_in_place(norm, reuse_exp);
+  const int threads = static_cast<int>(std::clamp<int64_t>(std::bit_ceil(static_cast<uint64_t>((per_block + 3) / 4)), 32, 512));
+  if (cluster > 1) kernel_attributes_ = fmt::format("__cluster_dims__({}, 1, 1) ", cluster);
+  std::string body = "  extern __shared__ __align__(16) float kiln_row[];\n  __shared__ float kiln_scratch[32];\n";
+  body += fmt::format("  const bool kiln_vec = {};\n", ch.aligned.empty() ? "true" : ch.aligned);
+  if (cluster > 1) {
+    body += "  __shared__ float kiln_partial[2];\n  const unsigned rank = kiln::cluster_rank();\n";
+    body += fmt::format("  const int first = rank * {}, count = min({}, {} - first);  // this block's chunks\n", per_block,
+                        per_block, chunks);
+  } else {
+    body += fmt::format("  const int first = 0, count = {};\n", chunks);
+  }
+  body += fmt::format("  for (kiln::i64 line = blockIdx.x / {0}; line < {1}LL; line += gridDim.x / {0}) {{\n", cluster, lines);
+  body += "    float stat0 = 0.0f, stat1 = 0.0f;\n";
+  // Each thread's chunks: a loop with a trip count known here, unrolled so
+  // that its loads are in flight together.
+  const int64_t iterations = (per_block + threads - 1) / threads;
+  const std::string loop_head = fmt::format("{}\n    for (int it = 0; it < {}; ++it) {{\n"
+                                            "      const int q = threadIdx.x + it * {};\n      if (q >= count) continue;\n",
+                                            iterations <= 4 ? "#pragma unroll" : "#pragma unroll 4", iterations, threads);
+  const std::string chunk_loop = loop_head + fmt::format("      const int j0 = (first + q) * {};\n", vec);
+  // Load: this block's slice of the row into shared memory.
+  body += chunk_loop;
+  em_.begin_block();
+  Coords base = norm_element(norm, "j0");
+  Coords c = base;
+  if (vec > 1) c.back() = "(" + base.back() + " + v)";
+  body += em_.take(6);
+  chunk_sources(ch, x.shape, c);
+  em_.emit(fmt::format("kiln_row[q * {} + v] = {};", vec, em_.value(norm.inputs[0], c)));
+  em_.clear_vector_sources();
+  std::string element = em_.take(0);
+  body += indented(chunk_load_calls(ch, x.shape, base, element), 6);
+  body += fmt::format("#pragma unroll\n      for (int v = 0; v < {}; ++v) {{\n", vec) + indented(element, 8) + "      }\n    }\n";
+  // Statistics: the block's part, then the cluster's.
+  for (size_t pass = 0; pass < recipe.passes.size(); ++pass) {
+    const auto& [init, functor, update, finish] = recipe.passes[pass];
+    body += fmt::format("    {{\n      float acc = {};\n", init) + loop_head;
+    body += fmt::format("#pragma unroll\n        for (int v = 0; v < {}; ++v) {{\n          float& x = kiln_row[q * {} + v];\n"
+                        "          {}\n        }}\n      }}\n", vec, vec, update);
+    body += fmt::format("      acc = kiln::block_reduce<{}>(acc, kiln_scratch);\n", functor);
+    if (cluster > 1) {
+      body += fmt::format("      if (threadIdx.x == 0) kiln_partial[{}] = acc;\n      kiln::cluster_sync();\n", pass);
+      body += fmt::format("      acc = kiln::cluster_load(&kiln_partial[{}], 0);\n", pass);
+      body += fmt::format("      for (unsigned r = 1; r < {}; ++r) acc = {}::combine(acc, kiln::cluster_load(&kiln_partial[{}], r));\n",
+                          cluster, functor, pass);
+    }
+    body += fmt::format("      {}\n    }}\n", finish);
+  }
+  // Output.
+  body += chunk_loop;
+  em_.begin_block();
+  base = norm_element(norm, "j0");
+  c = base;
+  if (vec > 1) c.back() = "(" + base.back() + " + v)";
+  const std::string offset = em_.linearize(base, x.shape);
+  body += em_.take(6);
+  chunk_sources(ch, x.shape, c);
+  em_.emit(fmt::format("const float x = kiln_row[q * {} + v];", vec));
+  if (!reuse_exp) em_.set_leaf(norm.inputs[0], "x", c);
+  std::set<ir::TensorId> chunked;
+  element = em_.take(0) + norm_output(norm, c, recipe.finale, &ch, &chunked);
+  em_.clear_leaf(norm.inputs[0]);
+  em_.clear_vector_sources();
+  body += indented(chunk_load_calls(ch, x.shape, base, element), 6) + indented(chunk_store_arrays(ch, chunked), 6);
+  body += fmt::format("#pragma unroll\n      for (int v = 0; v < {}; ++v) {{\n", vec) + indented(element, 8) + "      }\n";
+  body += indented(chunk_store_calls(ch, chunked, offset), 6) + "    }\n";
+  // The partials of this line are read by every block before the next line overwrites them.
+  body += cluster > 1 ? "    kiln::cluster_sync();\n  }\n" : "  }\n";
+  finish(body, threads);
+  out_.shared_bytes = static_cast<uint32_t>(per_block * vec * 4);
+  out_.grid = {static_cast<uint32_t>(std::min<int64_t>(lines, int64_t{1} << 20) * cluster), 1, 1};
+}
+
+// The row in registers, V elements per chunk: each thread holds `per`
+// chunks (chunk t of a thread starts at element (threadIdx.x + t * threads) * V
+// of the row); loads and stores of 16 bytes; coordinates once per chunk.
+void KernelBuilder::norm_chunked(const ir::Op& norm, const Chunking& ch) {
+  const ir::KernelParams& p = k_.params;
+  const ir::Tensor& x = g_.operand(norm, 0);
+  const int64_t lines = p.outer * p.inner, n = p.reduced, vec = ch.vec, chunks = n / vec;
+  bool reuse_exp = false;
+  const NormRecipe recipe = norm_recipe_in_place(norm, reuse_exp);
+  // About two chunks per thread (measured on H100 against one and four: 16-byte loads
+  // of two chunks in flight per thread, at most 512 threads).
+  const int threads = static_cast<int>(std::clamp<int64_t>(std::bit_ceil(static_cast<uint64_t>((chunks + 1) / 2)), 32, 512));
+  const int64_t per = (chunks + threads - 1) / threads;
+  const std::string chunk_start = fmt::format("const int j0 = (threadIdx.x + t * {}) * {};", threads, vec);
+  std::string body = "  __shared__ float kiln_scratch[32];\n";
+  body += fmt::format("  const bool kiln_vec = {};\n", ch.aligned);
+  body += fmt::format("  for (kiln::i64 line = blockIdx.x; line < {}LL; line += gridDim.x) {{\n", lines);
+  body += "    float stat0 = 0.0f, stat1 = 0.0f;\n";
+  body += fmt::format("    float xs[{}];\n", per * vec);
+  // Load: one chunk of every chunked input, then x at each of its elements.
+  body += fmt::format("#pragma unroll\n    for (int t = 0; t < {}; ++t) {{\n      {}\n", per, chunk_start);
+  body += fmt::format("      if (j0 >= {}) {{\n#pragma unroll\n        for (int v = 0; v < {}; ++v) xs[t * {} + v] = 0.0f;\n"
+                      "        continue;\n      }}\n", n, vec, vec);
+  em_.begin_block();
+  Coords base = norm_element(norm, "j0");
+  Coords c = base;
+  c.back() = "(" + base.back() + " + v)";
+  body += em_.take(6);
+  chunk_sources(ch, x.shape, c);
+  em_.emit(fmt::format("xs[t * {} + v] = {};", vec, em_.value(norm.inputs[0], c)));
+  em_.clear_vector_sources();
+  std::string element = em_.take(0);
+  body += indented(chunk_load_calls(ch, x.shape, base, element), 6);
+  body += fmt::format("#pragma unroll\n      for (int v = 0; v < {}; ++v) {{\n", vec) + indented(element, 8) + "      }\n    }\n";
+  // Statistics from registers.
+  for (const auto& [init, functor, update, finish] : recipe.passes) {
+    body += fmt::format("    {{\n      float acc = {};\n#pragma unroll\n      for (int t = 0; t < {}; ++t) {{\n", init, per);
+    body += fmt::format("        if ((threadIdx.x + t * {}) * {} >= {}) continue;\n", threads, vec, n);
+    body += fmt::format("#pragma unroll\n        for (int v = 0; v < {}; ++v) {{\n          float& x = xs[t * {} + v];\n"
+                        "          {}\n        }}\n      }}\n", vec, vec, update);
+    body += fmt::format("      acc = kiln::block_reduce<{}>(acc, kiln_scratch);\n      {}\n    }}\n", functor, finish);
+  }
+  // Output: parameters a chunk at a time, every write of the element.
+  body += fmt::format("#pragma unroll\n    for (int t = 0; t < {}; ++t) {{\n      {}\n      if (j0 >= {}) continue;\n", per,
+                      chunk_start, n);
+  em_.begin_block();
+  base = norm_element(norm, "j0");
+  c = base;
+  c.back() = "(" + base.back() + " + v)";
+  const std::string offset = em_.linearize(base, x.shape);
+  body += em_.take(6);
+  chunk_sources(ch, x.shape, c);
+  em_.emit(fmt::format("const float x = xs[t * {} + v];", vec));
+  if (!reuse_exp) em_.set_leaf(norm.inputs[0], "x", c);
+  std::set<ir::TensorId> chunked;
+  element = em_.take(0) + norm_output(norm, c, recipe.finale, &ch, &chunked);
+  em_.clear_leaf(norm.inputs[0]);
+  em_.clear_vector_sources();
+  body += indented(chunk_load_calls(ch, x.shape, base, element), 6) + indented(chunk_store_arrays(ch, chunked), 6);
+  body += fmt::format("#pragma unroll\n      for (int v = 0; v < {}; ++v) {{\n", vec) + indented(element, 8) + "      }\n";
+  body += indented(chunk_store_calls(ch, chunked, offset), 6);
+  body += "    }\n    __syncthreads();\n  }\n";
   finish(body, threads);
   out_.grid = {blocks_for(lines, 1), 1, 1};
 }

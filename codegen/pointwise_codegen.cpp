@@ -58,17 +58,27 @@ std::string KernelBuilder::vector_loop(const Shape& domain, int vec) {
     if (tensor.shape == domain && tensor.strides == contiguous_strides(domain) && st != DType::boolean)
       vector_reads.push_back(t);
   }
+  // Coordinates once per chunk when the chunk stays within the last axis;
+  // then broadcast operands along the last axis (a bias, a scale) are read a
+  // chunk at a time too.
+  const bool chunk_in_row = domain.back() % vec == 0;
+  Chunking broadcasts;
+  if (chunk_in_row)
+    if (Chunking ch = chunking(domain, vec); ch.vec == vec)
+      for (ir::TensorId t : ch.loads)
+        if (std::find(vector_reads.begin(), vector_reads.end(), t) == vector_reads.end()) broadcasts.loads.push_back(t);
+  broadcasts.vec = vec;
   std::vector<std::string> pointers;
   for (ir::TensorId t : vector_reads) pointers.push_back(pointer_of(t));
+  for (ir::TensorId t : broadcasts.loads) pointers.push_back(pointer_of(t));
   for (ir::TensorId t : k_.writes) pointers.push_back(writes_.at(t));
   std::string aligned;
   for (const std::string& p : pointers) aligned += (aligned.empty() ? "" : " && ") + fmt::format("kiln::aligned16({})", p);
   std::string body = fmt::format("  const bool kiln_vector_done = {};\n  if (kiln_vector_done) {{\n", aligned.empty() ? "true" : aligned);
   body += fmt::format("    for (kiln::i64 i0 = ((kiln::i64)blockIdx.x * blockDim.x + threadIdx.x) * {0}LL; i0 + {0}LL <= n; "
                       "i0 += (kiln::i64)gridDim.x * blockDim.x * {0}LL) {{\n", vec);
+  if (!broadcasts.loads.empty()) body += "      const bool kiln_vec = true;  // aligned: checked above\n";
   em_.begin_block();
-  // Coordinates once per chunk when the chunk stays within the last axis.
-  const bool chunk_in_row = domain.back() % vec == 0;
   Coords base;
   if (chunk_in_row) base = em_.delinearize("i0", domain);
   for (ir::TensorId t : vector_reads) {
@@ -79,20 +89,22 @@ std::string KernelBuilder::vector_loop(const Shape& domain, int vec) {
   }
   for (ir::TensorId t : k_.writes) em_.emit(fmt::format("float out{}[{}];", t, vec));
   body += em_.take(6);
-  body += fmt::format("#pragma unroll\n      for (int j = 0; j < {}; ++j) {{\n", vec);
   em_.begin_block();
   Coords c;
   if (chunk_in_row) {
     c = base;
-    c.back() = "(" + base.back() + " + j)";
+    c.back() = "(" + base.back() + " + v)";
   } else {
-    em_.emit("const kiln::i64 i = i0 + j;");
+    em_.emit("const kiln::i64 i = i0 + v;");
     c = em_.delinearize("i", domain);
   }
-  for (ir::TensorId t : vector_reads) em_.set_vector_source(t, c, fmt::format("in{}", t), "j");
-  for (ir::TensorId t : k_.writes) em_.emit(fmt::format("out{}[j] = {};  // {}", t, em_.value(t, c), g_.tensor(t).name));
+  for (ir::TensorId t : vector_reads) em_.set_vector_source(t, c, fmt::format("in{}", t), "v");
+  chunk_sources(broadcasts, domain, c);
+  for (ir::TensorId t : k_.writes) em_.emit(fmt::format("out{}[v] = {};  // {}", t, em_.value(t, c), g_.tensor(t).name));
   em_.clear_vector_sources();
-  body += em_.take(8) + "      }\n";
+  const std::string element = em_.take(0);
+  if (chunk_in_row) body += indented(chunk_load_calls(broadcasts, domain, base, element), 6);
+  body += fmt::format("#pragma unroll\n      for (int v = 0; v < {}; ++v) {{\n", vec) + indented(element, 8) + "      }\n";
   for (ir::TensorId t : k_.writes)
     body += fmt::format("      kiln::store_vec_{}<{}>({}, i0, out{});\n", to_string(storage_dtype(g_.tensor(t))), vec,
                         writes_.at(t), t);

@@ -74,7 +74,10 @@ void KernelBuilder::reduction() {
   // blocks, combine their partials atomically, and let the last block
   // finish (post-reduction ops included).
   const int64_t splits = kept < 256 && reduced >= 65536 ? std::min<int64_t>((512 + kept - 1) / kept, reduced / 16384) : 1;
-  const int64_t slice = (reduced + splits - 1) / splits;
+  // Reduced axes that end the shape are read a chunk at a time.
+  const Chunking ch = contiguous_axes && inner == 1 ? chunking(d, d.back()) : Chunking{};
+  const int64_t vec = ch.vec;
+  const int64_t slice = (reduced + splits * vec - 1) / (splits * vec) * vec;
   std::vector<std::string> partials;
   std::string counter;
   if (splits > 1) {
@@ -83,24 +86,39 @@ void KernelBuilder::reduction() {
     counter = workspace_param(g_.result(first).name + ".splits_done", 1, 0, true);
   }
   std::string body = "  __shared__ float kiln_scratch[32];\n";
+  if (vec > 1) body += fmt::format("  const bool kiln_vec = {};\n", ch.aligned);
   body += fmt::format("  for (kiln::i64 k = blockIdx.x; k < {}LL; k += gridDim.x) {{\n", kept);
   const Coords kc = em_.delinearize("k", kept_shape);
   for (size_t j = 0; j < reduces.size(); ++j)
     em_.emit(fmt::format("float acc{} = {}::identity();  // {}", j, reduce_functor(reduces[j]->kind),
                          g_.result(*reduces[j]).name));
   body += em_.take(4);
+  body += vec > 1 ? "#pragma unroll 4\n" : "";
   if (splits > 1)
-    body += fmt::format("    for (kiln::i64 r = blockIdx.y * {0}LL + threadIdx.x; r < min((kiln::i64)(blockIdx.y + 1) * {0}LL, {1}LL); "
-                        "r += blockDim.x) {{\n", slice, reduced);
+    body += fmt::format("    for (kiln::i64 r = blockIdx.y * {0}LL + threadIdx.x * {2}; r < min((kiln::i64)(blockIdx.y + 1) * {0}LL, {1}LL); "
+                        "r += blockDim.x * {2}) {{\n", slice, reduced, vec);
   else
-    body += fmt::format("    for (kiln::i64 r = threadIdx.x; r < {}LL; r += blockDim.x) {{\n", reduced);
+    body += fmt::format("    for (kiln::i64 r = threadIdx.x * {1}; r < {0}LL; r += blockDim.x * {1}) {{\n", reduced, vec);
   em_.begin_block();
   const Coords rc = em_.delinearize("r", reduced_shape);
   Coords full(d.size());
   for (size_t i = 0, ki = 0, ri = 0; i < d.size(); ++i)
     full[i] = std::binary_search(axes.begin(), axes.end(), static_cast<int64_t>(i)) ? rc[ri++] : kc[ki++];
-  reduction_step(reduces, post, full, d, "acc{}");
-  body += em_.take(6) + "    }\n";
+  if (vec == 1) {
+    reduction_step(reduces, post, full, d, "acc{}");
+    body += em_.take(6) + "    }\n";
+  } else {
+    // A chunk of the row: V elements of the last axis from 16-byte loads.
+    body += em_.take(6);
+    Coords c = full;
+    c.back() = "(" + full.back() + " + v)";
+    chunk_sources(ch, d, c);
+    reduction_step(reduces, post, c, d, "acc{}");
+    em_.clear_vector_sources();
+    const std::string element = em_.take(0);
+    body += indented(chunk_load_calls(ch, d, full, element), 6);
+    body += fmt::format("#pragma unroll\n      for (int v = 0; v < {}; ++v) {{\n", vec) + indented(element, 8) + "      }\n    }\n";
+  }
   for (size_t j = 0; j < reduces.size(); ++j)
     body += fmt::format("    acc{0} = kiln::block_reduce<{1}>(acc{0}, kiln_scratch);\n", j, reduce_functor(reduces[j]->kind));
   if (splits > 1) {
@@ -152,8 +170,8 @@ void KernelBuilder::column_reduction(const std::vector<const ir::Op*>& reduces, 
   const bool inner_is_last = axes.back() + 2 == static_cast<int64_t>(d.size());
   const int vec = !vector_reads.empty() && inner_is_last && inner % (16 / narrowest) == 0 ? 16 / narrowest : 1;
   const int64_t vec_cols = inner / vec;  // threads' column groups per outer index
-  // Columns per block: a power of two from 32 to 256, so that row lanes x columns is exactly the block.
-  const int cols = static_cast<int>(std::clamp<int64_t>(static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(vec_cols))), 32, 256));
+  // Columns per block: a power of two from 8 to 256, so that row lanes x columns is exactly the block.
+  const int cols = static_cast<int>(std::clamp<int64_t>(static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(vec_cols))), 8, 256));
   const int lanes = 256 / cols;
   const int64_t per_outer = (vec_cols + cols - 1) / cols, col_blocks = outer * per_outer;
   const int64_t splits = std::clamp<int64_t>((1024 + col_blocks - 1) / col_blocks, 1,

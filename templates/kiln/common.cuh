@@ -92,11 +92,19 @@ __device__ __forceinline__ void load_vec_16bit(const void* p, i64 i0, float* out
 template <int V> __device__ __forceinline__ void load_vec_bf16(const void* p, i64 i0, float* out) { load_vec_16bit<V, true>(p, i0, out); }
 template <int V> __device__ __forceinline__ void load_vec_f16(const void* p, i64 i0, float* out) { load_vec_16bit<V, false>(p, i0, out); }
 
+// One 16-byte store, always: nvcc otherwise splits some uint4 stores whose
+// alignment it cannot see into four 4-byte stores (four L2 writes each).
+__device__ __forceinline__ void store128(void* p, u32 a, u32 b, u32 c, u32 d) {
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(a), "r"(b), "r"(c), "r"(d));
+}
+
 template <int V>
 __device__ __forceinline__ void store_vec_f32(void* p, i64 i0, const float* v) {
   float4* q = reinterpret_cast<float4*>(static_cast<float*>(p) + i0);
 #pragma unroll
-  for (int c = 0; c < V / 4; ++c) q[c] = make_float4(v[4 * c], v[4 * c + 1], v[4 * c + 2], v[4 * c + 3]);
+  for (int c = 0; c < V / 4; ++c)
+    store128(q + c, __float_as_uint(v[4 * c]), __float_as_uint(v[4 * c + 1]), __float_as_uint(v[4 * c + 2]),
+             __float_as_uint(v[4 * c + 3]));
 }
 template <int V, bool kBf16>
 __device__ __forceinline__ void store_vec_16bit(void* p, i64 i0, const float* v) {
@@ -110,13 +118,43 @@ __device__ __forceinline__ void store_vec_16bit(void* p, i64 i0, const float* v)
       const u16 hi = kBf16 ? f32_to_bf16(v[8 * c + 2 * k + 1]) : f32_to_f16(v[8 * c + 2 * k + 1]);
       w[k] = static_cast<u32>(lo) | (static_cast<u32>(hi) << 16);
     }
-    q[c] = make_uint4(w[0], w[1], w[2], w[3]);
+    store128(q + c, w[0], w[1], w[2], w[3]);
   }
 }
 template <int V> __device__ __forceinline__ void store_vec_bf16(void* p, i64 i0, const float* v) { store_vec_16bit<V, true>(p, i0, v); }
 template <int V> __device__ __forceinline__ void store_vec_f16(void* p, i64 i0, const float* v) { store_vec_16bit<V, false>(p, i0, v); }
 
 __device__ __forceinline__ bool aligned16(const void* p) { return (reinterpret_cast<unsigned long long>(p) & 15) == 0; }
+
+// A chunk of V consecutive elements at p + i0 of a tensor stored as S: one
+// 16-byte access per 16 bytes when `vector` (the caller checked the
+// alignment), else element by element.
+enum class Storage { f32, bf16, f16 };
+template <Storage S, int V>
+__device__ __forceinline__ void load_chunk(const void* p, i64 i0, float* out, bool vector) {
+  if (vector) {
+    if constexpr (S == Storage::f32) load_vec_f32<V>(p, i0, out);
+    else load_vec_16bit<V, S == Storage::bf16>(p, i0, out);
+  } else {
+#pragma unroll
+    for (int v = 0; v < V; ++v)
+      out[v] = S == Storage::f32 ? load_f32(p, i0 + v) : S == Storage::bf16 ? load_bf16(p, i0 + v) : load_f16(p, i0 + v);
+  }
+}
+template <Storage S, int V>
+__device__ __forceinline__ void store_chunk(void* p, i64 i0, const float* in, bool vector) {
+  if (vector) {
+    if constexpr (S == Storage::f32) store_vec_f32<V>(p, i0, in);
+    else store_vec_16bit<V, S == Storage::bf16>(p, i0, in);
+  } else {
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      if constexpr (S == Storage::f32) store_f32(p, i0 + v, in[v]);
+      else if constexpr (S == Storage::bf16) store_bf16(p, i0 + v, in[v]);
+      else store_f16(p, i0 + v, in[v]);
+    }
+  }
+}
 
 // ---- one functor per pointwise op (graph-format.md's catalogue) -----------
 // maximum, minimum, relu and clamp propagate NaN, as the reference does.
@@ -197,6 +235,29 @@ __device__ __forceinline__ float block_reduce(float v, float* scratch) {
   v = lane < warps ? scratch[lane] : Op::identity();
   return warp_reduce<Op>(v);
 }
+
+// ---- thread-block clusters (sm_90): distributed shared memory -------------
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ __forceinline__ unsigned cluster_rank() {
+  unsigned rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+  return rank;
+}
+// Every thread of every block of the cluster arrives (release) and waits
+// (acquire): shared memory written before is visible to the whole cluster.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory");
+}
+// `local` (this block's shared memory) as it lies in block `rank` of the cluster.
+__device__ __forceinline__ float cluster_load(const float* local, unsigned rank) {
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(local));
+  unsigned remote;
+  float v;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(address), "r"(rank));
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+  return v;
+}
+#endif
 
 // Atomic max/min on f32 that propagate NaN (epilogue reductions across tiles).
 __device__ __forceinline__ void atomic_combine(SumOp, float* address, float v) { atomicAdd(address, v); }

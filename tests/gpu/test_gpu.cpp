@@ -16,6 +16,8 @@
 #include "runtime/check.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/random_inputs.h"
+#include "runtime/storage.h"
+#include "codegen/kernel_codegen.h"
 #include "tests/unit/random_graph.h"
 #include "tests/unit/test_helpers.h"
 
@@ -168,6 +170,16 @@ TEST(Gpu, FamiliesWithOddShapes) {
     texts.push_back(fmt::format(R"({{"kiln":1,"inputs":{{"x":{{"shape":[3,9,11,30],"dtype":"{0}"}}}},
       "ops":[{{"op":"group_norm","in":["x"],"out":"g","groups":5}},{{"op":"max_pool2d","in":["g"],"out":"p","kernel":[3,3],"stride":[2,2],"padding":[1,1]}},
              {{"op":"avg_pool2d","in":["x"],"out":"a","kernel":[2,3],"count_include_pad":false,"padding":[1,1]}}],"outputs":["p","a"]}})", dt));
+    // Rows in the shared memory of a cluster (sm_90) or one block: chunked
+    // (a multiple of 8), element by element (odd), not along the last axis.
+    texts.push_back(fmt::format(R"({{"kiln":1,"inputs":{{"x":{{"shape":[3,100000],"dtype":"{0}"}},"w":{{"shape":[100000],"dtype":"{0}"}}}},
+      "ops":[{{"op":"softmax","in":["x"],"out":"s"}},{{"op":"rms_norm","in":["x","w"],"out":"r"}}],"outputs":["s","r"]}})", dt));
+    texts.push_back(fmt::format(R"({{"kiln":1,"inputs":{{"x":{{"shape":[5,20001],"dtype":"{0}"}}}},
+      "ops":[{{"op":"layer_norm","in":["x"],"out":"n"}},{{"op":"exp","in":["n"],"out":"y"}}],"outputs":["y"]}})", dt));
+    texts.push_back(fmt::format(R"({{"kiln":1,"inputs":{{"x":{{"shape":[2,30000,3],"dtype":"{0}"}}}},
+      "ops":[{{"op":"log_softmax","in":["x"],"out":"l","axis":1}}],"outputs":["l"]}})", dt));
+    texts.push_back(fmt::format(R"({{"kiln":1,"inputs":{{"x":{{"shape":[2,40,40,96],"dtype":"{0}"}},"b":{{"shape":[96],"dtype":"{0}"}}}},
+      "ops":[{{"op":"add","in":["x","b"],"out":"h"}},{{"op":"group_norm","in":["h"],"out":"g","groups":3}}],"outputs":["h","g"]}})", dt));
     texts.push_back(fmt::format(R"({{"kiln":1,"inputs":{{"x":{{"shape":[33,65,7],"dtype":"{0}"}}}},
       "ops":[{{"op":"reduce_max","in":["x"],"out":"a","axes":[0,2]}},{{"op":"reduce_mean","in":["x"],"out":"b","axes":[1],"keepdims":true}},
              {{"op":"sub","in":["x","b"],"out":"d"}},{{"op":"reduce_min","in":["d"],"out":"c"}}],"outputs":["a","c"]}})", dt));
@@ -350,6 +362,65 @@ TEST(Gpu, LaunchMisuseIsAnErrorAndNoLaunch) {
   EXPECT_TRUE(exe->launch({{"x", px, 4000}, {"y", py, 4000}}).ok());
   cu.cuMemFree(x);
   cu.cuMemFree(y);
+}
+
+// Pointers a user binds need not be 16-byte aligned: every tensor bound one
+// element past an aligned address takes the kernels' element-by-element
+// path (vector loads and stores only where every pointer is aligned) and
+// still matches the reference.
+TEST(Gpu, UnalignedBindingsMatchTheReference) {
+  REQUIRE_GPU();
+  const runtime::Driver& cu = *runtime::driver().value();
+  const char* graphs[] = {
+      R"({"kiln": 1, "inputs": {"x": {"shape": [64, 1024], "dtype": "bf16"}, "w": {"shape": [1024], "dtype": "bf16"},
+          "b": {"shape": [1024], "dtype": "bf16"}}, "ops": [{"op": "layer_norm", "in": ["x", "w", "b"], "out": "y"}],
+          "outputs": ["y"]})",
+      R"({"kiln": 1, "inputs": {"x": {"shape": [4, 2, 64, 256], "dtype": "f16"}, "m": {"shape": [1, 1, 64, 256], "dtype": "f16"}},
+          "ops": [{"op": "add", "in": ["x", "m"], "out": "s"}, {"op": "softmax", "in": ["s"], "out": "y", "axis": -1}],
+          "outputs": ["y"]})",
+      R"({"kiln": 1, "inputs": {"x": {"shape": [96, 2048], "dtype": "f32"}},
+          "ops": [{"op": "reduce_sum", "in": ["x"], "out": "y", "axes": [1]}], "outputs": ["y"]})",
+      R"({"kiln": 1, "inputs": {"x": {"shape": [8, 7, 7, 64], "dtype": "bf16"}},
+          "ops": [{"op": "group_norm", "in": ["x"], "out": "g", "groups": 8, "axis": 3}, {"op": "silu", "in": ["g"], "out": "y"}],
+          "outputs": ["y"]})",
+      R"({"kiln": 1, "inputs": {"x": {"shape": [1000, 64], "dtype": "bf16"}, "s": {"shape": [64], "dtype": "bf16"}},
+          "ops": [{"op": "mul", "in": ["x", "s"], "out": "t"}, {"op": "gelu", "in": ["t"], "out": "y"}], "outputs": ["y"]})",
+  };
+  for (const char* text : graphs) {
+    const Graph g = testing::must_parse(text);
+    const ir::Graph& ir = g.ir();
+    Expected<Executable> exe = Executable::compile(g, {.use_cache = false});
+    ASSERT_TRUE(exe.ok()) << exe.error().message;
+    const std::vector<HostTensor> inputs = random_inputs(g, 7);
+    std::vector<CUdeviceptr> allocations;
+    std::vector<DeviceBinding> bindings;
+    auto bind = [&](const ir::Tensor& t, const std::string& bytes) {
+      const size_t skew = static_cast<size_t>(byte_size(codegen::storage_dtype(t)));  // one element
+      CUdeviceptr p;
+      ASSERT_EQ(cu.cuMemAlloc(&p, bytes.size() + 16), CUDA_SUCCESS);
+      allocations.push_back(p);
+      ASSERT_EQ(cu.cuMemcpyHtoD(p + skew, bytes.data(), bytes.size()), CUDA_SUCCESS);
+      bindings.push_back({t.name, reinterpret_cast<void*>(p + skew), bytes.size()});
+    };
+    for (size_t i = 0; i < inputs.size(); ++i)
+      bind(ir.tensor(ir.inputs[i]), runtime::to_storage(inputs[i], ir.tensor(ir.inputs[i]).strides));
+    const ir::Tensor& y = ir.tensor(ir.outputs[0]);
+    const DType storage = codegen::storage_dtype(y);
+    const std::string poison(static_cast<size_t>(element_count(y.shape) * byte_size(storage)), '\xff');
+    bind(y, poison);
+    ASSERT_TRUE(exe->launch(bindings).ok());
+    ASSERT_EQ(cu.cuCtxSynchronize(), CUDA_SUCCESS);
+    std::string bytes(poison.size(), '\0');
+    ASSERT_EQ(cu.cuMemcpyDtoH(bytes.data(), reinterpret_cast<CUdeviceptr>(bindings.back().pointer), bytes.size()),
+              CUDA_SUCCESS);
+    const HostTensor got{y.shape, y.dtype, runtime::from_storage(bytes, storage, element_count(y.shape))};
+    Expected<std::vector<HostTensor>> want = run_reference(g, inputs);
+    ASSERT_TRUE(want.ok());
+    const runtime::Comparison c = runtime::compare(got, want->front());
+    EXPECT_TRUE(c.passes(runtime::default_tolerance(ir, ir.outputs[0])))
+        << text << "\nrel err " << c.relative_error;
+    for (CUdeviceptr p : allocations) cu.cuMemFree(p);
+  }
 }
 
 }  // namespace
