@@ -5,7 +5,8 @@
 //
 // Numerics follow graph-format.md: values are f32 in registers; storage
 // types are converted exactly on load and with round-to-nearest-even on
-// store (rule 2), bit for bit as the reference interpreter does.
+// store (rule 2), bit for bit as the reference interpreter does (NaN
+// payloads aside: a NaN stays a NaN).
 #pragma once
 
 #ifndef __CUDACC_RTC__
@@ -22,11 +23,19 @@ typedef long long i64;
 // ---- storage conversions ---------------------------------------------------
 __device__ __forceinline__ float bf16_to_f32(u16 bits) { return __uint_as_float(static_cast<u32>(bits) << 16); }
 
+// Round to nearest even: one cvt on sm_80 and later (a NaN stays a NaN; its
+// payload is not kept), integer arithmetic before.
 __device__ __forceinline__ u16 f32_to_bf16(float v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  u16 out;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(out) : "f"(v));
+  return out;
+#else
   const u32 bits = __float_as_uint(v);
   if ((bits & 0x7f800000u) == 0x7f800000u && (bits & 0x007fffffu) != 0) return static_cast<u16>((bits >> 16) | 0x40u);
   const u32 lsb = (bits >> 16) & 1u;
   return static_cast<u16>((bits + 0x7fffu + lsb) >> 16);
+#endif
 }
 
 __device__ __forceinline__ float f16_to_f32(u16 bits) {
@@ -39,6 +48,26 @@ __device__ __forceinline__ u16 f32_to_f16(float v) {
   u16 out;
   asm("{ .reg .f16 h; cvt.rn.f16.f32 h, %1; mov.b16 %0, h; }" : "=h"(out) : "f"(v));
   return out;
+}
+
+// Two values rounded and packed: `lo` in the low half (one cvt on sm_80+).
+__device__ __forceinline__ u32 f32x2_to_bf16x2(float lo, float hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  u32 out;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(out) : "f"(hi), "f"(lo));
+  return out;
+#else
+  return static_cast<u32>(f32_to_bf16(lo)) | (static_cast<u32>(f32_to_bf16(hi)) << 16);
+#endif
+}
+__device__ __forceinline__ u32 f32x2_to_f16x2(float lo, float hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  u32 out;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(out) : "f"(hi), "f"(lo));
+  return out;
+#else
+  return static_cast<u32>(f32_to_f16(lo)) | (static_cast<u32>(f32_to_f16(hi)) << 16);
+#endif
 }
 
 // Rounding a value to a narrower type and back (rule 2), and tf32 (rule 5).
@@ -113,11 +142,8 @@ __device__ __forceinline__ void store_vec_16bit(void* p, i64 i0, const float* v)
   for (int c = 0; c < V / 8; ++c) {
     u32 w[4];
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const u16 lo = kBf16 ? f32_to_bf16(v[8 * c + 2 * k]) : f32_to_f16(v[8 * c + 2 * k]);
-      const u16 hi = kBf16 ? f32_to_bf16(v[8 * c + 2 * k + 1]) : f32_to_f16(v[8 * c + 2 * k + 1]);
-      w[k] = static_cast<u32>(lo) | (static_cast<u32>(hi) << 16);
-    }
+    for (int k = 0; k < 4; ++k)
+      w[k] = kBf16 ? f32x2_to_bf16x2(v[8 * c + 2 * k], v[8 * c + 2 * k + 1]) : f32x2_to_f16x2(v[8 * c + 2 * k], v[8 * c + 2 * k + 1]);
     store128(q + c, w[0], w[1], w[2], w[3]);
   }
 }
