@@ -256,6 +256,16 @@ class KernelBuilder {
   // does not fit).
   int row_cluster(int64_t n) const;
 
+  // The chunk of the row at element `j0`: its coordinates (`base`, the
+  // first element) and those of lane `v`.
+  Coords norm_chunk_coords(const ir::Op& norm, const Chunking& ch, Coords& base);
+  // Loads a chunk of the norm's input into `slot` (an lvalue of lane v).
+  std::string norm_chunk_input(const ir::Op& norm, const Chunking& ch, const std::string& slot);
+  // The outputs of a chunk from x in `slot` (also the input's value there
+  // when `slot_holds_input`).
+  std::string norm_chunk_output(const ir::Op& norm, const Chunking& ch, const std::string& slot, const std::string& finale,
+                                bool slot_holds_input);
+
   // How a normalisation's row is chunked (vec 1: element by element).
   Chunking row_chunking(const ir::Op& norm);
 

@@ -190,6 +190,50 @@ auto KernelBuilder::norm_recipe_in_place(const ir::Op& norm, bool& in_place) -> 
   return recipe;
 }
 
+// The chunk of the row starting at element j0 (coordinates once), the
+// chunked tensors' loads, and the lane loop; `lane` is the coordinates'
+// last entry advanced by v (as is where chunks are single elements).
+Coords KernelBuilder::norm_chunk_coords(const ir::Op& norm, const Chunking& ch, Coords& base) {
+  base = norm_element(norm, "j0");
+  Coords c = base;
+  if (ch.vec > 1) c.back() = "(" + base.back() + " + v)";
+  return c;
+}
+
+std::string KernelBuilder::norm_chunk_input(const ir::Op& norm, const Chunking& ch, const std::string& slot) {
+  const Shape& shape = g_.operand(norm, 0).shape;
+  em_.begin_block();
+  Coords base;
+  const Coords c = norm_chunk_coords(norm, ch, base);
+  std::string out = em_.take(6);
+  chunk_sources(ch, shape, c);
+  em_.emit(fmt::format("{} = {};", slot, em_.value(norm.inputs[0], c)));
+  em_.clear_vector_sources();
+  const std::string element = em_.take(0);
+  out += indented(chunk_load_calls(ch, shape, base, element), 6);
+  return out + fmt::format("#pragma unroll\n      for (int v = 0; v < {}; ++v) {{\n", ch.vec) + indented(element, 8) + "      }\n";
+}
+
+std::string KernelBuilder::norm_chunk_output(const ir::Op& norm, const Chunking& ch, const std::string& slot,
+                                             const std::string& finale, bool slot_holds_input) {
+  const Shape& shape = g_.operand(norm, 0).shape;
+  em_.begin_block();
+  Coords base;
+  const Coords c = norm_chunk_coords(norm, ch, base);
+  const std::string offset = em_.linearize(base, shape);
+  std::string out = em_.take(6);
+  chunk_sources(ch, shape, c);
+  em_.emit(fmt::format("const float x = {};", slot));
+  if (slot_holds_input) em_.set_leaf(norm.inputs[0], "x", c);
+  std::set<ir::TensorId> chunked;
+  const std::string element = em_.take(0) + norm_output(norm, c, finale, &ch, &chunked);
+  em_.clear_leaf(norm.inputs[0]);
+  em_.clear_vector_sources();
+  out += indented(chunk_load_calls(ch, shape, base, element), 6) + indented(chunk_store_arrays(ch, chunked), 6);
+  out += fmt::format("#pragma unroll\n      for (int v = 0; v < {}; ++v) {{\n", ch.vec) + indented(element, 8) + "      }\n";
+  return out + indented(chunk_store_calls(ch, chunked, offset), 6);
+}
+
 int KernelBuilder::row_cluster(int64_t n) const {
   constexpr int64_t kTarget = 64 * 1024, kMost = 160 * 1024;  // bytes of a row slice per block
   const int64_t bytes = n * 4;
@@ -201,7 +245,6 @@ int KernelBuilder::row_cluster(int64_t n) const {
 
 void KernelBuilder::norm_cluster(const ir::Op& norm, const Chunking& ch, int cluster) {
   const ir::KernelParams& p = k_.params;
-  const ir::Tensor& x = g_.operand(norm, 0);
   const int64_t lines = p.outer * p.inner, n = p.reduced, vec = ch.vec, chunks = n / vec;
   const int64_t per_block = (chunks + cluster - 1) / cluster;
   bool reuse_exp = false;
@@ -228,17 +271,7 @@ void KernelBuilder::norm_cluster(const ir::Op& norm, const Chunking& ch, int clu
   const std::string chunk_loop = loop_head + fmt::format("      const int j0 = (first + q) * {};\n", vec);
   // Load: this block's slice of the row into shared memory.
   body += chunk_loop;
-  em_.begin_block();
-  Coords base = norm_element(norm, "j0");
-  Coords c = base;
-  if (vec > 1) c.back() = "(" + base.back() + " + v)";
-  body += em_.take(6);
-  chunk_sources(ch, x.shape, c);
-  em_.emit(fmt::format("kiln_row[q * {} + v] = {};", vec, em_.value(norm.inputs[0], c)));
-  em_.clear_vector_sources();
-  std::string element = em_.take(0);
-  body += indented(chunk_load_calls(ch, x.shape, base, element), 6);
-  body += fmt::format("#pragma unroll\n      for (int v = 0; v < {}; ++v) {{\n", vec) + indented(element, 8) + "      }\n    }\n";
+  body += norm_chunk_input(norm, ch, fmt::format("kiln_row[q * {} + v]", vec)) + "    }\n";
   // Statistics: the block's part, then the cluster's.
   for (size_t pass = 0; pass < recipe.passes.size(); ++pass) {
     const auto& [init, functor, update, finish] = recipe.passes[pass];
@@ -256,22 +289,7 @@ void KernelBuilder::norm_cluster(const ir::Op& norm, const Chunking& ch, int clu
   }
   // Output.
   body += chunk_loop;
-  em_.begin_block();
-  base = norm_element(norm, "j0");
-  c = base;
-  if (vec > 1) c.back() = "(" + base.back() + " + v)";
-  const std::string offset = em_.linearize(base, x.shape);
-  body += em_.take(6);
-  chunk_sources(ch, x.shape, c);
-  em_.emit(fmt::format("const float x = kiln_row[q * {} + v];", vec));
-  if (!reuse_exp) em_.set_leaf(norm.inputs[0], "x", c);
-  std::set<ir::TensorId> chunked;
-  element = em_.take(0) + norm_output(norm, c, recipe.finale, &ch, &chunked);
-  em_.clear_leaf(norm.inputs[0]);
-  em_.clear_vector_sources();
-  body += indented(chunk_load_calls(ch, x.shape, base, element), 6) + indented(chunk_store_arrays(ch, chunked), 6);
-  body += fmt::format("#pragma unroll\n      for (int v = 0; v < {}; ++v) {{\n", vec) + indented(element, 8) + "      }\n";
-  body += indented(chunk_store_calls(ch, chunked, offset), 6) + "    }\n";
+  body += norm_chunk_output(norm, ch, fmt::format("kiln_row[q * {} + v]", vec), recipe.finale, !reuse_exp) + "    }\n";
   // The partials of this line are read by every block before the next line overwrites them.
   body += cluster > 1 ? "    kiln::cluster_sync();\n  }\n" : "  }\n";
   finish(body, threads);
@@ -284,7 +302,6 @@ void KernelBuilder::norm_cluster(const ir::Op& norm, const Chunking& ch, int clu
 // of the row); loads and stores of 16 bytes; coordinates once per chunk.
 void KernelBuilder::norm_chunked(const ir::Op& norm, const Chunking& ch) {
   const ir::KernelParams& p = k_.params;
-  const ir::Tensor& x = g_.operand(norm, 0);
   const int64_t lines = p.outer * p.inner, n = p.reduced, vec = ch.vec, chunks = n / vec;
   bool reuse_exp = false;
   const NormRecipe recipe = norm_recipe_in_place(norm, reuse_exp);
@@ -302,17 +319,7 @@ void KernelBuilder::norm_chunked(const ir::Op& norm, const Chunking& ch) {
   body += fmt::format("#pragma unroll\n    for (int t = 0; t < {}; ++t) {{\n      {}\n", per, chunk_start);
   body += fmt::format("      if (j0 >= {}) {{\n#pragma unroll\n        for (int v = 0; v < {}; ++v) xs[t * {} + v] = 0.0f;\n"
                       "        continue;\n      }}\n", n, vec, vec);
-  em_.begin_block();
-  Coords base = norm_element(norm, "j0");
-  Coords c = base;
-  c.back() = "(" + base.back() + " + v)";
-  body += em_.take(6);
-  chunk_sources(ch, x.shape, c);
-  em_.emit(fmt::format("xs[t * {} + v] = {};", vec, em_.value(norm.inputs[0], c)));
-  em_.clear_vector_sources();
-  std::string element = em_.take(0);
-  body += indented(chunk_load_calls(ch, x.shape, base, element), 6);
-  body += fmt::format("#pragma unroll\n      for (int v = 0; v < {}; ++v) {{\n", vec) + indented(element, 8) + "      }\n    }\n";
+  body += norm_chunk_input(norm, ch, fmt::format("xs[t * {} + v]", vec)) + "    }\n";
   // Statistics from registers.
   for (const auto& [init, functor, update, finish] : recipe.passes) {
     body += fmt::format("    {{\n      float acc = {};\n#pragma unroll\n      for (int t = 0; t < {}; ++t) {{\n", init, per);
@@ -324,22 +331,7 @@ void KernelBuilder::norm_chunked(const ir::Op& norm, const Chunking& ch) {
   // Output: parameters a chunk at a time, every write of the element.
   body += fmt::format("#pragma unroll\n    for (int t = 0; t < {}; ++t) {{\n      {}\n      if (j0 >= {}) continue;\n", per,
                       chunk_start, n);
-  em_.begin_block();
-  base = norm_element(norm, "j0");
-  c = base;
-  c.back() = "(" + base.back() + " + v)";
-  const std::string offset = em_.linearize(base, x.shape);
-  body += em_.take(6);
-  chunk_sources(ch, x.shape, c);
-  em_.emit(fmt::format("const float x = xs[t * {} + v];", vec));
-  if (!reuse_exp) em_.set_leaf(norm.inputs[0], "x", c);
-  std::set<ir::TensorId> chunked;
-  element = em_.take(0) + norm_output(norm, c, recipe.finale, &ch, &chunked);
-  em_.clear_leaf(norm.inputs[0]);
-  em_.clear_vector_sources();
-  body += indented(chunk_load_calls(ch, x.shape, base, element), 6) + indented(chunk_store_arrays(ch, chunked), 6);
-  body += fmt::format("#pragma unroll\n      for (int v = 0; v < {}; ++v) {{\n", vec) + indented(element, 8) + "      }\n";
-  body += indented(chunk_store_calls(ch, chunked, offset), 6);
+  body += norm_chunk_output(norm, ch, fmt::format("xs[t * {} + v]", vec), recipe.finale, !reuse_exp);
   body += "    }\n    __syncthreads();\n  }\n";
   finish(body, threads);
   out_.grid = {blocks_for(lines, 1), 1, 1};
