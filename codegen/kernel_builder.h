@@ -152,7 +152,7 @@ class KernelBuilder {
   struct Chunking {
     int vec = 1;
     std::vector<ir::TensorId> loads, stores;
-    std::string aligned;  // a condition: every chunked pointer is 16-byte aligned
+    std::string aligned = "true";  // a condition: every chunked pointer is 16-byte aligned
   };
   Chunking chunking(const Shape& domain, int64_t lane_extent) const;
 

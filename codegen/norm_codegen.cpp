@@ -237,7 +237,7 @@ std::string KernelBuilder::norm_chunk_output(const ir::Op& norm, const Chunking&
 int KernelBuilder::row_cluster(int64_t n) const {
   constexpr int64_t kTarget = 64 * 1024, kMost = 160 * 1024;  // bytes of a row slice per block
   const int64_t bytes = n * 4;
-  if (sm_ < 90) return sm_ == 80 || sm_ == 87 ? (bytes <= kMost ? 1 : 0) : (bytes <= 96 * 1024 ? 1 : 0);
+  if (sm_ < 90) return bytes <= (sm_ == 80 || sm_ == 87 ? kMost : 96 * 1024) ? 1 : 0;  // no clusters: one block
   int cluster = 1;
   while (cluster < 8 && bytes > kTarget * cluster) cluster *= 2;
   return bytes <= kMost * cluster ? cluster : 0;
@@ -252,7 +252,7 @@ void KernelBuilder::norm_cluster(const ir::Op& norm, const Chunking& ch, int clu
   const int threads = static_cast<int>(std::clamp<int64_t>(std::bit_ceil(static_cast<uint64_t>((per_block + 3) / 4)), 32, 512));
   if (cluster > 1) kernel_attributes_ = fmt::format("__cluster_dims__({}, 1, 1) ", cluster);
   std::string body = "  extern __shared__ __align__(16) float kiln_row[];\n  __shared__ float kiln_scratch[32];\n";
-  body += fmt::format("  const bool kiln_vec = {};\n", ch.aligned.empty() ? "true" : ch.aligned);
+  body += fmt::format("  const bool kiln_vec = {};\n", ch.aligned);
   if (cluster > 1) {
     body += "  __shared__ float kiln_partial[2];\n  const unsigned rank = kiln::cluster_rank();\n";
     body += fmt::format("  const int first = rank * {}, count = min({}, {} - first);  // this block's chunks\n", per_block,
