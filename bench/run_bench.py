@@ -5,7 +5,9 @@ same run on the same graph files, with the device's measured ceilings.
 
 Ceilings (measured here, now): device-to-device copy bandwidth (bytes read +
 written over time) and the cuBLAS bf16 GEMM rate (torch.matmul 8192^3).
-Per graph: kiln's fused and unfused plan (`kiln bench --json`), eager and
+Per graph: the anchor alone (a graph's one matmul or conv2d, its operands
+already in memory) through cuBLAS or cuDNN, the vendor's rate for that
+shape; kiln's fused and unfused plan (`kiln bench --json`), eager and
 torch.compile of the same graph through bench/torch_graph.py (the spec's
 numerics: f32 compute, rounding where the graph says; matmul, conv2d and
 sdpa on 16-bit operands run natively in that dtype, as frameworks run them:
@@ -22,6 +24,7 @@ import subprocess
 import sys
 
 import torch
+import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_graph  # noqa: E402
@@ -70,6 +73,33 @@ def inputs_for(graph, seed):
     return out
 
 
+def anchor_alone(graph, ins, info):
+    """The vendor library on the graph's anchor alone, operands already in
+    memory in their 16-bit type: cuBLAS (torch.matmul) for a matmul, cuDNN
+    (F.conv2d, channels-last for NHWC) for a conv2d. Returns (name, ms) or
+    None (no single matmul/conv2d anchor, or f32 operands)."""
+    anchors = [op for op in graph["ops"] if op["op"] in ("matmul", "conv2d")]
+    if len(anchors) != 1:
+        return None
+    op = anchors[0]
+    names = [x for x in op["in"][:2] if isinstance(x, str)]
+    if len(names) != 2:
+        return None
+    dtypes = {graph["inputs"][n]["dtype"] for n in names if n in graph["inputs"]} or {"bf16"}
+    if len(dtypes) != 1 or not dtypes <= {"bf16", "f16"}:
+        return None
+    dt = torch_graph.TORCH_DTYPES[dtypes.pop()]
+    vals = torch_graph.evaluate(dict(graph, outputs=names), ins, torch.float32, info, native_anchors=True)
+    a, b = (vals[n].to(dt).contiguous() for n in names)
+    if op["op"] == "matmul":
+        return "cuBLAS", median_ms(lambda: torch.matmul(a, b))
+    x, w = a, b
+    if op.get("layout", "NHWC") == "NHWC":  # channels-last memory, as the graph stores it
+        x, w = x.permute(0, 3, 1, 2), w.permute(0, 3, 1, 2)
+    return "cuDNN", median_ms(lambda: F.conv2d(x, w, stride=op.get("stride", [1, 1]), padding=op.get("padding", [0, 0]),
+                                               dilation=op.get("dilation", [1, 1]), groups=op.get("groups", 1)))
+
+
 def main():
     args = sys.argv[1:]
     json_out = None
@@ -99,20 +129,28 @@ def main():
         except Exception as e:  # noqa: BLE001 - report and go on
             print(f"torch.compile failed on {path}: {e}", file=sys.stderr)
             compile_ms = float("nan")
+        vendor = anchor_alone(graph, ins, info)
         k = kiln_results[path]
         row = {"graph": graph["name"], "kiln_ms": k["fused_ms"], "unfused_ms": k["unfused_ms"], "eager_ms": eager_ms,
                "compile_ms": compile_ms, "bytes": k["bytes"], "flops": k["flops"], "gbps": k["gbps"], "tflops": k["tflops"]}
         row["ratio_vs_compile"] = row["kiln_ms"] / compile_ms if compile_ms == compile_ms else float("nan")
         row["share"] = (f"{100 * k['tflops'] / ceil['cublas_tflops']:.0f}% cuBLAS" if k["flops"] > 0
                         else f"{100 * k['gbps'] / ceil['copy_gbps']:.0f}% copy")
+        # The anchor alone through the vendor library, same shapes: kiln's
+        # fused graph against it (1.00 = the epilogue and prologue are free).
+        row["vendor"], row["vendor_ms"] = vendor if vendor else ("", float("nan"))
+        row["kiln_vs_vendor"] = row["kiln_ms"] / row["vendor_ms"] if vendor else float("nan")
         rows.append(row)
         torch.cuda.empty_cache()
     print(f"ceilings: copy {ceil['copy_gbps']:.0f} GB/s, cuBLAS bf16 {ceil['cublas_tflops']:.0f} TFLOP/s ({torch.cuda.get_device_name()})")
-    head = f"{'graph':<22} {'kiln ms':>9} {'unfused':>9} {'eager ms':>9} {'compile':>9} {'kiln/cmp':>8} {'GB/s':>7} {'TFLOP/s':>8}  share"
+    head = (f"{'graph':<22} {'kiln ms':>9} {'unfused':>9} {'eager ms':>9} {'compile':>9} {'kiln/cmp':>8} {'GB/s':>7} "
+            f"{'TFLOP/s':>8}  {'share':<12} {'anchor alone (vendor) ms':>24} {'kiln/anchor':>11}")
     print(head)
     for r in rows:
+        vendor = f"{r['vendor_ms']:.3f} ({r['vendor']})" if r["vendor"] else "-"
         print(f"{r['graph']:<22} {r['kiln_ms']:>9.3f} {r['unfused_ms']:>9.3f} {r['eager_ms']:>9.3f} {r['compile_ms']:>9.3f} "
-              f"{r['ratio_vs_compile']:>8.2f} {r['gbps']:>7.0f} {r['tflops']:>8.1f}  {r['share']}")
+              f"{r['ratio_vs_compile']:>8.2f} {r['gbps']:>7.0f} {r['tflops']:>8.1f}  {r['share']:<12} {vendor:>24} "
+              f"{r['kiln_vs_vendor']:>11.2f}")
     ratios = [r["ratio_vs_compile"] for r in rows if r["ratio_vs_compile"] == r["ratio_vs_compile"]]
     if ratios:
         print(f"geometric mean kiln/torch.compile: {math.exp(sum(math.log(x) for x in ratios) / len(ratios)):.2f}")

@@ -87,7 +87,7 @@ std::optional<ExternalTensor> KernelBuilder::chunkable(ir::TensorId t, Mma kind,
 // that keeps only the output column is combined in registers and across
 // the warp's rows first, one atomic per column and warp.
 std::string KernelBuilder::epilogue(const ir::Op& anchor, const Gemm& gm, const std::string& open, const std::string& close,
-                     const std::string& acc, int indent, bool tensor_core) {
+                     const std::string& acc, int indent, bool tensor_core, std::string* finish_out) {
   const ir::Tensor& result = g_.result(anchor);
   std::vector<const ir::Op*> reduces;  // epilogue reductions whose results are needed
   for (const ir::Op* r : ops_of({ir::OpFamily::Reduce}))
@@ -145,12 +145,13 @@ std::string KernelBuilder::epilogue(const ir::Op& anchor, const Gemm& gm, const 
     em_.emit(fmt::format("kiln::atomic_combine({}(), static_cast<float*>({}) + {}, v);", functor, ws[r], column.back()));
     body += em_.take(6) + "    }\n";
   }
+  std::string& tail = finish_out ? *finish_out : body;
   if (!reduces.empty()) {
     // The last block to finish turns the partials into the results.
-    body += "  __threadfence();\n  __syncthreads();\n  __shared__ bool kiln_last;\n";
-    body += fmt::format("  if (threadIdx.x == 0) kiln_last = atomicAdd(static_cast<unsigned int*>({}), 1u) == "
+    tail += "  __threadfence();\n  __syncthreads();\n  __shared__ bool kiln_last;\n";
+    tail += fmt::format("  if (threadIdx.x == 0) kiln_last = atomicAdd(static_cast<unsigned int*>({}), 1u) == "
                         "gridDim.x * gridDim.y * gridDim.z - 1;\n", counter);
-    body += "  __syncthreads();\n  if (kiln_last) {\n    __threadfence();\n";
+    tail += "  __syncthreads();\n  if (kiln_last) {\n    __threadfence();\n";
     for (size_t r = 0; r < reduces.size(); ++r) {
       const ir::Op& op = *reduces[r];
       const ir::Tensor& out = g_.result(op);
@@ -158,16 +159,19 @@ std::string KernelBuilder::epilogue(const ir::Op& anchor, const Gemm& gm, const 
       const int64_t reduced = element_count(g_.operand(op, 0).shape) / count;
       std::string v = fmt::format("static_cast<volatile float*>({})[o]", ws[r]);
       if (op.kind == OpKind::ReduceMean) v = fmt::format("({} / {})", v, Emitter::float_literal(static_cast<float>(reduced)));
-      body += fmt::format("    for (kiln::i64 o = threadIdx.x; o < {}LL; o += blockDim.x) {}  // {}\n", count,
+      tail += fmt::format("    for (kiln::i64 o = threadIdx.x; o < {}LL; o += blockDim.x) {}  // {}\n", count,
                           store(op.output, "o", em_.rounded(out, v)), out.name);
     }
-    body += "  }\n";
+    tail += "  }\n";
   }
   return body;
 }
 
 void KernelBuilder::gemm(const ir::Op& anchor, const Gemm& gm) {
-  if (const std::optional<Mma> kind = mma_kind(anchor)) return gemm_tensor_core(anchor, gm, *kind);
+  if (const std::optional<Mma> kind = mma_kind(anchor)) {
+    if (wgmma_fits(anchor, gm, *kind)) return gemm_wgmma(anchor, gm, *kind);
+    return gemm_tensor_core(anchor, gm, *kind);
+  }
   gemm_simt(anchor, gm);
 }
 

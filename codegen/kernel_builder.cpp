@@ -199,7 +199,8 @@ std::string KernelBuilder::finish(const std::string& body, int threads, const st
   for (int32_t oi : k_.ops) names.push_back(g_.result(g_.ops[static_cast<size_t>(oi)]).name);
   src += fmt::format("// ops: {}\n", fmt::join(names, ", "));
   src += "#include \"kiln/common.cuh\"\n" + includes + "\n";
-  src += fmt::format("extern \"C\" __global__ void {}__launch_bounds__({}) kiln_kernel(", kernel_attributes_, threads);
+  const std::string bounds = min_blocks_per_sm_ ? fmt::format("{}, {}", threads, min_blocks_per_sm_) : std::to_string(threads);
+  src += fmt::format("extern \"C\" __global__ void {}__launch_bounds__({}) kiln_kernel(", kernel_attributes_, bounds);
   for (size_t i = 0; i < params_.size(); ++i)
     src += fmt::format("\n    {}{}  // {}", params_[i], i + 1 < params_.size() ? "," : "", param_notes_[i]);
   src += "\n) {\n" + shared + body + "}\n";

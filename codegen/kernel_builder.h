@@ -333,8 +333,11 @@ class KernelBuilder {
   // tensor_core: the loops are over the MMA fragments (ni, e): a reduction
   // that keeps only the output column is combined in registers and across
   // the warp's rows first, one atomic per column and warp.
+  // finish_out: where the last block's finalisation of epilogue reductions
+  // goes (a kernel that loops over tiles runs it once, after the loop);
+  // null: after the loops.
   std::string epilogue(const ir::Op& anchor, const Gemm& gm, const std::string& open, const std::string& close,
-                       const std::string& acc, int indent, bool tensor_core = false);
+                       const std::string& acc, int indent, bool tensor_core = false, std::string* finish_out = nullptr);
 
   void gemm(const ir::Op& anchor, const Gemm& gm);
 
@@ -350,6 +353,31 @@ class KernelBuilder {
   MmaTile mma_tile(const Gemm& gm, Mma kind) const;
 
   void gemm_tensor_core(const ir::Op& anchor, const Gemm& gm, Mma kind);
+
+  // ---- Hopper: templates/kiln/wgmma.cuh ----------------------------------------
+  // An operand the copy engine can load: a tensor in memory stored as the
+  // MMA's type, contiguous along k (A; B when `k_major`) or n (B), outer
+  // strides multiples of 16 bytes, its batch dims one (or none) or the
+  // result's, collapsible into one stride. The map's box is filled in by
+  // gemm_wgmma.
+  struct TmaOperand {
+    ir::TensorId tensor;
+    std::string pointer;
+    TensorMapSpec map;
+    bool k_major = true;
+  };
+  std::optional<TmaOperand> tma_operand(const ir::Op& anchor, size_t slot, Mma kind) const;
+
+  // sm_90, 16-bit operands the copy engine loads, and a problem that fills
+  // the GPU with 128 x 128 tiles.
+  bool wgmma_fits(const ir::Op& anchor, const Gemm& gm, Mma kind) const;
+
+  // The persistent warp-specialised kernel of wgmma.cuh: TMA loads (element
+  // loads by the producer warpgroup when a pointer is not 16-byte aligned),
+  // this kernel's epilogue on the accumulators of each tile.
+  void gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind);
+
+  std::string tensor_map_param(const TmaOperand& op, const std::string& what);
 
   void matmul();
 
@@ -380,6 +408,7 @@ class KernelBuilder {
   GeneratedKernel out_;
   std::vector<std::string> params_, param_notes_;
   std::string kernel_attributes_;  // e.g. a cluster shape
+  int min_blocks_per_sm_ = 0;      // a second __launch_bounds__ argument (0: none)
   std::map<ir::TensorId, std::string> writes_;
   std::map<ir::TensorId, ExternalTensor> ext_;
   int sm_;

@@ -3,8 +3,8 @@
 // Expects: a verified plan of a constructed graph.
 // Guarantees: one self-contained CUDA translation unit per planned kernel
 // (it includes only kiln/common.cuh), deterministic for a given kernel, with
-// one entry point `kiln_kernel` whose parameters are device pointers in the
-// order of `args`. Shapes, strides and dtypes are compile-time constants in
+// one entry point `kiln_kernel` whose parameters are device pointers (and,
+// for TMA kernels, tensor maps of them) in the order of `args`. Shapes, strides and dtypes are compile-time constants in
 // the source. User-provided text appears only as validated tensor names in
 // `//` comments; `canonical` drops comment lines, so two graphs that differ
 // only in names share compiled kernels.
@@ -23,11 +23,26 @@
 
 namespace kiln::codegen {
 
+// A tile-copy descriptor (CUtensorMap) of a tensor in memory, encoded by the
+// runtime from the bound pointer: 16-bit elements, 128-byte swizzle, rank 2
+// or 3, dims innermost first (that dim contiguous), byte strides of the
+// outer dims, and the box one copy moves. A pointer that is not 16-byte
+// aligned gets an all-zero map: the kernel checks the pointer and does not
+// use it.
+struct TensorMapSpec {
+  DType dtype = DType::bf16;
+  int rank = 2;
+  std::array<uint64_t, 3> dims{};
+  std::array<uint64_t, 2> strides{};
+  std::array<uint32_t, 3> box{};
+};
+
 struct KernelArg {
-  enum class Role : uint8_t { Input, Output, Intermediate, Workspace };
+  enum class Role : uint8_t { Input, Output, Intermediate, Workspace, TensorMap };
   Role role;
-  ir::TensorId tensor = -1;  // Input, Output, Intermediate
+  ir::TensorId tensor = -1;  // Input, Output, Intermediate, TensorMap (the tensor it describes)
   int workspace = -1;        // Workspace
+  TensorMapSpec map{};       // TensorMap
 };
 
 // Scratch memory kiln owns: `words` 32-bit words set to `fill` before the
@@ -46,6 +61,10 @@ struct GeneratedKernel {
   std::array<uint32_t, 3> grid{1, 1, 1};
   std::array<uint32_t, 3> block{1, 1, 1};
   uint32_t shared_bytes = 0;  // dynamic shared memory per block
+  // Persistent kernels (> 0): blocks loop over their work (grid[0] blocks'
+  // worth), so the runtime launches only as many as run at once, a multiple
+  // of this group (the kernel's cluster size).
+  uint32_t persistent_group = 0;
   std::vector<int> reset_workspaces;  // filled before this kernel launches
 };
 

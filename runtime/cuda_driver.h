@@ -41,7 +41,10 @@ namespace kiln::runtime {
   KILN_CU(cuEventRecord, "cuEventRecord")              \
   KILN_CU(cuEventSynchronize, "cuEventSynchronize")    \
   KILN_CU(cuEventElapsedTime, "cuEventElapsedTime_v2") \
-  KILN_CU(cuEventDestroy, "cuEventDestroy_v2")
+  KILN_CU(cuEventDestroy, "cuEventDestroy_v2")        \
+  KILN_CU(cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled") \
+  KILN_CU(cuOccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor") \
+  KILN_CU(cuOccupancyMaxActiveClusters, "cuOccupancyMaxActiveClusters")
 
 struct Driver {
 #define KILN_CU(member, symbol) decltype(&::member) member = nullptr;

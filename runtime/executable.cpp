@@ -21,6 +21,7 @@
 #include "compiler/planner/planner.h"
 #include "runtime/cache_dir.h"
 #include "runtime/cuda_driver.h"
+#include "runtime/tensor_map.h"
 #include "runtime/kernel_cache.h"
 #include "runtime/nvrtc.h"
 #include "runtime/program_cache.h"
@@ -93,6 +94,8 @@ struct Executable::Impl {
   std::vector<CUfunction> functions;
   std::map<ir::TensorId, CUdeviceptr> intermediates;
   std::vector<CUdeviceptr> workspaces;
+  uint32_t multiprocessors = 1;
+  std::vector<uint32_t> resident_blocks;  // per kernel: how many of its blocks run at once (persistent kernels)
 
   explicit Impl(Graph g) : graph(std::move(g)) {}
   ~Impl() {
@@ -265,6 +268,41 @@ Status Executable::Impl::prepare_device() {
           !s)
         return s;
   }
+  {
+    CUdevice device;
+    int count = 0;
+    if (Status s = runtime::check(cu.cuDeviceGet(&device, 0), "cuDeviceGet"); !s) return s;
+    if (Status s = runtime::check(cu.cuDeviceGetAttribute(&count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device),
+                                  "cuDeviceGetAttribute (multiprocessors)");
+        !s)
+      return s;
+    multiprocessors = static_cast<uint32_t>(std::max(count, 1));
+  }
+  // Persistent kernels launch as many blocks as run at once (whole clusters).
+  for (size_t i = 0; i < compiled->cubins.size(); ++i) {
+    const codegen::GeneratedKernel& k = program().kernels[i];
+    uint32_t resident = 0;
+    if (k.persistent_group > 1) {
+      CUlaunchConfig config{};
+      config.gridDimX = k.persistent_group, config.gridDimY = config.gridDimZ = 1;
+      config.blockDimX = k.block[0], config.blockDimY = k.block[1], config.blockDimZ = k.block[2];
+      config.sharedMemBytes = k.shared_bytes;
+      int clusters = 0;
+      if (cu.cuOccupancyMaxActiveClusters(&clusters, functions[i], &config) == CUDA_SUCCESS)
+        resident = static_cast<uint32_t>(clusters) * k.persistent_group;
+    } else if (k.persistent_group == 1) {
+      int per_sm = 0;
+      if (cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, functions[i], static_cast<int>(k.block[0] * k.block[1] * k.block[2]),
+                                                         k.shared_bytes) == CUDA_SUCCESS)
+        resident = static_cast<uint32_t>(per_sm) * multiprocessors;
+    }
+    if (k.persistent_group && resident == 0)  // no answer: one block per SM, whole clusters
+      resident = std::max(multiprocessors / k.persistent_group, 1u) * k.persistent_group;
+    resident_blocks.push_back(resident);
+    if (k.persistent_group && std::getenv("KILN_TRACE_LAUNCH"))
+      fmt::print(stderr, "kiln: kernel {} is persistent: {} of its {} blocks run at once ({} SMs, groups of {})\n", k.plan_kernel,
+                 resident, k.grid[0], multiprocessors, k.persistent_group);
+  }
   for (ir::TensorId t : program().intermediates) {
     const ir::Tensor& tensor = graph.ir().tensor(t);
     CUdeviceptr p;
@@ -337,20 +375,33 @@ Status Executable::launch(const std::vector<DeviceBinding>& bindings, void* stre
           !s)
         return s;
     }
+    // Pointers, and tensor maps of them; params point into these (reserved: no reallocation).
     std::vector<CUdeviceptr> values;
+    std::vector<CUtensorMap> maps;
+    values.reserve(k.args.size());
+    maps.reserve(k.args.size());
+    std::vector<void*> params;
+    auto pointer_of = [&](ir::TensorId t) { return bound.count(t) ? bound.at(t) : impl_->intermediates.at(t); };
     for (const codegen::KernelArg& a : k.args) {
       switch (a.role) {
         case codegen::KernelArg::Role::Input:
-        case codegen::KernelArg::Role::Output: values.push_back(bound.at(a.tensor)); break;
-        case codegen::KernelArg::Role::Intermediate:
-          values.push_back(bound.count(a.tensor) ? bound.at(a.tensor) : impl_->intermediates.at(a.tensor));
-          break;
+        case codegen::KernelArg::Role::Output:
+        case codegen::KernelArg::Role::Intermediate: values.push_back(pointer_of(a.tensor)); break;
         case codegen::KernelArg::Role::Workspace: values.push_back(impl_->workspaces[static_cast<size_t>(a.workspace)]); break;
+        case codegen::KernelArg::Role::TensorMap: {
+          Expected<CUtensorMap> map = runtime::encode_tensor_map(cu, a.map, pointer_of(a.tensor));
+          if (!map)
+            return Error{map.error().code, fmt::format("kernel {}: tensor '{}': {}", k.plan_kernel, g.tensor(a.tensor).name,
+                                                       map.error().message)};
+          maps.push_back(*map);
+          params.push_back(&maps.back());
+          continue;
+        }
       }
+      params.push_back(&values.back());
     }
-    std::vector<void*> params;
-    for (CUdeviceptr& v : values) params.push_back(&v);
-    if (Status s = runtime::check(cu.cuLaunchKernel(impl_->functions[i], k.grid[0], k.grid[1], k.grid[2], k.block[0], k.block[1],
+    const uint32_t grid_x = k.persistent_group ? std::min(k.grid[0], impl_->resident_blocks[i]) : k.grid[0];
+    if (Status s = runtime::check(cu.cuLaunchKernel(impl_->functions[i], grid_x, k.grid[1], k.grid[2], k.block[0], k.block[1],
                                                     k.block[2], k.shared_bytes, stream, params.data(), nullptr),
                                   fmt::format("cuLaunchKernel (kernel {})", k.plan_kernel));
         !s)

@@ -15,7 +15,10 @@
 namespace kiln::runtime {
 
 std::vector<std::string> nvrtc_options(const std::string& arch, bool ptx) {
-  std::string virtual_arch = arch;
+  // Compute capability 9.0 is compiled for sm_90a, its arch-specific target:
+  // wgmma and setmaxnreg exist only there, and the cubin runs on exactly the
+  // GPUs that sm_90 names.
+  std::string virtual_arch = arch == "sm_90" ? "sm_90a" : arch;
   if (ptx) virtual_arch.replace(0, 2, "compute");
   return {"--gpu-architecture=" + virtual_arch, "-std=c++17", "--fmad=true"};
 }

@@ -14,6 +14,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include "runtime/build_fingerprint.h"
 #include "runtime/nvrtc.h"
 
 namespace kiln::runtime {
@@ -22,14 +23,15 @@ using json = nlohmann::json;
 
 ir::Hash128 program_key(const std::string& canonical_json, const std::string& arch, bool fuse) {
   ir::HashBuilder h;
-  h.add(std::string_view("kiln-program-v1")).add(std::string_view(KILN_VERSION)).add(std::string_view(arch));
+  h.add(std::string_view("kiln-program-v1")).add(std::string_view(KILN_VERSION)).add(std::string_view(build_fingerprint()));
+  h.add(std::string_view(arch));
   h.add(std::string_view(nvrtc_version())).add(int64_t{fuse}).add(std::string_view(canonical_json));
   return h.digest();
 }
 
 std::string recipe_to_text(const ProgramRecipe& r) {
   json doc;
-  doc["format"] = 2;
+  doc["format"] = 3;
   doc["graph"] = r.graph_name;
   doc["intermediates"] = r.program.intermediates;
   doc["workspaces"] = json::array();
@@ -38,9 +40,14 @@ std::string recipe_to_text(const ProgramRecipe& r) {
   for (size_t i = 0; i < r.program.kernels.size(); ++i) {
     const codegen::GeneratedKernel& k = r.program.kernels[i];
     json args = json::array();
-    for (const codegen::KernelArg& a : k.args) args.push_back({static_cast<int>(a.role), a.tensor, a.workspace});
+    for (const codegen::KernelArg& a : k.args) {
+      json arg = {static_cast<int>(a.role), a.tensor, a.workspace};
+      if (a.role == codegen::KernelArg::Role::TensorMap)
+        arg.push_back({to_string(a.map.dtype), a.map.rank, a.map.dims, a.map.strides, a.map.box});
+      args.push_back(arg);
+    }
     doc["kernels"].push_back({{"plan_kernel", k.plan_kernel}, {"key", r.kernel_keys[i]}, {"kind", r.kernel_kinds[i]},
-                              {"grid", k.grid}, {"block", k.block}, {"shared", k.shared_bytes}, {"args", args}, {"reset", k.reset_workspaces}});
+                              {"grid", k.grid}, {"block", k.block}, {"shared", k.shared_bytes}, {"persistent", k.persistent_group}, {"args", args}, {"reset", k.reset_workspaces}});
   }
   const std::string body = doc.dump();
   return fmt::format("{:016x}\n{}", XXH3_64bits(body.data(), body.size()), body);
@@ -53,7 +60,7 @@ std::optional<ProgramRecipe> recipe_from_text(const std::string& text, size_t te
   if (fmt::format("{:016x}", XXH3_64bits(body.data(), body.size())) != text.substr(0, 16)) return std::nullopt;
   try {
     const json doc = json::parse(body);
-    if (doc.at("format") != 2) return std::nullopt;
+    if (doc.at("format") != 3) return std::nullopt;
     ProgramRecipe r;
     r.graph_name = doc.value("graph", "");
     for (const auto& t : doc.at("intermediates")) r.program.intermediates.push_back(t.get<ir::TensorId>());
@@ -65,10 +72,26 @@ std::optional<ProgramRecipe> recipe_from_text(const std::string& text, size_t te
       g.grid = k.at("grid").get<std::array<uint32_t, 3>>();
       g.block = k.at("block").get<std::array<uint32_t, 3>>();
       g.shared_bytes = k.at("shared").get<uint32_t>();
+      g.persistent_group = k.at("persistent").get<uint32_t>();
       g.reset_workspaces = k.at("reset").get<std::vector<int>>();
       for (const auto& a : k.at("args")) {
-        codegen::KernelArg arg{static_cast<codegen::KernelArg::Role>(a.at(0).get<int>()), a.at(1).get<ir::TensorId>(),
+        const int role = a.at(0).get<int>();
+        if (role < 0 || role > static_cast<int>(codegen::KernelArg::Role::TensorMap)) return std::nullopt;
+        codegen::KernelArg arg{static_cast<codegen::KernelArg::Role>(role), a.at(1).get<ir::TensorId>(),
                                a.at(2).get<int>()};
+        if (arg.role == codegen::KernelArg::Role::TensorMap) {
+          const json& m = a.at(3);
+          const std::optional<DType> dtype = parse_dtype(m.at(0).get<std::string>());
+          if (!dtype) return std::nullopt;
+          arg.map.dtype = *dtype;
+          arg.map.rank = m.at(1).get<int>();
+          arg.map.dims = m.at(2).get<std::array<uint64_t, 3>>();
+          arg.map.strides = m.at(3).get<std::array<uint64_t, 2>>();
+          arg.map.box = m.at(4).get<std::array<uint32_t, 3>>();
+          if (arg.map.rank < 2 || arg.map.rank > 3) return std::nullopt;
+        } else if (a.size() != 3) {
+          return std::nullopt;
+        }
         const bool tensor_ok = arg.role == codegen::KernelArg::Role::Workspace ||
                                (arg.tensor >= 0 && static_cast<size_t>(arg.tensor) < tensor_count);
         const bool workspace_ok = arg.role != codegen::KernelArg::Role::Workspace ||

@@ -29,6 +29,9 @@ std::vector<std::pair<std::string, ProgramRecipe>> list_recipes(const std::strin
                                                                 std::vector<std::string>* problems = nullptr,
                                                                 bool remove_bad = false);
 
+// The recipe's cache key: the graph, arch, fusion switch, NVRTC and kiln
+// versions, and the build's fingerprint (a kiln with another planner or
+// code generator never reuses this one's recipes).
 ir::Hash128 program_key(const std::string& canonical_json, const std::string& arch, bool fuse);
 
 std::string recipe_to_text(const ProgramRecipe& recipe);

@@ -203,6 +203,20 @@ TEST(Gpu, FamiliesWithOddShapes) {
     "ops":[{"op":"matmul","in":["a","b"],"out":"m"},{"op":"gelu","in":["m"],"out":"y"}],"outputs":["y"]})");
   texts.push_back(R"({"kiln":1,"inputs":{"a":{"shape":[4,1,40,64],"dtype":"f16"},"b":{"shape":[3,64,24],"dtype":"f16"}},
     "ops":[{"op":"matmul","in":["a","b"],"out":"m"}],"outputs":["m"]})");
+  // Hopper's TMA + wgmma kernel (sm_90; >= 132 tiles of 128 x 128): B
+  // n-contiguous and k-contiguous (a transpose read in place), K not a
+  // multiple of the 64-wide slice, M and N not multiples of the tile, 3-d
+  // tensor maps (batched operands), a broadcast 2-d B, an epilogue
+  // reduction finished by the last of the persistent blocks.
+  texts.push_back(R"({"kiln":1,"inputs":{"a":{"shape":[1100,200],"dtype":"bf16"},"b":{"shape":[200,2104],"dtype":"bf16"},"c":{"shape":[2104],"dtype":"bf16"}},
+    "ops":[{"op":"matmul","in":["a","b"],"out":"m"},{"op":"add","in":["m","c"],"out":"s"},{"op":"gelu","in":["s"],"out":"y","dtype":"bf16"}],"outputs":["y"]})");
+  texts.push_back(R"({"kiln":1,"inputs":{"x":{"shape":[1500,136],"dtype":"f16"},"w":{"shape":[1800,136],"dtype":"f16"},"r":{"shape":[1500,1800],"dtype":"f16"}},
+    "ops":[{"op":"transpose","in":["w"],"out":"wt","perm":[1,0]},{"op":"matmul","in":["x","wt"],"out":"m"},
+           {"op":"add","in":["m","r"],"out":"s"},{"op":"relu","in":["s"],"out":"y","dtype":"f16"}],"outputs":["y"]})");
+  texts.push_back(R"({"kiln":1,"inputs":{"a":{"shape":[12,300,96],"dtype":"bf16"},"b":{"shape":[12,96,520],"dtype":"bf16"}},
+    "ops":[{"op":"matmul","in":["a","b"],"out":"m"},{"op":"mul","in":["m",0.125],"out":"y"}],"outputs":["y"]})");
+  texts.push_back(R"({"kiln":1,"inputs":{"a":{"shape":[12,300,96],"dtype":"bf16"},"b":{"shape":[96,520],"dtype":"bf16"}},
+    "ops":[{"op":"matmul","in":["a","b"],"out":"m"},{"op":"reduce_sum","in":["m"],"out":"s","axes":[0,1]}],"outputs":["m","s"]})");
   // Flash attention: head dims 64/128/256, additive and bool masks, more
   // queries than keys under a causal mask (rows that see no key give
   // zeros), q read through a transpose.
@@ -385,6 +399,9 @@ TEST(Gpu, UnalignedBindingsMatchTheReference) {
           "outputs": ["y"]})",
       R"({"kiln": 1, "inputs": {"x": {"shape": [1000, 64], "dtype": "bf16"}, "s": {"shape": [64], "dtype": "bf16"}},
           "ops": [{"op": "mul", "in": ["x", "s"], "out": "t"}, {"op": "gelu", "in": ["t"], "out": "y"}], "outputs": ["y"]})",
+      // Hopper: no tensor map for either operand; the producer loads elements.
+      R"({"kiln": 1, "inputs": {"a": {"shape": [1100, 200], "dtype": "bf16"}, "b": {"shape": [200, 2104], "dtype": "bf16"}},
+          "ops": [{"op": "matmul", "in": ["a", "b"], "out": "y"}], "outputs": ["y"]})",
   };
   for (const char* text : graphs) {
     const Graph g = testing::must_parse(text);

@@ -60,6 +60,16 @@ for path in sorted(glob.glob(root + "/examples/**/*.json", recursive=True)):
                             'CUDA: kiln::store_chunk<kiln::Storage::bf16, 8>({{.*}});  // y'],
         "rmsnorm_matmul": ['CUDA: // kiln kernel 0: reduction', 'CUDA: stats[2 * row + 1] = 1.0f / sqrtf(var + 9.99999997e-07f);',
                            'CUDA: // kiln kernel 1: matmul', 'CUDA: (from row statistics)'],
+        # Big enough (144 tiles of 128 x 128) for sm_90's TMA + wgmma kernel (the default arch without a GPU).
+        "hopper_matmul_bias_gelu": ['CUDA: #include "kiln/wgmma.cuh"',
+                                    'CUDA: extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384, 1) kiln_kernel(',
+                                    'CUDA: const __grid_constant__ kiln::TensorMap p{{[0-9]+}},  // tensor map of x',
+                                    'CUDA: typedef kiln::wg::Gemm<128, 7, kiln::tc::kBf16, false, 2> G;',
+                                    'CUDA: kiln::wg::tma_load(a_tile, {{.*}}, full, (int)k0, (int)m0);',
+                                    'CUDA: kiln::wg::tma_multicast(b_tile + j * 4096, {{.*}}, full, 3, (int)(n0 + 64 * j), (int)k0);',
+                                    'CUDA: gemm.mma_tile(smem, ring, k_tiles);',
+                                    'CUDA: kiln::round_bf16(kiln::op_gelu({{.*}}));  // y = gelu',
+                                    'CUDA: G::finish();'],
         "sdpa_causal_gqa": ['CUDA: #include "kiln/attention.cuh"', 'CUDA: typedef kiln::tc::FlashAttention<64, 64, 64, kiln::tc::kBf16> A;',
                             'CUDA: kvh = hi / 4LL;', 'CUDA: return (kj > qi + 0LL ? -kiln::inf() : dot * 0.125f);'],
     }

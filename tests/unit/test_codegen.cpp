@@ -351,6 +351,47 @@ TEST(ProgramCache, RecipeRoundTripsAndRejectsDamage) {
   EXPECT_FALSE(runtime::recipe_from_text(text, 2).has_value());  // tensor ids out of range: a foreign entry
 }
 
+// sm_90's matmul kernel: tensor maps of both operands (a 2-d map of x, B
+// read n-contiguous), a persistent grid of 2-block clusters; its recipe
+// keeps all of it. sm_80 keeps the mma.sync kernel.
+TEST(ProgramCache, HopperMatmulKeepsItsTensorMapsAndPersistentGrid) {
+  Graph g = Graph::load(KILN_SOURCE_DIR "/examples/matmul/hopper_matmul_bias_gelu.json").value();
+  runtime::ProgramRecipe r;
+  r.program = codegen::generate_program(g.ir(), ir::plan_fusion(g.ir()), 90);
+  ASSERT_EQ(r.program.kernels.size(), 1u);
+  const codegen::GeneratedKernel& k = r.program.kernels[0];
+  EXPECT_EQ(k.persistent_group, 2u);
+  EXPECT_EQ(k.grid[0], 2u * 6 * 12);  // 12 x 12 tiles of 128 x 128 (128 x 256 would not fill an H100), pairs along M
+  EXPECT_EQ(k.block[0], 384u);
+  std::vector<codegen::TensorMapSpec> maps;
+  for (const codegen::KernelArg& a : k.args)
+    if (a.role == codegen::KernelArg::Role::TensorMap) maps.push_back(a.map);
+  ASSERT_EQ(maps.size(), 2u);
+  EXPECT_EQ(maps[0].rank, 2);
+  EXPECT_EQ(maps[0].dims[0], 256u);   // x: k contiguous
+  EXPECT_EQ(maps[0].strides[0], 512u);
+  EXPECT_EQ(maps[0].box[1], 128u);
+  EXPECT_EQ(maps[1].dims[0], 1536u);  // w: n contiguous, 64-column boxes
+  EXPECT_EQ(maps[1].box[0], 64u);
+  r.kernel_keys.push_back(std::string(32, 'a'));
+  r.kernel_kinds.push_back("matmul");
+  std::optional<runtime::ProgramRecipe> back = runtime::recipe_from_text(runtime::recipe_to_text(r), g.ir().tensors.size());
+  ASSERT_TRUE(back.has_value());
+  const codegen::GeneratedKernel& b = back->program.kernels[0];
+  EXPECT_EQ(b.persistent_group, 2u);
+  ASSERT_EQ(b.args.size(), k.args.size());
+  for (size_t i = 0; i < k.args.size(); ++i) {
+    EXPECT_EQ(b.args[i].role, k.args[i].role);
+    EXPECT_EQ(b.args[i].map.dims, k.args[i].map.dims);
+    EXPECT_EQ(b.args[i].map.strides, k.args[i].map.strides);
+    EXPECT_EQ(b.args[i].map.box, k.args[i].map.box);
+    EXPECT_EQ(b.args[i].map.dtype, k.args[i].map.dtype);
+  }
+  const codegen::GeneratedProgram ampere = codegen::generate_program(g.ir(), ir::plan_fusion(g.ir()), 80);
+  EXPECT_EQ(ampere.kernels[0].persistent_group, 0u);
+  EXPECT_NE(ampere.kernels[0].source.find("kiln::tc::Gemm<"), std::string::npos);
+}
+
 TEST(ProgramCache, AWarmProcessSkipsPlanningAndCompiling) {
   const fs::path dir = fresh_cache("recipe");
   Graph g = testing::must_parse(R"({"kiln": 1, "inputs": {"x": {"shape": [9, 301], "dtype": "f32"}},

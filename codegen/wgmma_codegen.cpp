@@ -1,0 +1,238 @@
+// Matmul on Hopper: the persistent warp-specialised kernel of
+// templates/kiln/wgmma.cuh (TMA loads into a ring of swizzled slices,
+// wgmma on two consumer warpgroups) with this kernel's epilogue.
+//
+// Expects: a matmul whose operands are plain 16-bit tensors in memory (the
+// copy engine loads them; tma_operand says which) on sm_90.
+// Guarantees: the same numbers as gemm_tensor_core (f32 accumulation of
+// exact products, the same epilogue code per element); any binding works:
+// an operand whose pointer is not 16-byte aligned is loaded element by
+// element by the producer warpgroup instead of the copy engine.
+#include "codegen/kernel_builder.h"
+
+namespace kiln::codegen {
+
+namespace {
+
+constexpr int kWgmmaBM = 128;
+constexpr int kSharedLimit = 227 * 1024;  // sm_90's dynamic shared memory per block
+
+
+}  // namespace
+
+auto KernelBuilder::tma_operand(const ir::Op& anchor, size_t slot, Mma kind) const -> std::optional<TmaOperand> {
+  if (kind == Mma::tf32) return std::nullopt;
+  const std::optional<ExternalTensor> e = in_memory(anchor.inputs[slot]);
+  if (!e || e->storage != mma_storage(kind)) return std::nullopt;
+  TmaOperand op;
+  op.pointer = e->pointer;
+  op.tensor = -1;
+  for (const auto& [id, x] : ext_)
+    if (x.pointer == e->pointer) op.tensor = id;
+  if (op.tensor < 0) return std::nullopt;
+  const Shape& s = g_.operand(anchor, slot).shape;
+  const size_t r = s.size();
+  // The contiguous dim (inner) and the other matrix dim (outer).
+  size_t inner, outer;
+  if (slot == 0) {
+    if (e->strides[r - 1] != 1) return std::nullopt;
+    inner = r - 1, outer = r - 2;
+  } else if (e->strides[r - 1] == 1 && s[r - 1] > 1) {
+    inner = r - 1, outer = r - 2, op.k_major = false;
+  } else if (e->strides[r - 2] == 1) {
+    inner = r - 2, outer = r - 1, op.k_major = true;
+  } else {
+    return std::nullopt;
+  }
+  auto fits = [](int64_t v) { return v > 0 && v < (int64_t{1} << 31); };
+  auto stride_ok = [](int64_t elements) { return elements > 0 && (elements * 2) % 16 == 0 && elements * 2 < (int64_t{1} << 40); };
+  if (!fits(s[inner]) || !fits(s[outer])) return std::nullopt;
+  op.map.dtype = mma_storage(kind);
+  op.map.dims[0] = static_cast<uint64_t>(s[inner]);
+  op.map.dims[1] = static_cast<uint64_t>(s[outer]);
+  const int64_t outer_stride = s[outer] == 1 ? s[inner] : e->strides[outer];
+  if (!stride_ok(outer_stride)) return std::nullopt;
+  op.map.strides[0] = static_cast<uint64_t>(outer_stride * 2);
+  op.map.rank = 2;
+  // Batch dims: none that matter, or exactly the result's, one stride apart.
+  const Shape& rs = g_.result(anchor).shape;
+  int64_t batches = 1, batch_stride = 0, expect = -1;
+  for (size_t d = r - 2; d-- > 0;) {
+    batches *= s[d];
+    if (s[d] == 1) continue;
+    if (expect >= 0 && e->strides[d] != expect) return std::nullopt;
+    if (expect < 0) batch_stride = e->strides[d];
+    expect = e->strides[d] * s[d];
+  }
+  if (batches > 1) {
+    if (r != rs.size() || !std::equal(s.begin(), s.end() - 2, rs.begin()) || !stride_ok(batch_stride) || !fits(batches))
+      return std::nullopt;
+    op.map.rank = 3;
+    op.map.dims[2] = static_cast<uint64_t>(batches);
+    op.map.strides[1] = static_cast<uint64_t>(batch_stride * 2);
+  }
+  return op;
+}
+
+bool KernelBuilder::wgmma_fits(const ir::Op& anchor, const Gemm& gm, Mma kind) const {
+  if (sm_ != 90 || kind == Mma::tf32 || anchor.kind != OpKind::Matmul) return false;
+  if (!tma_operand(anchor, 0, kind) || !tma_operand(anchor, 1, kind)) return false;
+  const int64_t tiles = ((gm.m + 127) / 128) * ((gm.n + 127) / 128) * gm.batches;
+  return tiles >= 132 && tiles < (int64_t{1} << 31);
+}
+
+std::string KernelBuilder::tensor_map_param(const TmaOperand& op, const std::string& what) {
+  const std::string name = "p" + std::to_string(out_.args.size());
+  params_.push_back(fmt::format("const __grid_constant__ kiln::TensorMap {}", name));
+  param_notes_.push_back("tensor map of " + what);
+  KernelArg arg{KernelArg::Role::TensorMap, op.tensor, -1};
+  arg.map = op.map;
+  out_.args.push_back(arg);
+  return name;
+}
+
+void KernelBuilder::gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind) {
+  TmaOperand a = *tma_operand(anchor, 0, kind), b = *tma_operand(anchor, 1, kind);
+  // 128 x 256 tiles where they still fill the GPU (132 SMs on H100 and
+  // H200), else 128 x 128.
+  const int64_t tiles_m = (gm.m + kWgmmaBM - 1) / kWgmmaBM;
+  const int bm = kWgmmaBM, bn = gm.n > 128 && tiles_m * ((gm.n + 255) / 256) * gm.batches >= 132 ? 256 : 128, bk = 64;
+  const int64_t tiles_n = (gm.n + bn - 1) / bn;
+  // Two blocks along M share each B slice (multicast) once there are two tile rows.
+  // (H100, bf16 8192 x 8192 x 4096: 574 TFLOP/s with pairs, 547 without.)
+  const int cluster = tiles_m >= 2 ? 2 : 1;
+  const int64_t units_m = (tiles_m + cluster - 1) / cluster, units = units_m * tiles_n * gm.batches;
+  const int stage_bytes = (bm + bn) * bk * 2;
+  const int stages = std::min(8, (kSharedLimit - 1024 - 8 * 16) / stage_bytes);
+  const int shared_bytes = 1024 + stages * stage_bytes + 2 * stages * 8;
+  const int threads = 384;
+  const int64_t k_tiles = (gm.k + bk - 1) / bk;
+  KILN_INTERNAL_CHECK(units * cluster < (int64_t{1} << 31));
+  const char* kind_name = kind == Mma::bf16 ? "kBf16" : "kF16";
+  a.map.box = {static_cast<uint32_t>(bk), static_cast<uint32_t>(bm), 1};
+  b.map.box = b.k_major ? std::array<uint32_t, 3>{static_cast<uint32_t>(bk), static_cast<uint32_t>(bn / cluster), 1}
+                        : std::array<uint32_t, 3>{64, static_cast<uint32_t>(bk), 1};
+  const std::string map_a = tensor_map_param(a, g_.operand(anchor, 0).name);
+  const std::string map_b = tensor_map_param(b, g_.operand(anchor, 1).name);
+  min_blocks_per_sm_ = 1;  // setmaxnreg needs the register cap at entry
+  if (cluster > 1) kernel_attributes_ = fmt::format("__cluster_dims__({}, 1, 1) ", cluster);
+
+  std::string body;
+  body += fmt::format("  typedef kiln::wg::Gemm<{}, {}, kiln::tc::{}, {}, {}> G;\n", bn, stages, kind_name,
+                      b.k_major ? "true" : "false", cluster);
+  body += fmt::format("  static_assert(G::kSharedBytes == {}, \"shared memory size as launched\");\n", shared_bytes);
+  body += "  extern __shared__ __align__(1024) unsigned char kiln_shared_raw[];\n";
+  body += "  unsigned char* const smem = G::base(kiln_shared_raw);\n";
+  body += "  G::init_barriers(smem);\n";
+  body += fmt::format("  const bool tma_a = kiln::aligned16({}), tma_b = kiln::aligned16({});\n", a.pointer, b.pointer);
+  body += fmt::format("  const int units_m = {}, tiles_n = {}, units = {}, k_tiles = {};\n", units_m, tiles_n, units, k_tiles);
+  body += fmt::format("  const int rank = (int)G::rank(), first_unit = blockIdx.x / {0}, unit_step = gridDim.x / {0};\n",
+                      cluster);
+  body += "  // A unit is the cluster's tile rows (one per block) at one tile column of one batch; units walk\n";
+  body += "  // groups of 8 unit rows column by column for L2 reuse.\n";
+  body += "  auto tile_at = [&](int unit, kiln::i64& m0, kiln::i64& n0, kiln::i64& batch) {\n";
+  body += "    int um, tn;\n";
+  body += "    batch = unit / (units_m * tiles_n);\n";
+  body += "    kiln::tc::swizzled_tile(unit % (units_m * tiles_n), units_m, tiles_n, 8, um, tn);\n";
+  body += fmt::format("    m0 = ((kiln::i64)um * {} + rank) * {}, n0 = (kiln::i64)tn * {};\n  }};\n", cluster, bm, bn);
+
+  // The producer warpgroup.
+  auto element_loads = [&](bool is_a) {
+    const std::string tile = is_a ? "a_tile" : "b_tile";
+    std::string out;
+    if (is_a) {
+      out += fmt::format("        if (!tma_a) for (int e = threadIdx.x; e < {}; e += 128) {{\n", bm * bk);
+      out += "          const int row = e >> 6, col = e & 63;\n";
+      out += "          const kiln::i64 m = m0 + row, k = k0 + col;\n";
+      out += fmt::format("          float v = 0.0f;\n          if (m < {}LL && k < {}LL) {{\n", gm.m, gm.k);
+      em_.begin_block();
+      gm.load_a("m", "k", "batch");
+      out += em_.take(12) + "          }\n";
+      out += fmt::format("          {}[G::a_index(row, col)] = kiln::tc::Element<kiln::tc::{}>::from_float(v);\n        }}\n",
+                         tile, kind_name);
+      return out;
+    }
+    out += fmt::format("        if (!tma_b) for (int e = threadIdx.x; e < {}; e += 128) {{\n", bn * bk);
+    if (b.k_major)
+      out += "          const int nn = e >> 6, kk = e & 63;\n";
+    else
+      out += fmt::format("          const int nn = e % {0}, kk = e / {0};\n", bn);
+    out += "          const kiln::i64 k = k0 + kk, n = n0 + nn;\n";
+    out += fmt::format("          float v = 0.0f;\n          if (k < {}LL && n < {}LL) {{\n", gm.k, gm.n);
+    em_.begin_block();
+    gm.load_b("k", "n", "batch");
+    out += em_.take(12) + "          }\n";
+    out += fmt::format("          {}[G::b_index(kk, nn)] = kiln::tc::Element<kiln::tc::{}>::from_float(v);\n        }}\n", tile,
+                       kind_name);
+    return out;
+  };
+  auto coords = [&](const TmaOperand& op, const std::string& c0, const std::string& c1) {
+    return op.map.rank == 3 ? fmt::format("(int){}, (int){}, (int)batch", c0, c1) : fmt::format("(int){}, (int){}", c0, c1);
+  };
+  body += "  if (threadIdx.x < 128) {\n";
+  body += "    kiln::wg::registers_down<56>();\n";
+  body += "    const bool by_elements = !(tma_a && tma_b);\n";
+  body += "    if (threadIdx.x == 0) {\n";
+  body += fmt::format("      if (tma_a) kiln::wg::prefetch_map(&{});\n      if (tma_b) kiln::wg::prefetch_map(&{});\n    }}\n",
+                      map_a, map_b);
+  body += "    if (by_elements || threadIdx.x == 0) {\n";
+  body += fmt::format("      kiln::wg::Ring<{}> ring;\n", stages);
+  body += "      for (int unit = first_unit; unit < units; unit += unit_step) {\n";
+  body += "        kiln::i64 m0, n0, batch;\n        tile_at(unit, m0, n0, batch);\n";
+  body += "        for (int kt = 0; kt < k_tiles; ++kt, ring.advance()) {\n";
+  body += "          kiln::wg::bar_wait(G::empty(smem) + ring.stage, ring.phase ^ 1);\n";
+  body += "          G::T* const a_tile = G::a_tile(smem, ring.stage);\n";
+  body += "          G::T* const b_tile = G::b_tile(smem, ring.stage);\n";
+  body += fmt::format("          const kiln::i64 k0 = (kiln::i64)kt * {};\n", bk);
+  body += "          if (by_elements) {\n";
+  body += indented(element_loads(true) + element_loads(false), 4);
+  body += "            kiln::wg::fence_async_shared();\n            kiln::wg::named_sync(1, 128);\n          }\n";
+  body += "          if (threadIdx.x == 0) {\n";
+  body += "            kiln::wg::u64* const full = G::full(smem) + ring.stage;\n";
+  body += "            kiln::wg::bar_arrive_expect(full, (tma_a ? G::kABytes : 0) + (tma_b ? G::kBBytes : 0));\n";
+  body += fmt::format("            if (tma_a) kiln::wg::tma_load(a_tile, &{}, full, {});\n", map_a, coords(a, "k0", "m0"));
+  if (cluster == 1 && b.k_major) {
+    body += fmt::format("            if (tma_b) kiln::wg::tma_load(b_tile, &{}, full, {});\n", map_b, coords(b, "k0", "n0"));
+  } else if (cluster == 1) {
+    body += "            if (tma_b)\n";
+    body += fmt::format("              for (int j = 0; j < {}; ++j)\n", bn / 64);
+    body += fmt::format("                kiln::wg::tma_load(b_tile + j * {}, &{}, full, {});\n", 64 * bk, map_b,
+                        coords(b, "(n0 + 64 * j)", "k0"));
+  } else if (b.k_major) {
+    body += "            // This block's share of B's rows, into every block of the cluster.\n";
+    body += fmt::format("            if (tma_b) kiln::wg::tma_multicast(b_tile + rank * {}, &{}, full, {}, {});\n",
+                        bn / cluster * bk, map_b, (1 << cluster) - 1, coords(b, "k0", fmt::format("(n0 + rank * {})", bn / cluster)));
+  } else {
+    const int per_block = bn / 64 / cluster;
+    body += "            // This block's share of B's 64-column blocks, into every block of the cluster.\n";
+    body += "            if (tma_b)\n";
+    body += fmt::format("              for (int j = rank * {0}; j < rank * {0} + {0}; ++j)\n", per_block);
+    body += fmt::format("                kiln::wg::tma_multicast(b_tile + j * {}, &{}, full, {}, {});\n", 64 * bk, map_b,
+                        (1 << cluster) - 1, coords(b, "(n0 + 64 * j)", "k0"));
+  }
+  body += "          }\n        }\n      }\n    }\n";
+  // The consumer warpgroups.
+  body += "  } else {\n";
+  body += "    kiln::wg::registers_up<224>();\n";
+  body += "    G gemm;\n";
+  body += fmt::format("    kiln::wg::Ring<{}> ring;\n", stages);
+  body += "    for (int unit = first_unit; unit < units; unit += unit_step) {\n";
+  body += "      kiln::i64 m0, n0, batch;\n      tile_at(unit, m0, n0, batch);\n";
+  body += "      gemm.mma_tile(smem, ring, k_tiles);\n";
+  const std::string open =
+      "#pragma unroll\n  for (int mi = 0; mi < G::kMI; ++mi)\n#pragma unroll\n    for (int ni = 0; ni < G::kNI; ++ni)\n"
+      "#pragma unroll\n      for (int e = 0; e < 4; ++e) {\n"
+      "        const kiln::i64 m = m0 + G::acc_row(mi, e), n = n0 + G::acc_col(ni, e);\n" +
+      fmt::format("        if (m >= {}LL || n >= {}LL) continue;\n", gm.m, gm.n);
+  std::string finalise;
+  body += indented(epilogue(anchor, gm, open, "      }\n", "gemm.acc[mi][ni][e]", 8, true, &finalise), 4);
+  body += "    }\n  }\n";
+  body += finalise;
+  body += "  G::finish();\n";
+  finish(body, threads, "", "#include \"kiln/wgmma.cuh\"\n");
+  out_.shared_bytes = static_cast<uint32_t>(shared_bytes);
+  out_.grid = {static_cast<uint32_t>(units * cluster), 1, 1};
+  out_.persistent_group = static_cast<uint32_t>(cluster);
+}
+
+}  // namespace kiln::codegen

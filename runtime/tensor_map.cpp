@@ -1,0 +1,27 @@
+#include "runtime/tensor_map.h"
+
+#include <fmt/format.h>
+
+namespace kiln::runtime {
+
+Expected<CUtensorMap> encode_tensor_map(const Driver& cu, const codegen::TensorMapSpec& spec, CUdeviceptr pointer) {
+  CUtensorMap map{};
+  if (pointer % 16 != 0) return map;
+  const auto rank = static_cast<cuuint32_t>(spec.rank);
+  cuuint64_t dims[3] = {}, strides[2] = {};
+  cuuint32_t box[3] = {}, element_strides[3] = {1, 1, 1};
+  for (cuuint32_t d = 0; d < rank; ++d) dims[d] = spec.dims[d], box[d] = spec.box[d];
+  for (cuuint32_t d = 0; d + 1 < rank; ++d) strides[d] = spec.strides[d];
+  const CUtensorMapDataType type =
+      spec.dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  const CUresult r = cu.cuTensorMapEncodeTiled(&map, type, rank, reinterpret_cast<void*>(pointer), dims, strides, box,
+                                               element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (Status s = check(r, fmt::format("cuTensorMapEncodeTiled (rank {}, dims {} x {} x {}, box {} x {})", rank, dims[0],
+                                      dims[1], rank > 2 ? dims[2] : 1, box[0], box[1]));
+      !s)
+    return s.error();
+  return map;
+}
+
+}  // namespace kiln::runtime
