@@ -169,7 +169,7 @@ std::string KernelBuilder::epilogue(const ir::Op& anchor, const Gemm& gm, const 
 
 void KernelBuilder::gemm(const ir::Op& anchor, const Gemm& gm) {
   if (const std::optional<Mma> kind = mma_kind(anchor)) {
-    if (wgmma_fits(anchor, gm, *kind)) return gemm_wgmma(anchor, gm, *kind);
+    if (auto ab = wgmma_operands(anchor, gm, *kind)) return gemm_wgmma(anchor, gm, *kind, ab->first, ab->second);
     return gemm_tensor_core(anchor, gm, *kind);
   }
   gemm_simt(anchor, gm);

@@ -368,14 +368,15 @@ class KernelBuilder {
   };
   std::optional<TmaOperand> tma_operand(const ir::Op& anchor, size_t slot, Mma kind) const;
 
-  // sm_90, 16-bit operands the copy engine loads, and a problem that fills
-  // the GPU with 128 x 128 tiles.
-  bool wgmma_fits(const ir::Op& anchor, const Gemm& gm, Mma kind) const;
+  // A and B when the Hopper kernel takes this anchor: sm_90, 16-bit
+  // operands the copy engine loads, and a problem that fills the GPU with
+  // 128 x 128 tiles; else nullopt.
+  std::optional<std::pair<TmaOperand, TmaOperand>> wgmma_operands(const ir::Op& anchor, const Gemm& gm, Mma kind) const;
 
-  // The persistent warp-specialised kernel of wgmma.cuh: TMA loads (element
-  // loads by the producer warpgroup when a pointer is not 16-byte aligned),
-  // this kernel's epilogue on the accumulators of each tile.
-  void gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind);
+  // The persistent warp-specialised kernel of wgmma.cuh: TMA loads of `a`
+  // and `b` (element loads by the producer warpgroup when a pointer is not
+  // 16-byte aligned), this kernel's epilogue on the accumulators of each tile.
+  void gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind, TmaOperand a, TmaOperand b);
 
   std::string tensor_map_param(const TmaOperand& op, const std::string& what);
 

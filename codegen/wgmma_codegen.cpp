@@ -74,11 +74,14 @@ auto KernelBuilder::tma_operand(const ir::Op& anchor, size_t slot, Mma kind) con
   return op;
 }
 
-bool KernelBuilder::wgmma_fits(const ir::Op& anchor, const Gemm& gm, Mma kind) const {
-  if (sm_ != 90 || kind == Mma::tf32 || anchor.kind != OpKind::Matmul) return false;
-  if (!tma_operand(anchor, 0, kind) || !tma_operand(anchor, 1, kind)) return false;
+auto KernelBuilder::wgmma_operands(const ir::Op& anchor, const Gemm& gm, Mma kind) const
+    -> std::optional<std::pair<TmaOperand, TmaOperand>> {
+  if (sm_ != 90 || kind == Mma::tf32 || anchor.kind != OpKind::Matmul) return std::nullopt;
   const int64_t tiles = ((gm.m + 127) / 128) * ((gm.n + 127) / 128) * gm.batches;
-  return tiles >= 132 && tiles < (int64_t{1} << 31);
+  if (tiles < 132 || tiles >= (int64_t{1} << 31)) return std::nullopt;
+  std::optional<TmaOperand> a = tma_operand(anchor, 0, kind), b = tma_operand(anchor, 1, kind);
+  if (!a || !b) return std::nullopt;
+  return std::pair(*a, *b);
 }
 
 std::string KernelBuilder::tensor_map_param(const TmaOperand& op, const std::string& what) {
@@ -91,8 +94,7 @@ std::string KernelBuilder::tensor_map_param(const TmaOperand& op, const std::str
   return name;
 }
 
-void KernelBuilder::gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind) {
-  TmaOperand a = *tma_operand(anchor, 0, kind), b = *tma_operand(anchor, 1, kind);
+void KernelBuilder::gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind, TmaOperand a, TmaOperand b) {
   // 128 x 256 tiles where they still fill the GPU (132 SMs on H100 and
   // H200), else 128 x 128.
   const int64_t tiles_m = (gm.m + kWgmmaBM - 1) / kWgmmaBM;

@@ -39,11 +39,11 @@ namespace wg {
 
 typedef unsigned long long u64;
 
-__device__ __forceinline__ u32 smem(const void* p) { return static_cast<u32>(__cvta_generic_to_shared(p)); }
+using tc::shared_address;
 
 // ---- mbarriers ----------------------------------------------------------------
 __device__ __forceinline__ void bar_init(u64* bar, u32 count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem(bar)), "r"(count) : "memory");
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(shared_address(bar)), "r"(count) : "memory");
 }
 __device__ __forceinline__ void bar_wait(u64* bar, u32 parity) {
   u32 done;
@@ -51,16 +51,16 @@ __device__ __forceinline__ void bar_wait(u64* bar, u32 parity) {
     asm volatile(
         "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
         : "=r"(done)
-        : "r"(smem(bar)), "r"(parity)
+        : "r"(shared_address(bar)), "r"(parity)
         : "memory");
   } while (!done);
 }
 __device__ __forceinline__ void bar_arrive(u64* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem(bar)) : "memory");
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(shared_address(bar)) : "memory");
 }
 // One arrival, and `bytes` more to come from the copy engine.
 __device__ __forceinline__ void bar_arrive_expect(u64* bar, u32 bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem(bar)), "r"(bytes) : "memory");
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(shared_address(bar)), "r"(bytes) : "memory");
 }
 __device__ __forceinline__ void fence_barrier_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
 // Ordinary shared-memory stores made visible to the tensor cores and the copy engine.
@@ -76,15 +76,15 @@ __device__ __forceinline__ void prefetch_map(const TensorMap* map) {
 __device__ __forceinline__ void tma_load(void* dst, const TensorMap* map, u64* bar, int c0, int c1) {
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n" ::"r"(
-          smem(dst)),
-      "l"(reinterpret_cast<u64>(map)), "r"(smem(bar)), "r"(c0), "r"(c1)
+          shared_address(dst)),
+      "l"(reinterpret_cast<u64>(map)), "r"(shared_address(bar)), "r"(c0), "r"(c1)
       : "memory");
 }
 __device__ __forceinline__ void tma_load(void* dst, const TensorMap* map, u64* bar, int c0, int c1, int c2) {
   asm volatile(
       "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];\n" ::"r"(
-          smem(dst)),
-      "l"(reinterpret_cast<u64>(map)), "r"(smem(bar)), "r"(c0), "r"(c1), "r"(c2)
+          shared_address(dst)),
+      "l"(reinterpret_cast<u64>(map)), "r"(shared_address(bar)), "r"(c0), "r"(c1), "r"(c2)
       : "memory");
 }
 
@@ -93,16 +93,16 @@ __device__ __forceinline__ void tma_load(void* dst, const TensorMap* map, u64* b
 __device__ __forceinline__ void tma_multicast(void* dst, const TensorMap* map, u64* bar, unsigned short mask, int c0, int c1) {
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%3, %4}], "
-      "[%2], %5;\n" ::"r"(smem(dst)),
-      "l"(reinterpret_cast<u64>(map)), "r"(smem(bar)), "r"(c0), "r"(c1), "h"(mask)
+      "[%2], %5;\n" ::"r"(shared_address(dst)),
+      "l"(reinterpret_cast<u64>(map)), "r"(shared_address(bar)), "r"(c0), "r"(c1), "h"(mask)
       : "memory");
 }
 __device__ __forceinline__ void tma_multicast(void* dst, const TensorMap* map, u64* bar, unsigned short mask, int c0, int c1,
                                               int c2) {
   asm volatile(
       "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%3, %4, "
-      "%5}], [%2], %6;\n" ::"r"(smem(dst)),
-      "l"(reinterpret_cast<u64>(map)), "r"(smem(bar)), "r"(c0), "r"(c1), "r"(c2), "h"(mask)
+      "%5}], [%2], %6;\n" ::"r"(shared_address(dst)),
+      "l"(reinterpret_cast<u64>(map)), "r"(shared_address(bar)), "r"(c0), "r"(c1), "r"(c2), "h"(mask)
       : "memory");
 }
 
@@ -119,7 +119,7 @@ __device__ __forceinline__ int sw128(int row, int col) { return row * 64 + ((((c
 // A wgmma shared-memory matrix descriptor with the 128-byte swizzle: start
 // address, leading and stride byte offsets (PTX ISA, "matrix descriptor").
 __device__ __forceinline__ u64 descriptor(const void* p, u32 leading, u32 stride) {
-  return static_cast<u64>((smem(p) & 0x3FFFF) >> 4) | (static_cast<u64>(leading >> 4) << 16) |
+  return static_cast<u64>((shared_address(p) & 0x3FFFF) >> 4) | (static_cast<u64>(leading >> 4) << 16) |
          (static_cast<u64>(stride >> 4) << 32) | (1ull << 62);
 }
 
@@ -246,7 +246,7 @@ struct Gemm {
   float acc[1][kNI][4];
 
   static __device__ __forceinline__ unsigned char* base(unsigned char* raw) {
-    return raw + ((1024 - (smem(raw) & 1023)) & 1023);
+    return raw + ((1024 - (shared_address(raw) & 1023)) & 1023);
   }
   static __device__ __forceinline__ T* a_tile(unsigned char* s, int stage) {
     return reinterpret_cast<T*>(s + stage * kStageBytes);
@@ -299,7 +299,7 @@ struct Gemm {
 #pragma unroll
       for (u32 r = 0; r < CLUSTER; ++r) {
         u32 remote;
-        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(smem(empty(s) + stage)), "r"(r));
+        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(shared_address(empty(s) + stage)), "r"(r));
         asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(remote) : "memory");
       }
     }
