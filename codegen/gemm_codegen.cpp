@@ -83,11 +83,14 @@ std::optional<ExternalTensor> KernelBuilder::chunkable(ir::TensorId t, Mma kind,
 // closes; `acc` names the element. Writes the anchor's consumers and
 // epilogue reductions (atomics into workspaces, finalised by the last
 // block).
-// tensor_core: the loops are over the MMA fragments (ni, e): a reduction
+// tensor_core: the loops are fragment_loops (they declare gm.out_row's
+// row coordinates; else the epilogue does, per element): a reduction
 // that keeps only the output column is combined in registers and across
-// the warp's rows first, one atomic per column and warp.
+// the warp's rows first, one atomic per column and warp; with `carry` (a
+// persistent kernel, registers permitting) the registers carry the
+// partials across the block's tiles while their columns stay the same.
 std::string KernelBuilder::epilogue(const ir::Op& anchor, const Gemm& gm, const std::string& open, const std::string& close,
-                     const std::string& acc, int indent, bool tensor_core, std::string* finish_out) {
+                     const std::string& acc, int indent, bool tensor_core, std::string* finish_out, ColumnCarry* carry) {
   const ir::Tensor& result = g_.result(anchor);
   std::vector<const ir::Op*> reduces;  // epilogue reductions whose results are needed
   for (const ir::Op* r : ops_of({ir::OpFamily::Reduce}))
@@ -100,10 +103,12 @@ std::string KernelBuilder::epilogue(const ir::Op& anchor, const Gemm& gm, const 
   std::string body;
   std::vector<std::pair<size_t, std::string>> column_reduces;  // reduction, register partials
   em_.begin_block();
+  if (gm.out_row && !tensor_core) em_.emit(gm.out_row("m"));  // (fragment_loops declares it per row)
   const Coords oc = gm.out_coords("m", "n", "batch");
   em_.emit(fmt::format("const float out = {};  // {}", em_.rounded(result, acc), result.name));
   em_.set_leaf(anchor.output, "out");
   std::set<ir::TensorId> reduce_outs;
+  std::string decls;  // the register partials of column reductions
   for (size_t r = 0; r < reduces.size(); ++r) {
     const ir::Op& op = *reduces[r];
     reduce_outs.insert(op.output);
@@ -116,8 +121,8 @@ std::string KernelBuilder::epilogue(const ir::Op& anchor, const Gemm& gm, const 
         kept.push_back(ic[d]), kept_shape.push_back(in_shape[d]);
     if (tensor_core && kept.size() == 1 && kept[0] == oc.back()) {
       const std::string functor = reduce_functor(op.kind), red = fmt::format("red{}", r);
-      body += fmt::format("  float {0}[G::kNI][2];\n#pragma unroll\n  for (int ni = 0; ni < G::kNI; ++ni) {0}[ni][0] = {0}[ni][1] = "
-                          "{1}::identity();\n", red, functor);
+      decls += fmt::format("  float {0}[G::kNI][2];\n#pragma unroll\n  for (int ni = 0; ni < G::kNI; ++ni) {0}[ni][0] = {0}[ni][1] = "
+                           "{1}::identity();\n", red, functor);
       em_.emit(fmt::format("{0}[ni][e & 1] = {1}::combine({0}[ni][e & 1], {2});", red, functor, em_.value(op.inputs[0], ic)));
       column_reduces.emplace_back(r, red);
       continue;
@@ -130,20 +135,36 @@ std::string KernelBuilder::epilogue(const ir::Op& anchor, const Gemm& gm, const 
     const Coords tc = write_coords(anchor.output, oc, t);
     em_.emit(store(t, em_.linearize(tc, g_.tensor(t).shape), em_.value(t, tc)) + "  // " + g_.tensor(t).name);
   }
-  body += open + em_.take(indent) + close;
+  const std::string elements = em_.take(indent);
+  const bool carrying = carry && !column_reduces.empty() &&
+                        static_cast<int>(column_reduces.size()) * carry->partials_per_reduction <= carry->registers;
   // Column partials: across the warp's rows (lanes with equal lane % 4), then one atomic each.
+  std::string flush;
   for (const auto& [r, red] : column_reduces) {
     const std::string functor = reduce_functor(reduces[r]->kind);
-    body += "#pragma unroll\n  for (int ni = 0; ni < G::kNI; ++ni)\n#pragma unroll\n    for (int c = 0; c < 2; ++c) {\n";
-    body += fmt::format("      float v = {}[ni][c];\n", red);
-    body += fmt::format("      for (int lanes = 4; lanes < 32; lanes <<= 1) v = {}::combine(v, __shfl_xor_sync(0xffffffffu, v, lanes));\n",
-                        functor);
-    body += fmt::format("      const kiln::i64 n = n0 + G::acc_col(ni, c);\n      if ((threadIdx.x & 31) >= 4 || n >= {}LL) continue;\n",
-                        gm.n);
+    flush += "#pragma unroll\n  for (int ni = 0; ni < G::kNI; ++ni)\n#pragma unroll\n    for (int c = 0; c < 2; ++c) {\n";
+    flush += fmt::format("      float v = {}[ni][c];\n", red);
+    if (carrying) flush += fmt::format("      {}[ni][c] = {}::identity();\n", red, functor);
+    flush += fmt::format("      for (int lanes = 4; lanes < 32; lanes <<= 1) v = {}::combine(v, __shfl_xor_sync(0xffffffffu, v, lanes));\n",
+                         functor);
+    flush += fmt::format("      const kiln::i64 n = n0 + G::acc_col(ni, c);\n      if ((threadIdx.x & 31) >= 4 || n >= {}LL) continue;\n",
+                         gm.n);
     em_.begin_block();
     const Coords column = gm.out_coords("m0", "n", "batch");
     em_.emit(fmt::format("kiln::atomic_combine({}(), static_cast<float*>({}) + {}, v);", functor, ws[r], column.back()));
-    body += em_.take(6) + "    }\n";
+    flush += em_.take(6) + "    }\n";
+  }
+  if (carrying) {
+    // Partials of the columns [n0, n0 + BN) of one batch, until a tile of other columns comes.
+    carry->before_loop += decls + "  kiln::i64 carried_n0 = -1, carried_batch = -1;\n";
+    carry->before_loop += "  auto flush_columns = [&](kiln::i64 n0, kiln::i64 batch) {\n" + indented(flush, 2) + "  };\n";
+    body += "  if (carried_n0 != n0 || carried_batch != batch) {\n";
+    body += "    if (carried_n0 >= 0) flush_columns(carried_n0, carried_batch);\n";
+    body += "    carried_n0 = n0, carried_batch = batch;\n  }\n";
+    body += open + elements + close;
+    carry->after_loop += "  if (carried_n0 >= 0) flush_columns(carried_n0, carried_batch);\n";
+  } else {
+    body += decls + open + elements + close + flush;
   }
   std::string& tail = finish_out ? *finish_out : body;
   if (!reduces.empty()) {
@@ -167,9 +188,28 @@ std::string KernelBuilder::epilogue(const ir::Op& anchor, const Gemm& gm, const 
   return body;
 }
 
+// The loops of a tensor-core epilogue over the accumulator fragments
+// (closed by "        }\n    }\n"): each thread's rows (two per MMA tile)
+// checked, with their output coordinates (gm.out_row), once; then the
+// row's columns. Declares m, n and e (the fragment element). Rows and
+// columns are checked only where a tile can reach past M or N: without
+// branches per element the compiler issues the epilogue's loads together
+// (H100, conv 3x3 bias relu: the bias loads waited one by one, half the
+// kernel's time).
+std::string KernelBuilder::fragment_loops(const Gemm& gm, bool check_m, bool check_n) {
+  std::string s = "#pragma unroll\n  for (int mi = 0; mi < G::kMI; ++mi)\n#pragma unroll\n    for (int half = 0; half < 2; ++half) {\n";
+  s += "      const kiln::i64 m = m0 + G::acc_row(mi, 2 * half);\n";
+  if (check_m) s += fmt::format("      if (m >= {}LL) continue;\n", gm.m);
+  if (gm.out_row) s += "      " + gm.out_row("m") + "\n";
+  s += "#pragma unroll\n      for (int ni = 0; ni < G::kNI; ++ni)\n#pragma unroll\n        for (int e = 2 * half; e < 2 * half + 2; ++e) {\n";
+  s += "          const kiln::i64 n = n0 + G::acc_col(ni, e);\n";
+  if (check_n) s += fmt::format("          if (n >= {}LL) continue;\n", gm.n);
+  return s;
+}
+
 void KernelBuilder::gemm(const ir::Op& anchor, const Gemm& gm) {
   if (const std::optional<Mma> kind = mma_kind(anchor)) {
-    if (auto ab = wgmma_operands(anchor, gm, *kind)) return gemm_wgmma(anchor, gm, *kind, ab->first, ab->second);
+    if (auto operands = wgmma_operands(anchor, gm, *kind)) return gemm_wgmma(anchor, gm, *kind, *operands);
     return gemm_tensor_core(anchor, gm, *kind);
   }
   gemm_simt(anchor, gm);
@@ -365,12 +405,7 @@ void KernelBuilder::gemm_tensor_core(const ir::Op& anchor, const Gemm& gm, Mma k
   body += loader(true) + loader(false);
   body += "  G gemm;\n";
   body += fmt::format("  gemm.run(smem, {}, load_a, load_b, stash_a, stash_b);\n", (gm.k + t.bk - 1) / t.bk);
-  const std::string open =
-      "#pragma unroll\n  for (int mi = 0; mi < G::kMI; ++mi)\n#pragma unroll\n    for (int ni = 0; ni < G::kNI; ++ni)\n"
-      "#pragma unroll\n      for (int e = 0; e < 4; ++e) {\n"
-      "        const kiln::i64 m = m0 + G::acc_row(mi, e), n = n0 + G::acc_col(ni, e);\n" +
-      fmt::format("        if (m >= {}LL || n >= {}LL) continue;\n", gm.m, gm.n);
-  body += epilogue(anchor, gm, open, "      }\n", "gemm.acc[mi][ni][e]", 8, true);
+  body += epilogue(anchor, gm, fragment_loops(gm, gm.m % t.bm != 0, gm.n % t.bn != 0), "        }\n    }\n", "gemm.acc[mi][ni][e]", 10, true);
   finish(body, threads, "", "#include \"kiln/mma.cuh\"\n");
   out_.shared_bytes = static_cast<uint32_t>(shared_bytes);
   out_.grid = {static_cast<uint32_t>(tiles_m * tiles_n), 1, static_cast<uint32_t>(gm.batches)};
@@ -512,8 +547,10 @@ void KernelBuilder::conv() {
   gm.load_b = [&](const std::string& kk, const std::string& nn, const std::string& g) {
     em_.emit("v = " + operand_value(cv, 1, filter_tap(kk, nn, g)) + ";");
   };
-  gm.out_coords = [&, nhwc](const std::string& m, const std::string& nn, const std::string& g) {
-    em_.emit(fmt::format("const kiln::i64 on = {0} / {1}LL, op = ({0} / {2}LL) % {3}LL, oq = {0} % {2}LL;", m, p * q, q, p));
+  gm.out_row = [&](const std::string& m) {
+    return fmt::format("const kiln::i64 on = {0} / {1}LL, op = ({0} / {2}LL) % {3}LL, oq = {0} % {2}LL;", m, p * q, q, p);
+  };
+  gm.out_coords = [&, nhwc](const std::string&, const std::string& nn, const std::string& g) {
     em_.emit(fmt::format("const kiln::i64 ok = {} * {}LL + {};", g, kg, nn));
     return nhwc ? Coords{"on", "op", "oq", "ok"} : Coords{"on", "ok", "op", "oq"};
   };
@@ -533,6 +570,10 @@ void KernelBuilder::conv() {
   if (kind && nhwc && cg % chunk == 0) {
     if (const std::optional<ExternalTensor> e = chunkable(cv.inputs[0], *kind, 3, chunk)) {
       gm.pointer_a = e->pointer;
+      if (at.groups == 1)
+        gm.conv = Gemm::ConvGeometry{h, w, c, p, q, r, s, {e->strides[0], e->strides[1], e->strides[2]},
+                                     {at.stride[0], at.stride[1]}, {at.padding[0], at.padding[1]},
+                                     {at.dilation[0], at.dilation[1]}};
       gm.chunk_a = [&, e = *e](const std::string& m, const std::string& kk, const std::string& g) {
         const std::string inside = input_pixel(m, kk, g);
         return std::pair(fmt::format("{} < {}LL && {} < {}LL && {}", m, gm.m, kk, gm.k, inside),

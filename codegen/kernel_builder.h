@@ -293,10 +293,21 @@ class KernelBuilder {
     int64_t m, n, k, batches;
     std::function<void(const std::string& m, const std::string& k, const std::string& batch)> load_a;  // sets `v`
     std::function<void(const std::string& k, const std::string& n, const std::string& batch)> load_b;
+    // The result's coordinates of GEMM (m, n); with out_row (conv), those
+    // of the row are the variables out_row(m) declares, in scope.
     std::function<Coords(const std::string& m, const std::string& n, const std::string& batch)> out_coords;
+    std::function<std::string(const std::string& m)> out_row;
     ChunkFn chunk_a, chunk_b;
     std::string pointer_a, pointer_b;
     bool b_k_major = false;  // B's tile is [n][k] (conv weights, B transposed) rather than [k][n]
+    // An NHWC conv (one group) whose input is read in 16-byte chunks
+    // (pointer_a): the Hopper kernel gathers A's rows itself.
+    struct ConvGeometry {
+      int64_t h, w, c, p, q, r, s;
+      int64_t x_strides[3];  // the input's element strides along n, h, w
+      int64_t stride[2], padding[2], dilation[2];
+    };
+    std::optional<ConvGeometry> conv;
     // Computed operands: emit statements; return the operand's coordinates
     // at GEMM (m, k) / (k, n) and when they lie inside it (else the value
     // is 0). *_runs_last: the tile's contiguous dimension runs along the
@@ -336,8 +347,18 @@ class KernelBuilder {
   // finish_out: where the last block's finalisation of epilogue reductions
   // goes (a kernel that loops over tiles runs it once, after the loop);
   // null: after the loops.
+  // A persistent kernel's epilogue column partials, kept in registers
+  // across its tiles (at most `registers` floats per thread; a reduction
+  // takes `partials_per_reduction`): declarations for before the tile loop,
+  // the last flush for after it.
+  struct ColumnCarry {
+    int registers = 0, partials_per_reduction = 0;
+    std::string before_loop, after_loop;
+  };
+  std::string fragment_loops(const Gemm& gm, bool check_m, bool check_n);
   std::string epilogue(const ir::Op& anchor, const Gemm& gm, const std::string& open, const std::string& close,
-                       const std::string& acc, int indent, bool tensor_core = false, std::string* finish_out = nullptr);
+                       const std::string& acc, int indent, bool tensor_core = false, std::string* finish_out = nullptr,
+                       ColumnCarry* carry = nullptr);
 
   void gemm(const ir::Op& anchor, const Gemm& gm);
 
@@ -368,16 +389,29 @@ class KernelBuilder {
   };
   std::optional<TmaOperand> tma_operand(const ir::Op& anchor, size_t slot, Mma kind) const;
 
+  // A conv's weights [K, R, S, C] as B, k-major: one group, contiguous.
+  std::optional<TmaOperand> conv_weight_operand(const ir::Op& anchor, Mma kind) const;
+
   // A and B when the Hopper kernel takes this anchor: sm_90, 16-bit
-  // operands the copy engine loads, and a problem that fills the GPU with
-  // 128 x 128 tiles; else nullopt.
-  std::optional<std::pair<TmaOperand, TmaOperand>> wgmma_operands(const ir::Op& anchor, const Gemm& gm, Mma kind) const;
+  // operands, a problem that fills the GPU with 128 x 128 tiles, B loaded
+  // by the copy engine and A too (a matmul) or gathered from an NHWC input
+  // (a conv: A is nullopt); else nullopt.
+  struct WgmmaOperands {
+    std::optional<TmaOperand> a;
+    TmaOperand b;
+  };
+  std::optional<WgmmaOperands> wgmma_operands(const ir::Op& anchor, const Gemm& gm, Mma kind) const;
 
   // The persistent warp-specialised kernel of wgmma.cuh: TMA loads of `a`
-  // and `b` (element loads by the producer warpgroup when a pointer is not
-  // 16-byte aligned), this kernel's epilogue on the accumulators of each tile.
-  void gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind, TmaOperand a, TmaOperand b);
+  // (or, without `a`, gm.conv's implicit im2col gathered by the producer
+  // warpgroup) and `b` (element loads when a pointer is not 16-byte
+  // aligned), this kernel's epilogue on the accumulators of each tile.
+  void gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind, const WgmmaOperands& operands);
 
+  // gemm_wgmma's producer warpgroup for a conv: A gathered (implicit
+  // im2col) with cp.async, B as `b_copy` (thread 0's copy-engine loads).
+  std::string gathered_producer(const Gemm& gm, int stages, const std::string& map_b, const std::string& a_elements,
+                                const std::string& b_elements, const std::string& b_copy);
   std::string tensor_map_param(const TmaOperand& op, const std::string& what);
 
   void matmul();

@@ -74,14 +74,44 @@ auto KernelBuilder::tma_operand(const ir::Op& anchor, size_t slot, Mma kind) con
   return op;
 }
 
-auto KernelBuilder::wgmma_operands(const ir::Op& anchor, const Gemm& gm, Mma kind) const
-    -> std::optional<std::pair<TmaOperand, TmaOperand>> {
-  if (sm_ != 90 || kind == Mma::tf32 || anchor.kind != OpKind::Matmul) return std::nullopt;
+auto KernelBuilder::conv_weight_operand(const ir::Op& anchor, Mma kind) const -> std::optional<TmaOperand> {
+  const std::optional<ExternalTensor> e = in_memory(anchor.inputs[1]);
+  const Shape& ws = g_.operand(anchor, 1).shape;  // [K, R, S, C]
+  if (!e || e->storage != mma_storage(kind) || anchor.attrs.layout != ir::Layout::NHWC || anchor.attrs.groups != 1) return std::nullopt;
+  if (e->strides[3] != 1 || e->strides[2] != ws[3] || e->strides[1] != ws[2] * ws[3]) return std::nullopt;
+  const int64_t k = ws[1] * ws[2] * ws[3], outer = ws[0] == 1 ? k : e->strides[0];
+  if (k >= (int64_t{1} << 31) || ws[0] >= (int64_t{1} << 31) || (outer * 2) % 16 != 0 || outer * 2 >= (int64_t{1} << 40))
+    return std::nullopt;
+  TmaOperand op;
+  op.pointer = e->pointer;
+  op.tensor = -1;
+  for (const auto& [id, x] : ext_)
+    if (x.pointer == e->pointer) op.tensor = id;
+  if (op.tensor < 0) return std::nullopt;
+  op.map.dtype = mma_storage(kind);
+  op.map.rank = 2;
+  op.map.dims[0] = static_cast<uint64_t>(k);
+  op.map.dims[1] = static_cast<uint64_t>(ws[0]);
+  op.map.strides[0] = static_cast<uint64_t>(outer * 2);
+  op.k_major = true;
+  return op;
+}
+
+auto KernelBuilder::wgmma_operands(const ir::Op& anchor, const Gemm& gm, Mma kind) const -> std::optional<WgmmaOperands> {
+  if (sm_ != 90 || kind == Mma::tf32) return std::nullopt;
   const int64_t tiles = ((gm.m + 127) / 128) * ((gm.n + 127) / 128) * gm.batches;
   if (tiles < 132 || tiles >= (int64_t{1} << 31)) return std::nullopt;
-  std::optional<TmaOperand> a = tma_operand(anchor, 0, kind), b = tma_operand(anchor, 1, kind);
-  if (!a || !b) return std::nullopt;
-  return std::pair(*a, *b);
+  if (anchor.kind == OpKind::Matmul) {
+    std::optional<TmaOperand> a = tma_operand(anchor, 0, kind), b = tma_operand(anchor, 1, kind);
+    if (!a || !b) return std::nullopt;
+    return WgmmaOperands{a, *b};
+  }
+  if (anchor.kind == OpKind::Conv2d && gm.conv && gm.m < (int64_t{1} << 31)) {
+    std::optional<TmaOperand> b = conv_weight_operand(anchor, kind);
+    if (!b) return std::nullopt;
+    return WgmmaOperands{std::nullopt, *b};
+  }
+  return std::nullopt;
 }
 
 std::string KernelBuilder::tensor_map_param(const TmaOperand& op, const std::string& what) {
@@ -94,15 +124,22 @@ std::string KernelBuilder::tensor_map_param(const TmaOperand& op, const std::str
   return name;
 }
 
-void KernelBuilder::gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind, TmaOperand a, TmaOperand b) {
+void KernelBuilder::gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind, const WgmmaOperands& operands) {
+  const bool gathered = !operands.a;
+  TmaOperand a = gathered ? TmaOperand{} : *operands.a, b = operands.b;
   // 128 x 256 tiles where they still fill the GPU (132 SMs on H100 and
-  // H200), else 128 x 128.
+  // H200), else 128 x 128. A gathering producer keeps 128 registers for
+  // its row offsets, which leaves the consumers room for 128 columns (64
+  // when the problem has no more).
   const int64_t tiles_m = (gm.m + kWgmmaBM - 1) / kWgmmaBM;
-  const int bm = kWgmmaBM, bn = gm.n > 128 && tiles_m * ((gm.n + 255) / 256) * gm.batches >= 132 ? 256 : 128, bk = 64;
+  const int bm = kWgmmaBM, bk = 64;
+  const int bn = gathered ? (gm.n <= 64 ? 64 : 128)
+                          : gm.n > 128 && tiles_m * ((gm.n + 255) / 256) * gm.batches >= 132 ? 256 : 128;
+  const int producer_registers = gathered ? 128 : 56, consumer_registers = gathered ? 184 : 224;
   const int64_t tiles_n = (gm.n + bn - 1) / bn;
   // Two blocks along M share each B slice (multicast) once there are two tile rows.
   // (H100, bf16 8192 x 8192 x 4096: 574 TFLOP/s with pairs, 547 without.)
-  const int cluster = tiles_m >= 2 ? 2 : 1;
+  const int cluster = tiles_m >= 2 && bn >= 128 ? 2 : 1;
   const int64_t units_m = (tiles_m + cluster - 1) / cluster, units = units_m * tiles_n * gm.batches;
   const int stage_bytes = (bm + bn) * bk * 2;
   const int stages = std::min(8, (kSharedLimit - 1024 - 8 * 16) / stage_bytes);
@@ -114,19 +151,22 @@ void KernelBuilder::gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind, T
   a.map.box = {static_cast<uint32_t>(bk), static_cast<uint32_t>(bm), 1};
   b.map.box = b.k_major ? std::array<uint32_t, 3>{static_cast<uint32_t>(bk), static_cast<uint32_t>(bn / cluster), 1}
                         : std::array<uint32_t, 3>{64, static_cast<uint32_t>(bk), 1};
-  const std::string map_a = tensor_map_param(a, g_.operand(anchor, 0).name);
+  const std::string map_a = gathered ? "" : tensor_map_param(a, g_.operand(anchor, 0).name);
   const std::string map_b = tensor_map_param(b, g_.operand(anchor, 1).name);
   min_blocks_per_sm_ = 1;  // setmaxnreg needs the register cap at entry
   if (cluster > 1) kernel_attributes_ = fmt::format("__cluster_dims__({}, 1, 1) ", cluster);
 
   std::string body;
-  body += fmt::format("  typedef kiln::wg::Gemm<{}, {}, kiln::tc::{}, {}, {}> G;\n", bn, stages, kind_name,
-                      b.k_major ? "true" : "false", cluster);
+  body += fmt::format("  typedef kiln::wg::Gemm<{}, {}, kiln::tc::{}, {}, {}{}> G;\n", bn, stages, kind_name,
+                      b.k_major ? "true" : "false", cluster, gathered ? ", true" : "");
   body += fmt::format("  static_assert(G::kSharedBytes == {}, \"shared memory size as launched\");\n", shared_bytes);
   body += "  extern __shared__ __align__(1024) unsigned char kiln_shared_raw[];\n";
   body += "  unsigned char* const smem = G::base(kiln_shared_raw);\n";
   body += "  G::init_barriers(smem);\n";
-  body += fmt::format("  const bool tma_a = kiln::aligned16({}), tma_b = kiln::aligned16({});\n", a.pointer, b.pointer);
+  if (gathered)
+    body += fmt::format("  const bool chunks_a = kiln::aligned16({}), tma_b = kiln::aligned16({});\n", gm.pointer_a, b.pointer);
+  else
+    body += fmt::format("  const bool tma_a = kiln::aligned16({}), tma_b = kiln::aligned16({});\n", a.pointer, b.pointer);
   body += fmt::format("  const int units_m = {}, tiles_n = {}, units = {}, k_tiles = {};\n", units_m, tiles_n, units, k_tiles);
   body += fmt::format("  const int rank = (int)G::rank(), first_unit = blockIdx.x / {0}, unit_step = gridDim.x / {0};\n",
                       cluster);
@@ -139,11 +179,11 @@ void KernelBuilder::gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind, T
   body += fmt::format("    m0 = ((kiln::i64)um * {} + rank) * {}, n0 = (kiln::i64)tn * {};\n  }};\n", cluster, bm, bn);
 
   // The producer warpgroup.
-  auto element_loads = [&](bool is_a) {
+  auto element_loads = [&](bool is_a, const std::string& guard) {
     const std::string tile = is_a ? "a_tile" : "b_tile";
     std::string out;
     if (is_a) {
-      out += fmt::format("        if (!tma_a) for (int e = threadIdx.x; e < {}; e += 128) {{\n", bm * bk);
+      out += fmt::format("        {}for (int e = threadIdx.x; e < {}; e += 128) {{\n", guard, bm * bk);
       out += "          const int row = e >> 6, col = e & 63;\n";
       out += "          const kiln::i64 m = m0 + row, k = k0 + col;\n";
       out += fmt::format("          float v = 0.0f;\n          if (m < {}LL && k < {}LL) {{\n", gm.m, gm.k);
@@ -154,7 +194,7 @@ void KernelBuilder::gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind, T
                          tile, kind_name);
       return out;
     }
-    out += fmt::format("        if (!tma_b) for (int e = threadIdx.x; e < {}; e += 128) {{\n", bn * bk);
+    out += fmt::format("        {}for (int e = threadIdx.x; e < {}; e += 128) {{\n", guard, bn * bk);
     if (b.k_major)
       out += "          const int nn = e >> 6, kk = e & 63;\n";
     else
@@ -171,70 +211,143 @@ void KernelBuilder::gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind, T
   auto coords = [&](const TmaOperand& op, const std::string& c0, const std::string& c1) {
     return op.map.rank == 3 ? fmt::format("(int){}, (int){}, (int)batch", c0, c1) : fmt::format("(int){}, (int){}", c0, c1);
   };
-  body += "  if (threadIdx.x < 128) {\n";
-  body += "    kiln::wg::registers_down<56>();\n";
-  body += "    const bool by_elements = !(tma_a && tma_b);\n";
-  body += "    if (threadIdx.x == 0) {\n";
-  body += fmt::format("      if (tma_a) kiln::wg::prefetch_map(&{});\n      if (tma_b) kiln::wg::prefetch_map(&{});\n    }}\n",
-                      map_a, map_b);
-  body += "    if (by_elements || threadIdx.x == 0) {\n";
-  body += fmt::format("      kiln::wg::Ring<{}> ring;\n", stages);
-  body += "      for (int unit = first_unit; unit < units; unit += unit_step) {\n";
-  body += "        kiln::i64 m0, n0, batch;\n        tile_at(unit, m0, n0, batch);\n";
-  body += "        for (int kt = 0; kt < k_tiles; ++kt, ring.advance()) {\n";
-  body += "          kiln::wg::bar_wait(G::empty(smem) + ring.stage, ring.phase ^ 1);\n";
-  body += "          G::T* const a_tile = G::a_tile(smem, ring.stage);\n";
-  body += "          G::T* const b_tile = G::b_tile(smem, ring.stage);\n";
-  body += fmt::format("          const kiln::i64 k0 = (kiln::i64)kt * {};\n", bk);
-  body += "          if (by_elements) {\n";
-  body += indented(element_loads(true) + element_loads(false), 4);
-  body += "            kiln::wg::fence_async_shared();\n            kiln::wg::named_sync(1, 128);\n          }\n";
-  body += "          if (threadIdx.x == 0) {\n";
-  body += "            kiln::wg::u64* const full = G::full(smem) + ring.stage;\n";
-  body += "            kiln::wg::bar_arrive_expect(full, (tma_a ? G::kABytes : 0) + (tma_b ? G::kBBytes : 0));\n";
-  body += fmt::format("            if (tma_a) kiln::wg::tma_load(a_tile, &{}, full, {});\n", map_a, coords(a, "k0", "m0"));
+  // Thread 0's copies of B's slice (its share, multicast, in a cluster).
+  std::string b_copy;
   if (cluster == 1 && b.k_major) {
-    body += fmt::format("            if (tma_b) kiln::wg::tma_load(b_tile, &{}, full, {});\n", map_b, coords(b, "k0", "n0"));
+    b_copy += fmt::format("if (tma_b) kiln::wg::tma_load(b_tile, &{}, full, {});\n", map_b, coords(b, "k0", "n0"));
   } else if (cluster == 1) {
-    body += "            if (tma_b)\n";
-    body += fmt::format("              for (int j = 0; j < {}; ++j)\n", bn / 64);
-    body += fmt::format("                kiln::wg::tma_load(b_tile + j * {}, &{}, full, {});\n", 64 * bk, map_b,
-                        coords(b, "(n0 + 64 * j)", "k0"));
+    b_copy += "if (tma_b)\n";
+    b_copy += fmt::format("  for (int j = 0; j < {}; ++j)\n", bn / 64);
+    b_copy += fmt::format("    kiln::wg::tma_load(b_tile + j * {}, &{}, full, {});\n", 64 * bk, map_b,
+                          coords(b, "(n0 + 64 * j)", "k0"));
   } else if (b.k_major) {
-    body += "            // This block's share of B's rows, into every block of the cluster.\n";
-    body += fmt::format("            if (tma_b) kiln::wg::tma_multicast(b_tile + rank * {}, &{}, full, {}, {});\n",
-                        bn / cluster * bk, map_b, (1 << cluster) - 1, coords(b, "k0", fmt::format("(n0 + rank * {})", bn / cluster)));
+    b_copy += "// This block's share of B's rows, into every block of the cluster.\n";
+    b_copy += fmt::format("if (tma_b) kiln::wg::tma_multicast(b_tile + rank * {}, &{}, full, {}, {});\n",
+                          bn / cluster * bk, map_b, (1 << cluster) - 1, coords(b, "k0", fmt::format("(n0 + rank * {})", bn / cluster)));
   } else {
     const int per_block = bn / 64 / cluster;
-    body += "            // This block's share of B's 64-column blocks, into every block of the cluster.\n";
-    body += "            if (tma_b)\n";
-    body += fmt::format("              for (int j = rank * {0}; j < rank * {0} + {0}; ++j)\n", per_block);
-    body += fmt::format("                kiln::wg::tma_multicast(b_tile + j * {}, &{}, full, {}, {});\n", 64 * bk, map_b,
-                        (1 << cluster) - 1, coords(b, "(n0 + 64 * j)", "k0"));
+    b_copy += "// This block's share of B's 64-column blocks, into every block of the cluster.\n";
+    b_copy += "if (tma_b)\n";
+    b_copy += fmt::format("  for (int j = rank * {0}; j < rank * {0} + {0}; ++j)\n", per_block);
+    b_copy += fmt::format("    kiln::wg::tma_multicast(b_tile + j * {}, &{}, full, {}, {});\n", 64 * bk, map_b,
+                          (1 << cluster) - 1, coords(b, "(n0 + 64 * j)", "k0"));
   }
-  body += "          }\n        }\n      }\n    }\n";
+  body += "  if (threadIdx.x < 128) {\n";
+  body += fmt::format("    kiln::wg::registers_down<{}>();\n", producer_registers);
+  if (gathered) {
+    body += gathered_producer(gm, stages, map_b, element_loads(true, ""), element_loads(false, "if (!tma_b) "), b_copy);
+  } else {
+    body += "    const bool by_elements = !(tma_a && tma_b);\n";
+    body += "    if (threadIdx.x == 0) {\n";
+    body += fmt::format("      if (tma_a) kiln::wg::prefetch_map(&{});\n      if (tma_b) kiln::wg::prefetch_map(&{});\n    }}\n",
+                        map_a, map_b);
+    body += "    if (by_elements || threadIdx.x == 0) {\n";
+    body += fmt::format("      kiln::wg::Ring<{}> ring;\n", stages);
+    body += "      for (int unit = first_unit; unit < units; unit += unit_step) {\n";
+    body += "        kiln::i64 m0, n0, batch;\n        tile_at(unit, m0, n0, batch);\n";
+    body += "        for (int kt = 0; kt < k_tiles; ++kt, ring.advance()) {\n";
+    body += "          kiln::wg::bar_wait(G::empty(smem) + ring.stage, ring.phase ^ 1);\n";
+    body += "          G::T* const a_tile = G::a_tile(smem, ring.stage);\n";
+    body += "          G::T* const b_tile = G::b_tile(smem, ring.stage);\n";
+    body += fmt::format("          const kiln::i64 k0 = (kiln::i64)kt * {};\n", bk);
+    body += "          if (by_elements) {\n";
+    body += indented(element_loads(true, "if (!tma_a) ") + element_loads(false, "if (!tma_b) "), 4);
+    body += "            kiln::wg::fence_async_shared();\n            kiln::wg::named_sync(1, 128);\n          }\n";
+    body += "          if (threadIdx.x == 0) {\n";
+    body += "            kiln::wg::u64* const full = G::full(smem) + ring.stage;\n";
+    body += "            kiln::wg::bar_arrive_expect(full, (tma_a ? G::kABytes : 0) + (tma_b ? G::kBBytes : 0));\n";
+    body += fmt::format("            if (tma_a) kiln::wg::tma_load(a_tile, &{}, full, {});\n", map_a, coords(a, "k0", "m0"));
+    body += indented(b_copy, 12);
+    body += "          }\n        }\n      }\n    }\n";
+  }
   // The consumer warpgroups.
   body += "  } else {\n";
-  body += "    kiln::wg::registers_up<224>();\n";
+  body += fmt::format("    kiln::wg::registers_up<{}>();\n", consumer_registers);
+  std::string finalise;
+  // (A cluster's last unit may hold a block with no rows at all.)
+  const bool check_m = gm.m % bm != 0 || tiles_m % cluster != 0;
+  // Column reductions stay in registers across tiles where 56 registers
+  // are left for everything but the accumulators and the partials.
+  ColumnCarry carry{consumer_registers - bn / 2 - 56, bn / 4, "", ""};
+  const std::string tile_epilogue = epilogue(anchor, gm, fragment_loops(gm, check_m, gm.n % bn != 0), "        }\n    }\n",
+                                             "gemm.acc[mi][ni][e]", 10, true, &finalise, &carry);
   body += "    G gemm;\n";
   body += fmt::format("    kiln::wg::Ring<{}> ring;\n", stages);
+  body += indented(carry.before_loop, 2);
   body += "    for (int unit = first_unit; unit < units; unit += unit_step) {\n";
   body += "      kiln::i64 m0, n0, batch;\n      tile_at(unit, m0, n0, batch);\n";
   body += "      gemm.mma_tile(smem, ring, k_tiles);\n";
-  const std::string open =
-      "#pragma unroll\n  for (int mi = 0; mi < G::kMI; ++mi)\n#pragma unroll\n    for (int ni = 0; ni < G::kNI; ++ni)\n"
-      "#pragma unroll\n      for (int e = 0; e < 4; ++e) {\n"
-      "        const kiln::i64 m = m0 + G::acc_row(mi, e), n = n0 + G::acc_col(ni, e);\n" +
-      fmt::format("        if (m >= {}LL || n >= {}LL) continue;\n", gm.m, gm.n);
-  std::string finalise;
-  body += indented(epilogue(anchor, gm, open, "      }\n", "gemm.acc[mi][ni][e]", 8, true, &finalise), 4);
-  body += "    }\n  }\n";
+  body += indented(tile_epilogue, 4);
+  body += "    }\n";
+  body += indented(carry.after_loop, 2);
+  body += "  }\n";
   body += finalise;
   body += "  G::finish();\n";
   finish(body, threads, "", "#include \"kiln/wgmma.cuh\"\n");
   out_.shared_bytes = static_cast<uint32_t>(shared_bytes);
   out_.grid = {static_cast<uint32_t>(units * cluster), 1, 1};
   out_.persistent_group = static_cast<uint32_t>(cluster);
+}
+
+// The producer warpgroup of a conv (gm.conv): each thread gathers one
+// 16-byte column chunk of 8 of A's 128 rows per slice (rows threadIdx.x / 8
+// + 16 i: eight threads read one pixel's 64 channels, 128 contiguous
+// bytes), the rows' input offsets worked out once per tile and the filter
+// tap once per slice; cp.async zero-fills padding and rows past M. Thread
+// 0 adds B's copy. An input pointer that is not 16-byte aligned makes
+// every thread load its share of A element by element (`a_elements`).
+std::string KernelBuilder::gathered_producer(const Gemm& gm, int stages, const std::string& map_b, const std::string& a_elements,
+                                             const std::string& b_elements, const std::string& b_copy) {
+  const Gemm::ConvGeometry& cv = *gm.conv;
+  std::string out;
+  out += "    if (threadIdx.x == 0 && tma_b) kiln::wg::prefetch_map(&" + map_b + ");\n";
+  out += fmt::format("    const G::T* const x = static_cast<const G::T*>({});\n", gm.pointer_a);
+  out += "    const int chunk_row = threadIdx.x >> 3, chunk_col = (threadIdx.x & 7) * 8;\n";
+  out += fmt::format("    kiln::wg::Ring<{}> ring;\n", stages);
+  out += "    for (int unit = first_unit; unit < units; unit += unit_step) {\n";
+  out += "      kiln::i64 m0, n0, batch;\n      tile_at(unit, m0, n0, batch);\n";
+  out += "      // Each row's output pixel (n, p, q) reads input rows from `top` and columns from `left`,\n";
+  out += "      // at `pixel` (the element offset of input (n, top, left), channel 0); rows past M read nothing.\n";
+  out += "      kiln::i64 pixel[8];\n      int top[8], left[8];\n";
+  out += "#pragma unroll\n      for (int i = 0; i < 8; ++i) {\n";
+  out += "        const int m = (int)m0 + chunk_row + 16 * i;\n";
+  out += fmt::format("        const int ni = m / {0}, pq = m - ni * {0}, pi = pq / {1}, qi = pq - pi * {1};\n", cv.p * cv.q, cv.q);
+  out += fmt::format("        top[i] = m < {} ? pi * {} - {} : -(1 << 29);\n", gm.m, cv.stride[0], cv.padding[0]);
+  out += fmt::format("        left[i] = qi * {} - {};\n", cv.stride[1], cv.padding[1]);
+  out += fmt::format("        pixel[i] = (kiln::i64)ni * {}LL + (kiln::i64)top[i] * {}LL + (kiln::i64)left[i] * {}LL;\n",
+                     cv.x_strides[0], cv.x_strides[1], cv.x_strides[2]);
+  out += "      }\n";
+  out += "      for (int kt = 0; kt < k_tiles; ++kt, ring.advance()) {\n";
+  out += "        kiln::wg::bar_wait(G::empty(smem) + ring.stage, ring.phase ^ 1);\n";
+  out += "        G::T* const a_tile = G::a_tile(smem, ring.stage);\n";
+  out += "        G::T* const b_tile = G::b_tile(smem, ring.stage);\n";
+  out += "        kiln::wg::u64* const full = G::full(smem) + ring.stage;\n";
+  out += "        const kiln::i64 k0 = (kiln::i64)kt * 64;\n";
+  out += "        if (chunks_a) {\n";
+  out += "          // This thread's column: filter tap (ri, si), channel ci.\n";
+  out += "          const int k = kt * 64 + chunk_col, tap = k / " + std::to_string(cv.c) + ", ci = k - tap * " +
+         std::to_string(cv.c) + ";\n";
+  out += fmt::format("          const int ri = tap / {0}, si = tap - ri * {0}, dh = ri * {1}, dw = si * {2};\n", cv.s,
+                     cv.dilation[0], cv.dilation[1]);
+  out += fmt::format("          const kiln::i64 tap_offset = (kiln::i64)dh * {}LL + (kiln::i64)dw * {}LL + ci;\n", cv.x_strides[1],
+                     cv.x_strides[2]);
+  out += "#pragma unroll\n          for (int i = 0; i < 8; ++i) {\n";
+  out += fmt::format("            const bool ok = k < {} && (unsigned)(top[i] + dh) < {}u && (unsigned)(left[i] + dw) < {}u;\n",
+                     gm.k, cv.h, cv.w);
+  out += "            kiln::tc::cp_async16(a_tile + G::a_index(chunk_row + 16 * i, chunk_col), x + (ok ? pixel[i] + tap_offset : 0), ok);\n";
+  out += "          }\n";
+  out += "          kiln::wg::cp_async_arrive(full);\n";
+  out += "        } else {\n";
+  out += indented(a_elements, 2);
+  out += "        }\n";
+  out += b_elements;
+  out += "        if (!chunks_a || !tma_b) kiln::wg::fence_async_shared();\n";
+  out += "        if (threadIdx.x == 0) {\n";
+  out += "          kiln::wg::bar_arrive_expect(full, tma_b ? G::kBBytes : 0);\n";
+  out += indented(b_copy, 10);
+  out += "        } else {\n          kiln::wg::bar_arrive(full);\n        }\n";
+  out += "      }\n    }\n";
+  return out;
 }
 
 }  // namespace kiln::codegen

@@ -18,6 +18,11 @@
 //   element through the emitter by the producer's 128 threads, stored at
 //   sw128 positions (then fence_async_shared, a named barrier, and one
 //   arrival);
+// - or (GATHERED) every producer thread fills A itself: 16-byte cp.async
+//   chunks gathered from anywhere (implicit im2col), completing on the
+//   `full` barrier through cp_async_arrive, plus one arrival per thread
+//   (thread 0's carries B's expected bytes); consumers fence the generic
+//   proxy's writes before wgmma reads them;
 // - the epilogue reads `acc` after mma_tile() through acc_row / acc_col
 //   (the fragment layout of mma.cuh: acc[0][ni][e]).
 //
@@ -63,6 +68,12 @@ __device__ __forceinline__ void bar_arrive_expect(u64* bar, u32 bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(shared_address(bar)), "r"(bytes) : "memory");
 }
 __device__ __forceinline__ void fence_barrier_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+// An arrival on `bar` once every cp.async this thread issued before has
+// landed (the barrier's pending count goes up by one now, so the thread
+// still arrives itself as well).
+__device__ __forceinline__ void cp_async_arrive(u64* bar) {
+  asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];\n" ::"r"(shared_address(bar)) : "memory");
+}
 // Ordinary shared-memory stores made visible to the tensor cores and the copy engine.
 __device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 __device__ __forceinline__ void named_sync(u32 id, u32 threads) {
@@ -231,7 +242,7 @@ struct Ring {
 // crosses L2 once per cluster. A slot is refilled only after the consumers
 // of every block of the cluster are done with it (they arrive on the
 // `empty` barriers of all of them).
-template <int BN, int STAGES, int KIND, bool B_K_MAJOR, int CLUSTER>
+template <int BN, int STAGES, int KIND, bool B_K_MAJOR, int CLUSTER, bool GATHERED = false>
 struct Gemm {
   typedef u16 T;
   static constexpr int kBM = 128, kBK = 64;          // a slice row is one 128-byte swizzle row
@@ -268,12 +279,13 @@ struct Gemm {
     else return cluster_rank();
   }
 
-  // Barriers: full completes on one arrival plus the copy engines' bytes;
-  // empty on one arrival per consumer warp of every block of the cluster.
+  // Barriers: full completes on one arrival (one per producer thread when
+  // GATHERED) plus the copy engines' bytes; empty on one arrival per
+  // consumer warp of every block of the cluster.
   // Every block's barriers exist before any block signals one.
   static __device__ __forceinline__ void init_barriers(unsigned char* s) {
     if (threadIdx.x == 0) {
-      for (int i = 0; i < STAGES; ++i) bar_init(full(s) + i, 1), bar_init(empty(s) + i, 8 * CLUSTER);
+      for (int i = 0; i < STAGES; ++i) bar_init(full(s) + i, GATHERED ? 128 : 1), bar_init(empty(s) + i, 8 * CLUSTER);
       fence_barrier_init();
     }
     if constexpr (CLUSTER > 1) cluster_sync();
@@ -313,6 +325,7 @@ struct Gemm {
     int previous = -1;
     for (int kt = 0; kt < k_tiles; ++kt) {
       bar_wait(full(s) + ring.stage, ring.phase);
+      if constexpr (GATHERED) fence_async_shared();  // the producer's cp.async writes, seen by wgmma
       const unsigned char* a = reinterpret_cast<const unsigned char*>(a_tile(s, ring.stage)) + consumer * 64 * 128;
       const unsigned char* b = reinterpret_cast<const unsigned char*>(b_tile(s, ring.stage));
       wgmma_fence();

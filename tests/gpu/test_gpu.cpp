@@ -217,6 +217,18 @@ TEST(Gpu, FamiliesWithOddShapes) {
     "ops":[{"op":"matmul","in":["a","b"],"out":"m"},{"op":"mul","in":["m",0.125],"out":"y"}],"outputs":["y"]})");
   texts.push_back(R"({"kiln":1,"inputs":{"a":{"shape":[12,300,96],"dtype":"bf16"},"b":{"shape":[96,520],"dtype":"bf16"}},
     "ops":[{"op":"matmul","in":["a","b"],"out":"m"},{"op":"reduce_sum","in":["m"],"out":"s","axes":[0,1]}],"outputs":["m","s"]})");
+  // Hopper conv (implicit GEMM on the wgmma kernel, A gathered with
+  // cp.async): slices that cross filter taps (C = 40, K = 360), N under the
+  // tile (BN 128, then 64 without clusters), stride 2 with dilation and
+  // uneven padding, a 1x1 conv, M not a multiple of 128, bias/relu and a
+  // per-channel epilogue reduction.
+  texts.push_back(R"({"kiln":1,"inputs":{"x":{"shape":[2,75,117,40],"dtype":"bf16"},"w":{"shape":[72,3,3,40],"dtype":"bf16"},"b":{"shape":[72],"dtype":"f32"}},
+    "ops":[{"op":"conv2d","in":["x","w"],"out":"c","padding":[1,1]},{"op":"add","in":["c","b"],"out":"s"},{"op":"relu","in":["s"],"out":"y","dtype":"bf16"}],"outputs":["y"]})");
+  texts.push_back(R"({"kiln":1,"inputs":{"x":{"shape":[6,130,97,16],"dtype":"f16"},"w":{"shape":[40,3,3,16],"dtype":"f16"}},
+    "ops":[{"op":"conv2d","in":["x","w"],"out":"c","stride":[2,2],"padding":[2,1],"dilation":[2,1]},
+           {"op":"reduce_sum","in":["c"],"out":"s","axes":[0,1,2]}],"outputs":["c","s"]})");
+  texts.push_back(R"({"kiln":1,"inputs":{"x":{"shape":[1,130,130,32],"dtype":"bf16"},"w":{"shape":[64,1,1,32],"dtype":"bf16"}},
+    "ops":[{"op":"conv2d","in":["x","w"],"out":"y"}],"outputs":["y"]})");
   // Flash attention: head dims 64/128/256, additive and bool masks, more
   // queries than keys under a causal mask (rows that see no key give
   // zeros), q read through a transpose.
@@ -399,6 +411,9 @@ TEST(Gpu, UnalignedBindingsMatchTheReference) {
           "outputs": ["y"]})",
       R"({"kiln": 1, "inputs": {"x": {"shape": [1000, 64], "dtype": "bf16"}, "s": {"shape": [64], "dtype": "bf16"}},
           "ops": [{"op": "mul", "in": ["x", "s"], "out": "t"}, {"op": "gelu", "in": ["t"], "out": "y"}], "outputs": ["y"]})",
+      // Hopper conv: the input gathered element by element, no tensor map for the weights.
+      R"({"kiln": 1, "inputs": {"x": {"shape": [2, 75, 117, 40], "dtype": "bf16"}, "w": {"shape": [72, 3, 3, 40], "dtype": "bf16"}},
+          "ops": [{"op": "conv2d", "in": ["x", "w"], "out": "y", "padding": [1, 1]}], "outputs": ["y"]})",
       // Hopper: no tensor map for either operand; the producer loads elements.
       R"({"kiln": 1, "inputs": {"a": {"shape": [1100, 200], "dtype": "bf16"}, "b": {"shape": [200, 2104], "dtype": "bf16"}},
           "ops": [{"op": "matmul", "in": ["a", "b"], "out": "y"}], "outputs": ["y"]})",
