@@ -78,19 +78,24 @@ std::optional<ExternalTensor> KernelBuilder::chunkable(ir::TensorId t, Mma kind,
   return e;
 }
 
-// The epilogue over every accumulator element: `open` declares `m`, `n`
-// (GEMM coordinates, in range) and ends inside the loops that `close`
-// closes; `acc` names the element. Writes the anchor's consumers and
-// epilogue reductions (atomics into workspaces, finalised by the last
-// block).
-// tensor_core: the loops are fragment_loops (they declare gm.out_row's
-// row coordinates; else the epilogue does, per element): a reduction
-// that keeps only the output column is combined in registers and across
-// the warp's rows first, one atomic per column and warp; with `carry` (a
-// persistent kernel, registers permitting) the registers carry the
-// partials across the block's tiles while their columns stay the same.
-std::string KernelBuilder::epilogue(const ir::Op& anchor, const Gemm& gm, const std::string& open, const std::string& close,
-                     const std::string& acc, int indent, bool tensor_core, std::string* finish_out, ColumnCarry* carry) {
+// The epilogue over every accumulator element (loops: where it runs):
+// writes the anchor's consumers and epilogue reductions (atomics into
+// workspaces, finalised by the last block).
+// Fragment loops (tensor cores): each thread's rows (two per MMA tile)
+// checked and decomposed (gm.out_row) once, then the row's columns in
+// pairs: a written tensor whose last coordinate is the column is stored
+// two elements at a time (H100, bf16 8192 x 8192 x 4096: the epilogue's
+// 2-byte stores filled the store queue, 28% of the consumers' time). A
+// reduction that keeps only the output column is combined in registers
+// and across the warp's rows first, one atomic per column and warp; with
+// `carry` (a persistent kernel, registers permitting) the registers carry
+// the partials across the block's tiles while their columns stay the same.
+// finish_out: where the last block's finalisation of reductions goes (a
+// kernel that loops over tiles runs it once, after the loop); null: after
+// the loops.
+std::string KernelBuilder::epilogue(const ir::Op& anchor, const Gemm& gm, const EpilogueLoops& loops, const std::string& acc,
+                                   std::string* finish_out, ColumnCarry* carry) {
+  const bool tensor_core = loops.fragments;
   const ir::Tensor& result = g_.result(anchor);
   std::vector<const ir::Op*> reduces;  // epilogue reductions whose results are needed
   for (const ir::Op* r : ops_of({ir::OpFamily::Reduce}))
@@ -103,7 +108,7 @@ std::string KernelBuilder::epilogue(const ir::Op& anchor, const Gemm& gm, const 
   std::string body;
   std::vector<std::pair<size_t, std::string>> column_reduces;  // reduction, register partials
   em_.begin_block();
-  if (gm.out_row && !tensor_core) em_.emit(gm.out_row("m"));  // (fragment_loops declares it per row)
+  if (gm.out_row && !tensor_core) em_.emit(gm.out_row("m"));  // (the fragment loops declare it per row)
   const Coords oc = gm.out_coords("m", "n", "batch");
   em_.emit(fmt::format("const float out = {};  // {}", em_.rounded(result, acc), result.name));
   em_.set_leaf(anchor.output, "out");
@@ -119,7 +124,7 @@ std::string KernelBuilder::epilogue(const ir::Op& anchor, const Gemm& gm, const 
     for (size_t d = 0; d < in_shape.size(); ++d)
       if (!std::binary_search(op.attrs.axes.begin(), op.attrs.axes.end(), static_cast<int64_t>(d)))
         kept.push_back(ic[d]), kept_shape.push_back(in_shape[d]);
-    if (tensor_core && kept.size() == 1 && kept[0] == oc.back()) {
+    if (tensor_core && gm.column_last && kept.size() == 1 && kept[0] == oc.back()) {
       const std::string functor = reduce_functor(op.kind), red = fmt::format("red{}", r);
       decls += fmt::format("  float {0}[G::kNI][2];\n#pragma unroll\n  for (int ni = 0; ni < G::kNI; ++ni) {0}[ni][0] = {0}[ni][1] = "
                            "{1}::identity();\n", red, functor);
@@ -130,12 +135,43 @@ std::string KernelBuilder::epilogue(const ir::Op& anchor, const Gemm& gm, const 
     em_.emit(fmt::format("kiln::atomic_combine({}(), static_cast<float*>({}) + {}, {});", reduce_functor(op.kind), ws[r],
                          em_.linearize(kept, kept_shape), em_.value(op.inputs[0], ic)));
   }
+  std::string pair_decls, pair_stores;
   for (ir::TensorId t : k_.writes) {
     if (reduce_outs.count(t)) continue;
     const Coords tc = write_coords(anchor.output, oc, t);
-    em_.emit(store(t, em_.linearize(tc, g_.tensor(t).shape), em_.value(t, tc)) + "  // " + g_.tensor(t).name);
+    const std::string offset = em_.linearize(tc, g_.tensor(t).shape), value = em_.value(t, tc);
+    const DType storage = storage_dtype(g_.tensor(t));
+    // Columns n and n + 1 (n even) are adjacent elements of t, both inside N or both outside.
+    const bool paired = tensor_core && gm.column_last && tc.back() == oc.back() && storage != DType::boolean &&
+                        (!loops.check_n || gm.n % 2 == 0);
+    if (!paired) {
+      em_.emit(store(t, offset, value) + "  // " + g_.tensor(t).name);
+      continue;
+    }
+    pair_decls += fmt::format("float pair{0}[2];\nkiln::i64 pair{0}_at = 0;\n", t);
+    em_.emit(fmt::format("pair{0}[c] = {1};  // {2}", t, value, g_.tensor(t).name));
+    em_.emit(fmt::format("if (c == 0) pair{} = {};", std::to_string(t) + "_at", offset));
+    pair_stores += fmt::format("kiln::store_pair_{0}({1}, pair{2}_at, pair{2}[0], pair{2}[1]);  // {3}\n", to_string(storage),
+                               writes_.at(t), t, g_.tensor(t).name);
   }
-  const std::string elements = em_.take(indent);
+  const std::string elements = em_.take(tensor_core ? 10 : 6);
+  std::string open = loops.open, close = loops.close;
+  if (tensor_core) {
+    open = "#pragma unroll\n  for (int mi = 0; mi < G::kMI; ++mi)\n#pragma unroll\n    for (int half = 0; half < 2; ++half) {\n";
+    open += "      const kiln::i64 m = m0 + G::acc_row(mi, 2 * half);\n";
+    if (loops.check_m) open += fmt::format("      if (m >= {}LL) continue;\n", gm.m);
+    if (gm.out_row) open += "      " + gm.out_row("m") + "\n";
+    open += "#pragma unroll\n      for (int ni = 0; ni < G::kNI; ++ni) {\n" + indented(pair_decls, 8);
+    open += "#pragma unroll\n        for (int c = 0; c < 2; ++c) {\n          const int e = 2 * half + c;\n";
+    open += "          const kiln::i64 n = n0 + G::acc_col(ni, e);\n";
+    if (loops.check_n) open += fmt::format("          if (n >= {}LL) continue;\n", gm.n);
+    close = "        }\n";
+    if (!pair_stores.empty() && loops.check_n)
+      close += fmt::format("        if (n0 + G::acc_col(ni, 2 * half) < {}LL) {{\n", gm.n) + indented(pair_stores, 10) + "        }\n";
+    else
+      close += indented(pair_stores, 8);
+    close += "      }\n    }\n";
+  }
   const bool carrying = carry && !column_reduces.empty() &&
                         static_cast<int>(column_reduces.size()) * carry->partials_per_reduction <= carry->registers;
   // Column partials: across the warp's rows (lanes with equal lane % 4), then one atomic each.
@@ -188,25 +224,6 @@ std::string KernelBuilder::epilogue(const ir::Op& anchor, const Gemm& gm, const 
   return body;
 }
 
-// The loops of a tensor-core epilogue over the accumulator fragments
-// (closed by "        }\n    }\n"): each thread's rows (two per MMA tile)
-// checked, with their output coordinates (gm.out_row), once; then the
-// row's columns. Declares m, n and e (the fragment element). Rows and
-// columns are checked only where a tile can reach past M or N: without
-// branches per element the compiler issues the epilogue's loads together
-// (H100, conv 3x3 bias relu: the bias loads waited one by one, half the
-// kernel's time).
-std::string KernelBuilder::fragment_loops(const Gemm& gm, bool check_m, bool check_n) {
-  std::string s = "#pragma unroll\n  for (int mi = 0; mi < G::kMI; ++mi)\n#pragma unroll\n    for (int half = 0; half < 2; ++half) {\n";
-  s += "      const kiln::i64 m = m0 + G::acc_row(mi, 2 * half);\n";
-  if (check_m) s += fmt::format("      if (m >= {}LL) continue;\n", gm.m);
-  if (gm.out_row) s += "      " + gm.out_row("m") + "\n";
-  s += "#pragma unroll\n      for (int ni = 0; ni < G::kNI; ++ni)\n#pragma unroll\n        for (int e = 2 * half; e < 2 * half + 2; ++e) {\n";
-  s += "          const kiln::i64 n = n0 + G::acc_col(ni, e);\n";
-  if (check_n) s += fmt::format("          if (n >= {}LL) continue;\n", gm.n);
-  return s;
-}
-
 void KernelBuilder::gemm(const ir::Op& anchor, const Gemm& gm) {
   if (const std::optional<Mma> kind = mma_kind(anchor)) {
     if (auto operands = wgmma_operands(anchor, gm, *kind)) return gemm_wgmma(anchor, gm, *kind, *operands);
@@ -246,7 +263,7 @@ void KernelBuilder::gemm_simt(const ir::Op& anchor, const Gemm& gm) {
   const std::string open = "#pragma unroll\n  for (int i = 0; i < 4; ++i)\n#pragma unroll\n    for (int j = 0; j < 4; ++j) {\n"
                            "      const kiln::i64 m = m0 + ty * 4 + i, n = n0 + tx * 4 + j;\n" +
                            fmt::format("      if (m >= {}LL || n >= {}LL) continue;\n", gm.m, gm.n);
-  body += epilogue(anchor, gm, open, "    }\n", "acc[i][j]", 6);
+  body += epilogue(anchor, gm, {open, "    }\n"}, "acc[i][j]");
   finish(body, 256);
   out_.grid = {blocks_for(gm.n, kBN), blocks_for(gm.m, kBM), static_cast<uint32_t>(gm.batches)};
 }
@@ -405,7 +422,7 @@ void KernelBuilder::gemm_tensor_core(const ir::Op& anchor, const Gemm& gm, Mma k
   body += loader(true) + loader(false);
   body += "  G gemm;\n";
   body += fmt::format("  gemm.run(smem, {}, load_a, load_b, stash_a, stash_b);\n", (gm.k + t.bk - 1) / t.bk);
-  body += epilogue(anchor, gm, fragment_loops(gm, gm.m % t.bm != 0, gm.n % t.bn != 0), "        }\n    }\n", "gemm.acc[mi][ni][e]", 10, true);
+  body += epilogue(anchor, gm, {"", "", true, gm.m % t.bm != 0, gm.n % t.bn != 0}, "gemm.acc[mi][ni][e]");
   finish(body, threads, "", "#include \"kiln/mma.cuh\"\n");
   out_.shared_bytes = static_cast<uint32_t>(shared_bytes);
   out_.grid = {static_cast<uint32_t>(tiles_m * tiles_n), 1, static_cast<uint32_t>(gm.batches)};
@@ -547,6 +564,7 @@ void KernelBuilder::conv() {
   gm.load_b = [&](const std::string& kk, const std::string& nn, const std::string& g) {
     em_.emit("v = " + operand_value(cv, 1, filter_tap(kk, nn, g)) + ";");
   };
+  gm.column_last = nhwc;
   gm.out_row = [&](const std::string& m) {
     return fmt::format("const kiln::i64 on = {0} / {1}LL, op = ({0} / {2}LL) % {3}LL, oq = {0} % {2}LL;", m, p * q, q, p);
   };

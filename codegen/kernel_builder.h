@@ -297,6 +297,7 @@ class KernelBuilder {
     // of the row are the variables out_row(m) declares, in scope.
     std::function<Coords(const std::string& m, const std::string& n, const std::string& batch)> out_coords;
     std::function<std::string(const std::string& m)> out_row;
+    bool column_last = true;  // the result's last coordinate is the GEMM column (not in an NCHW conv)
     ChunkFn chunk_a, chunk_b;
     std::string pointer_a, pointer_b;
     bool b_k_major = false;  // B's tile is [n][k] (conv weights, B transposed) rather than [k][n]
@@ -336,17 +337,17 @@ class KernelBuilder {
   // pointer (checked at run time).
   std::optional<ExternalTensor> chunkable(ir::TensorId t, Mma kind, size_t inner, int64_t chunk) const;
 
-  // The epilogue over every accumulator element: `open` declares `m`, `n`
-  // (GEMM coordinates, in range) and ends inside the loops that `close`
-  // closes; `acc` names the element. Writes the anchor's consumers and
-  // epilogue reductions (atomics into workspaces, finalised by the last
-  // block).
-  // tensor_core: the loops are over the MMA fragments (ni, e): a reduction
-  // that keeps only the output column is combined in registers and across
-  // the warp's rows first, one atomic per column and warp.
-  // finish_out: where the last block's finalisation of epilogue reductions
-  // goes (a kernel that loops over tiles runs it once, after the loop);
-  // null: after the loops.
+  // Where the epilogue runs: per element of a SIMT tile (`open` declares
+  // m and n, in range, and ends inside the loops that `close` closes), or
+  // over a tensor-core kernel's accumulator fragments (`fragments`; rows
+  // and columns checked only where a tile can pass M or N: without
+  // branches per element the compiler issues the epilogue's loads together;
+  // H100, conv 3x3 bias relu: the bias loads waited one by one, half the
+  // kernel's time).
+  struct EpilogueLoops {
+    std::string open, close;
+    bool fragments = false, check_m = true, check_n = true;
+  };
   // A persistent kernel's epilogue column partials, kept in registers
   // across its tiles (at most `registers` floats per thread; a reduction
   // takes `partials_per_reduction`): declarations for before the tile loop,
@@ -355,10 +356,12 @@ class KernelBuilder {
     int registers = 0, partials_per_reduction = 0;
     std::string before_loop, after_loop;
   };
-  std::string fragment_loops(const Gemm& gm, bool check_m, bool check_n);
-  std::string epilogue(const ir::Op& anchor, const Gemm& gm, const std::string& open, const std::string& close,
-                       const std::string& acc, int indent, bool tensor_core = false, std::string* finish_out = nullptr,
-                       ColumnCarry* carry = nullptr);
+  // The epilogue over every accumulator element `acc`: writes the anchor's
+  // consumers and epilogue reductions (atomics into workspaces, finalised
+  // by the last block, in `finish_out` where given: after a persistent
+  // kernel's tile loop). See gemm_codegen.cpp for the fragment loops.
+  std::string epilogue(const ir::Op& anchor, const Gemm& gm, const EpilogueLoops& loops, const std::string& acc,
+                       std::string* finish_out = nullptr, ColumnCarry* carry = nullptr);
 
   void gemm(const ir::Op& anchor, const Gemm& gm);
 

@@ -269,8 +269,8 @@ void KernelBuilder::gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind, c
   // Column reductions stay in registers across tiles where 56 registers
   // are left for everything but the accumulators and the partials.
   ColumnCarry carry{consumer_registers - bn / 2 - 56, bn / 4, "", ""};
-  const std::string tile_epilogue = epilogue(anchor, gm, fragment_loops(gm, check_m, gm.n % bn != 0), "        }\n    }\n",
-                                             "gemm.acc[mi][ni][e]", 10, true, &finalise, &carry);
+  const std::string tile_epilogue =
+      epilogue(anchor, gm, {"", "", true, check_m, gm.n % bn != 0}, "gemm.acc[mi][ni][e]", &finalise, &carry);
   body += "    G gemm;\n";
   body += fmt::format("    kiln::wg::Ring<{}> ring;\n", stages);
   body += indented(carry.before_loop, 2);

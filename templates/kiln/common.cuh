@@ -89,6 +89,25 @@ __device__ __forceinline__ void store_f32(void* p, i64 i, float v) { static_cast
 __device__ __forceinline__ void store_bf16(void* p, i64 i, float v) { static_cast<u16*>(p)[i] = f32_to_bf16(v); }
 __device__ __forceinline__ void store_f16(void* p, i64 i, float v) { static_cast<u16*>(p)[i] = f32_to_f16(v); }
 __device__ __forceinline__ void store_bool(void* p, i64 i, float v) { static_cast<u8*>(p)[i] = v != 0.0f ? 1 : 0; }
+// Elements i and i + 1 in one store where their address is aligned for it
+// (a tensor-core epilogue's column pairs), else one by one.
+__device__ __forceinline__ void store_pair_f32(void* p, i64 i, float a, float b) {
+  float* q = static_cast<float*>(p) + i;
+  if ((reinterpret_cast<unsigned long long>(q) & 7) == 0) *reinterpret_cast<float2*>(q) = make_float2(a, b);
+  else q[0] = a, q[1] = b;
+}
+__device__ __forceinline__ void store_pair_bf16(void* p, i64 i, float a, float b) {
+  u16* q = static_cast<u16*>(p) + i;
+  if ((reinterpret_cast<unsigned long long>(q) & 3) == 0)
+    *reinterpret_cast<u32*>(q) = static_cast<u32>(f32_to_bf16(a)) | (static_cast<u32>(f32_to_bf16(b)) << 16);
+  else q[0] = f32_to_bf16(a), q[1] = f32_to_bf16(b);
+}
+__device__ __forceinline__ void store_pair_f16(void* p, i64 i, float a, float b) {
+  u16* q = static_cast<u16*>(p) + i;
+  if ((reinterpret_cast<unsigned long long>(q) & 3) == 0)
+    *reinterpret_cast<u32*>(q) = static_cast<u32>(f32_to_f16(a)) | (static_cast<u32>(f32_to_f16(b)) << 16);
+  else q[0] = f32_to_f16(a), q[1] = f32_to_f16(b);
+}
 
 __device__ __forceinline__ float inf() { return __int_as_float(0x7f800000); }
 

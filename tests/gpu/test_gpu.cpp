@@ -217,6 +217,11 @@ TEST(Gpu, FamiliesWithOddShapes) {
     "ops":[{"op":"matmul","in":["a","b"],"out":"m"},{"op":"mul","in":["m",0.125],"out":"y"}],"outputs":["y"]})");
   texts.push_back(R"({"kiln":1,"inputs":{"a":{"shape":[12,300,96],"dtype":"bf16"},"b":{"shape":[96,520],"dtype":"bf16"}},
     "ops":[{"op":"matmul","in":["a","b"],"out":"m"},{"op":"reduce_sum","in":["m"],"out":"s","axes":[0,1]}],"outputs":["m","s"]})");
+  // An NCHW conv: its last coordinate is not the GEMM column, so neither
+  // column-pair stores nor column reductions in registers apply (a sum
+  // keeping only W was once combined across channels).
+  texts.push_back(R"({"kiln":1,"inputs":{"x":{"shape":[2,16,10,12],"dtype":"bf16"},"w":{"shape":[24,16,3,3],"dtype":"bf16"}},
+    "ops":[{"op":"conv2d","in":["x","w"],"out":"c","layout":"NCHW","padding":[1,1]},{"op":"reduce_sum","in":["c"],"out":"s","axes":[0,1,2]}],"outputs":["c","s"]})");
   // Hopper conv (implicit GEMM on the wgmma kernel, A gathered with
   // cp.async): slices that cross filter taps (C = 40, K = 360), N under the
   // tile (BN 128, then 64 without clusters), stride 2 with dilation and
