@@ -390,6 +390,9 @@ class KernelBuilder {
     TensorMapSpec map;
     bool k_major = true;
   };
+  // A tensor in memory stored as the MMA's type, bound to this kernel: its
+  // pointer and tensor, the map still to fill in.
+  std::optional<TmaOperand> tma_source(const std::optional<ExternalTensor>& e, Mma kind) const;
   std::optional<TmaOperand> tma_operand(const ir::Op& anchor, size_t slot, Mma kind) const;
 
   // A conv's weights [K, R, S, C] as B, k-major: one group, contiguous.

@@ -17,12 +17,24 @@ namespace {
 constexpr int kWgmmaBM = 128;
 constexpr int kSharedLimit = 227 * 1024;  // sm_90's dynamic shared memory per block
 
+// The producer's loop over its block's tiles (open: the tile's m0, n0 and
+// batch are declared) and the start of each slot: wait until the
+// consumers have handed it back; its tiles and first k.
+std::string producer_tile_loop(int indent) {
+  return indented("for (int unit = first_unit; unit < units; unit += unit_step) {\n"
+                  "  kiln::i64 m0, n0, batch;\n  tile_at(unit, m0, n0, batch);", indent);
+}
+std::string producer_slot(int indent) {
+  return indented("kiln::wg::bar_wait(G::empty(smem) + ring.stage, ring.phase ^ 1);\n"
+                  "G::T* const a_tile = G::a_tile(smem, ring.stage);\n"
+                  "G::T* const b_tile = G::b_tile(smem, ring.stage);\n"
+                  "const kiln::i64 k0 = (kiln::i64)kt * G::kBK;", indent);
+}
+
 
 }  // namespace
 
-auto KernelBuilder::tma_operand(const ir::Op& anchor, size_t slot, Mma kind) const -> std::optional<TmaOperand> {
-  if (kind == Mma::tf32) return std::nullopt;
-  const std::optional<ExternalTensor> e = in_memory(anchor.inputs[slot]);
+auto KernelBuilder::tma_source(const std::optional<ExternalTensor>& e, Mma kind) const -> std::optional<TmaOperand> {
   if (!e || e->storage != mma_storage(kind)) return std::nullopt;
   TmaOperand op;
   op.pointer = e->pointer;
@@ -30,6 +42,15 @@ auto KernelBuilder::tma_operand(const ir::Op& anchor, size_t slot, Mma kind) con
   for (const auto& [id, x] : ext_)
     if (x.pointer == e->pointer) op.tensor = id;
   if (op.tensor < 0) return std::nullopt;
+  return op;
+}
+
+auto KernelBuilder::tma_operand(const ir::Op& anchor, size_t slot, Mma kind) const -> std::optional<TmaOperand> {
+  if (kind == Mma::tf32) return std::nullopt;
+  const std::optional<ExternalTensor> e = in_memory(anchor.inputs[slot]);
+  std::optional<TmaOperand> found = tma_source(e, kind);
+  if (!found) return std::nullopt;
+  TmaOperand op = *found;
   const Shape& s = g_.operand(anchor, slot).shape;
   const size_t r = s.size();
   // The contiguous dim (inner) and the other matrix dim (outer).
@@ -77,23 +98,19 @@ auto KernelBuilder::tma_operand(const ir::Op& anchor, size_t slot, Mma kind) con
 auto KernelBuilder::conv_weight_operand(const ir::Op& anchor, Mma kind) const -> std::optional<TmaOperand> {
   const std::optional<ExternalTensor> e = in_memory(anchor.inputs[1]);
   const Shape& ws = g_.operand(anchor, 1).shape;  // [K, R, S, C]
-  if (!e || e->storage != mma_storage(kind) || anchor.attrs.layout != ir::Layout::NHWC || anchor.attrs.groups != 1) return std::nullopt;
+  if (!e || anchor.attrs.layout != ir::Layout::NHWC || anchor.attrs.groups != 1) return std::nullopt;
   if (e->strides[3] != 1 || e->strides[2] != ws[3] || e->strides[1] != ws[2] * ws[3]) return std::nullopt;
   const int64_t k = ws[1] * ws[2] * ws[3], outer = ws[0] == 1 ? k : e->strides[0];
   if (k >= (int64_t{1} << 31) || ws[0] >= (int64_t{1} << 31) || (outer * 2) % 16 != 0 || outer * 2 >= (int64_t{1} << 40))
     return std::nullopt;
-  TmaOperand op;
-  op.pointer = e->pointer;
-  op.tensor = -1;
-  for (const auto& [id, x] : ext_)
-    if (x.pointer == e->pointer) op.tensor = id;
-  if (op.tensor < 0) return std::nullopt;
-  op.map.dtype = mma_storage(kind);
-  op.map.rank = 2;
-  op.map.dims[0] = static_cast<uint64_t>(k);
-  op.map.dims[1] = static_cast<uint64_t>(ws[0]);
-  op.map.strides[0] = static_cast<uint64_t>(outer * 2);
-  op.k_major = true;
+  std::optional<TmaOperand> op = tma_source(e, kind);
+  if (!op) return std::nullopt;
+  op->map.dtype = mma_storage(kind);
+  op->map.rank = 2;
+  op->map.dims[0] = static_cast<uint64_t>(k);
+  op->map.dims[1] = static_cast<uint64_t>(ws[0]);
+  op->map.strides[0] = static_cast<uint64_t>(outer * 2);
+  op->k_major = true;
   return op;
 }
 
@@ -243,13 +260,9 @@ void KernelBuilder::gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind, c
                         map_a, map_b);
     body += "    if (by_elements || threadIdx.x == 0) {\n";
     body += fmt::format("      kiln::wg::Ring<{}> ring;\n", stages);
-    body += "      for (int unit = first_unit; unit < units; unit += unit_step) {\n";
-    body += "        kiln::i64 m0, n0, batch;\n        tile_at(unit, m0, n0, batch);\n";
+    body += producer_tile_loop(6);
     body += "        for (int kt = 0; kt < k_tiles; ++kt, ring.advance()) {\n";
-    body += "          kiln::wg::bar_wait(G::empty(smem) + ring.stage, ring.phase ^ 1);\n";
-    body += "          G::T* const a_tile = G::a_tile(smem, ring.stage);\n";
-    body += "          G::T* const b_tile = G::b_tile(smem, ring.stage);\n";
-    body += fmt::format("          const kiln::i64 k0 = (kiln::i64)kt * {};\n", bk);
+    body += producer_slot(10);
     body += "          if (by_elements) {\n";
     body += indented(element_loads(true, "if (!tma_a) ") + element_loads(false, "if (!tma_b) "), 4);
     body += "            kiln::wg::fence_async_shared();\n            kiln::wg::named_sync(1, 128);\n          }\n";
@@ -304,8 +317,7 @@ std::string KernelBuilder::gathered_producer(const Gemm& gm, int stages, const s
   out += fmt::format("    const G::T* const x = static_cast<const G::T*>({});\n", gm.pointer_a);
   out += "    const int chunk_row = threadIdx.x >> 3, chunk_col = (threadIdx.x & 7) * 8;\n";
   out += fmt::format("    kiln::wg::Ring<{}> ring;\n", stages);
-  out += "    for (int unit = first_unit; unit < units; unit += unit_step) {\n";
-  out += "      kiln::i64 m0, n0, batch;\n      tile_at(unit, m0, n0, batch);\n";
+  out += producer_tile_loop(4);
   out += "      // Each row's output pixel (n, p, q) reads input rows from `top` and columns from `left`,\n";
   out += "      // at `pixel` (the element offset of input (n, top, left), channel 0); rows past M read nothing.\n";
   out += "      kiln::i64 pixel[8];\n      int top[8], left[8];\n";
@@ -318,11 +330,8 @@ std::string KernelBuilder::gathered_producer(const Gemm& gm, int stages, const s
                      cv.x_strides[0], cv.x_strides[1], cv.x_strides[2]);
   out += "      }\n";
   out += "      for (int kt = 0; kt < k_tiles; ++kt, ring.advance()) {\n";
-  out += "        kiln::wg::bar_wait(G::empty(smem) + ring.stage, ring.phase ^ 1);\n";
-  out += "        G::T* const a_tile = G::a_tile(smem, ring.stage);\n";
-  out += "        G::T* const b_tile = G::b_tile(smem, ring.stage);\n";
+  out += producer_slot(8);
   out += "        kiln::wg::u64* const full = G::full(smem) + ring.stage;\n";
-  out += "        const kiln::i64 k0 = (kiln::i64)kt * 64;\n";
   out += "        if (chunks_a) {\n";
   out += "          // This thread's column: filter tap (ri, si), channel ci.\n";
   out += "          const int k = kt * 64 + chunk_col, tap = k / " + std::to_string(cv.c) + ", ci = k - tap * " +
