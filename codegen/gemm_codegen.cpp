@@ -136,6 +136,9 @@ std::string KernelBuilder::epilogue(const ir::Op& anchor, const Gemm& gm, const 
                          em_.linearize(kept, kept_shape), em_.value(op.inputs[0], ic)));
   }
   std::string pair_decls, pair_stores;
+  ir::TensorId staged = -1;  // the tensor stored through shared memory (stage_map)
+  std::string staged_map, staged_put;
+  const Shape& result_shape = result.shape;
   for (ir::TensorId t : k_.writes) {
     if (reduce_outs.count(t)) continue;
     const Coords tc = write_coords(anchor.output, oc, t);
@@ -151,17 +154,45 @@ std::string KernelBuilder::epilogue(const ir::Op& anchor, const Gemm& gm, const 
     pair_decls += fmt::format("float pair{0}[2];\nkiln::i64 pair{0}_at = 0;\n", t);
     em_.emit(fmt::format("pair{0}[c] = {1};  // {2}", t, value, g_.tensor(t).name));
     em_.emit(fmt::format("if (c == 0) pair{} = {};", std::to_string(t) + "_at", offset));
-    pair_stores += fmt::format("kiln::store_pair_{0}({1}, pair{2}_at, pair{2}[0], pair{2}[1]);  // {3}\n", to_string(storage),
-                               writes_.at(t), t, g_.tensor(t).name);
+    const std::string direct = fmt::format("kiln::store_pair_{0}({1}, pair{2}_at, pair{2}[0], pair{2}[1]);  // {3}\n",
+                                           to_string(storage), writes_.at(t), t, g_.tensor(t).name);
+    // The result itself (same coordinates and shape: [batch..., M, N] rows of N) in a 16-bit or
+    // f32 type with 16-byte rows: column blocks of 128 bytes through shared memory.
+    const int64_t row_bytes = gm.n * byte_size(storage);
+    if (loops.stage_map && staged < 0 && tc == oc && g_.tensor(t).shape == result_shape && row_bytes % 16 == 0 &&
+        gm.m < (int64_t{1} << 31) && gm.n < (int64_t{1} << 31) && gm.batches < (int64_t{1} << 31)) {
+      staged = t;
+      TensorMapSpec map;
+      map.dtype = storage;
+      map.rank = gm.batches > 1 ? 3 : 2;
+      map.dims = {static_cast<uint64_t>(gm.n), static_cast<uint64_t>(gm.m), static_cast<uint64_t>(gm.batches)};
+      map.strides = {static_cast<uint64_t>(row_bytes), static_cast<uint64_t>(row_bytes * gm.m)};
+      map.box = {static_cast<uint32_t>(128 / byte_size(storage)), 64, 1};
+      staged_map = loops.stage_map(t, map);
+      pair_stores += fmt::format("if (staged) kiln::put_pair_{0}(staging + G::staging_offset(G::acc_row(mi, 2 * half) & 63, "
+                                 "(G::acc_col(ni, 2 * half) - blk * {1}) * {2}), pair{3}[0], pair{3}[1]);\n",
+                                 to_string(storage), 128 / byte_size(storage), byte_size(storage), t);
+      pair_stores += "else " + direct;
+      staged_put = fmt::format("kiln::aligned16({})", writes_.at(t));
+      if (loops.staged) *loops.staged = t;
+      continue;
+    }
+    pair_stores += direct;
   }
-  const std::string elements = em_.take(tensor_core ? 10 : 6);
+  const std::string elements = em_.take(tensor_core ? (staged >= 0 ? 12 : 10) : 6);
   std::string open = loops.open, close = loops.close;
   if (tensor_core) {
+    const int block_columns = staged >= 0 ? 128 / byte_size(storage_dtype(g_.tensor(staged))) : 0;
     open = "#pragma unroll\n  for (int mi = 0; mi < G::kMI; ++mi)\n#pragma unroll\n    for (int half = 0; half < 2; ++half) {\n";
     open += "      const kiln::i64 m = m0 + G::acc_row(mi, 2 * half);\n";
     if (loops.check_m) open += fmt::format("      if (m >= {}LL) continue;\n", gm.m);
     if (gm.out_row) open += "      " + gm.out_row("m") + "\n";
-    open += "#pragma unroll\n      for (int ni = 0; ni < G::kNI; ++ni) {\n" + indented(pair_decls, 8);
+    if (staged >= 0)
+      open += fmt::format("#pragma unroll\n      for (int nj = 0; nj < {}; ++nj) {{\n        const int ni = blk * {} + nj;\n",
+                          block_columns / 8, block_columns / 8);
+    else
+      open += "#pragma unroll\n      for (int ni = 0; ni < G::kNI; ++ni) {\n";
+    open += indented(pair_decls, 8);
     open += "#pragma unroll\n        for (int c = 0; c < 2; ++c) {\n          const int e = 2 * half + c;\n";
     open += "          const kiln::i64 n = n0 + G::acc_col(ni, e);\n";
     if (loops.check_n) open += fmt::format("          if (n >= {}LL) continue;\n", gm.n);
@@ -171,6 +202,27 @@ std::string KernelBuilder::epilogue(const ir::Op& anchor, const Gemm& gm, const 
     else
       close += indented(pair_stores, 8);
     close += "      }\n    }\n";
+    if (staged >= 0) {
+      // Each consumer warpgroup's 64 rows, one 128-byte column block at a time, alternating
+      // between its two buffers (the previous block's store may still be reading the other).
+      const std::string coords = gm.batches > 1 ? "(int)(n0 + blk * " + std::to_string(block_columns) +
+                                                      "), (int)(m0 + consumer * 64), (int)batch"
+                                                : "(int)(n0 + blk * " + std::to_string(block_columns) + "), (int)(m0 + consumer * 64)";
+      std::string pre = fmt::format("#pragma unroll\n  for (int blk = 0; blk < G::kNI * 8 / {}; ++blk) {{\n", block_columns);
+      pre += "    unsigned char* const staging = G::staging(smem, consumer, staging_turn++ & 1);\n";
+      pre += "    if (staged) {\n      if ((threadIdx.x & 127) == 0) kiln::wg::bulk_wait_read<1>();\n";
+      pre += "      kiln::wg::named_sync(2 + consumer, 128);\n    }\n";
+      std::string post = "    if (staged) {\n      kiln::wg::fence_async_shared();\n      kiln::wg::named_sync(2 + consumer, 128);\n";
+      post += fmt::format("      if ((threadIdx.x & 127) == 0) {{\n        kiln::wg::tma_store(&{}, staging, {});\n", staged_map, coords);
+      post += "        kiln::wg::bulk_commit();\n      }\n    }\n  }\n";
+      open = pre + indented(open, 2);
+      close = indented(close, 2) + post;
+      if (carry) {
+        carry->before_loop += "  const int consumer = (threadIdx.x >> 7) - 1;\n";
+        carry->before_loop += fmt::format("  const bool staged = {};\n  int staging_turn = 0;\n", staged_put);
+        carry->after_loop += "  if (staged && (threadIdx.x & 127) == 0) kiln::wg::bulk_wait_all();  // the last stores landed\n";
+      }
+    }
   }
   const bool carrying = carry && !column_reduces.empty() &&
                         static_cast<int>(column_reduces.size()) * carry->partials_per_reduction <= carry->registers;

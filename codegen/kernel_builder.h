@@ -347,6 +347,13 @@ class KernelBuilder {
   struct EpilogueLoops {
     std::string open, close;
     bool fragments = false, check_m = true, check_n = true;
+    // A persistent wgmma kernel's fragments (needs a ColumnCarry): the
+    // result, where it is written as laid out ([batch..., M, N], 16-bit or
+    // f32, 16-byte rows), goes to shared memory in 128-byte column blocks
+    // and out with bulk tensor stores (runtime fallback: direct stores);
+    // stage_map makes its tensor map parameter, `staged` learns which.
+    std::function<std::string(ir::TensorId, const TensorMapSpec&)> stage_map;
+    ir::TensorId* staged = nullptr;
   };
   // A persistent kernel's epilogue column partials, kept in registers
   // across its tiles (at most `registers` floats per thread; a reduction

@@ -7,7 +7,8 @@
 // Guarantees: the same numbers as gemm_tensor_core (f32 accumulation of
 // exact products, the same epilogue code per element); any binding works:
 // an operand whose pointer is not 16-byte aligned is loaded element by
-// element by the producer warpgroup instead of the copy engine.
+// element by the producer warpgroup instead of the copy engine, a result
+// that is not goes out with direct stores instead of bulk tensor stores.
 #include "codegen/kernel_builder.h"
 
 namespace kiln::codegen {
@@ -158,9 +159,6 @@ void KernelBuilder::gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind, c
   // (H100, bf16 8192 x 8192 x 4096: 574 TFLOP/s with pairs, 547 without.)
   const int cluster = tiles_m >= 2 && bn >= 128 ? 2 : 1;
   const int64_t units_m = (tiles_m + cluster - 1) / cluster, units = units_m * tiles_n * gm.batches;
-  const int stage_bytes = (bm + bn) * bk * 2;
-  const int stages = std::min(8, (kSharedLimit - 1024 - 8 * 16) / stage_bytes);
-  const int shared_bytes = 1024 + stages * stage_bytes + 2 * stages * 8;
   const int threads = 384;
   const int64_t k_tiles = (gm.k + bk - 1) / bk;
   KILN_INTERNAL_CHECK(units * cluster < (int64_t{1} << 31));
@@ -170,12 +168,30 @@ void KernelBuilder::gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind, c
                         : std::array<uint32_t, 3>{64, static_cast<uint32_t>(bk), 1};
   const std::string map_a = gathered ? "" : tensor_map_param(a, g_.operand(anchor, 0).name);
   const std::string map_b = tensor_map_param(b, g_.operand(anchor, 1).name);
+
+  // The epilogue first: whether the result goes out through shared memory sizes the ring.
+  std::string finalise;
+  // (A cluster's last unit may hold a block with no rows at all.)
+  const bool check_m = gm.m % bm != 0 || tiles_m % cluster != 0;
+  // Column reductions stay in registers across tiles where 56 registers
+  // are left for everything but the accumulators and the partials.
+  ColumnCarry carry{consumer_registers - bn / 2 - 56, bn / 4, "", ""};
+  ir::TensorId staged = -1;
+  EpilogueLoops loops{"", "", true, check_m, gm.n % bn != 0, nullptr, &staged};
+  loops.stage_map = [&](ir::TensorId t, const TensorMapSpec& map) {
+    return tensor_map_param(TmaOperand{t, writes_.at(t), map, true}, g_.tensor(t).name);
+  };
+  const std::string tile_epilogue = epilogue(anchor, gm, loops, "gemm.acc[mi][ni][e]", &finalise, &carry);
+  const int stage_bytes = (bm + bn) * bk * 2, staging_bytes = staged >= 0 ? 4 * 64 * 128 : 0;
+  const int stages = std::min(8, (kSharedLimit - 1024 - 8 * 16 - staging_bytes) / stage_bytes);
+  const int shared_bytes = 1024 + stages * stage_bytes + staging_bytes + 2 * stages * 8;
   min_blocks_per_sm_ = 1;  // setmaxnreg needs the register cap at entry
   if (cluster > 1) kernel_attributes_ = fmt::format("__cluster_dims__({}, 1, 1) ", cluster);
 
   std::string body;
   body += fmt::format("  typedef kiln::wg::Gemm<{}, {}, kiln::tc::{}, {}, {}{}> G;\n", bn, stages, kind_name,
-                      b.k_major ? "true" : "false", cluster, gathered ? ", true" : "");
+                      b.k_major ? "true" : "false", cluster,
+                      staged >= 0 ? (gathered ? ", true, true" : ", false, true") : (gathered ? ", true" : ""));
   body += fmt::format("  static_assert(G::kSharedBytes == {}, \"shared memory size as launched\");\n", shared_bytes);
   body += "  extern __shared__ __align__(1024) unsigned char kiln_shared_raw[];\n";
   body += "  unsigned char* const smem = G::base(kiln_shared_raw);\n";
@@ -276,14 +292,6 @@ void KernelBuilder::gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind, c
   // The consumer warpgroups.
   body += "  } else {\n";
   body += fmt::format("    kiln::wg::registers_up<{}>();\n", consumer_registers);
-  std::string finalise;
-  // (A cluster's last unit may hold a block with no rows at all.)
-  const bool check_m = gm.m % bm != 0 || tiles_m % cluster != 0;
-  // Column reductions stay in registers across tiles where 56 registers
-  // are left for everything but the accumulators and the partials.
-  ColumnCarry carry{consumer_registers - bn / 2 - 56, bn / 4, "", ""};
-  const std::string tile_epilogue =
-      epilogue(anchor, gm, {"", "", true, check_m, gm.n % bn != 0}, "gemm.acc[mi][ni][e]", &finalise, &carry);
   body += "    G gemm;\n";
   body += fmt::format("    kiln::wg::Ring<{}> ring;\n", stages);
   body += indented(carry.before_loop, 2);

@@ -12,8 +12,9 @@ Expected<CUtensorMap> encode_tensor_map(const Driver& cu, const codegen::TensorM
   cuuint32_t box[3] = {}, element_strides[3] = {1, 1, 1};
   for (cuuint32_t d = 0; d < rank; ++d) dims[d] = spec.dims[d], box[d] = spec.box[d];
   for (cuuint32_t d = 0; d + 1 < rank; ++d) strides[d] = spec.strides[d];
-  const CUtensorMapDataType type =
-      spec.dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  const CUtensorMapDataType type = spec.dtype == DType::bf16  ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                   : spec.dtype == DType::f16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                              : CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
   const CUresult r = cu.cuTensorMapEncodeTiled(&map, type, rank, reinterpret_cast<void*>(pointer), dims, strides, box,
                                                element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);

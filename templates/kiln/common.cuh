@@ -89,6 +89,14 @@ __device__ __forceinline__ void store_f32(void* p, i64 i, float v) { static_cast
 __device__ __forceinline__ void store_bf16(void* p, i64 i, float v) { static_cast<u16*>(p)[i] = f32_to_bf16(v); }
 __device__ __forceinline__ void store_f16(void* p, i64 i, float v) { static_cast<u16*>(p)[i] = f32_to_f16(v); }
 __device__ __forceinline__ void store_bool(void* p, i64 i, float v) { static_cast<u8*>(p)[i] = v != 0.0f ? 1 : 0; }
+// Two adjacent values into shared memory (a staging buffer), 4 or 8 bytes aligned.
+__device__ __forceinline__ void put_pair_f32(void* p, float a, float b) { *static_cast<float2*>(p) = make_float2(a, b); }
+__device__ __forceinline__ void put_pair_bf16(void* p, float a, float b) {
+  *static_cast<u32*>(p) = static_cast<u32>(f32_to_bf16(a)) | (static_cast<u32>(f32_to_bf16(b)) << 16);
+}
+__device__ __forceinline__ void put_pair_f16(void* p, float a, float b) {
+  *static_cast<u32*>(p) = static_cast<u32>(f32_to_f16(a)) | (static_cast<u32>(f32_to_f16(b)) << 16);
+}
 // Elements i and i + 1 in one store where their address is aligned for it
 // (a tensor-core epilogue's column pairs), else one by one.
 __device__ __forceinline__ void store_pair_f32(void* p, i64 i, float a, float b) {

@@ -24,7 +24,10 @@
 //   (thread 0's carries B's expected bytes); consumers fence the generic
 //   proxy's writes before wgmma reads them;
 // - the epilogue reads `acc` after mma_tile() through acc_row / acc_col
-//   (the fragment layout of mma.cuh: acc[0][ni][e]).
+//   (the fragment layout of mma.cuh: acc[0][ni][e]); STAGED, it writes
+//   the result's 128-byte column blocks into its warpgroup's two staging
+//   buffers in turn and one thread stores each with tma_store (the next
+//   tile's MMAs do not wait for global memory).
 //
 // Numerics: operands are 16-bit values exactly as stored; products are
 // exact in the f32 accumulator (graph-format.md rule 5).
@@ -116,6 +119,25 @@ __device__ __forceinline__ void tma_multicast(void* dst, const TensorMap* map, u
       "l"(reinterpret_cast<u64>(map)), "r"(shared_address(bar)), "r"(c0), "r"(c1), "r"(c2), "h"(mask)
       : "memory");
 }
+
+// Bulk tensor stores: a box of shared memory (laid out as the map's
+// swizzle says) to global memory; the map clips what lies outside the
+// tensor. Grouped per thread: commit, then wait until a group's shared
+// memory has been read (the buffer may be refilled) or until all landed.
+__device__ __forceinline__ void tma_store(const TensorMap* map, const void* src, int c0, int c1) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(reinterpret_cast<u64>(map)),
+               "r"(shared_address(src)), "r"(c0), "r"(c1)
+               : "memory");
+}
+__device__ __forceinline__ void tma_store(const TensorMap* map, const void* src, int c0, int c1, int c2) {
+  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];\n" ::"l"(
+                   reinterpret_cast<u64>(map)),
+               "r"(shared_address(src)), "r"(c0), "r"(c1), "r"(c2)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory"); }
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 
 // ---- registers per thread, by warpgroup role (sm_90a) ---------------------------------
 template <int N> __device__ __forceinline__ void registers_down() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }
@@ -242,15 +264,18 @@ struct Ring {
 // crosses L2 once per cluster. A slot is refilled only after the consumers
 // of every block of the cluster are done with it (they arrive on the
 // `empty` barriers of all of them).
-template <int BN, int STAGES, int KIND, bool B_K_MAJOR, int CLUSTER, bool GATHERED = false>
+template <int BN, int STAGES, int KIND, bool B_K_MAJOR, int CLUSTER, bool GATHERED = false, bool STAGED = false>
 struct Gemm {
   typedef u16 T;
   static constexpr int kBM = 128, kBK = 64;          // a slice row is one 128-byte swizzle row
   static constexpr int kThreads = 384;               // producer, then two consumers of 64 rows each
   static constexpr int kABytes = kBM * kBK * 2, kBBytes = BN * kBK * 2;
   static constexpr int kStageBytes = kABytes + kBBytes;
-  // The slices, 1024-byte aligned, then full[STAGES] and empty[STAGES].
-  static constexpr int kSharedBytes = 1024 + STAGES * kStageBytes + 2 * STAGES * 8;
+  // The slices, 1024-byte aligned; STAGED: each consumer warpgroup's two
+  // 64-row x 128-byte output buffers (128-byte swizzle) for bulk stores;
+  // then full[STAGES] and empty[STAGES].
+  static constexpr int kStagingBytes = STAGED ? 4 * 64 * 128 : 0;
+  static constexpr int kSharedBytes = 1024 + STAGES * kStageBytes + kStagingBytes + 2 * STAGES * 8;
   static constexpr int kMI = 1, kNI = BN / 8;
   static_assert(BN % (64 * CLUSTER) == 0 && BN <= 256 && STAGES >= 2 && (CLUSTER == 1 || CLUSTER == 2), "tile shape");
 
@@ -265,7 +290,14 @@ struct Gemm {
   static __device__ __forceinline__ T* b_tile(unsigned char* s, int stage) {
     return reinterpret_cast<T*>(s + stage * kStageBytes + kABytes);
   }
-  static __device__ __forceinline__ u64* full(unsigned char* s) { return reinterpret_cast<u64*>(s + STAGES * kStageBytes); }
+  static __device__ __forceinline__ unsigned char* staging(unsigned char* s, int consumer, int buffer) {
+    return s + STAGES * kStageBytes + (consumer * 2 + buffer) * 64 * 128;
+  }
+  // Byte offset of a 4- or 8-byte value at (row, byte column) of a 64 x 128-byte staging buffer.
+  static __device__ __forceinline__ int staging_offset(int row, int byte) { return row * 128 + ((((byte >> 4) ^ (row & 7))) << 4) + (byte & 15); }
+  static __device__ __forceinline__ u64* full(unsigned char* s) {
+    return reinterpret_cast<u64*>(s + STAGES * kStageBytes + kStagingBytes);
+  }
   static __device__ __forceinline__ u64* empty(unsigned char* s) { return full(s) + STAGES; }
 
   // Element offsets in a stage's tiles: A(m, k), m < kBM; B(k, n), n < BN.

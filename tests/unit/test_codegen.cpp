@@ -352,8 +352,9 @@ TEST(ProgramCache, RecipeRoundTripsAndRejectsDamage) {
 }
 
 // sm_90's matmul kernel: tensor maps of both operands (a 2-d map of x, B
-// read n-contiguous), a persistent grid of 2-block clusters; its recipe
-// keeps all of it. sm_80 keeps the mma.sync kernel.
+// read n-contiguous) and of the result (bulk stores of 64 x 64 boxes from
+// shared memory), a persistent grid of 2-block clusters; its recipe keeps
+// all of it. sm_80 keeps the mma.sync kernel.
 TEST(ProgramCache, HopperMatmulKeepsItsTensorMapsAndPersistentGrid) {
   Graph g = Graph::load(KILN_SOURCE_DIR "/examples/matmul/hopper_matmul_bias_gelu.json").value();
   runtime::ProgramRecipe r;
@@ -366,13 +367,18 @@ TEST(ProgramCache, HopperMatmulKeepsItsTensorMapsAndPersistentGrid) {
   std::vector<codegen::TensorMapSpec> maps;
   for (const codegen::KernelArg& a : k.args)
     if (a.role == codegen::KernelArg::Role::TensorMap) maps.push_back(a.map);
-  ASSERT_EQ(maps.size(), 2u);
+  ASSERT_EQ(maps.size(), 3u);
   EXPECT_EQ(maps[0].rank, 2);
   EXPECT_EQ(maps[0].dims[0], 256u);   // x: k contiguous
   EXPECT_EQ(maps[0].strides[0], 512u);
   EXPECT_EQ(maps[0].box[1], 128u);
   EXPECT_EQ(maps[1].dims[0], 1536u);  // w: n contiguous, 64-column boxes
   EXPECT_EQ(maps[1].box[0], 64u);
+  EXPECT_EQ(maps[2].dims[0], 1536u);  // y: rows of 1536 bf16, 128-byte x 64-row boxes
+  EXPECT_EQ(maps[2].dims[1], 1536u);
+  EXPECT_EQ(maps[2].strides[0], 3072u);
+  EXPECT_EQ(maps[2].box[0], 64u);
+  EXPECT_EQ(maps[2].box[1], 64u);
   r.kernel_keys.push_back(std::string(32, 'a'));
   r.kernel_kinds.push_back("matmul");
   std::optional<runtime::ProgramRecipe> back = runtime::recipe_from_text(runtime::recipe_to_text(r), g.ir().tensors.size());
