@@ -2,8 +2,10 @@
 // templates/kiln/wgmma.cuh (TMA loads into a ring of swizzled slices,
 // wgmma on two consumer warpgroups) with this kernel's epilogue.
 //
-// Expects: a matmul whose operands are plain 16-bit tensors in memory (the
-// copy engine loads them; tma_operand says which) on sm_90.
+// Expects: on sm_90, a matmul whose operands are plain 16-bit tensors in
+// memory (the copy engine loads them; tma_operand says which), or an NHWC
+// conv of one group (gm.conv: the producer gathers its input; the weights
+// by the copy engine, conv_weight_operand).
 // Guarantees: the same numbers as gemm_tensor_core (f32 accumulation of
 // exact products, the same epilogue code per element); any binding works:
 // an operand whose pointer is not 16-byte aligned is loaded element by
