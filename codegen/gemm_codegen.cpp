@@ -85,7 +85,9 @@ std::optional<ExternalTensor> KernelBuilder::chunkable(ir::TensorId t, Mma kind,
 // checked and decomposed (gm.out_row) once, then the row's columns in
 // pairs: a written tensor whose last coordinate is the column is stored
 // two elements at a time (H100, bf16 8192 x 8192 x 4096: the epilogue's
-// 2-byte stores filled the store queue, 28% of the consumers' time). A
+// 2-byte stores filled the store queue, 28% of the consumers' time), or,
+// with loops.stage_map, the result through shared-memory staging buffers
+// and bulk tensor stores, one 128-byte column block at a time. A
 // reduction that keeps only the output column is combined in registers
 // and across the warp's rows first, one atomic per column and warp; with
 // `carry` (a persistent kernel, registers permitting) the registers carry
