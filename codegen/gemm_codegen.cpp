@@ -207,9 +207,8 @@ std::string KernelBuilder::epilogue(const ir::Op& anchor, const Gemm& gm, const 
     if (staged >= 0) {
       // Each consumer warpgroup's 64 rows, one 128-byte column block at a time, alternating
       // between its two buffers (the previous block's store may still be reading the other).
-      const std::string coords = gm.batches > 1 ? "(int)(n0 + blk * " + std::to_string(block_columns) +
-                                                      "), (int)(m0 + consumer * 64), (int)batch"
-                                                : "(int)(n0 + blk * " + std::to_string(block_columns) + "), (int)(m0 + consumer * 64)";
+      const std::string coords = fmt::format("(int)(n0 + blk * {}), (int)(m0 + consumer * 64){}", block_columns,
+                                             gm.batches > 1 ? ", (int)batch" : "");
       std::string pre = fmt::format("#pragma unroll\n  for (int blk = 0; blk < G::kNI * 8 / {}; ++blk) {{\n", block_columns);
       pre += "    unsigned char* const staging = G::staging(smem, consumer, staging_turn++ & 1);\n";
       pre += "    if (staged) {\n      if ((threadIdx.x & 127) == 0) kiln::wg::bulk_wait_read<1>();\n";
@@ -219,11 +218,10 @@ std::string KernelBuilder::epilogue(const ir::Op& anchor, const Gemm& gm, const 
       post += "        kiln::wg::bulk_commit();\n      }\n    }\n  }\n";
       open = pre + indented(open, 2);
       close = indented(close, 2) + post;
-      if (carry) {
-        carry->before_loop += "  const int consumer = (threadIdx.x >> 7) - 1;\n";
-        carry->before_loop += fmt::format("  const bool staged = {};\n  int staging_turn = 0;\n", staged_put);
-        carry->after_loop += "  if (staged && (threadIdx.x & 127) == 0) kiln::wg::bulk_wait_all();  // the last stores landed\n";
-      }
+      KILN_INTERNAL_CHECK(carry != nullptr);  // the staging state lives across the tile loop
+      carry->before_loop += "  const int consumer = (threadIdx.x >> 7) - 1;\n";
+      carry->before_loop += fmt::format("  const bool staged = {};\n  int staging_turn = 0;\n", staged_put);
+      carry->after_loop += "  if (staged && (threadIdx.x & 127) == 0) kiln::wg::bulk_wait_all();  // the last stores landed\n";
     }
   }
   const bool carrying = carry && !column_reduces.empty() &&
@@ -643,7 +641,7 @@ void KernelBuilder::conv() {
     if (const std::optional<ExternalTensor> e = chunkable(cv.inputs[0], *kind, 3, chunk)) {
       gm.pointer_a = e->pointer;
       if (at.groups == 1)
-        gm.conv = Gemm::ConvGeometry{h, w, c, p, q, r, s, {e->strides[0], e->strides[1], e->strides[2]},
+        gm.conv = Gemm::ConvGeometry{h, w, c, p, q, s, {e->strides[0], e->strides[1], e->strides[2]},
                                      {at.stride[0], at.stride[1]}, {at.padding[0], at.padding[1]},
                                      {at.dilation[0], at.dilation[1]}};
       gm.chunk_a = [&, e = *e](const std::string& m, const std::string& kk, const std::string& g) {

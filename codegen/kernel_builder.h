@@ -304,7 +304,7 @@ class KernelBuilder {
     // An NHWC conv (one group) whose input is read in 16-byte chunks
     // (pointer_a): the Hopper kernel gathers A's rows itself.
     struct ConvGeometry {
-      int64_t h, w, c, p, q, r, s;
+      int64_t h, w, c, p, q, s;  // input rows, columns, channels; output rows, columns; filter columns
       int64_t x_strides[3];  // the input's element strides along n, h, w
       int64_t stride[2], padding[2], dilation[2];
     };
