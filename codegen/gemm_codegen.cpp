@@ -330,7 +330,26 @@ auto KernelBuilder::mma_tile(const Gemm& gm, Mma kind) const -> MmaTile {
   // operands keep 8 warps so each thread stages only two 8-element runs.
   if (big_tiles >= 96 && gm.chunk_a && gm.chunk_b) return {128, 128, 2 * bk, 2, 2, 3};
   if (big_tiles >= 96) return {128, 128, bk, 2, 4, 4};
+  // Few rows (decode: m <= 64): a tile only as tall as m (16-row steps),
+  // 64 columns over 4 warps, 64-deep slices; B is what costs, streamed by
+  // many small blocks (with split_k) instead of a few wide ones. (64-deep
+  // slices in every type: a computed operand's 8-element runs then divide
+  // evenly among the 128 threads.)
+  if (gm.m <= 64 && !gm.conv) return {static_cast<int>((gm.m + 15) / 16 * 16), 64, 64, 1, 4, 4};
   return {64, 64, bk, 2, 2, 4};
+}
+
+int KernelBuilder::split_k(const Gemm& gm, const MmaTile& t) const {
+  if (t.warps_m != 1) return 1;  // the few-rows tile only
+  for (const ir::Op* r : ops_of({ir::OpFamily::Reduce}))
+    if (writes_.count(r->output)) return 1;  // (its last-block finalisation counts whole tiles)
+  const int64_t tiles = ((gm.m + t.bm - 1) / t.bm) * ((gm.n + t.bn - 1) / t.bn) * gm.batches;
+  const int64_t k_tiles = (gm.k + t.bk - 1) / t.bk;
+  // About four small blocks per SM of an H100 (132), each at least 8 slices deep.
+  const int64_t splits = std::min<int64_t>({4 * 132 / tiles, k_tiles / 8, 16});
+  if (splits < 2 || splits * gm.batches * gm.m * gm.n > (int64_t{1} << 26)) return 1;
+  const int64_t per_split = (k_tiles + splits - 1) / splits;
+  return static_cast<int>((k_tiles + per_split - 1) / per_split);  // none empty
 }
 
 void KernelBuilder::gemm_tensor_core(const ir::Op& anchor, const Gemm& gm, Mma kind) {
@@ -473,11 +492,55 @@ void KernelBuilder::gemm_tensor_core(const ir::Op& anchor, const Gemm& gm, Mma k
   };
   body += loader(true) + loader(false);
   body += "  G gemm;\n";
-  body += fmt::format("  gemm.run(smem, {}, load_a, load_b, stash_a, stash_b);\n", (gm.k + t.bk - 1) / t.bk);
+  const int64_t k_tiles = (gm.k + t.bk - 1) / t.bk;
+  const int splits = split_k(gm, t);
+  if (splits == 1) {
+    body += fmt::format("  gemm.run(smem, {}, load_a, load_b, stash_a, stash_b);\n", k_tiles);
+  } else {
+    body += split_k_main_loop(gm, t, splits, k_tiles);
+  }
   body += epilogue(anchor, gm, {"", "", true, gm.m % t.bm != 0, gm.n % t.bn != 0}, "gemm.acc[mi][ni][e]");
   finish(body, threads, "", "#include \"kiln/mma.cuh\"\n");
   out_.shared_bytes = static_cast<uint32_t>(shared_bytes);
-  out_.grid = {static_cast<uint32_t>(tiles_m * tiles_n), 1, static_cast<uint32_t>(gm.batches)};
+  out_.grid = {static_cast<uint32_t>(tiles_m * tiles_n), static_cast<uint32_t>(splits), static_cast<uint32_t>(gm.batches)};
+}
+
+// Split K: block (tile, split) multiplies its share of the K slices and
+// stores the f32 partial tile in a workspace; the last of a tile's blocks
+// to finish (a counter per tile) sums the partials in split order, so the
+// result does not depend on which block came last, and runs the epilogue.
+std::string KernelBuilder::split_k_main_loop(const Gemm& gm, const MmaTile& t, int splits, int64_t k_tiles) {
+  const int64_t tiles = ((gm.m + t.bm - 1) / t.bm) * ((gm.n + t.bn - 1) / t.bn);
+  const int64_t per_split = (k_tiles + splits - 1) / splits, plane = gm.m * gm.n;
+  const std::string result = g_.result(g_.ops[static_cast<size_t>(k_.anchor)]).name;
+  const std::string partials = workspace_param(result + ".split_partials", splits * gm.batches * plane, 0, false);
+  const std::string arrived = workspace_param(result + ".splits_arrived", tiles * gm.batches, 0, true);
+  std::string b;
+  b += fmt::format("  const int k_first = blockIdx.y * {};\n", per_split);
+  b += "  auto load_a_split = [&](T* tile, int kt) { load_a(tile, k_first + kt); };\n";
+  b += "  auto load_b_split = [&](T* tile, int kt) { load_b(tile, k_first + kt); };\n";
+  b += "  auto stash_a_split = [&](T* tile, int kt) { stash_a(tile, k_first + kt); };\n";
+  b += "  auto stash_b_split = [&](T* tile, int kt) { stash_b(tile, k_first + kt); };\n";
+  b += fmt::format("  gemm.run(smem, min({}, {} - k_first), load_a_split, load_b_split, stash_a_split, stash_b_split);\n",
+                   per_split, k_tiles);
+  // Partial (split, batch) is the plane of M x N floats at that index.
+  auto each_element = [&](const std::string& what) {
+    std::string loop = "#pragma unroll\n  for (int mi = 0; mi < G::kMI; ++mi)\n#pragma unroll\n";
+    loop += "    for (int ni = 0; ni < G::kNI; ++ni)\n#pragma unroll\n      for (int e = 0; e < 4; ++e) {\n";
+    loop += "        const kiln::i64 m = m0 + G::acc_row(mi, e), n = n0 + G::acc_col(ni, e);\n";
+    loop += fmt::format("        if (m >= {}LL || n >= {}LL) continue;\n", gm.m, gm.n);
+    loop += fmt::format("        const kiln::i64 at = batch * {}LL + m * {}LL + n;\n", plane, gm.n);
+    return loop + what + "      }\n";
+  };
+  b += fmt::format("  float* const partials = static_cast<float*>({});\n", partials);
+  b += each_element(fmt::format("        partials[blockIdx.y * {}LL + at] = gemm.acc[mi][ni][e];\n", gm.batches * plane));
+  b += "  __threadfence();\n  __syncthreads();\n  __shared__ bool kiln_split_last;\n";
+  b += fmt::format("  if (threadIdx.x == 0) kiln_split_last = atomicAdd(static_cast<unsigned int*>({}) + batch * {} + blockIdx.x, 1u) "
+                   "== {}u;\n", arrived, tiles, splits - 1);
+  b += "  __syncthreads();\n  if (!kiln_split_last) return;\n  __threadfence();\n";
+  b += each_element(fmt::format("        float sum = 0.0f;\n        for (int s = 0; s < {}; ++s) sum += __ldcg(partials + s * {}LL + at);\n"
+                                "        gemm.acc[mi][ni][e] = sum;\n", splits, gm.batches * plane));
+  return b;
 }
 
 void KernelBuilder::matmul() {

@@ -382,6 +382,10 @@ class KernelBuilder {
     int bm, bn, bk, warps_m, warps_n, stages;
   };
   MmaTile mma_tile(const Gemm& gm, Mma kind) const;
+  // How many blocks share each tile's K (the few-rows tile when its tiles
+  // alone leave SMs idle; 1: no split).
+  int split_k(const Gemm& gm, const MmaTile& t) const;
+  std::string split_k_main_loop(const Gemm& gm, const MmaTile& t, int splits, int64_t k_tiles);
 
   void gemm_tensor_core(const ir::Op& anchor, const Gemm& gm, Mma kind);
 

@@ -203,6 +203,17 @@ TEST(Gpu, FamiliesWithOddShapes) {
     "ops":[{"op":"matmul","in":["a","b"],"out":"m"},{"op":"gelu","in":["m"],"out":"y"}],"outputs":["y"]})");
   texts.push_back(R"({"kiln":1,"inputs":{"a":{"shape":[4,1,40,64],"dtype":"f16"},"b":{"shape":[3,64,24],"dtype":"f16"}},
     "ops":[{"op":"matmul","in":["a","b"],"out":"m"}],"outputs":["m"]})");
+  // Few rows (decode): K split across blocks, the partials summed by the
+  // last block of each tile, K not a multiple of the slice, batches, tf32;
+  // and with an epilogue reduction (no split).
+  texts.push_back(R"({"kiln":1,"inputs":{"a":{"shape":[5,3000],"dtype":"bf16"},"b":{"shape":[3000,1000],"dtype":"bf16"},"c":{"shape":[1000],"dtype":"f32"}},
+    "ops":[{"op":"matmul","in":["a","b"],"out":"m"},{"op":"add","in":["m","c"],"out":"s"},{"op":"gelu","in":["s"],"out":"y","dtype":"bf16"}],"outputs":["y"]})");
+  texts.push_back(R"({"kiln":1,"inputs":{"a":{"shape":[3,20,1111],"dtype":"f16"},"b":{"shape":[1111,200],"dtype":"f16"},"r":{"shape":[3,20,200],"dtype":"f16"}},
+    "ops":[{"op":"matmul","in":["a","b"],"out":"m"},{"op":"add","in":["m","r"],"out":"y"}],"outputs":["y","m"]})");
+  texts.push_back(R"({"kiln":1,"inputs":{"a":{"shape":[16,2048],"dtype":"f32"},"b":{"shape":[2048,72],"dtype":"f32"}},
+    "ops":[{"op":"matmul","in":["a","b"],"out":"y","precision":"tf32"}],"outputs":["y"]})");
+  texts.push_back(R"({"kiln":1,"inputs":{"a":{"shape":[16,2048],"dtype":"bf16"},"b":{"shape":[2048,300],"dtype":"bf16"}},
+    "ops":[{"op":"matmul","in":["a","b"],"out":"m"},{"op":"reduce_sum","in":["m"],"out":"s","axes":[0]}],"outputs":["m","s"]})");
   // Hopper's TMA + wgmma kernel (sm_90; >= 132 tiles of 128 x 128): B
   // n-contiguous and k-contiguous (a transpose read in place), K not a
   // multiple of the 64-wide slice, M and N not multiples of the tile, 3-d
