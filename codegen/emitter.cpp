@@ -119,6 +119,7 @@ std::string Emitter::compute(ir::TensorId t, const Coords& coords) {
   if (!computed_here) {
     if (auto v = vector_sources_.find(t); v != vector_sources_.end() && v->second.first == coords) {
       const std::string name = fresh("v");
+      used_vector_sources_.insert(t);
       lines_.push_back(fmt::format("const float {} = {};  // {}", name, v->second.second, tensor.name));
       return name;
     }

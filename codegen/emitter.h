@@ -54,7 +54,9 @@ class Emitter {
   void set_vector_source(ir::TensorId t, const Coords& coords, const std::string& array, const std::string& index) {
     vector_sources_[t] = {coords, array + "[" + index + "]"};
   }
-  void clear_vector_sources() { vector_sources_.clear(); }
+  void clear_vector_sources() { vector_sources_.clear(), used_vector_sources_.clear(); }
+  // Whether a value of `t` was taken from its vector source since it was set.
+  bool vector_source_used(ir::TensorId t) const { return used_vector_sources_.count(t) > 0; }
 
   // Starts a new scope: values memoised so far are no longer visible.
   void begin_block() { memo_.clear(); }
@@ -96,6 +98,7 @@ class Emitter {
   std::map<ir::TensorId, std::string> norm_stats_;
   std::map<std::string, std::string> memo_;
   std::map<ir::TensorId, std::pair<Coords, std::string>> vector_sources_;
+  std::set<ir::TensorId> used_vector_sources_;
   std::vector<std::string> lines_;
   int next_ = 0;
 };

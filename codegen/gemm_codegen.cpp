@@ -96,7 +96,7 @@ std::optional<ExternalTensor> KernelBuilder::chunkable(ir::TensorId t, Mma kind,
 // kernel that loops over tiles runs it once, after the loop); null: after
 // the loops.
 std::string KernelBuilder::epilogue(const ir::Op& anchor, const Gemm& gm, const EpilogueLoops& loops, const std::string& acc,
-                                   std::string* finish_out, ColumnCarry* carry) {
+                                   std::string* finish_out, TileLoopCarry* carry) {
   const bool tensor_core = loops.fragments;
   const ir::Tensor& result = g_.result(anchor);
   std::vector<const ir::Op*> reduces;  // epilogue reductions whose results are needed
@@ -115,10 +115,40 @@ std::string KernelBuilder::epilogue(const ir::Op& anchor, const Gemm& gm, const 
   em_.emit(fmt::format("const float out = {};  // {}", em_.rounded(result, acc), result.name));
   em_.set_leaf(anchor.output, "out");
   std::set<ir::TensorId> reduce_outs;
+  for (const ir::Op* r : reduces) reduce_outs.insert(r->output);
+  // The tensor stored through shared memory (loops.stage_map): the result itself (same
+  // coordinates and shape: [batch..., M, N] rows of N) in a 16-bit or f32 type with 16-byte
+  // rows, stored in column pairs. And residuals: inputs of the same shape and type, dense, read
+  // at the same coordinates, in column pairs; the first of them comes in through the same buffers.
+  ir::TensorId staged = -1, residual = -1;
+  std::vector<ir::TensorId> residuals;
+  const Shape& result_shape = result.shape;
+  if (tensor_core && loops.stage_map && gm.column_last && (!loops.check_n || gm.n % 2 == 0) && gm.m < (int64_t{1} << 31) &&
+      gm.n < (int64_t{1} << 31) && gm.batches < (int64_t{1} << 31)) {
+    for (ir::TensorId t : k_.writes) {
+      const DType storage = storage_dtype(g_.tensor(t));
+      if (!reduce_outs.count(t) && storage != DType::boolean && g_.tensor(t).shape == result_shape &&
+          (gm.n * byte_size(storage)) % 16 == 0 && write_coords(anchor.output, oc, t) == oc) {
+        staged = t;
+        break;
+      }
+    }
+    for (const auto& [id, e] : ext_) {
+      if (staged < 0 || writes_.count(id) || g_.tensor(id).shape != result_shape || e.storage != storage_dtype(g_.tensor(staged)))
+        continue;
+      bool dense = true;
+      int64_t expect = 1;
+      for (size_t d = result_shape.size(); d-- > 0;) {
+        dense = dense && (result_shape[d] == 1 || e.strides[d] == expect);
+        expect *= result_shape[d];
+      }
+      if (dense) residuals.push_back(id);
+    }
+  }
+  for (ir::TensorId r : residuals) em_.set_vector_source(r, oc, fmt::format("residual{}", r), "c");
   std::string decls;  // the register partials of column reductions
   for (size_t r = 0; r < reduces.size(); ++r) {
     const ir::Op& op = *reduces[r];
-    reduce_outs.insert(op.output);
     const Shape& in_shape = g_.operand(op, 0).shape;
     const Coords ic = write_coords(anchor.output, oc, op.inputs[0]);
     Coords kept;
@@ -138,9 +168,8 @@ std::string KernelBuilder::epilogue(const ir::Op& anchor, const Gemm& gm, const 
                          em_.linearize(kept, kept_shape), em_.value(op.inputs[0], ic)));
   }
   std::string pair_decls, pair_stores;
-  ir::TensorId staged = -1;  // the tensor stored through shared memory (stage_map)
-  std::string staged_map, staged_put;
-  const Shape& result_shape = result.shape;
+  std::string staged_map, staged_put, residual_map, residual_load;
+  TensorMapSpec staged_map_spec;
   for (ir::TensorId t : k_.writes) {
     if (reduce_outs.count(t)) continue;
     const Coords tc = write_coords(anchor.output, oc, t);
@@ -158,12 +187,9 @@ std::string KernelBuilder::epilogue(const ir::Op& anchor, const Gemm& gm, const 
     em_.emit(fmt::format("if (c == 0) pair{} = {};", std::to_string(t) + "_at", offset));
     const std::string direct = fmt::format("kiln::store_pair_{0}({1}, pair{2}_at, pair{2}[0], pair{2}[1]);  // {3}\n",
                                            to_string(storage), writes_.at(t), t, g_.tensor(t).name);
-    // The result itself (same coordinates and shape: [batch..., M, N] rows of N) in a 16-bit or
-    // f32 type with 16-byte rows: column blocks of 128 bytes through shared memory.
-    const int64_t row_bytes = gm.n * byte_size(storage);
-    if (loops.stage_map && staged < 0 && tc == oc && g_.tensor(t).shape == result_shape && row_bytes % 16 == 0 &&
-        gm.m < (int64_t{1} << 31) && gm.n < (int64_t{1} << 31) && gm.batches < (int64_t{1} << 31)) {
-      staged = t;
+    if (t == staged) {
+      // Column blocks of 128 bytes through shared memory.
+      const int64_t row_bytes = gm.n * byte_size(storage);
       TensorMapSpec map;
       map.dtype = storage;
       map.rank = gm.batches > 1 ? 3 : 2;
@@ -171,6 +197,7 @@ std::string KernelBuilder::epilogue(const ir::Op& anchor, const Gemm& gm, const 
       map.strides = {static_cast<uint64_t>(row_bytes), static_cast<uint64_t>(row_bytes * gm.m)};
       map.box = {static_cast<uint32_t>(128 / byte_size(storage)), 64, 1};
       staged_map = loops.stage_map(t, map);
+      staged_map_spec = map;
       pair_stores += fmt::format("if (staged) kiln::put_pair_{0}(staging + G::staging_offset(G::acc_row(mi, 2 * half) & 63, "
                                  "(G::acc_col(ni, 2 * half) - blk * {1}) * {2}), pair{3}[0], pair{3}[1]);\n",
                                  to_string(storage), 128 / byte_size(storage), byte_size(storage), t);
@@ -181,7 +208,29 @@ std::string KernelBuilder::epilogue(const ir::Op& anchor, const Gemm& gm, const 
     }
     pair_stores += direct;
   }
+  for (ir::TensorId r : residuals) {
+    if (!em_.vector_source_used(r)) continue;
+    // Its pair from the staging buffer (the first), or from memory: (batch, m, n) at (batch * M + m) * N + n.
+    const ExternalTensor& e = ext_.at(r);
+    std::string from_memory = "for (int c = 0; c < 2; ++c) {\n  const kiln::i64 n = n0 + G::acc_col(ni, 2 * half + c);\n";
+    from_memory += fmt::format("  residual{}[c] = {}kiln::load_{}({}, (batch * {}LL + m) * {}LL + n);\n}}\n", r,
+                               loops.check_n ? fmt::format("n >= {}LL ? 0.0f : ", gm.n) : "", to_string(e.storage), e.pointer, gm.m,
+                               gm.n);
+    residual_load += fmt::format("float residual{}[2];  // {}\n", r, g_.tensor(r).name);
+    if (residual >= 0) {
+      residual_load += from_memory;
+      continue;
+    }
+    residual = r;
+    residual_map = loops.stage_map(r, staged_map_spec);
+    const int bytes = byte_size(e.storage);
+    residual_load += fmt::format("if (residual_tma) kiln::get_pair_{}(staging + G::staging_offset(G::acc_row(mi, 2 * half) & 63, "
+                                 "(G::acc_col(ni, 2 * half) - blk * {}) * {}), residual{});\nelse\n",
+                                 to_string(e.storage), 128 / bytes, bytes, r);
+    residual_load += indented(from_memory, 2);
+  }
   const std::string elements = em_.take(tensor_core ? (staged >= 0 ? 12 : 10) : 6);
+  em_.clear_vector_sources();
   std::string open = loops.open, close = loops.close;
   if (tensor_core) {
     const int block_columns = staged >= 0 ? 128 / byte_size(storage_dtype(g_.tensor(staged))) : 0;
@@ -194,7 +243,7 @@ std::string KernelBuilder::epilogue(const ir::Op& anchor, const Gemm& gm, const 
                           block_columns / 8, block_columns / 8);
     else
       open += "#pragma unroll\n      for (int ni = 0; ni < G::kNI; ++ni) {\n";
-    open += indented(pair_decls, 8);
+    open += indented(pair_decls + residual_load, 8);
     open += "#pragma unroll\n        for (int c = 0; c < 2; ++c) {\n          const int e = 2 * half + c;\n";
     open += "          const kiln::i64 n = n0 + G::acc_col(ni, e);\n";
     if (loops.check_n) open += fmt::format("          if (n >= {}LL) continue;\n", gm.n);
@@ -207,20 +256,49 @@ std::string KernelBuilder::epilogue(const ir::Op& anchor, const Gemm& gm, const 
     if (staged >= 0) {
       // Each consumer warpgroup's 64 rows, one 128-byte column block at a time, alternating
       // between its two buffers (the previous block's store may still be reading the other).
-      const std::string coords = fmt::format("(int)(n0 + blk * {}), (int)(m0 + consumer * 64){}", block_columns,
-                                             gm.batches > 1 ? ", (int)batch" : "");
-      std::string pre = fmt::format("#pragma unroll\n  for (int blk = 0; blk < G::kNI * 8 / {}; ++blk) {{\n", block_columns);
-      pre += "    unsigned char* const staging = G::staging(smem, consumer, staging_turn++ & 1);\n";
-      pre += "    if (staged) {\n      if ((threadIdx.x & 127) == 0) kiln::wg::bulk_wait_read<1>();\n";
+      // With a residual, its block comes into the buffer first (loaded one block ahead, the
+      // tile's first block before the main loop) and the result replaces it in place.
+      auto coords = [&](const std::string& blk) {
+        return fmt::format("(int)(n0 + {} * {}), (int)(m0 + consumer * 64){}", blk, block_columns, gm.batches > 1 ? ", (int)batch" : "");
+      };
+      const std::string coords_here = coords("blk");
+      auto load_residual = [&](const std::string& blk, const std::string& buffer) {
+        std::string l = fmt::format("kiln::wg::u64* const loaded = G::staging_loaded(smem, consumer, {});\n", buffer);
+        l += "kiln::wg::bar_arrive_expect(loaded, 64 * 128);\n";
+        return l + fmt::format("kiln::wg::tma_load(G::staging(smem, consumer, {}), &{}, loaded, {});\n", buffer, residual_map,
+                               coords(blk));
+      };
+      const std::string blocks = fmt::format("G::kNI * 8 / {}", block_columns);
+      std::string pre = fmt::format("#pragma unroll\n  for (int blk = 0; blk < {}; ++blk) {{\n", blocks);
+      pre += "    const int turn = staging_turn++ & 1;\n";
+      pre += "    unsigned char* const staging = G::staging(smem, consumer, turn);\n";
+      if (residual >= 0) {
+        pre += fmt::format("    if (residual_tma) {{\n      if ((threadIdx.x & 127) == 0 && blk + 1 < {}) {{\n", blocks);
+        pre += "        kiln::wg::bulk_wait_read<0>();  // the last block's store has read the other buffer\n";
+        pre += indented(load_residual("(blk + 1)", "turn ^ 1"), 8) + "      }\n";
+        pre += "      kiln::wg::bar_wait(G::staging_loaded(smem, consumer, turn), (staging_phases >> turn) & 1);\n";
+        pre += "      staging_phases ^= 1 << turn;\n    } else ";
+      } else {
+        pre += "    ";
+      }
+      pre += "if (staged) {\n      if ((threadIdx.x & 127) == 0) kiln::wg::bulk_wait_read<1>();\n";
       pre += "      kiln::wg::named_sync(2 + consumer, 128);\n    }\n";
       std::string post = "    if (staged) {\n      kiln::wg::fence_async_shared();\n      kiln::wg::named_sync(2 + consumer, 128);\n";
-      post += fmt::format("      if ((threadIdx.x & 127) == 0) {{\n        kiln::wg::tma_store(&{}, staging, {});\n", staged_map, coords);
+      post += fmt::format("      if ((threadIdx.x & 127) == 0) {{\n        kiln::wg::tma_store(&{}, staging, {});\n", staged_map, coords_here);
       post += "        kiln::wg::bulk_commit();\n      }\n    }\n  }\n";
       open = pre + indented(open, 2);
       close = indented(close, 2) + post;
       KILN_INTERNAL_CHECK(carry != nullptr);  // the staging state lives across the tile loop
       carry->before_loop += "  const int consumer = (threadIdx.x >> 7) - 1;\n";
       carry->before_loop += fmt::format("  const bool staged = {};\n  int staging_turn = 0;\n", staged_put);
+      if (residual >= 0) {
+        carry->before_loop += fmt::format("  const bool residual_tma = staged && kiln::aligned16({});  // {}\n",
+                                          ext_.at(residual).pointer, g_.tensor(residual).name);
+        carry->before_loop += "  int staging_phases = 0;  // of each buffer's `loaded` barrier\n";
+        carry->tile_start += "if (residual_tma && (threadIdx.x & 127) == 0) {  // the first block of the residual\n";
+        carry->tile_start += "  kiln::wg::bulk_wait_read<0>();  // the last tile's stores have read both buffers\n";
+        carry->tile_start += indented(load_residual("0", "staging_turn & 1"), 2) + "}\n";
+      }
       carry->after_loop += "  if (staged && (threadIdx.x & 127) == 0) kiln::wg::bulk_wait_all();  // the last stores landed\n";
     }
   }

@@ -347,28 +347,32 @@ class KernelBuilder {
   struct EpilogueLoops {
     std::string open, close;
     bool fragments = false, check_m = true, check_n = true;
-    // A persistent wgmma kernel's fragments (needs a ColumnCarry): the
+    // A persistent wgmma kernel's fragments (needs a TileLoopCarry): the
     // result, where it is written as laid out ([batch..., M, N], 16-bit or
     // f32, 16-byte rows), goes to shared memory in 128-byte column blocks
-    // and out with bulk tensor stores (runtime fallback: direct stores);
-    // stage_map makes its tensor map parameter, `staged` learns which.
+    // and out with bulk tensor stores (runtime fallback: direct stores); a
+    // residual read the same way (an input of the result's shape and type,
+    // dense) comes in by bulk tensor loads into those buffers, one block
+    // ahead. stage_map makes a tensor map parameter, `staged` learns which
+    // tensor is stored.
     std::function<std::string(ir::TensorId, const TensorMapSpec&)> stage_map;
     ir::TensorId* staged = nullptr;
   };
-  // A persistent kernel's epilogue column partials, kept in registers
-  // across its tiles (at most `registers` floats per thread; a reduction
-  // takes `partials_per_reduction`): declarations for before the tile loop,
-  // the last flush for after it.
-  struct ColumnCarry {
+  // What a persistent kernel's epilogue keeps across its tile loop: column
+  // partials in registers (at most `registers` floats per thread; a
+  // reduction takes `partials_per_reduction`) and the staging buffers'
+  // state; declarations for before the loop, code for the start of each
+  // tile (before its main loop), the last flush for after the loop.
+  struct TileLoopCarry {
     int registers = 0, partials_per_reduction = 0;
-    std::string before_loop, after_loop;
+    std::string before_loop, tile_start, after_loop;
   };
   // The epilogue over every accumulator element `acc`: writes the anchor's
   // consumers and epilogue reductions (atomics into workspaces, finalised
   // by the last block, in `finish_out` where given: after a persistent
   // kernel's tile loop). See gemm_codegen.cpp for the fragment loops.
   std::string epilogue(const ir::Op& anchor, const Gemm& gm, const EpilogueLoops& loops, const std::string& acc,
-                       std::string* finish_out = nullptr, ColumnCarry* carry = nullptr);
+                       std::string* finish_out = nullptr, TileLoopCarry* carry = nullptr);
 
   void gemm(const ir::Op& anchor, const Gemm& gm);
 
@@ -428,7 +432,12 @@ class KernelBuilder {
   // gemm_wgmma's producer warpgroup for a conv: A gathered (implicit
   // im2col) with cp.async, B as `b_copy` (thread 0's copy-engine loads).
   std::string gathered_producer(const Gemm& gm, int stages, const std::string& map_b, const std::string& a_elements,
-                                const std::string& b_elements, const std::string& b_copy);
+                                const std::string& b_elements, const std::string& b_copy, const std::string& warm_l2);
+  // Code for a producer at the start of a tile (m0, n0, batch declared):
+  // the tile's rows of the result-shaped tensors the epilogue reads, into
+  // L2; `rows` opens the loop over this thread's rows r (of 128).
+  std::string epilogue_prefetch(const ir::Op& anchor, const Gemm& gm, int bn, const std::string& rows,
+                                const std::set<std::string>& operands) const;
   std::string tensor_map_param(const TmaOperand& op, const std::string& what);
 
   void matmul();

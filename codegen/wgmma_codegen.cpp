@@ -37,6 +37,37 @@ std::string producer_slot(int indent) {
 
 }  // namespace
 
+// The epilogue's reads of whole result-shaped tensors (a residual), rows
+// of 16-byte multiples, dense: (batch, m, n) at (batch * M + m) * N + n.
+// Their rows of a tile go into L2 when its main loop starts, so that the
+// epilogue, one tile later in time, finds them there instead of waiting on
+// device memory (H100, 8192 x 8192 x 4096 + residual: the epilogue's
+// 2-byte loads stalled the consumers for about 10 us per tile).
+std::string KernelBuilder::epilogue_prefetch(const ir::Op& anchor, const Gemm& gm, int bn, const std::string& rows,
+                                             const std::set<std::string>& operands) const {
+  const Shape& shape = g_.result(anchor).shape;
+  if (!gm.column_last || shape.size() < 2) return "";
+  std::string out;
+  for (const auto& [id, e] : ext_) {
+    if (operands.count(e.pointer) || g_.tensor(id).shape != shape || e.storage == DType::boolean) continue;
+    const int64_t bytes = byte_size(e.storage), row_bytes = gm.n * bytes;
+    bool dense = row_bytes % 16 == 0;
+    int64_t expect = 1;
+    for (size_t d = shape.size(); d-- > 0;) {
+      dense = dense && (shape[d] == 1 || e.strides[d] == expect);
+      expect *= shape[d];
+    }
+    if (!dense) continue;
+    out += fmt::format("if (kiln::aligned16({})) {{  // {}\n", e.pointer, g_.tensor(id).name);
+    out += fmt::format("  const kiln::u32 bytes = (kiln::u32)(min((kiln::i64){}, {}LL - n0) * {});\n", bn, gm.n, bytes);
+    out += fmt::format("  {} {{\n", rows);
+    out += fmt::format("    if (m0 + r < {}LL) kiln::wg::prefetch_l2(static_cast<const char*>({}) + ((batch * {}LL + m0 + r) * {}LL + n0) * {}, bytes);\n",
+                       gm.m, e.pointer, gm.m, gm.n, bytes);
+    out += "  }\n}\n";
+  }
+  return out;
+}
+
 auto KernelBuilder::tma_source(const std::optional<ExternalTensor>& e, Mma kind) const -> std::optional<TmaOperand> {
   if (!e || e->storage != mma_storage(kind)) return std::nullopt;
   TmaOperand op;
@@ -177,14 +208,15 @@ void KernelBuilder::gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind, c
   const bool check_m = gm.m % bm != 0 || tiles_m % cluster != 0;
   // Column reductions stay in registers across tiles where 56 registers
   // are left for everything but the accumulators and the partials.
-  ColumnCarry carry{consumer_registers - bn / 2 - 56, bn / 4, "", ""};
+  TileLoopCarry carry{consumer_registers - bn / 2 - 56, bn / 4, "", "", ""};
   ir::TensorId staged = -1;
   EpilogueLoops loops{"", "", true, check_m, gm.n % bn != 0, nullptr, &staged};
   loops.stage_map = [&](ir::TensorId t, const TensorMapSpec& map) {
-    return tensor_map_param(TmaOperand{t, writes_.at(t), map, true}, g_.tensor(t).name);
+    const std::string& pointer = writes_.count(t) ? writes_.at(t) : ext_.at(t).pointer;
+    return tensor_map_param(TmaOperand{t, pointer, map, true}, g_.tensor(t).name);
   };
   const std::string tile_epilogue = epilogue(anchor, gm, loops, "gemm.acc[mi][ni][e]", &finalise, &carry);
-  const int stage_bytes = (bm + bn) * bk * 2, staging_bytes = staged >= 0 ? 4 * 64 * 128 : 0;
+  const int stage_bytes = (bm + bn) * bk * 2, staging_bytes = staged >= 0 ? 4 * 64 * 128 + 4 * 8 : 0;
   const int stages = std::min(8, (kSharedLimit - 1024 - 8 * 16 - staging_bytes) / stage_bytes);
   const int shared_bytes = 1024 + stages * stage_bytes + staging_bytes + 2 * stages * 8;
   min_blocks_per_sm_ = 1;  // setmaxnreg needs the register cap at entry
@@ -267,10 +299,13 @@ void KernelBuilder::gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind, c
     b_copy += fmt::format("    kiln::wg::tma_multicast(b_tile + j * {}, &{}, full, {}, {});\n", 64 * bk, map_b,
                           (1 << cluster) - 1, coords(b, "(n0 + 64 * j)", "k0"));
   }
+  // Thread 0 (the copy engine's producer) or each producer thread (gathering) warms L2 for the epilogue.
+  const std::string warm_l2 = epilogue_prefetch(anchor, gm, bn, gathered ? "for (int r = threadIdx.x; r < 128; r += 128)" : "for (int r = 0; r < 128; ++r)",
+                                                {gm.pointer_a, a.pointer, b.pointer});
   body += "  if (threadIdx.x < 128) {\n";
   body += fmt::format("    kiln::wg::registers_down<{}>();\n", producer_registers);
   if (gathered) {
-    body += gathered_producer(gm, stages, map_b, element_loads(true, ""), element_loads(false, "if (!tma_b) "), b_copy);
+    body += gathered_producer(gm, stages, map_b, element_loads(true, ""), element_loads(false, "if (!tma_b) "), b_copy, warm_l2);
   } else {
     body += "    const bool by_elements = !(tma_a && tma_b);\n";
     body += "    if (threadIdx.x == 0) {\n";
@@ -279,6 +314,7 @@ void KernelBuilder::gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind, c
     body += "    if (by_elements || threadIdx.x == 0) {\n";
     body += fmt::format("      kiln::wg::Ring<{}> ring;\n", stages);
     body += producer_tile_loop(6);
+    if (!warm_l2.empty()) body += "        if (threadIdx.x == 0) {\n" + indented(warm_l2, 10) + "        }\n";
     body += "        for (int kt = 0; kt < k_tiles; ++kt, ring.advance()) {\n";
     body += producer_slot(10);
     body += "          if (by_elements) {\n";
@@ -299,6 +335,7 @@ void KernelBuilder::gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind, c
   body += indented(carry.before_loop, 2);
   body += "    for (int unit = first_unit; unit < units; unit += unit_step) {\n";
   body += "      kiln::i64 m0, n0, batch;\n      tile_at(unit, m0, n0, batch);\n";
+  body += indented(carry.tile_start, 6);
   body += "      gemm.mma_tile(smem, ring, k_tiles);\n";
   body += indented(tile_epilogue, 4);
   body += "    }\n";
@@ -320,7 +357,8 @@ void KernelBuilder::gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind, c
 // 0 adds B's copy. An input pointer that is not 16-byte aligned makes
 // every thread load its share of A element by element (`a_elements`).
 std::string KernelBuilder::gathered_producer(const Gemm& gm, int stages, const std::string& map_b, const std::string& a_elements,
-                                             const std::string& b_elements, const std::string& b_copy) {
+                                             const std::string& b_elements, const std::string& b_copy,
+                                             const std::string& warm_l2) {
   const Gemm::ConvGeometry& cv = *gm.conv;
   std::string out;
   out += "    if (threadIdx.x == 0 && tma_b) kiln::wg::prefetch_map(&" + map_b + ");\n";
@@ -328,6 +366,7 @@ std::string KernelBuilder::gathered_producer(const Gemm& gm, int stages, const s
   out += "    const int chunk_row = threadIdx.x >> 3, chunk_col = (threadIdx.x & 7) * 8;\n";
   out += fmt::format("    kiln::wg::Ring<{}> ring;\n", stages);
   out += producer_tile_loop(4);
+  out += indented(warm_l2, 6);
   out += "      // Each row's output pixel (n, p, q) reads input rows from `top` and columns from `left`,\n";
   out += "      // at `pixel` (the element offset of input (n, top, left), channel 0); rows past M read nothing.\n";
   out += "      kiln::i64 pixel[8];\n      int top[8], left[8];\n";

@@ -91,6 +91,19 @@ __device__ __forceinline__ void store_f16(void* p, i64 i, float v) { static_cast
 __device__ __forceinline__ void store_bool(void* p, i64 i, float v) { static_cast<u8*>(p)[i] = v != 0.0f ? 1 : 0; }
 // Two adjacent values into shared memory (a staging buffer), 4 or 8 bytes aligned.
 __device__ __forceinline__ void put_pair_f32(void* p, float a, float b) { *static_cast<float2*>(p) = make_float2(a, b); }
+// Two adjacent values from shared memory (a staged residual), as floats.
+__device__ __forceinline__ void get_pair_f32(const void* p, float (&v)[2]) {
+  const float2 x = *static_cast<const float2*>(p);
+  v[0] = x.x, v[1] = x.y;
+}
+__device__ __forceinline__ void get_pair_bf16(const void* p, float (&v)[2]) {
+  const u32 x = *static_cast<const u32*>(p);
+  v[0] = bf16_to_f32(static_cast<u16>(x & 0xffff)), v[1] = bf16_to_f32(static_cast<u16>(x >> 16));
+}
+__device__ __forceinline__ void get_pair_f16(const void* p, float (&v)[2]) {
+  const u32 x = *static_cast<const u32*>(p);
+  v[0] = f16_to_f32(static_cast<u16>(x & 0xffff)), v[1] = f16_to_f32(static_cast<u16>(x >> 16));
+}
 __device__ __forceinline__ void put_pair_bf16(void* p, float a, float b) {
   *static_cast<u32*>(p) = static_cast<u32>(f32_to_bf16(a)) | (static_cast<u32>(f32_to_bf16(b)) << 16);
 }

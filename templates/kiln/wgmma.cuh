@@ -135,6 +135,10 @@ __device__ __forceinline__ void tma_store(const TensorMap* map, const void* src,
                "r"(shared_address(src)), "r"(c0), "r"(c1), "r"(c2)
                : "memory");
 }
+// Bytes [p, p + bytes) into L2 (both multiples of 16), nothing waits for it.
+__device__ __forceinline__ void prefetch_l2(const void* p, u32 bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(reinterpret_cast<u64>(p)), "r"(bytes) : "memory");
+}
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 template <int N> __device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory"); }
 __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
@@ -272,9 +276,10 @@ struct Gemm {
   static constexpr int kABytes = kBM * kBK * 2, kBBytes = BN * kBK * 2;
   static constexpr int kStageBytes = kABytes + kBBytes;
   // The slices, 1024-byte aligned; STAGED: each consumer warpgroup's two
-  // 64-row x 128-byte output buffers (128-byte swizzle) for bulk stores;
+  // 64-row x 128-byte output buffers (128-byte swizzle) for bulk stores
+  // (and bulk loads of a residual) and a barrier for each buffer's loads;
   // then full[STAGES] and empty[STAGES].
-  static constexpr int kStagingBytes = STAGED ? 4 * 64 * 128 : 0;
+  static constexpr int kStagingBytes = STAGED ? 4 * 64 * 128 + 4 * 8 : 0;
   static constexpr int kSharedBytes = 1024 + STAGES * kStageBytes + kStagingBytes + 2 * STAGES * 8;
   static constexpr int kMI = 1, kNI = BN / 8;
   static_assert(BN % (64 * CLUSTER) == 0 && BN <= 256 && STAGES >= 2 && (CLUSTER == 1 || CLUSTER == 2), "tile shape");
@@ -292,6 +297,10 @@ struct Gemm {
   }
   static __device__ __forceinline__ unsigned char* staging(unsigned char* s, int consumer, int buffer) {
     return s + STAGES * kStageBytes + (consumer * 2 + buffer) * 64 * 128;
+  }
+  // Completes when a bulk load into staging buffer (consumer, buffer) has landed.
+  static __device__ __forceinline__ u64* staging_loaded(unsigned char* s, int consumer, int buffer) {
+    return reinterpret_cast<u64*>(s + STAGES * kStageBytes + 4 * 64 * 128) + consumer * 2 + buffer;
   }
   // Byte offset of a 4- or 8-byte value at (row, byte column) of a 64 x 128-byte staging buffer.
   static __device__ __forceinline__ int staging_offset(int row, int byte) { return row * 128 + ((((byte >> 4) ^ (row & 7))) << 4) + (byte & 15); }
@@ -318,6 +327,8 @@ struct Gemm {
   static __device__ __forceinline__ void init_barriers(unsigned char* s) {
     if (threadIdx.x == 0) {
       for (int i = 0; i < STAGES; ++i) bar_init(full(s) + i, GATHERED ? 128 : 1), bar_init(empty(s) + i, 8 * CLUSTER);
+      if constexpr (STAGED)
+        for (int i = 0; i < 4; ++i) bar_init(staging_loaded(s, i / 2, i % 2), 1);
       fence_barrier_init();
     }
     if constexpr (CLUSTER > 1) cluster_sync();

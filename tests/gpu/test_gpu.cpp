@@ -245,6 +245,15 @@ TEST(Gpu, FamiliesWithOddShapes) {
            {"op":"reduce_sum","in":["c"],"out":"s","axes":[0,1,2]}],"outputs":["c","s"]})");
   texts.push_back(R"({"kiln":1,"inputs":{"x":{"shape":[1,130,130,32],"dtype":"bf16"},"w":{"shape":[64,1,1,32],"dtype":"bf16"}},
     "ops":[{"op":"conv2d","in":["x","w"],"out":"y"}],"outputs":["y"]})");
+  // Residuals through the staging buffers (the first by bulk tensor loads,
+  // the second from memory): a Hopper conv, and batched (3-d maps) with M
+  // and N not multiples of the tile.
+  texts.push_back(R"({"kiln":1,"inputs":{"x":{"shape":[4,70,70,64],"dtype":"bf16"},"w":{"shape":[128,3,3,64],"dtype":"bf16"},
+    "r":{"shape":[4,70,70,128],"dtype":"bf16"},"q":{"shape":[4,70,70,128],"dtype":"bf16"}},
+    "ops":[{"op":"conv2d","in":["x","w"],"out":"c","padding":[1,1]},{"op":"add","in":["c","r"],"out":"s"},{"op":"sub","in":["s","q"],"out":"t"},
+           {"op":"relu","in":["t"],"out":"y","dtype":"bf16"}],"outputs":["y"]})");
+  texts.push_back(R"({"kiln":1,"inputs":{"a":{"shape":[4,600,128],"dtype":"f16"},"b":{"shape":[4,128,1000],"dtype":"f16"},"r":{"shape":[4,600,1000],"dtype":"f16"}},
+    "ops":[{"op":"matmul","in":["a","b"],"out":"m"},{"op":"mul","in":["r",0.5],"out":"h"},{"op":"add","in":["m","h"],"out":"y","dtype":"f16"}],"outputs":["y"]})");
   // Flash attention: head dims 64/128/256, additive and bool masks, more
   // queries than keys under a causal mask (rows that see no key give
   // zeros), q read through a transpose.
@@ -433,6 +442,11 @@ TEST(Gpu, UnalignedBindingsMatchTheReference) {
       // Hopper: no tensor map for either operand; the producer loads elements.
       R"({"kiln": 1, "inputs": {"a": {"shape": [1100, 200], "dtype": "bf16"}, "b": {"shape": [200, 2104], "dtype": "bf16"}},
           "ops": [{"op": "matmul", "in": ["a", "b"], "out": "y"}], "outputs": ["y"]})",
+      // Hopper: a residual read from memory instead of through the staging buffers.
+      R"({"kiln": 1, "inputs": {"a": {"shape": [1100, 200], "dtype": "bf16"}, "b": {"shape": [200, 2104], "dtype": "bf16"},
+          "r": {"shape": [1100, 2104], "dtype": "bf16"}},
+          "ops": [{"op": "matmul", "in": ["a", "b"], "out": "m"}, {"op": "add", "in": ["m", "r"], "out": "y", "dtype": "bf16"}],
+          "outputs": ["y"]})",
   };
   for (const char* text : graphs) {
     const Graph g = testing::must_parse(text);
