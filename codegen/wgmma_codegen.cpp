@@ -60,7 +60,7 @@ std::string KernelBuilder::epilogue_prefetch(const ir::Op& anchor, const Gemm& g
     if (!dense) continue;
     out += fmt::format("if (kiln::aligned16({})) {{  // {}\n", e.pointer, g_.tensor(id).name);
     out += fmt::format("  const kiln::u32 bytes = (kiln::u32)(min((kiln::i64){}, {}LL - n0) * {});\n", bn, gm.n, bytes);
-    out += fmt::format("  {} {{\n", rows);
+    out += fmt::format("#pragma unroll 1\n  {} {{\n", rows);
     out += fmt::format("    if (m0 + r < {}LL) kiln::wg::prefetch_l2(static_cast<const char*>({}) + ((batch * {}LL + m0 + r) * {}LL + n0) * {}, bytes);\n",
                        gm.m, e.pointer, gm.m, gm.n, bytes);
     out += "  }\n}\n";
@@ -248,20 +248,24 @@ void KernelBuilder::gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind, c
   // The producer warpgroup.
   auto element_loads = [&](bool is_a, const std::string& guard) {
     const std::string tile = is_a ? "a_tile" : "b_tile";
+    // One element per iteration, not unrolled (the copy engine's producer has 56 registers).
+    auto loop_open = [&](int elements) {
+      return fmt::format("        {}{{\n#pragma unroll 1\n        for (int e = threadIdx.x; e < {}; e += 128) {{\n", guard, elements);
+    };
     std::string out;
     if (is_a) {
-      out += fmt::format("        {}for (int e = threadIdx.x; e < {}; e += 128) {{\n", guard, bm * bk);
+      out += loop_open(bm * bk);
       out += "          const int row = e >> 6, col = e & 63;\n";
       out += "          const kiln::i64 m = m0 + row, k = k0 + col;\n";
       out += fmt::format("          float v = 0.0f;\n          if (m < {}LL && k < {}LL) {{\n", gm.m, gm.k);
       em_.begin_block();
       gm.load_a("m", "k", "batch");
       out += em_.take(12) + "          }\n";
-      out += fmt::format("          {}[G::a_index(row, col)] = kiln::tc::Element<kiln::tc::{}>::from_float(v);\n        }}\n",
+      out += fmt::format("          {}[G::a_index(row, col)] = kiln::tc::Element<kiln::tc::{}>::from_float(v);\n        }}\n        }}\n",
                          tile, kind_name);
       return out;
     }
-    out += fmt::format("        {}for (int e = threadIdx.x; e < {}; e += 128) {{\n", guard, bn * bk);
+    out += loop_open(bn * bk);
     if (b.k_major)
       out += "          const int nn = e >> 6, kk = e & 63;\n";
     else
@@ -271,7 +275,7 @@ void KernelBuilder::gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind, c
     em_.begin_block();
     gm.load_b("k", "n", "batch");
     out += em_.take(12) + "          }\n";
-    out += fmt::format("          {}[G::b_index(kk, nn)] = kiln::tc::Element<kiln::tc::{}>::from_float(v);\n        }}\n", tile,
+    out += fmt::format("          {}[G::b_index(kk, nn)] = kiln::tc::Element<kiln::tc::{}>::from_float(v);\n        }}\n        }}\n", tile,
                        kind_name);
     return out;
   };
@@ -311,21 +315,31 @@ void KernelBuilder::gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind, c
     body += "    if (threadIdx.x == 0) {\n";
     body += fmt::format("      if (tma_a) kiln::wg::prefetch_map(&{});\n      if (tma_b) kiln::wg::prefetch_map(&{});\n    }}\n",
                         map_a, map_b);
-    body += "    if (by_elements || threadIdx.x == 0) {\n";
+    // Two loops: the copy engine's (thread 0) and, for an unaligned operand, one of every
+    // producer thread (its registers would not fit in the copy engine's loop: it spilled).
+    auto copies = [&](bool both) {
+      std::string c = "kiln::wg::u64* const full = G::full(smem) + ring.stage;\n";
+      c += both ? "kiln::wg::bar_arrive_expect(full, G::kABytes + G::kBBytes);\n"
+                : "kiln::wg::bar_arrive_expect(full, (tma_a ? G::kABytes : 0) + (tma_b ? G::kBBytes : 0));\n";
+      c += fmt::format("{}kiln::wg::tma_load(a_tile, &{}, full, {});\n", both ? "" : "if (tma_a) ", map_a, coords(a, "k0", "m0"));
+      return c + b_copy;
+    };
+    body += "    if (!by_elements && threadIdx.x == 0) {\n";
     body += fmt::format("      kiln::wg::Ring<{}> ring;\n", stages);
     body += producer_tile_loop(6);
-    if (!warm_l2.empty()) body += "        if (threadIdx.x == 0) {\n" + indented(warm_l2, 10) + "        }\n";
+    body += indented(warm_l2, 8);
     body += "        for (int kt = 0; kt < k_tiles; ++kt, ring.advance()) {\n";
     body += producer_slot(10);
-    body += "          if (by_elements) {\n";
-    body += indented(element_loads(true, "if (!tma_a) ") + element_loads(false, "if (!tma_b) "), 4);
-    body += "            kiln::wg::fence_async_shared();\n            kiln::wg::named_sync(1, 128);\n          }\n";
-    body += "          if (threadIdx.x == 0) {\n";
-    body += "            kiln::wg::u64* const full = G::full(smem) + ring.stage;\n";
-    body += "            kiln::wg::bar_arrive_expect(full, (tma_a ? G::kABytes : 0) + (tma_b ? G::kBBytes : 0));\n";
-    body += fmt::format("            if (tma_a) kiln::wg::tma_load(a_tile, &{}, full, {});\n", map_a, coords(a, "k0", "m0"));
-    body += indented(b_copy, 12);
-    body += "          }\n        }\n      }\n    }\n";
+    body += indented(copies(true), 10);
+    body += "        }\n      }\n    } else if (by_elements) {\n";
+    body += fmt::format("      kiln::wg::Ring<{}> ring;\n", stages);
+    body += producer_tile_loop(6);
+    body += "        for (int kt = 0; kt < k_tiles; ++kt, ring.advance()) {\n";
+    body += producer_slot(10);
+    body += indented(element_loads(true, "if (!tma_a) ") + element_loads(false, "if (!tma_b) "), 2);
+    body += "          kiln::wg::fence_async_shared();\n          kiln::wg::named_sync(1, 128);\n";
+    body += "          if (threadIdx.x == 0) {\n" + indented(copies(false), 12) + "          }\n";
+    body += "        }\n      }\n    }\n";
   }
   // The consumer warpgroups.
   body += "  } else {\n";

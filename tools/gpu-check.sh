@@ -42,6 +42,13 @@ grep -E "ERROR SUMMARY|PASSED|FAILED" "$out/memcheck.log" | head -5
 timeout 240 compute-sanitizer --tool racecheck --error-exitcode 9 build-gpu/tests/kiln_gpu_tests \
   --gtest_filter=Gpu.FamiliesWithOddShapes:Gpu.EveryExampleMatchesTheReference >"$out/racecheck.log" 2>&1 || status=1
 grep -E "RACECHECK SUMMARY|ERROR SUMMARY|PASSED|FAILED" "$out/racecheck.log" | head -5
+section "SASS for sm_90 (tensor-core instructions, local-memory spills per graph)"
+for g in bench/graphs/anchors/*.json examples/*/*.json; do
+  build-gpu/bin/kiln dump --stage sass --arch sm_90 "$g" >"$out/sass.txt" 2>/dev/null || continue
+  printf '%-40s HGMMA %3d  HMMA %3d  LDL/STL %3d\n' "$(basename "$g" .json)" "$(grep -c HGMMA "$out/sass.txt")" \
+    "$(grep -c 'HMMA\.' "$out/sass.txt")" "$(grep -cE '\b(LDL|STL)\b' "$out/sass.txt")"
+done
+rm -f "$out/sass.txt"
 section "figures (compile, cache load, launch)"
 build-gpu/tests/kiln_gpu_tests --gtest_filter=Gpu.CompileAndLaunchFigures 2>&1 | grep FIGURE | sed 's/^FIGURE //'
 section "reference interpreter vs PyTorch (float64)"
