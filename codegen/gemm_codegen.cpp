@@ -134,15 +134,9 @@ std::string KernelBuilder::epilogue(const ir::Op& anchor, const Gemm& gm, const 
       }
     }
     for (const auto& [id, e] : ext_) {
-      if (staged < 0 || writes_.count(id) || g_.tensor(id).shape != result_shape || e.storage != storage_dtype(g_.tensor(staged)))
-        continue;
-      bool dense = true;
-      int64_t expect = 1;
-      for (size_t d = result_shape.size(); d-- > 0;) {
-        dense = dense && (result_shape[d] == 1 || e.strides[d] == expect);
-        expect *= result_shape[d];
-      }
-      if (dense) residuals.push_back(id);
+      if (staged >= 0 && !writes_.count(id) && g_.tensor(id).shape == result_shape && e.strides == contiguous_strides(result_shape) &&
+          e.storage == storage_dtype(g_.tensor(staged)))
+        residuals.push_back(id);
     }
   }
   for (ir::TensorId r : residuals) em_.set_vector_source(r, oc, fmt::format("residual{}", r), "c");

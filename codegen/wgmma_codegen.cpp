@@ -49,15 +49,10 @@ std::string KernelBuilder::epilogue_prefetch(const ir::Op& anchor, const Gemm& g
   if (!gm.column_last || shape.size() < 2) return "";
   std::string out;
   for (const auto& [id, e] : ext_) {
-    if (operands.count(e.pointer) || g_.tensor(id).shape != shape || e.storage == DType::boolean) continue;
-    const int64_t bytes = byte_size(e.storage), row_bytes = gm.n * bytes;
-    bool dense = row_bytes % 16 == 0;
-    int64_t expect = 1;
-    for (size_t d = shape.size(); d-- > 0;) {
-      dense = dense && (shape[d] == 1 || e.strides[d] == expect);
-      expect *= shape[d];
-    }
-    if (!dense) continue;
+    const int64_t bytes = byte_size(e.storage);
+    if (operands.count(e.pointer) || g_.tensor(id).shape != shape || e.strides != contiguous_strides(shape) ||
+        e.storage == DType::boolean || (gm.n * bytes) % 16 != 0)
+      continue;
     out += fmt::format("if (kiln::aligned16({})) {{  // {}\n", e.pointer, g_.tensor(id).name);
     out += fmt::format("  const kiln::u32 bytes = (kiln::u32)(min((kiln::i64){}, {}LL - n0) * {});\n", bn, gm.n, bytes);
     out += fmt::format("#pragma unroll 1\n  {} {{\n", rows);
