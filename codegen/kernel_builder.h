@@ -101,8 +101,8 @@ struct ProgramState {
 
 class KernelBuilder {
  public:
-  KernelBuilder(const ir::Graph& g, const ir::PlannedKernel& k, ProgramState& state, int sm)
-      : g_(g), k_(k), state_(state), sm_(sm), em_(g, std::set<int32_t>(k.ops.begin(), k.ops.end()), externals()) {
+  KernelBuilder(const ir::Graph& g, const ir::PlannedKernel& k, ProgramState& state, int sm, Tuning wanted = {})
+      : g_(g), k_(k), state_(state), sm_(sm), wanted_(wanted), em_(g, std::set<int32_t>(k.ops.begin(), k.ops.end()), externals()) {
     out_.plan_kernel = k.id;
   }
 
@@ -139,6 +139,15 @@ class KernelBuilder {
                      const std::string& includes = "");
 
   GeneratedKernel take() { return std::move(out_); }
+
+  // The choice to build with: the requested one where `space` (the
+  // heuristic's choice first) holds it, else the heuristic's. Records both
+  // in the generated kernel.
+  Tuning choose_tuning(std::vector<Tuning> space);
+  // Once the generator knows a choice does not exist for this kernel:
+  // `erase` clears it in the choice made and in every alternative
+  // (duplicates merged; the heuristic's stays first).
+  void restrict_tuning(const std::function<void(Tuning&)>& erase);
 
   // ---- chunks: V consecutive elements along the last axis of a domain --------------
   // Which tensors move V elements at a time in a kernel that walks `domain`
@@ -357,6 +366,12 @@ class KernelBuilder {
     // tensor is stored.
     std::function<std::string(ir::TensorId, const TensorMapSpec&)> stage_map;
     ir::TensorId* staged = nullptr;
+    // Staged column blocks in a loop or unrolled (Tuning::epilogue; 0: by
+    // the element code's cost); `heuristic_loop` learns what that cost
+    // chooses, 0 where there is no choice (nothing staged, or column
+    // partials indexed by the column).
+    int block_loop = 0;
+    int* heuristic_loop = nullptr;
   };
   // What a persistent kernel's epilogue keeps across its tile loop: column
   // partials in registers (at most `registers` floats per thread; a
@@ -389,6 +404,8 @@ class KernelBuilder {
   // How many blocks share each tile's K (the few-rows tile when its tiles
   // alone leave SMs idle; 1: no split).
   int split_k(const Gemm& gm, const MmaTile& t) const;
+  // The number of splits, none empty, when `k_tiles` slices are shared out about `splits` ways.
+  static int even_splits(int64_t k_tiles, int splits);
   std::string split_k_main_loop(const Gemm& gm, const MmaTile& t, int splits, int64_t k_tiles);
 
   void gemm_tensor_core(const ir::Op& anchor, const Gemm& gm, Mma kind);
@@ -473,6 +490,7 @@ class KernelBuilder {
   std::map<ir::TensorId, std::string> writes_;
   std::map<ir::TensorId, ExternalTensor> ext_;
   int sm_;
+  Tuning wanted_;
   Emitter em_;
 };
 

@@ -16,11 +16,12 @@ DType storage_dtype(const ir::Tensor& t) {
   return t.value_dtype();
 }
 
-GeneratedProgram generate_program(const ir::Graph& g, const ir::Plan& plan, int sm) {
+GeneratedProgram generate_program(const ir::Graph& g, const ir::Plan& plan, int sm, const ProgramTuning& tuning) {
   ProgramState state;
   for (const ir::PlannedKernel& k : plan.kernels) {
     if (k.writes.empty() && k.workspace.empty()) continue;  // computes nothing anyone reads
-    KernelBuilder b(g, k, state, sm);
+    const auto wanted = tuning.find(k.id);
+    KernelBuilder b(g, k, state, sm, wanted == tuning.end() ? Tuning{} : wanted->second);
     switch (k.kind) {
       case ir::KernelKind::Pointwise:
       case ir::KernelKind::Copy: b.pointwise(); break;

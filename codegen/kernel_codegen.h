@@ -20,6 +20,7 @@
 
 #include "compiler/ir.h"
 #include "compiler/plan.h"
+#include "codegen/tuning.h"
 
 namespace kiln::codegen {
 
@@ -66,6 +67,10 @@ struct GeneratedKernel {
   // of this group (the kernel's cluster size).
   uint32_t persistent_group = 0;
   std::vector<int> reset_workspaces;  // filled before this kernel launches
+  // The heuristic choices it was built with, and the alternatives its
+  // generator accepts (tuning.h); both empty for kernels with none.
+  Tuning tuning;
+  std::vector<Tuning> tuning_space;
 };
 
 struct GeneratedProgram {
@@ -75,8 +80,9 @@ struct GeneratedProgram {
 };
 
 // `sm`: the target's compute capability (80 for sm_80): tensor-core kernels
-// from 80 on, SIMT before.
-GeneratedProgram generate_program(const ir::Graph& g, const ir::Plan& plan, int sm);
+// from 80 on, SIMT before. `tuning`: choices to use instead of the
+// heuristic's, by plan kernel (those outside a kernel's space are ignored).
+GeneratedProgram generate_program(const ir::Graph& g, const ir::Plan& plan, int sm, const ProgramTuning& tuning = {});
 
 // The compute capability of an arch name: sm_90a -> 90.
 int sm_of(const std::string& arch);

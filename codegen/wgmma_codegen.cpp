@@ -179,13 +179,31 @@ void KernelBuilder::gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind, c
   // when the problem has no more).
   const int64_t tiles_m = (gm.m + kWgmmaBM - 1) / kWgmmaBM;
   const int bm = kWgmmaBM, bk = 64;
-  const int bn = gathered ? (gm.n <= 64 ? 64 : 128)
-                          : gm.n > 128 && tiles_m * ((gm.n + 255) / 256) * gm.batches >= 132 ? 256 : 128;
-  const int producer_registers = gathered ? 128 : 56, consumer_registers = gathered ? 184 : 224;
-  const int64_t tiles_n = (gm.n + bn - 1) / bn;
+  const int heuristic_bn = gathered ? (gm.n <= 64 ? 64 : 128)
+                                    : gm.n > 128 && tiles_m * ((gm.n + 255) / 256) * gm.batches >= 132 ? 256 : 128;
   // Two blocks along M share each B slice (multicast) once there are two tile rows.
   // (H100, bf16 8192 x 8192 x 4096: 574 TFLOP/s with pairs, 547 without.)
-  const int cluster = tiles_m >= 2 && bn >= 128 ? 2 : 1;
+  auto pairs_allowed = [&](int width) { return tiles_m >= 2 && width >= 128; };
+  // Tiles walked 8 rows at a time. The alternatives: the other width where
+  // the problem has the columns (a gathering producer allows 128 at most),
+  // clusters of one, and rows walked 4 or 16 at a time.
+  // Each with the staged epilogue's column blocks in a loop or unrolled
+  // (the heuristic's: epilogue 0, by the element code's cost); where the
+  // epilogue has no such choice, the space drops it below.
+  std::vector<Tuning> space{{heuristic_bn, pairs_allowed(heuristic_bn) ? 2 : 1, 8, 0, 0}};
+  std::vector<int> widths = gathered ? std::vector<int>{64, 128} : std::vector<int>{128, 256};
+  for (int width : widths) {
+    if (width > 64 && gm.n <= width / 2) continue;  // no columns for it
+    for (int pair : {2, 1}) {
+      if (pair == 2 && !pairs_allowed(width)) continue;
+      for (int raster : {8, 4, 16})
+        for (int loop : {Tuning::kRolled, Tuning::kUnrolled}) space.push_back({width, pair, raster, 0, loop});
+    }
+  }
+  Tuning choice = choose_tuning(space);
+  const int bn = choice.tile_n, cluster = choice.cluster;
+  const int producer_registers = gathered ? 128 : 56, consumer_registers = gathered ? 184 : 224;
+  const int64_t tiles_n = (gm.n + bn - 1) / bn;
   const int64_t units_m = (tiles_m + cluster - 1) / cluster, units = units_m * tiles_n * gm.batches;
   const int threads = 384;
   const int64_t k_tiles = (gm.k + bk - 1) / bk;
@@ -205,12 +223,15 @@ void KernelBuilder::gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind, c
   // are left for everything but the accumulators and the partials.
   TileLoopCarry carry{consumer_registers - bn / 2 - 56, bn / 4, "", "", ""};
   ir::TensorId staged = -1;
-  EpilogueLoops loops{"", "", true, check_m, gm.n % bn != 0, nullptr, &staged};
+  int heuristic_loop = 0;
+  EpilogueLoops loops{"", "", true, check_m, gm.n % bn != 0, nullptr, &staged, choice.epilogue, &heuristic_loop};
   loops.stage_map = [&](ir::TensorId t, const TensorMapSpec& map) {
     const std::string& pointer = writes_.count(t) ? writes_.at(t) : ext_.at(t).pointer;
     return tensor_map_param(TmaOperand{t, pointer, map, true}, g_.tensor(t).name);
   };
   const std::string tile_epilogue = epilogue(anchor, gm, loops, "gemm.acc[mi][ni][e]", &finalise, &carry);
+  // The epilogue's choice made explicit (the heuristic's entry says what it chose), or dropped where there is none.
+  restrict_tuning([&](Tuning& t) { t.epilogue = heuristic_loop == 0 ? 0 : t.epilogue == 0 ? heuristic_loop : t.epilogue; });
   const int stage_bytes = (bm + bn) * bk * 2, staging_bytes = staged >= 0 ? 4 * 64 * 128 + 4 * 8 : 0;
   const int stages = std::min(8, (kSharedLimit - 1024 - 8 * 16 - staging_bytes) / stage_bytes);
   const int shared_bytes = 1024 + stages * stage_bytes + staging_bytes + 2 * stages * 8;
@@ -233,11 +254,11 @@ void KernelBuilder::gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind, c
   body += fmt::format("  const int rank = (int)G::rank(), first_unit = blockIdx.x / {0}, unit_step = gridDim.x / {0};\n",
                       cluster);
   body += "  // A unit is the cluster's tile rows (one per block) at one tile column of one batch; units walk\n";
-  body += "  // groups of 8 unit rows column by column for L2 reuse.\n";
+  body += fmt::format("  // groups of {} unit rows column by column for L2 reuse.\n", choice.raster);
   body += "  auto tile_at = [&](int unit, kiln::i64& m0, kiln::i64& n0, kiln::i64& batch) {\n";
   body += "    int um, tn;\n";
   body += "    batch = unit / (units_m * tiles_n);\n";
-  body += "    kiln::tc::swizzled_tile(unit % (units_m * tiles_n), units_m, tiles_n, 8, um, tn);\n";
+  body += fmt::format("    kiln::tc::swizzled_tile(unit % (units_m * tiles_n), units_m, tiles_n, {}, um, tn);\n", choice.raster);
   body += fmt::format("    m0 = ((kiln::i64)um * {} + rank) * {}, n0 = (kiln::i64)tn * {};\n  }};\n", cluster, bm, bn);
 
   // The producer warpgroup.

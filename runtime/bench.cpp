@@ -46,42 +46,63 @@ int64_t anchor_flops(const ir::Graph& g) {
   return flops;
 }
 
-Expected<Timing> time_executable(Executable& exe, uint64_t seed) {
+Expected<BenchBuffers> BenchBuffers::make(const Executable& exe, uint64_t seed) {
   Expected<const Driver*> d = driver();
   if (!d) return d.error();
   const Driver& cu = **d;
   const ir::Graph& g = exe.graph().ir();
   int64_t input_bytes = 0;
   for (const TensorDesc& t : exe.graph().inputs()) input_bytes += static_cast<int64_t>(exe.binding_bytes(t.name).value());
-  Timing timing;
   // Enough input sets that one pass over them is several times the L2 (50-60 MB).
-  timing.input_sets = static_cast<int>(std::clamp<int64_t>((256LL << 20) / std::max<int64_t>(input_bytes, 1), 1, 8));
-  std::vector<CUdeviceptr> allocations;
-  auto cleanup = [&] {
-    for (CUdeviceptr p : allocations) cu.cuMemFree(p);
+  const int input_sets = static_cast<int>(std::clamp<int64_t>((256LL << 20) / std::max<int64_t>(input_bytes, 1), 1, 8));
+  BenchBuffers b;
+  auto allocate = [&](size_t bytes) -> Expected<CUdeviceptr> {
+    CUdeviceptr p;
+    if (Status st = check(cu.cuMemAlloc(&p, std::max<size_t>(bytes, 4)), "cuMemAlloc"); !st) return st.error();
+    b.allocations_.push_back(p);
+    return p;
   };
-  std::vector<std::vector<DeviceBinding>> sets(static_cast<size_t>(timing.input_sets));
-  for (int s = 0; s < timing.input_sets; ++s) {
+  b.sets_.resize(static_cast<size_t>(input_sets));
+  for (int s = 0; s < input_sets; ++s) {
     const std::vector<HostTensor> inputs = random_inputs(exe.graph(), seed + static_cast<uint64_t>(s));
     for (size_t i = 0; i < inputs.size(); ++i) {
       const ir::Tensor& t = g.tensor(g.inputs[i]);
       const std::string bytes = to_storage(inputs[i], t.strides);
-      CUdeviceptr p;
-      if (Status st = check(cu.cuMemAlloc(&p, std::max<size_t>(bytes.size(), 4)), "cuMemAlloc"); !st) return cleanup(), st.error();
-      allocations.push_back(p);
-      if (Status st = check(cu.cuMemcpyHtoD(p, bytes.data(), bytes.size()), "cuMemcpyHtoD"); !st) return cleanup(), st.error();
-      sets[static_cast<size_t>(s)].push_back({t.name, reinterpret_cast<void*>(p), bytes.size()});
+      Expected<CUdeviceptr> p = allocate(bytes.size());
+      if (!p) return p.error();
+      if (Status st = check(cu.cuMemcpyHtoD(*p, bytes.data(), bytes.size()), "cuMemcpyHtoD"); !st) return st.error();
+      b.sets_[static_cast<size_t>(s)].push_back({t.name, reinterpret_cast<void*>(*p), bytes.size()});
     }
   }
   for (const TensorDesc& t : exe.graph().outputs()) {
     const size_t bytes = exe.binding_bytes(t.name).value();
-    CUdeviceptr p;
-    if (Status st = check(cu.cuMemAlloc(&p, std::max<size_t>(bytes, 4)), "cuMemAlloc"); !st) return cleanup(), st.error();
-    allocations.push_back(p);
-    for (auto& set : sets)
-      if (std::none_of(set.begin(), set.end(), [&](const DeviceBinding& b) { return b.name == t.name; }))
-        set.push_back({t.name, reinterpret_cast<void*>(p), bytes});
+    Expected<CUdeviceptr> p = allocate(bytes);
+    if (!p) return p.error();
+    for (auto& set : b.sets_)
+      if (std::none_of(set.begin(), set.end(), [&](const DeviceBinding& x) { return x.name == t.name; }))
+        set.push_back({t.name, reinterpret_cast<void*>(*p), bytes});
   }
+  return b;
+}
+
+BenchBuffers::BenchBuffers(BenchBuffers&& other) noexcept
+    : sets_(std::move(other.sets_)), allocations_(std::move(other.allocations_)) {
+  other.allocations_.clear();
+}
+
+BenchBuffers::~BenchBuffers() {
+  if (allocations_.empty()) return;
+  if (Expected<const Driver*> d = driver(); d)
+    for (uint64_t p : allocations_) (*d)->cuMemFree(static_cast<CUdeviceptr>(p));
+}
+
+Expected<Timing> time_runs(Executable& exe, const BenchBuffers& buffers, double budget_ms) {
+  Expected<const Driver*> d = driver();
+  if (!d) return d.error();
+  const Driver& cu = **d;
+  const auto& sets = buffers.sets();
+  Timing timing;
+  timing.input_sets = static_cast<int>(sets.size());
   // Events around every run, recorded back to back: the queue stays full, so
   // launch gaps on the host do not count.
   auto run = [&](int iterations, std::vector<float>* ms) -> Status {
@@ -107,16 +128,21 @@ Expected<Timing> time_executable(Executable& exe, uint64_t seed) {
   std::vector<float> ms;
   if (st) {
     const float estimate = *std::min_element(first.begin(), first.end());
-    const int iterations = static_cast<int>(std::clamp<double>(300.0 / std::max(estimate, 1e-3f), 10, 200));
+    const int iterations = static_cast<int>(std::clamp<double>(budget_ms / std::max(estimate, 1e-3f), 10, 200));
     st = run(iterations, &ms);
   }
-  cleanup();
   if (!st) return st.error();
   std::sort(ms.begin(), ms.end());
   timing.median_ms = ms[ms.size() / 2];
   timing.min_ms = ms.front();
   timing.runs = static_cast<int>(ms.size());
   return timing;
+}
+
+Expected<Timing> time_executable(Executable& exe, uint64_t seed) {
+  Expected<BenchBuffers> buffers = BenchBuffers::make(exe, seed);
+  if (!buffers) return buffers.error();
+  return time_runs(exe, *buffers);
 }
 
 }  // namespace kiln::runtime

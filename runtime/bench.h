@@ -3,7 +3,9 @@
 // do not read one buffer out of L2; plus the graph's floor figures.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "kiln/executable.h"
 
@@ -24,6 +26,27 @@ struct Timing {
   int input_sets = 0;
 };
 
+// Device buffers for timing one graph: several sets of random inputs
+// (seeds seed, seed+1, ...), enough that one pass over them is several
+// times the L2, and its outputs. Every executable of the same graph can be
+// timed on them (the autotuner times its candidates on one set).
+class BenchBuffers {
+ public:
+  static Expected<BenchBuffers> make(const Executable& exe, uint64_t seed);
+  const std::vector<std::vector<DeviceBinding>>& sets() const { return sets_; }
+  ~BenchBuffers();
+  BenchBuffers(BenchBuffers&& other) noexcept;
+  BenchBuffers& operator=(BenchBuffers&&) = delete;
+
+ private:
+  BenchBuffers() = default;
+  std::vector<std::vector<DeviceBinding>> sets_;
+  std::vector<uint64_t> allocations_;  // CUdeviceptr
+};
+
+// Times `exe` on `buffers` (made for the same graph): 3 warm-up runs, then
+// as many as fit in about `budget_ms` (10 to 200).
+Expected<Timing> time_runs(Executable& exe, const BenchBuffers& buffers, double budget_ms = 300);
 Expected<Timing> time_executable(Executable& exe, uint64_t seed);
 
 }  // namespace kiln::runtime

@@ -6,8 +6,13 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <random>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 
 namespace kiln::runtime {
 
@@ -39,7 +44,7 @@ Status secure_cache_dir(const std::string& dir) {
   if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0)
     return unsafe(dir, fmt::format("group or others may write to it (mode {:04o})", st.st_mode & 07777),
                   fmt::format("chmod 700 '{}'", dir));
-  for (const char* sub : {"kernels", "graphs"}) {
+  for (const char* sub : {"kernels", "graphs", "tuning"}) {
     const std::string path = dir + "/" + sub;
     struct stat sub_st {};
     if (::lstat(path.c_str(), &sub_st) != 0) continue;  // created on first write
@@ -68,6 +73,28 @@ bool read_regular_file(const std::string& path, std::string& out) {
   }
   ::close(fd);
   return true;
+}
+
+bool write_file_atomically(const std::string& path, const std::string& text) {
+  const std::string temp = fmt::format("{}.tmp.{}.{:08x}", path, ::getpid(), std::random_device{}());
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return false;
+  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
+  ::close(fd);
+  if (ok && std::rename(temp.c_str(), path.c_str()) == 0) return true;
+  ::unlink(temp.c_str());
+  return false;
+}
+
+std::string with_checksum(const std::string& body) {
+  return fmt::format("{:016x}\n{}", XXH3_64bits(body.data(), body.size()), body);
+}
+
+std::optional<std::string> checked_body(const std::string& text) {
+  if (text.size() < 17 || text[16] != '\n') return std::nullopt;
+  std::string body = text.substr(17);
+  if (fmt::format("{:016x}", XXH3_64bits(body.data(), body.size())) != text.substr(0, 16)) return std::nullopt;
+  return body;
 }
 
 }  // namespace kiln::runtime

@@ -75,6 +75,16 @@ std::optional<std::string> device_arch() {
   return l.arch;
 }
 
+std::optional<std::string> device_name() {
+  const Loaded& l = loaded();
+  if (l.error) return std::nullopt;
+  CUdevice device;
+  char name[256] = {};
+  if (l.driver.cuDeviceGet(&device, 0) != CUDA_SUCCESS || l.driver.cuDeviceGetName(name, sizeof name - 1, device) != CUDA_SUCCESS)
+    return std::nullopt;
+  return std::string(name);
+}
+
 Status check(CUresult result, const std::string& what) {
   if (result == CUDA_SUCCESS) return {};
   const char* message = nullptr;

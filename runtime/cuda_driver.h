@@ -60,6 +60,8 @@ Expected<const Driver*> driver();
 CUcontext primary_context();
 // "sm_90" for device 0, when a GPU and its driver are present.
 std::optional<std::string> device_arch();
+// Device 0's name ("NVIDIA H100 80GB HBM3").
+std::optional<std::string> device_name();
 // An Error naming `what` and the driver's message, or success.
 Status check(CUresult result, const std::string& what);
 

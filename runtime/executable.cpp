@@ -19,6 +19,7 @@
 #include "compiler/plan_printer.h"
 #include "compiler/plan_verifier.h"
 #include "compiler/planner/planner.h"
+#include "runtime/autotune.h"
 #include "runtime/cache_dir.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/tensor_map.h"
@@ -118,6 +119,15 @@ const std::vector<KernelReport>& Executable::report() const { return impl_->repo
 size_t Executable::kernel_count() const { return impl_->program().kernels.size(); }
 
 Expected<Executable> Executable::compile(const Graph& graph, const CompileOptions& options) {
+  if (options.autotune) return runtime::autotune(graph, options);
+  return ExecutableFactory::compile(graph, options, nullptr);
+}
+
+std::vector<KernelReport>& ExecutableFactory::reports(Executable& exe) { return exe.impl_->reports; }
+
+Expected<Executable> ExecutableFactory::compile(const Graph& graph, const CompileOptions& options,
+                                                const codegen::ProgramTuning* chosen) {
+  using Impl = Executable::Impl;
   const auto start = std::chrono::steady_clock::now();
   auto elapsed = [&] { return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count(); };
   auto impl = std::make_unique<Impl>(graph);
@@ -126,13 +136,28 @@ Expected<Executable> Executable::compile(const Graph& graph, const CompileOption
     return Error{ErrorCode::InvalidInput, fmt::format("arch '{}': expected sm_XX (e.g. sm_80, sm_90)", impl->arch)};
   const std::string cache_dir = options.cache_dir.empty() ? runtime::default_cache_dir() : options.cache_dir;
   const ir::Hash128 program_key = runtime::program_key(graph.to_json(), impl->arch, options.fuse);
+  // Tile choices: the caller's, else those an autotuning run recorded for
+  // this program. They are part of the program's identity.
+  const codegen::ProgramTuning tuning =
+      chosen ? *chosen : options.use_cache ? runtime::recorded_tuning(cache_dir, program_key) : codegen::ProgramTuning{};
+  const ir::Hash128 recipe_key = runtime::tuned_program_key(program_key, tuning);
   const size_t tensors = graph.ir().tensors.size();
+  auto report_of = [&](const codegen::GeneratedKernel& k, const std::string& kind, const std::string& key) {
+    KernelReport r{.kernel = k.plan_kernel, .kind = kind, .key = key, .cache_hit = true, .milliseconds = 0,
+                   .tuning = k.tuning.to_string(), .tuned = false, .trials = {}};
+    // (a recorded choice the generator did not accept was not used)
+    const auto wanted = tuning.find(k.plan_kernel);
+    r.tuned = wanted != tuning.end() && wanted->second == k.tuning;
+    return r;
+  };
   auto hit = [&](std::shared_ptr<const Compiled> c) {
     impl->compiled = std::move(c);
     const double ms = elapsed();
-    for (size_t i = 0; i < impl->program().kernels.size(); ++i)
-      impl->reports.push_back({impl->program().kernels[i].plan_kernel, impl->compiled->recipe.kernel_kinds[i],
-                               impl->compiled->recipe.kernel_keys[i], true, ms});
+    for (size_t i = 0; i < impl->program().kernels.size(); ++i) {
+      impl->reports.push_back(report_of(impl->program().kernels[i], impl->compiled->recipe.kernel_kinds[i],
+                                        impl->compiled->recipe.kernel_keys[i]));
+      impl->reports.back().milliseconds = ms;
+    }
     return Executable(std::move(impl));
   };
 
@@ -142,7 +167,7 @@ Expected<Executable> Executable::compile(const Graph& graph, const CompileOption
   // 1. This process compiled it already.
   {
     std::lock_guard<std::mutex> lock(memory_cache_mutex);
-    if (auto it = program_memory().find(program_key); it != program_memory().end() && dump.empty()) return hit(it->second);
+    if (auto it = program_memory().find(recipe_key); it != program_memory().end() && dump.empty()) return hit(it->second);
   }
   // 2. The disk has its recipe and every cubin: no planning, no codegen.
   std::optional<runtime::KernelCache> disk;
@@ -155,7 +180,7 @@ Expected<Executable> Executable::compile(const Graph& graph, const CompileOption
     }
   }
   if (disk && dump.empty()) {
-    if (std::optional<runtime::ProgramRecipe> recipe = runtime::load_recipe(cache_dir, program_key, tensors)) {
+    if (std::optional<runtime::ProgramRecipe> recipe = runtime::load_recipe(cache_dir, recipe_key, tensors)) {
       auto c = std::make_shared<Compiled>();
       bool complete = true;
       for (const std::string& hex : recipe->kernel_keys) {
@@ -170,7 +195,7 @@ Expected<Executable> Executable::compile(const Graph& graph, const CompileOption
       if (complete) {
         c->recipe = std::move(*recipe);
         std::lock_guard<std::mutex> lock(memory_cache_mutex);
-        program_memory()[program_key] = c;
+        program_memory()[recipe_key] = c;
         return hit(c);
       }
     }
@@ -180,19 +205,18 @@ Expected<Executable> Executable::compile(const Graph& graph, const CompileOption
   if (std::string problem = ir::verify_plan(graph.ir(), plan); !problem.empty())
     return Error{ErrorCode::Internal, "internal error: invalid plan: " + problem + " (this is a bug in kiln; please report it)"};
   Expected<codegen::GeneratedProgram> program =
-      detail::catch_errors([&] { return codegen::generate_program(graph.ir(), plan, codegen::sm_of(impl->arch)); });
+      detail::catch_errors([&] { return codegen::generate_program(graph.ir(), plan, codegen::sm_of(impl->arch), tuning); });
   if (!program) return program.error();
   auto c = std::make_shared<Compiled>();
   c->recipe.program = std::move(program).value();
   c->recipe.graph_name = graph.name();
-  if (!dump.empty()) write_dumps(dump, graph, plan, c->recipe.program, impl->arch, program_key);
+  if (!dump.empty()) write_dumps(dump, graph, plan, c->recipe.program, impl->arch, recipe_key);
   const bool forbid = options.fail_if_compiling || env_flag("KILN_FAIL_IF_COMPILING");
   for (codegen::GeneratedKernel& k : c->recipe.program.kernels) {
     const auto kernel_start = std::chrono::steady_clock::now();
     const runtime::KeyParts parts = runtime::key_parts(k.canonical, impl->arch);
     const ir::Hash128 key = parts.key();
-    KernelReport report{k.plan_kernel, std::string(ir::to_string(plan.kernels[static_cast<size_t>(k.plan_kernel)].kind)),
-                        key.hex(), true, 0};
+    KernelReport report = report_of(k, std::string(ir::to_string(plan.kernels[static_cast<size_t>(k.plan_kernel)].kind)), key.hex());
     std::optional<std::string> cubin;
     {
       std::lock_guard<std::mutex> lock(memory_cache_mutex);
@@ -229,12 +253,12 @@ Expected<Executable> Executable::compile(const Graph& graph, const CompileOption
     k.canonical.clear();
   }
   if (disk) {
-    runtime::store_recipe(cache_dir, program_key, c->recipe);
+    runtime::store_recipe(cache_dir, recipe_key, c->recipe);
     disk->evict(runtime::cache_size_limit());
   }
   {
     std::lock_guard<std::mutex> lock(memory_cache_mutex);
-    program_memory()[program_key] = c;
+    program_memory()[recipe_key] = c;
   }
   impl->compiled = std::move(c);
   return Executable(std::move(impl));

@@ -2,17 +2,10 @@
 
 #include "runtime/cache_dir.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
-#include <unistd.h>
 
 #include <filesystem>
-#include <fstream>
-#include <random>
-
-#define XXH_INLINE_ALL
-#include <xxhash.h>
 
 #include "runtime/build_fingerprint.h"
 #include "runtime/nvrtc.h"
@@ -29,9 +22,17 @@ ir::Hash128 program_key(const std::string& canonical_json, const std::string& ar
   return h.digest();
 }
 
+ir::Hash128 tuned_program_key(const ir::Hash128& program_key, const codegen::ProgramTuning& tuning) {
+  if (tuning.empty()) return program_key;
+  ir::HashBuilder h;
+  h.add(std::string_view("kiln-tuned-program-v1")).add(std::string_view(program_key.hex()));
+  h.add(std::string_view(codegen::to_string(tuning)));
+  return h.digest();
+}
+
 std::string recipe_to_text(const ProgramRecipe& r) {
   json doc;
-  doc["format"] = 3;
+  doc["format"] = 4;
   doc["graph"] = r.graph_name;
   doc["intermediates"] = r.program.intermediates;
   doc["workspaces"] = json::array();
@@ -47,20 +48,18 @@ std::string recipe_to_text(const ProgramRecipe& r) {
       args.push_back(arg);
     }
     doc["kernels"].push_back({{"plan_kernel", k.plan_kernel}, {"key", r.kernel_keys[i]}, {"kind", r.kernel_kinds[i]},
-                              {"grid", k.grid}, {"block", k.block}, {"shared", k.shared_bytes}, {"persistent", k.persistent_group}, {"args", args}, {"reset", k.reset_workspaces}});
+                              {"grid", k.grid}, {"block", k.block}, {"shared", k.shared_bytes}, {"persistent", k.persistent_group}, {"args", args}, {"reset", k.reset_workspaces},
+                              {"tuning", k.tuning.to_string()}});
   }
-  const std::string body = doc.dump();
-  return fmt::format("{:016x}\n{}", XXH3_64bits(body.data(), body.size()), body);
+  return with_checksum(doc.dump());
 }
 
 std::optional<ProgramRecipe> recipe_from_text(const std::string& text, size_t tensor_count) {
-  const size_t newline = text.find('\n');
-  if (newline != 16) return std::nullopt;
-  const std::string body = text.substr(17);
-  if (fmt::format("{:016x}", XXH3_64bits(body.data(), body.size())) != text.substr(0, 16)) return std::nullopt;
+  const std::optional<std::string> body = checked_body(text);
+  if (!body) return std::nullopt;
   try {
-    const json doc = json::parse(body);
-    if (doc.at("format") != 3) return std::nullopt;
+    const json doc = json::parse(*body);
+    if (doc.at("format") != 4) return std::nullopt;
     ProgramRecipe r;
     r.graph_name = doc.value("graph", "");
     for (const auto& t : doc.at("intermediates")) r.program.intermediates.push_back(t.get<ir::TensorId>());
@@ -74,6 +73,9 @@ std::optional<ProgramRecipe> recipe_from_text(const std::string& text, size_t te
       g.shared_bytes = k.at("shared").get<uint32_t>();
       g.persistent_group = k.at("persistent").get<uint32_t>();
       g.reset_workspaces = k.at("reset").get<std::vector<int>>();
+      std::optional<codegen::Tuning> tuning = codegen::Tuning::parse(k.at("tuning").get<std::string>());
+      if (!tuning) return std::nullopt;
+      g.tuning = *tuning;
       for (const auto& a : k.at("args")) {
         const int role = a.at(0).get<int>();
         if (role < 0 || role > static_cast<int>(codegen::KernelArg::Role::TensorMap)) return std::nullopt;
@@ -148,14 +150,7 @@ void store_recipe(const std::string& dir, const ir::Hash128& key, const ProgramR
   std::error_code ec;
   std::filesystem::create_directories(folder, ec);
   if (ec) return;
-  const std::string path = (folder / (key.hex() + ".json")).string();
-  const std::string temp = fmt::format("{}.tmp.{}.{:08x}", path, ::getpid(), std::random_device{}());
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0600);
-  if (fd < 0) return;
-  const std::string text = recipe_to_text(recipe);
-  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
-  ::close(fd);
-  if (!ok || std::rename(temp.c_str(), path.c_str()) != 0) ::unlink(temp.c_str());
+  write_file_atomically((folder / (key.hex() + ".json")).string(), recipe_to_text(recipe));
 }
 
 }  // namespace kiln::runtime

@@ -33,6 +33,8 @@ std::vector<std::pair<std::string, ProgramRecipe>> list_recipes(const std::strin
 // versions, and the build's fingerprint (a kiln with another planner or
 // code generator never reuses this one's recipes).
 ir::Hash128 program_key(const std::string& canonical_json, const std::string& arch, bool fuse);
+// The key of the program built with `tuning` (program_key itself when it is empty).
+ir::Hash128 tuned_program_key(const ir::Hash128& program_key, const codegen::ProgramTuning& tuning);
 
 std::string recipe_to_text(const ProgramRecipe& recipe);
 std::optional<ProgramRecipe> recipe_from_text(const std::string& text, size_t tensor_count);

@@ -13,6 +13,7 @@
 #include "runtime/cache_dir.h"
 #include "runtime/kernel_cache.h"
 #include "runtime/program_cache.h"
+#include "runtime/tuning_record.h"
 #include "runtime/nvrtc.h"
 #include "tools/commands.h"
 #include "tools/helpers.h"
@@ -51,6 +52,8 @@ int stats(const std::string& dir) {
   fmt::print("cache {}\n", dir);
   fmt::print("kernels: {} entries, {} (limit {})\n", entries.size(), human(bytes), human(runtime::cache_size_limit()));
   fmt::print("graphs: {} recipes\n", recipes.size());
+  if (const auto tunings = runtime::list_tunings(dir); !tunings.empty())
+    fmt::print("tuning: {} autotuned graph{}\n", tunings.size(), tunings.size() == 1 ? "" : "s");
   for (const auto& [key, g] : groups) fmt::print("  {} {}: {} entries, {}\n", key.first, key.second, g.first, human(g.second));
   if (!entries.empty()) fmt::print("last used: oldest {}, newest {} (UTC)\n", when(oldest), when(newest));
   return 0;
@@ -74,20 +77,25 @@ int verify(const std::string& dir) {
   std::vector<std::string> problems;
   const auto entries = runtime::KernelCache(dir).list(&problems, /*remove_bad=*/true);
   const auto recipes = runtime::list_recipes(dir, &problems, /*remove_bad=*/true);
+  const auto tunings = runtime::list_tunings(dir, &problems, /*remove_bad=*/true);
   for (const std::string& p : problems) fmt::print("removed {}\n", p);
-  fmt::print("verified: {} kernels and {} graph recipes ok, {} removed\n", entries.size(), recipes.size(), problems.size());
+  fmt::print("verified: {} kernels and {} graph recipes ok{}, {} removed\n", entries.size(), recipes.size(),
+             tunings.empty() ? "" : fmt::format(", {} tuning records ok", tunings.size()), problems.size());
   return 0;
 }
 
 int clear(const std::string& dir) {
   const auto entries = runtime::KernelCache(dir).list();
   const auto recipes = runtime::list_recipes(dir);
+  const auto tunings = runtime::list_tunings(dir);
   int64_t bytes = 0;
   for (const auto& e : entries) bytes += e.bytes;
   std::error_code ec;
   fs::remove_all(fs::path(dir) / "kernels", ec);
   fs::remove_all(fs::path(dir) / "graphs", ec);
-  fmt::print("cleared: {} kernels ({}) and {} graph recipes from {}\n", entries.size(), human(bytes), recipes.size(), dir);
+  fs::remove_all(fs::path(dir) / "tuning", ec);
+  fmt::print("cleared: {} kernels ({}) and {} graph recipes{} from {}\n", entries.size(), human(bytes), recipes.size(),
+             tunings.empty() ? "" : fmt::format(" and {} tuning records", tunings.size()), dir);
   return 0;
 }
 
@@ -97,7 +105,8 @@ int explain(const std::string& dir, const std::string& path, const std::string& 
   Expected<Graph> graph = Graph::load(path);
   if (!graph) return report(graph.error());
   const ir::Plan plan = ir::plan_fusion(graph->ir());
-  Expected<codegen::GeneratedProgram> program = generate(*graph, plan, arch);
+  const CommonOptions here{.cache_dir = dir};
+  Expected<codegen::GeneratedProgram> program = generate(*graph, plan, arch, &here);
   if (!program) return report(program.error());
   const auto entries = runtime::KernelCache(dir).list();
   int cached = 0;

@@ -1,5 +1,7 @@
-// kiln compile GRAPH... [--arch sm_XX]... [--json]: generate and NVRTC-compile
-// every kernel into the cache; report compile time and cache hits.
+// kiln compile GRAPH... [--arch sm_XX]... [--json] [--autotune]: generate and
+// NVRTC-compile every kernel into the cache; report compile time, cache hits
+// and tile choices. --autotune times each tunable kernel's alternatives on
+// the GPU and records the winners in the cache (runtime/autotune.h).
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -14,11 +16,15 @@ Runner add_compile(CLI::App& app, const CommonOptions& common) {
   struct Args {
     std::vector<std::string> paths, archs;
     bool json = false;
+    bool autotune = false;
   };
   auto args = std::make_shared<Args>();
   cmd->add_option("GRAPH", args->paths, "graph files")->required();
   cmd->add_option("--arch", args->archs, "target architecture (repeatable); default: the GPU present, else sm_90");
   cmd->add_flag("--json", args->json, "the report as JSON");
+  cmd->add_flag("--autotune", args->autotune,
+                "time the tile choices of every matmul and conv kernel on the GPU and record the fastest in the cache "
+                "(needs a GPU of the --arch)");
   return [args, &common] {
     std::vector<std::string> archs = args->archs;
     if (archs.empty()) archs.push_back(default_arch());
@@ -27,7 +33,8 @@ Runner add_compile(CLI::App& app, const CommonOptions& common) {
       Expected<Graph> graph = Graph::load(path);
       if (!graph) return report(graph.error());
       for (const std::string& arch : archs) {
-        CompileOptions options{.arch = arch, .use_cache = !common.no_cache, .cache_dir = common.cache_dir};
+        CompileOptions options{.arch = arch, .use_cache = !common.no_cache, .cache_dir = common.cache_dir,
+                               .autotune = args->autotune};
         Expected<Executable> exe = Executable::compile(*graph, options);
         if (!exe) return report(exe.error());
         int hits = 0;
@@ -37,11 +44,17 @@ Runner add_compile(CLI::App& app, const CommonOptions& common) {
           fmt::print("{} ({}): {} kernel{}, {} compiled, {} cached\n", graph->name().empty() ? path : graph->name(), arch,
                      exe->report().size(), exe->report().size() == 1 ? "" : "s", exe->report().size() - hits, hits);
         for (const KernelReport& k : exe->report()) {
+          nlohmann::ordered_json trials = nlohmann::ordered_json::array();
+          for (const TuningTrial& t : k.trials) trials.push_back({{"tuning", t.tuning}, {"milliseconds", t.milliseconds}});
           entry["kernels"].push_back({{"id", k.kernel}, {"kind", k.kind}, {"key", k.key}, {"cache_hit", k.cache_hit},
-                                      {"milliseconds", k.milliseconds}});
-          if (!args->json)
-            fmt::print("  kernel {} {}: {} in {:.1f} ms, key {}\n", k.kernel, k.kind, k.cache_hit ? "cache hit" : "compiled",
-                       k.milliseconds, k.key);
+                                      {"milliseconds", k.milliseconds}, {"tuning", k.tuning}, {"tuned", k.tuned},
+                                      {"trials", trials}});
+          if (args->json) continue;
+          fmt::print("  kernel {} {}: {} in {:.1f} ms, key {}{}\n", k.kernel, k.kind, k.cache_hit ? "cache hit" : "compiled",
+                     k.milliseconds, k.key,
+                     k.tuning.empty() ? "" : fmt::format(", tiles {}{}", k.tuning, k.tuned ? " (autotuned)" : ""));
+          for (const TuningTrial& t : k.trials)
+            fmt::print("    tried {:<36} {:8.3f} ms{}\n", t.tuning, t.milliseconds, t.tuning == k.tuning ? "  <- chosen" : "");
         }
         results.push_back(std::move(entry));
       }

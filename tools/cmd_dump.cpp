@@ -23,7 +23,7 @@ Runner add_dump(CLI::App& app, const CommonOptions& common) {
       ->check(CLI::IsMember({"ir", "plan", "cuda", "ptx", "sass"}));
   cmd->add_option("--kernel", args->kernel, "only this kernel (plan, cuda, ptx, sass)");
   cmd->add_option("--arch", args->arch, "target architecture, e.g. sm_90");
-  return [args] {
+  return [args, &common] {
     Expected<Graph> graph = Graph::load(args->path);
     if (!graph) return report(graph.error());
     if (args->stage == "ir") {
@@ -41,7 +41,7 @@ Runner add_dump(CLI::App& app, const CommonOptions& common) {
     if (args->kernel >= static_cast<int>(plan.kernels.size()))
       return report({ErrorCode::InvalidInput, fmt::format("--kernel {}: the plan has {} kernels (0 to {})", args->kernel,
                                                           plan.kernels.size(), plan.kernels.size() - 1)});
-    Expected<codegen::GeneratedProgram> program = generate(*graph, plan, arch);
+    Expected<codegen::GeneratedProgram> program = generate(*graph, plan, arch, &common);
     if (!program) return report(program.error());
     for (const codegen::GeneratedKernel& k : program->kernels) {
       if (args->kernel >= 0 && k.plan_kernel != args->kernel) continue;

@@ -99,7 +99,7 @@ Runner add_warm(CLI::App& app, const CommonOptions& common) {
       }
       const ir::Plan plan = ir::plan_fusion(graph->ir());
       for (const std::string& arch : archs) {
-        Expected<codegen::GeneratedProgram> program = generate(*graph, plan, arch);  // kernels depend on the arch
+        Expected<codegen::GeneratedProgram> program = generate(*graph, plan, arch, &common);  // kernels depend on the arch
         if (!program) {
           ++invalid;
           std::fprintf(stderr, "kiln: error: %s: %s\n", path.c_str(), program.error().message.c_str());

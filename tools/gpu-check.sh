@@ -61,6 +61,10 @@ if [[ ${KILN_SKIP_BENCH:-0} != 1 ]]; then
     2>"$out/bench.log" || { status=1; tail -20 "$out/bench.log"; }
 fi
 if [[ ${KILN_SKIP_ANCHOR_BENCH:-0} != 1 ]]; then
+  # The table runs with the winners recorded here (kiln bench reads them from the cache).
+  section "autotune (kiln compile --autotune over the anchor graphs: candidates, times, winners)"
+  timeout 400 build-gpu/bin/kiln compile --autotune bench/graphs/anchors/*.json >"$out/autotune.log" 2>&1 || status=1
+  grep -E "^\S|tiles|<- chosen" "$out/autotune.log"
   section "anchor benchmarks (matmul, conv, attention; torch.compile max-autotune for matmul graphs)"
   timeout 480 python3 bench/run_bench.py build-gpu/bin/kiln bench/graphs/anchors/*.json --json "$out/bench-anchors.json" \
     2>"$out/bench-anchors.log" || { status=1; tail -20 "$out/bench-anchors.log"; }

@@ -8,7 +8,11 @@
 #include <fstream>
 
 #include "compiler/error.h"
+#include "runtime/autotune.h"
 #include "runtime/cuda_driver.h"
+#include "runtime/kernel_cache.h"
+#include "runtime/program_cache.h"
+#include "tools/commands.h"
 
 namespace kiln::cli {
 
@@ -17,8 +21,13 @@ std::string default_arch() {
   return "sm_90";
 }
 
-Expected<codegen::GeneratedProgram> generate(const Graph& graph, const ir::Plan& plan, const std::string& arch) {
-  return detail::catch_errors([&] { return codegen::generate_program(graph.ir(), plan, codegen::sm_of(arch)); });
+Expected<codegen::GeneratedProgram> generate(const Graph& graph, const ir::Plan& plan, const std::string& arch,
+                                             const CommonOptions* common) {
+  codegen::ProgramTuning tuning;
+  if (common && !common->no_cache)
+    tuning = runtime::recorded_tuning(common->cache_dir.empty() ? runtime::default_cache_dir() : common->cache_dir,
+                                      runtime::program_key(graph.to_json(), arch, /*fuse=*/true));
+  return detail::catch_errors([&] { return codegen::generate_program(graph.ir(), plan, codegen::sm_of(arch), tuning); });
 }
 
 Expected<std::string> disassemble(const std::string& cubin) {

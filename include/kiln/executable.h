@@ -26,6 +26,19 @@ struct CompileOptions {
   // Fail instead of compiling anything: proves a warm cache. Also set by
   // the environment variable KILN_FAIL_IF_COMPILING=1.
   bool fail_if_compiling = false;
+  // Times the alternatives of every tunable kernel (matmul and conv: tile
+  // width, cluster shape, tile order, K split) on the GPU present, keeps
+  // the fastest and records the winners in the cache, where every later
+  // compile of the same graph for this arch finds them. Needs a GPU whose
+  // arch is `arch`.
+  bool autotune = false;
+};
+
+// One candidate an autotuning compile timed: the whole graph's median time
+// with that kernel built this way.
+struct TuningTrial {
+  std::string tuning;  // "tile_n=128 cluster=2 raster=8"
+  double milliseconds = 0;
 };
 
 struct KernelReport {
@@ -34,6 +47,9 @@ struct KernelReport {
   std::string key;      // cache key, 32 hex digits
   bool cache_hit = false;
   double milliseconds = 0;  // compile time, or the time to load from the cache
+  std::string tuning;       // the kernel's tile choices; empty for kernels without any
+  bool tuned = false;       // chosen by autotuning (this compile or a record in the cache)
+  std::vector<TuningTrial> trials;  // this compile autotuned: every candidate's time, the choice's among them
 };
 
 // A device buffer bound to a graph input or output by name.
@@ -69,6 +85,7 @@ class Executable {
   Executable& operator=(Executable&&) noexcept;
 
  private:
+  friend struct ExecutableFactory;  // runtime/autotune.h: compiles with chosen tunings
   struct Impl;
   explicit Executable(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;

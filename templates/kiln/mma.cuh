@@ -231,6 +231,24 @@ __device__ __forceinline__ void store_chunk8(typename Element<KIND>::type* dst, 
 
 // Tile order: groups of `group` tile rows are walked column by column so that
 // blocks running together share A rows and B columns in L2.
+// The accumulators of column block `blk` (NJ 8-column groups of every
+// row group), copied with static indices only: a loop over blocks that is
+// not unrolled still finds them in registers.
+template <int NJ, int MI, int NI>
+__device__ __forceinline__ void column_block(const float (&acc)[MI][NI][4], int blk, float (&out)[MI][NJ][4]) {
+  static_assert(NI % NJ == 0, "whole blocks");
+#pragma unroll
+  for (int b = 0; b < NI / NJ; ++b)
+    if (b == blk) {
+#pragma unroll
+      for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+        for (int j = 0; j < NJ; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) out[mi][j][e] = acc[mi][b * NJ + j][e];
+    }
+}
+
 __device__ __forceinline__ void swizzled_tile(int linear, int tiles_m, int tiles_n, int group, int& tm, int& tn) {
   const int per_group = group * tiles_n;
   const int first_m = (linear / per_group) * group;

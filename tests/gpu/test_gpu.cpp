@@ -12,12 +12,14 @@
 #include <random>
 
 #include "kiln/executable.h"
+#include "runtime/autotune.h"
 #include "kiln/reference.h"
 #include "runtime/check.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/random_inputs.h"
 #include "runtime/storage.h"
 #include "codegen/kernel_codegen.h"
+#include "compiler/planner/planner.h"
 #include "tests/unit/random_graph.h"
 #include "tests/unit/test_helpers.h"
 
@@ -483,6 +485,100 @@ TEST(Gpu, UnalignedBindingsMatchTheReference) {
         << text << "\nrel err " << c.relative_error;
     for (CUdeviceptr p : allocations) cu.cuMemFree(p);
   }
+}
+
+// Every tile choice the generators offer the autotuner gives the right
+// answer: the Hopper matmul (M and N not tile multiples, bias and a residual
+// through the staging buffers), the Hopper conv (gathered A, a residual),
+// and the few-row matmul's K splits.
+TEST(Gpu, EveryTuningChoiceMatchesTheReference) {
+  REQUIRE_GPU();
+  const char* graphs[] = {
+      R"({"kiln": 1, "inputs": {"a": {"shape": [1100, 264], "dtype": "bf16"}, "b": {"shape": [264, 2056], "dtype": "bf16"},
+          "bias": {"shape": [2056], "dtype": "bf16"}, "r": {"shape": [1100, 2056], "dtype": "bf16"}},
+          "ops": [{"op": "matmul", "in": ["a", "b"], "out": "m"}, {"op": "add", "in": ["m", "bias"], "out": "h"},
+                  {"op": "add", "in": ["h", "r"], "out": "s"}, {"op": "relu", "in": ["s"], "out": "y", "dtype": "bf16"}],
+          "outputs": ["y"]})",
+      R"({"kiln": 1, "inputs": {"x": {"shape": [16, 38, 41, 64], "dtype": "f16"}, "w": {"shape": [128, 3, 3, 64], "dtype": "f16"},
+          "r": {"shape": [16, 38, 41, 128], "dtype": "f16"}},
+          "ops": [{"op": "conv2d", "in": ["x", "w"], "out": "c", "padding": [1, 1]}, {"op": "add", "in": ["c", "r"], "out": "y", "dtype": "f16"}],
+          "outputs": ["y"]})",
+      R"({"kiln": 1, "inputs": {"a": {"shape": [9, 4100], "dtype": "bf16"}, "b": {"shape": [4100, 1000], "dtype": "bf16"},
+          "bias": {"shape": [1000], "dtype": "f32"}},
+          "ops": [{"op": "matmul", "in": ["a", "b"], "out": "m"}, {"op": "add", "in": ["m", "bias"], "out": "y"}], "outputs": ["y"]})",
+  };
+  int checked = 0;
+  for (const char* text : graphs) {
+    const Graph g = testing::must_parse(text);
+    const ir::Plan plan = ir::plan_fusion(g.ir());
+    const codegen::GeneratedProgram heuristic = codegen::generate_program(g.ir(), plan, 90);
+    ASSERT_EQ(heuristic.kernels.size(), 1u);
+    const std::vector<codegen::Tuning>& space = heuristic.kernels[0].tuning_space;
+    EXPECT_GE(space.size(), 6u) << text;
+    const std::vector<HostTensor> inputs = random_inputs(g, 21);
+    Expected<std::vector<HostTensor>> want = run_reference(g, inputs);
+    ASSERT_TRUE(want.ok()) << want.error().message;
+    std::vector<std::future<Expected<Executable>>> compiled;
+    for (const codegen::Tuning& t : space)
+      compiled.push_back(std::async(std::launch::async, [&g, t] {
+        const codegen::ProgramTuning tuning{{0, t}};
+        return ExecutableFactory::compile(g, {.use_cache = false}, &tuning);
+      }));
+    for (size_t i = 0; i < space.size(); ++i) {
+      Expected<Executable> exe = compiled[i].get();
+      ASSERT_TRUE(exe.ok()) << exe.error().message;
+      EXPECT_EQ(exe->report()[0].tuning, space[i].to_string());
+      Expected<std::vector<HostTensor>> got = exe->run_host(inputs);
+      ASSERT_TRUE(got.ok()) << got.error().message;
+      const ir::TensorId y = g.ir().outputs[0];
+      const runtime::Comparison c = runtime::compare(got->front(), want->front());
+      EXPECT_TRUE(c.passes(runtime::default_tolerance(g.ir(), y)))
+          << space[i].to_string() << ": rel err " << c.relative_error << "\n" << text;
+      ++checked;
+    }
+  }
+  RecordProperty("choices_checked", checked);
+  std::printf("checked %d tile choices against the reference\n", checked);
+}
+
+// `kiln compile --autotune`: every candidate timed, the winner recorded and
+// found by a later compile in a new process, which runs correctly with it.
+TEST(Gpu, AutotuneRecordsTheWinnerForLaterCompiles) {
+  REQUIRE_GPU();
+  const fs::path dir = fs::temp_directory_path() / fmt::format("kiln-autotune-{}", ::getpid());
+  fs::remove_all(dir);
+  const Graph g = testing::must_parse(R"({"kiln": 1, "inputs": {"a": {"shape": [4096, 512], "dtype": "bf16"},
+    "b": {"shape": [512, 2048], "dtype": "bf16"}, "bias": {"shape": [2048], "dtype": "bf16"}},
+    "ops": [{"op": "matmul", "in": ["a", "b"], "out": "m"}, {"op": "add", "in": ["m", "bias"], "out": "h"},
+            {"op": "gelu", "in": ["h"], "out": "y", "dtype": "bf16"}], "outputs": ["y"]})");
+  Expected<Executable> tuned = Executable::compile(g, {.cache_dir = dir.string(), .autotune = true});
+  ASSERT_TRUE(tuned.ok()) << tuned.error().message;
+  const KernelReport& r = tuned->report().at(0);
+  EXPECT_TRUE(r.tuned);
+  EXPECT_GE(r.trials.size(), 6u);
+  int chosen = 0;
+  for (const TuningTrial& t : r.trials) {
+    EXPECT_GT(t.milliseconds, 0.0);
+    chosen += t.tuning == r.tuning;
+    std::printf("autotune trial %-36s %.4f ms%s\n", t.tuning.c_str(), t.milliseconds, t.tuning == r.tuning ? "  <- chosen" : "");
+  }
+  EXPECT_EQ(chosen, 1);
+  EXPECT_TRUE(fs::exists(dir / "tuning"));
+
+  // As a new process would: the record read from disk, every kernel cached.
+  runtime::forget_recorded_tunings();
+  Expected<Executable> again = Executable::compile(g, {.cache_dir = dir.string(), .fail_if_compiling = true});
+  ASSERT_TRUE(again.ok()) << again.error().message;
+  EXPECT_EQ(again->report()[0].tuning, r.tuning);
+  EXPECT_TRUE(again->report()[0].tuned);
+  EXPECT_TRUE(again->report()[0].trials.empty());
+  const std::vector<HostTensor> inputs = random_inputs(g, 5);
+  Expected<std::vector<HostTensor>> got = again->run_host(inputs);
+  Expected<std::vector<HostTensor>> want = run_reference(g, inputs);
+  ASSERT_TRUE(got.ok() && want.ok());
+  const runtime::Comparison c = runtime::compare(got->front(), want->front());
+  EXPECT_TRUE(c.passes(runtime::default_tolerance(g.ir(), g.ir().outputs[0]))) << "rel err " << c.relative_error;
+  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -1,0 +1,44 @@
+// Tuning: the choices a tensor-core kernel's heuristic makes from the
+// problem's size (tile width, cluster shape, tile order, K split) that
+// `kiln compile --autotune` may replace by measured winners.
+//
+// Expects: nothing; a Tuning is plain data, read from a cache record or
+// built by the autotuner.
+// Guarantees: a generated kernel reports the choice it was built with
+// (GeneratedKernel::tuning) and every alternative its generator accepts
+// for it (GeneratedKernel::tuning_space, the heuristic's choice first). A
+// requested Tuning outside that space is ignored, so a stale or foreign
+// record can only ever select a kernel the generator itself would make.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+
+namespace kiln::codegen {
+
+struct Tuning {
+  int tile_n = 0;   // columns of a block's output tile
+  int cluster = 0;  // blocks per thread-block cluster along M (Hopper kernel)
+  int raster = 0;   // tile rows a block sweep walks together, for L2 reuse
+  int splits = 0;   // blocks sharing one output tile along K (few-row matmuls)
+  // A staged epilogue's column blocks (Hopper kernel): kRolled in a loop
+  // (less code: the instruction cache holds it), kUnrolled (later blocks'
+  // loads start early).
+  int epilogue = 0;
+  static constexpr int kRolled = 1, kUnrolled = 2;
+
+  bool empty() const { return tile_n == 0 && cluster == 0 && raster == 0 && splits == 0 && epilogue == 0; }
+  // "tile_n=256 cluster=2 raster=8 epilogue=rolled": the set fields, in this order.
+  std::string to_string() const;
+  // The inverse of to_string(); nullopt on anything else.
+  static std::optional<Tuning> parse(const std::string& text);
+  friend bool operator==(const Tuning&, const Tuning&) = default;
+};
+
+// Requested choices of a program's kernels, by plan kernel id.
+using ProgramTuning = std::map<int, Tuning>;
+
+std::string to_string(const ProgramTuning& tuning);  // "k0{tile_n=128 ...} k3{...}"; "" when empty
+
+}  // namespace kiln::codegen

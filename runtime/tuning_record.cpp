@@ -1,0 +1,91 @@
+#include "runtime/tuning_record.h"
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+
+#include "runtime/cache_dir.h"
+
+namespace kiln::runtime {
+
+using json = nlohmann::json;
+
+std::string tuning_to_text(const TuningRecord& r) {
+  json doc;
+  doc["format"] = 1;
+  doc["graph"] = r.graph_name;
+  doc["device"] = r.device;
+  doc["choice"] = json::array();
+  for (const auto& [kernel, t] : r.choice) doc["choice"].push_back({kernel, t.to_string()});
+  doc["trials"] = json::array();
+  for (const MeasuredTrial& t : r.trials) doc["trials"].push_back({t.kernel, t.tuning.to_string(), t.milliseconds});
+  return with_checksum(doc.dump());
+}
+
+std::optional<TuningRecord> tuning_from_text(const std::string& text) {
+  const std::optional<std::string> body = checked_body(text);
+  if (!body) return std::nullopt;
+  try {
+    const json doc = json::parse(*body);
+    if (doc.at("format") != 1) return std::nullopt;
+    TuningRecord r;
+    r.graph_name = doc.at("graph").get<std::string>();
+    r.device = doc.at("device").get<std::string>();
+    for (const json& c : doc.at("choice")) {
+      std::optional<codegen::Tuning> t = codegen::Tuning::parse(c.at(1).get<std::string>());
+      const int kernel = c.at(0).get<int>();
+      if (!t || kernel < 0 || r.choice.count(kernel)) return std::nullopt;
+      r.choice[kernel] = *t;
+    }
+    for (const json& c : doc.at("trials")) {
+      std::optional<codegen::Tuning> t = codegen::Tuning::parse(c.at(1).get<std::string>());
+      if (!t) return std::nullopt;
+      r.trials.push_back({c.at(0).get<int>(), *t, c.at(2).get<double>()});
+    }
+    return r;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+std::optional<TuningRecord> load_tuning(const std::string& dir, const ir::Hash128& key) {
+  const std::filesystem::path path = std::filesystem::path(dir) / "tuning" / (key.hex() + ".json");
+  std::error_code ec;
+  if (!std::filesystem::exists(std::filesystem::symlink_status(path, ec))) return std::nullopt;
+  std::string text;
+  read_regular_file(path.string(), text);  // anything but a regular file reads as nothing: damaged
+  std::optional<TuningRecord> r = tuning_from_text(text);
+  if (!r) std::filesystem::remove(path, ec);
+  return r;
+}
+
+bool store_tuning(const std::string& dir, const ir::Hash128& key, const TuningRecord& record) {
+  const std::filesystem::path folder = std::filesystem::path(dir) / "tuning";
+  std::error_code ec;
+  std::filesystem::create_directories(folder, ec);
+  if (ec) return false;
+  return write_file_atomically((folder / (key.hex() + ".json")).string(), tuning_to_text(record));
+}
+
+std::vector<std::pair<std::string, TuningRecord>> list_tunings(const std::string& dir, std::vector<std::string>* problems,
+                                                               bool remove_bad) {
+  std::vector<std::pair<std::string, TuningRecord>> out;
+  const std::filesystem::path root = std::filesystem::path(dir) / "tuning";
+  std::error_code ec;
+  if (!std::filesystem::exists(root, ec)) return out;
+  for (const auto& e : std::filesystem::directory_iterator(root, ec)) {
+    if (e.path().extension() != ".json") continue;
+    std::string text;
+    read_regular_file(e.path().string(), text);
+    std::optional<TuningRecord> r = tuning_from_text(text);
+    if (!r) {
+      if (problems) problems->push_back(e.path().string() + ": damaged tuning record");
+      if (remove_bad) std::filesystem::remove(e.path(), ec);
+      continue;
+    }
+    out.emplace_back(e.path().string(), std::move(*r));
+  }
+  return out;
+}
+
+}  // namespace kiln::runtime
