@@ -187,9 +187,9 @@ void KernelBuilder::gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind, c
   // Tiles walked 8 rows at a time. The alternatives: the other width where
   // the problem has the columns (a gathering producer allows 128 at most),
   // clusters of one, and rows walked 4 or 16 at a time.
-  // Each with the staged epilogue's column blocks in a loop or unrolled
-  // (the heuristic's: epilogue 0, by the element code's cost); where the
-  // epilogue has no such choice, the space drops it below.
+  // Each with the staged epilogue's column blocks in a loop, unrolled, or
+  // as the element code's cost says (0); below, 0 becomes what that chose,
+  // or every entry becomes 0 where the epilogue has no such choice.
   std::vector<Tuning> space{{heuristic_bn, pairs_allowed(heuristic_bn) ? 2 : 1, 8, 0, 0}};
   std::vector<int> widths = gathered ? std::vector<int>{64, 128} : std::vector<int>{128, 256};
   for (int width : widths) {
@@ -197,7 +197,7 @@ void KernelBuilder::gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind, c
     for (int pair : {2, 1}) {
       if (pair == 2 && !pairs_allowed(width)) continue;
       for (int raster : {8, 4, 16})
-        for (int loop : {Tuning::kRolled, Tuning::kUnrolled}) space.push_back({width, pair, raster, 0, loop});
+        for (int loop : {0, Tuning::kRolled, Tuning::kUnrolled}) space.push_back({width, pair, raster, 0, loop});
     }
   }
   Tuning choice = choose_tuning(space);

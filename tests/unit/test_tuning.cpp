@@ -130,6 +130,20 @@ TEST(Tuning, AChoiceInTheSpaceChangesTheKernelAndOneOutsideIsIgnored) {
   EXPECT_EQ(few.kernels[0].grid[1], static_cast<uint32_t>(few.kernels[0].tuning.splits));
 }
 
+// Every entry of every kernel's space, requested, is what the kernel is built with.
+TEST(Tuning, EveryChoiceInTheSpaceIsHonoured) {
+  const char* channel_stats = R"({"kiln": 1, "inputs": {"x": {"shape": [16, 40, 40, 64], "dtype": "bf16"},
+    "w": {"shape": [128, 3, 3, 64], "dtype": "bf16"}}, "ops": [{"op": "conv2d", "in": ["x", "w"], "out": "c", "padding": [1, 1]},
+    {"op": "reduce_sum", "in": ["c"], "out": "s", "axes": [0, 1, 2]}], "outputs": ["c", "s"]})";
+  for (const char* text : {kHopperMatmul, kFewRows, kHopperConv, channel_stats}) {
+    const Graph g = testing::must_parse(text);
+    const codegen::GeneratedProgram heuristic = generate(g, 90);
+    ASSERT_GE(heuristic.kernels[0].tuning_space.size(), 6u) << text;
+    for (const Tuning& t : heuristic.kernels[0].tuning_space)
+      EXPECT_EQ(generate(g, 90, {{0, t}}).kernels[0].tuning, t) << t.to_string() << "\n" << text;
+  }
+}
+
 TEST(Tuning, AlternativesCompileForSm90) {
   // Every alternative of the Hopper matmul and conv is compiled on the GPU
   // machine (Gpu.EveryTuningChoiceMatchesTheReference); here a few, through NVRTC.
