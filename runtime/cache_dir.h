@@ -11,8 +11,11 @@
 // or, for cache commands, stop.
 #pragma once
 
+#include <filesystem>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "kiln/status.h"
 
@@ -28,6 +31,44 @@ bool read_regular_file(const std::string& path, std::string& out);
 // never through a symlink), fsync, rename over `path`. False on any
 // failure, with no file left behind; readers see the old file or the new.
 bool write_file_atomically(const std::string& path, const std::string& text);
+
+// Every `*.json` document in <dir>/<folder> that `parse` accepts, with its
+// path; the others are reported in `problems` ("<path>: damaged <what>")
+// and, with `remove_bad`, deleted.
+template <class T, class Parse>
+std::vector<std::pair<std::string, T>> list_documents(const std::string& dir, const char* folder, const char* what,
+                                                      Parse parse, std::vector<std::string>* problems, bool remove_bad) {
+  std::vector<std::pair<std::string, T>> out;
+  const std::filesystem::path root = std::filesystem::path(dir) / folder;
+  std::error_code ec;
+  if (!std::filesystem::exists(root, ec)) return out;
+  for (const auto& e : std::filesystem::directory_iterator(root, ec)) {
+    if (e.path().extension() != ".json") continue;
+    std::string text;
+    read_regular_file(e.path().string(), text);
+    std::optional<T> doc = parse(text);
+    if (!doc) {
+      if (problems) problems->push_back(e.path().string() + ": damaged " + what);
+      if (remove_bad) std::filesystem::remove(e.path(), ec);
+      continue;
+    }
+    out.emplace_back(e.path().string(), std::move(*doc));
+  }
+  return out;
+}
+
+// The document at `path` if `parse` accepts it; a damaged one (or anything
+// but a regular file there) is deleted.
+template <class T, class Parse>
+std::optional<T> load_document(const std::string& path, Parse parse) {
+  std::error_code ec;
+  if (!std::filesystem::exists(std::filesystem::symlink_status(path, ec))) return std::nullopt;
+  std::string text;
+  read_regular_file(path, text);  // a symlink or anything but a file reads as nothing: damaged
+  std::optional<T> doc = parse(text);
+  if (!doc) std::filesystem::remove(path, ec);
+  return doc;
+}
 
 // The small JSON documents of the cache (graph recipes, tuning records):
 // the first line is the XXH3-64 (16 hex digits) of the rest.

@@ -112,37 +112,15 @@ std::optional<ProgramRecipe> recipe_from_text(const std::string& text, size_t te
 }
 
 std::optional<ProgramRecipe> load_recipe(const std::string& dir, const ir::Hash128& key, size_t tensor_count) {
-  const std::string path = fmt::format("{}/graphs/{}.json", dir, key.hex());
-  std::string text;
-  if (!std::filesystem::exists(std::filesystem::symlink_status(path))) return std::nullopt;
-  read_regular_file(path, text);  // a symlink or anything but a file reads as nothing: damaged
-  std::optional<ProgramRecipe> r = recipe_from_text(text, tensor_count);
-  if (!r) {
-    std::error_code ec;
-    std::filesystem::remove(path, ec);
-  }
-  return r;
+  return load_document<ProgramRecipe>(fmt::format("{}/graphs/{}.json", dir, key.hex()),
+                                      [&](const std::string& text) { return recipe_from_text(text, tensor_count); });
 }
 
 std::vector<std::pair<std::string, ProgramRecipe>> list_recipes(const std::string& dir, std::vector<std::string>* problems,
                                                                 bool remove_bad) {
-  std::vector<std::pair<std::string, ProgramRecipe>> out;
-  const std::filesystem::path root = std::filesystem::path(dir) / "graphs";
-  std::error_code ec;
-  if (!std::filesystem::exists(root, ec)) return out;
-  for (const auto& e : std::filesystem::directory_iterator(root, ec)) {
-    if (e.path().extension() != ".json") continue;
-    std::string text;
-    read_regular_file(e.path().string(), text);
-    std::optional<ProgramRecipe> r = recipe_from_text(text, SIZE_MAX);
-    if (!r) {
-      if (problems) problems->push_back(e.path().string() + ": damaged graph recipe");
-      if (remove_bad) std::filesystem::remove(e.path(), ec);
-      continue;
-    }
-    out.emplace_back(e.path().string(), std::move(*r));
-  }
-  return out;
+  return list_documents<ProgramRecipe>(dir, "graphs", "graph recipe",
+                                       [](const std::string& text) { return recipe_from_text(text, SIZE_MAX); }, problems,
+                                       remove_bad);
 }
 
 void store_recipe(const std::string& dir, const ir::Hash128& key, const ProgramRecipe& recipe) {

@@ -49,14 +49,7 @@ std::optional<TuningRecord> tuning_from_text(const std::string& text) {
 }
 
 std::optional<TuningRecord> load_tuning(const std::string& dir, const ir::Hash128& key) {
-  const std::filesystem::path path = std::filesystem::path(dir) / "tuning" / (key.hex() + ".json");
-  std::error_code ec;
-  if (!std::filesystem::exists(std::filesystem::symlink_status(path, ec))) return std::nullopt;
-  std::string text;
-  read_regular_file(path.string(), text);  // anything but a regular file reads as nothing: damaged
-  std::optional<TuningRecord> r = tuning_from_text(text);
-  if (!r) std::filesystem::remove(path, ec);
-  return r;
+  return load_document<TuningRecord>((std::filesystem::path(dir) / "tuning" / (key.hex() + ".json")).string(), tuning_from_text);
 }
 
 bool store_tuning(const std::string& dir, const ir::Hash128& key, const TuningRecord& record) {
@@ -69,23 +62,7 @@ bool store_tuning(const std::string& dir, const ir::Hash128& key, const TuningRe
 
 std::vector<std::pair<std::string, TuningRecord>> list_tunings(const std::string& dir, std::vector<std::string>* problems,
                                                                bool remove_bad) {
-  std::vector<std::pair<std::string, TuningRecord>> out;
-  const std::filesystem::path root = std::filesystem::path(dir) / "tuning";
-  std::error_code ec;
-  if (!std::filesystem::exists(root, ec)) return out;
-  for (const auto& e : std::filesystem::directory_iterator(root, ec)) {
-    if (e.path().extension() != ".json") continue;
-    std::string text;
-    read_regular_file(e.path().string(), text);
-    std::optional<TuningRecord> r = tuning_from_text(text);
-    if (!r) {
-      if (problems) problems->push_back(e.path().string() + ": damaged tuning record");
-      if (remove_bad) std::filesystem::remove(e.path(), ec);
-      continue;
-    }
-    out.emplace_back(e.path().string(), std::move(*r));
-  }
-  return out;
+  return list_documents<TuningRecord>(dir, "tuning", "tuning record", tuning_from_text, problems, remove_bad);
 }
 
 }  // namespace kiln::runtime
