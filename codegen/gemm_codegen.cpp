@@ -137,30 +137,35 @@ std::string KernelBuilder::epilogue(const ir::Op& anchor, const Gemm& gm, const 
         residuals.push_back(id);
     }
   }
-  // A reduction's kept coordinates, and whether it keeps only the output column.
-  auto kept_of = [&](const ir::Op& op, Coords& kept, Shape& kept_shape) {
+  // Each reduction's input coordinates, kept coordinates, and whether it keeps only the output column.
+  struct Kept {
+    Coords input, coords;
+    Shape shape;
+    bool column = false;
+  };
+  std::vector<Kept> kept(reduces.size());
+  for (size_t r = 0; r < reduces.size(); ++r) {
+    const ir::Op& op = *reduces[r];
     const Shape& in_shape = g_.operand(op, 0).shape;
-    const Coords ic = write_coords(anchor.output, oc, op.inputs[0]);
+    Kept& k = kept[r];
+    k.input = write_coords(anchor.output, oc, op.inputs[0]);
     for (size_t d = 0; d < in_shape.size(); ++d)
       if (!std::binary_search(op.attrs.axes.begin(), op.attrs.axes.end(), static_cast<int64_t>(d)))
-        kept.push_back(ic[d]), kept_shape.push_back(in_shape[d]);
-    return tensor_core && gm.column_last && kept.size() == 1 && kept[0] == oc.back();
-  };
+        k.coords.push_back(k.input[d]), k.shape.push_back(in_shape[d]);
+    k.column = tensor_core && gm.column_last && k.coords.size() == 1 && k.coords[0] == oc.back();
+  }
   // Staged column blocks in a loop that is not unrolled where an element
   // takes a library function (erf, exp, tanh, ...): unrolled over a 128 x
   // 256 tile that is thousands of instructions each, more than the
   // instruction cache holds (H100, erf GELU: 60% of the epilogue's stalls
-  // waited for instructions; 0.94 -> 0.85 ms rolled). Cheap epilogues stay
-  // unrolled, which lets loads of later blocks start early (bias + residual:
-  // 0.78 -> 0.84 ms rolled). Each block's accumulators are first copied out
+  // waited for instructions; matmul + GELU 1.06 -> 0.85 ms rolled, one
+  // run). Cheap epilogues stay unrolled, which lets loads of later blocks
+  // start early (bias + residual: 0.93 unrolled, 0.94 rolled). The
+  // autotuner tries both (Tuning::epilogue). Each block's accumulators are first copied out
   // with static indices (they stay in registers); column partials indexed
   // by the column keep the loop unrolled.
-  bool rollable = staged >= 0, heavy = false;
-  for (const ir::Op* r : reduces) {
-    Coords kept;
-    Shape kept_shape;
-    if (kept_of(*r, kept, kept_shape)) rollable = false;
-  }
+  bool heavy = false;
+  const bool rollable = staged >= 0 && std::none_of(kept.begin(), kept.end(), [](const Kept& k) { return k.column; });
   for (int32_t id : k_.ops)
     switch (g_.ops[static_cast<size_t>(id)].kind) {
       case OpKind::Gelu: case OpKind::GeluTanh: case OpKind::Silu: case OpKind::Sigmoid: case OpKind::Tanh:
@@ -176,19 +181,17 @@ std::string KernelBuilder::epilogue(const ir::Op& anchor, const Gemm& gm, const 
   std::string decls;  // the register partials of column reductions
   for (size_t r = 0; r < reduces.size(); ++r) {
     const ir::Op& op = *reduces[r];
-    const Coords ic = write_coords(anchor.output, oc, op.inputs[0]);
-    Coords kept;
-    Shape kept_shape;
-    if (kept_of(op, kept, kept_shape)) {
+    const Kept& k = kept[r];
+    if (k.column) {
       const std::string functor = reduce_functor(op.kind), red = fmt::format("red{}", r);
       decls += fmt::format("  float {0}[G::kNI][2];\n#pragma unroll\n  for (int ni = 0; ni < G::kNI; ++ni) {0}[ni][0] = {0}[ni][1] = "
                            "{1}::identity();\n", red, functor);
-      em_.emit(fmt::format("{0}[ni][e & 1] = {1}::combine({0}[ni][e & 1], {2});", red, functor, em_.value(op.inputs[0], ic)));
+      em_.emit(fmt::format("{0}[ni][e & 1] = {1}::combine({0}[ni][e & 1], {2});", red, functor, em_.value(op.inputs[0], k.input)));
       column_reduces.emplace_back(r, red);
       continue;
     }
     em_.emit(fmt::format("kiln::atomic_combine({}(), static_cast<float*>({}) + {}, {});", reduce_functor(op.kind), ws[r],
-                         em_.linearize(kept, kept_shape), em_.value(op.inputs[0], ic)));
+                         em_.linearize(k.coords, k.shape), em_.value(op.inputs[0], k.input)));
   }
   std::string pair_decls, pair_stores;
   std::string staged_map, staged_put, residual_map, residual_load;

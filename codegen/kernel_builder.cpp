@@ -191,25 +191,30 @@ std::string KernelBuilder::chunk_store_calls(const Chunking& ch, const std::set<
   return out;
 }
 
-Tuning KernelBuilder::choose_tuning(std::vector<Tuning> space) {
-  KILN_INTERNAL_CHECK(!space.empty());
+namespace {
+
+// `space` without repeats, in order.
+std::vector<Tuning> without_repeats(const std::vector<Tuning>& space) {
   std::vector<Tuning> unique;
   for (const Tuning& t : space)
     if (std::find(unique.begin(), unique.end(), t) == unique.end()) unique.push_back(t);
-  const bool known = std::find(unique.begin(), unique.end(), wanted_) != unique.end();
-  out_.tuning = known ? wanted_ : unique.front();
-  out_.tuning_space = std::move(unique);
+  return unique;
+}
+
+}  // namespace
+
+Tuning KernelBuilder::choose_tuning(const std::vector<Tuning>& space) {
+  KILN_INTERNAL_CHECK(!space.empty());
+  out_.tuning_space = without_repeats(space);
+  const bool known = std::find(out_.tuning_space.begin(), out_.tuning_space.end(), wanted_) != out_.tuning_space.end();
+  out_.tuning = known ? wanted_ : out_.tuning_space.front();
   return out_.tuning;
 }
 
 void KernelBuilder::restrict_tuning(const std::function<void(Tuning&)>& erase) {
   erase(out_.tuning);
-  std::vector<Tuning> unique;
-  for (Tuning t : out_.tuning_space) {
-    erase(t);
-    if (std::find(unique.begin(), unique.end(), t) == unique.end()) unique.push_back(t);
-  }
-  out_.tuning_space = std::move(unique);
+  for (Tuning& t : out_.tuning_space) erase(t);
+  out_.tuning_space = without_repeats(out_.tuning_space);
 }
 
 std::string KernelBuilder::finish(const std::string& body, int threads, const std::string& shared,

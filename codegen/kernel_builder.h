@@ -143,7 +143,7 @@ class KernelBuilder {
   // The choice to build with: the requested one where `space` (the
   // heuristic's choice first) holds it, else the heuristic's. Records both
   // in the generated kernel.
-  Tuning choose_tuning(std::vector<Tuning> space);
+  Tuning choose_tuning(const std::vector<Tuning>& space);
   // Once the generator knows a choice does not exist for this kernel:
   // `erase` clears it in the choice made and in every alternative
   // (duplicates merged; the heuristic's stays first).

@@ -38,12 +38,6 @@ std::vector<fs::path> examples() {
   return out;
 }
 
-fs::path fresh_cache(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / fmt::format("kiln-test-{}-{}", name, ::getpid());
-  fs::remove_all(dir);
-  return dir;
-}
-
 TEST(Codegen, EveryExampleCompilesForSm80AndSm90) {
   std::vector<std::future<std::string>> jobs;
   for (const fs::path& path : examples())
@@ -79,7 +73,7 @@ TEST(Codegen, SourceHasNoUserTextOutsideComments) {
 }
 
 TEST(KernelCache, MissThenHitWithNothingCompiled) {
-  const fs::path dir = fresh_cache("hit");
+  const fs::path dir = testing::fresh_cache("hit");
   // A graph no other test compiles (the in-memory cache is process-wide).
   Graph g = testing::must_parse(R"({"kiln": 1, "inputs": {"x": {"shape": [7, 333], "dtype": "bf16"}},
     "ops": [{"op": "log_softmax", "in": ["x"], "out": "y"}], "outputs": ["y"]})");
@@ -96,7 +90,7 @@ TEST(KernelCache, MissThenHitWithNothingCompiled) {
 }
 
 TEST(KernelCache, BadEntriesAreDroppedAndRecompiled) {
-  const fs::path dir = fresh_cache("bad");
+  const fs::path dir = testing::fresh_cache("bad");
   const runtime::KernelCache cache(dir.string());
   const runtime::KeyParts parts = runtime::key_parts("// some kernel\n", "sm_90");
   const ir::Hash128 key = parts.key();
@@ -125,7 +119,7 @@ TEST(KernelCache, BadEntriesAreDroppedAndRecompiled) {
 }
 
 TEST(KernelCache, EightProcessesFillOneCacheConcurrently) {
-  const fs::path dir = fresh_cache("procs");
+  const fs::path dir = testing::fresh_cache("procs");
   // Graphs no other test compiles (the in-memory cache is process-wide).
   std::vector<Graph> graphs;
   for (int rows : {13, 17, 19})
@@ -165,14 +159,14 @@ TEST(KernelCache, EightProcessesFillOneCacheConcurrently) {
 // ---- the cache directory as an attack surface, and faults while writing ----
 
 TEST(CacheDirectory, CreatedPrivate) {
-  const fs::path dir = fresh_cache("private") / "nested";
+  const fs::path dir = testing::fresh_cache("private") / "nested";
   ASSERT_TRUE(runtime::secure_cache_dir(dir.string()).ok());
   EXPECT_EQ(fs::status(dir).permissions() & fs::perms::all, fs::perms::owner_all);
   fs::remove_all(dir.parent_path());
 }
 
 TEST(CacheDirectory, WritableByOthersIsRefusedAndKilnCompilesInMemory) {
-  const fs::path dir = fresh_cache("open");
+  const fs::path dir = testing::fresh_cache("open");
   fs::create_directories(dir);
   fs::permissions(dir, fs::perms::all);
   const Status s = runtime::secure_cache_dir(dir.string());
@@ -189,7 +183,7 @@ TEST(CacheDirectory, WritableByOthersIsRefusedAndKilnCompilesInMemory) {
 
 TEST(CacheDirectory, OwnedByAnotherUserIsRefused) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to give a directory to another user";
-  const fs::path dir = fresh_cache("theirs");
+  const fs::path dir = testing::fresh_cache("theirs");
   fs::create_directories(dir);
   fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace);
   ASSERT_EQ(::chown(dir.c_str(), 65534, 65534), 0);
@@ -201,7 +195,7 @@ TEST(CacheDirectory, OwnedByAnotherUserIsRefused) {
 
 TEST(KernelCache, AReadOnlyCacheDirectoryStillCompiles) {
   if (::geteuid() == 0) GTEST_SKIP() << "root writes through permission bits; a read-only directory needs another user";
-  const fs::path dir = fresh_cache("readonly");
+  const fs::path dir = testing::fresh_cache("readonly");
   ASSERT_TRUE(runtime::secure_cache_dir(dir.string()).ok());
   fs::permissions(dir, fs::perms::owner_read | fs::perms::owner_exec, fs::perm_options::replace);
   const Graph g = testing::must_parse(R"({"kiln": 1, "inputs": {"x": {"shape": [31], "dtype": "f32"}},
@@ -214,7 +208,7 @@ TEST(KernelCache, AReadOnlyCacheDirectoryStillCompiles) {
 }
 
 TEST(KernelCache, SymlinksAreNeverFollowed) {
-  const fs::path dir = fresh_cache("links");
+  const fs::path dir = testing::fresh_cache("links");
   ASSERT_TRUE(runtime::secure_cache_dir(dir.string()).ok());
   const runtime::KernelCache cache(dir.string());
   const runtime::KeyParts parts = runtime::key_parts("// linked kernel\n", "sm_90");
@@ -234,7 +228,7 @@ TEST(KernelCache, SymlinksAreNeverFollowed) {
 }
 
 TEST(KernelCache, AnEntryOfAnotherArchIsNotLoaded) {
-  const fs::path dir = fresh_cache("arch");
+  const fs::path dir = testing::fresh_cache("arch");
   const runtime::KernelCache cache(dir.string());
   const runtime::KeyParts sm80 = runtime::key_parts("// arch kernel\n", "sm_80");
   const runtime::KeyParts sm90 = runtime::key_parts("// arch kernel\n", "sm_90");
@@ -248,7 +242,7 @@ TEST(KernelCache, AnEntryOfAnotherArchIsNotLoaded) {
 }
 
 TEST(KernelCache, ADiskFullMidWriteLeavesNoEntry) {
-  const fs::path dir = fresh_cache("full");
+  const fs::path dir = testing::fresh_cache("full");
   const runtime::KernelCache cache(dir.string());
   const runtime::KeyParts parts = runtime::key_parts("// big kernel\n", "sm_90");
   const pid_t pid = fork();
@@ -267,7 +261,7 @@ TEST(KernelCache, ADiskFullMidWriteLeavesNoEntry) {
 }
 
 TEST(KernelCache, AWriterKilledMidWriteLeavesNoEntryAndVerifyClearsItsLitter) {
-  const fs::path dir = fresh_cache("killed");
+  const fs::path dir = testing::fresh_cache("killed");
   const runtime::KernelCache cache(dir.string());
   const pid_t pid = fork();
   if (pid == 0) {
@@ -399,7 +393,7 @@ TEST(ProgramCache, HopperMatmulKeepsItsTensorMapsAndPersistentGrid) {
 }
 
 TEST(ProgramCache, AWarmProcessSkipsPlanningAndCompiling) {
-  const fs::path dir = fresh_cache("recipe");
+  const fs::path dir = testing::fresh_cache("recipe");
   Graph g = testing::must_parse(R"({"kiln": 1, "inputs": {"x": {"shape": [9, 301], "dtype": "f32"}},
     "ops": [{"op": "softmax", "in": ["x"], "out": "y"}], "outputs": ["y"]})");
   ASSERT_TRUE(Executable::compile(g, {.arch = "sm_80", .cache_dir = dir}).ok());
@@ -422,7 +416,7 @@ namespace kiln {
 namespace {
 
 TEST(KernelCache, EvictsTheLeastRecentlyUsedFirst) {
-  const fs::path dir = fresh_cache("evict");
+  const fs::path dir = testing::fresh_cache("evict");
   const runtime::KernelCache cache(dir.string());
   std::vector<ir::Hash128> keys;
   for (int i = 0; i < 4; ++i) {

@@ -5,12 +5,23 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <string>
 
 #include "kiln/graph.h"
 #include "kiln/reference.h"
 
 namespace kiln::testing {
+
+// An empty path for a test's own kernel cache, unique to this process.
+inline std::filesystem::path fresh_cache(const std::string& name) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / fmt::format("kiln-test-{}-{}", name, ::getpid());
+  std::filesystem::remove_all(dir);
+  return dir;
+}
 
 // Parses a graph that must be valid.
 inline Graph must_parse(const std::string& text) {

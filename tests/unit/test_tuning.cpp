@@ -47,12 +47,6 @@ codegen::GeneratedProgram generate(const Graph& g, int sm, const codegen::Progra
   return codegen::generate_program(g.ir(), ir::plan_fusion(g.ir()), sm, tuning);
 }
 
-fs::path fresh_cache(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / fmt::format("kiln-test-{}-{}", name, ::getpid());
-  fs::remove_all(dir);
-  return dir;
-}
-
 TEST(Tuning, TextRoundTripsAndRejectsAnythingElse) {
   const Tuning t{256, 2, 8, 0};
   EXPECT_EQ(t.to_string(), "tile_n=256 cluster=2 raster=8");
@@ -187,7 +181,7 @@ TEST(TuningRecord, RoundTripsAndDamageIsDetected) {
 // A record written by an autotuning run (here by hand: no GPU) is what
 // later compiles build with; a damaged one is deleted and the heuristic used.
 TEST(TuningRecord, CompilesUseTheRecordedChoice) {
-  const fs::path dir = fresh_cache("tuning");
+  const fs::path dir = testing::fresh_cache("tuning");
   const Graph mm = testing::must_parse(kHopperMatmul);
   const ir::Hash128 key = runtime::program_key(mm.to_json(), "sm_90", true);
   Expected<Executable> plain = Executable::compile(mm, {.arch = "sm_90", .cache_dir = dir});
@@ -205,41 +199,31 @@ TEST(TuningRecord, CompilesUseTheRecordedChoice) {
   EXPECT_FALSE(tuned->report()[0].cache_hit);
   EXPECT_NE(tuned->report()[0].key, plain->report()[0].key);
 
+  // What a new process (forgetting what this one read) builds with everything cached: its tiles and whether they were autotuned.
+  auto fresh_process_builds = [&](const std::string& tuning, bool tuned) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      runtime::forget_recorded_tunings();
+      Expected<Executable> again = Executable::compile(mm, {.arch = "sm_90", .cache_dir = dir, .fail_if_compiling = true});
+      _exit(again && again->report()[0].tuning == tuning && again->report()[0].tuned == tuned ? 0 : 1);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  };
   // A new process reads the record from disk and finds everything cached.
-  const pid_t pid = fork();
-  if (pid == 0) {
-    runtime::forget_recorded_tunings();  // (what the parent process read)
-    Expected<Executable> again = Executable::compile(mm, {.arch = "sm_90", .cache_dir = dir, .fail_if_compiling = true});
-    _exit(again && again->report()[0].tuning == chosen.to_string() && again->report()[0].tuned ? 0 : 1);
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_TRUE(fresh_process_builds(chosen.to_string(), true));
 
   // A damaged record: deleted, the heuristic's kernel (cached) used.
   const fs::path record = dir / "tuning" / (key.hex() + ".json");
   ASSERT_TRUE(fs::exists(record));
   { std::ofstream(record, std::ios::app) << "x"; }
-  const pid_t pid2 = fork();
-  if (pid2 == 0) {
-    runtime::forget_recorded_tunings();  // (what the parent process read)
-    Expected<Executable> again = Executable::compile(mm, {.arch = "sm_90", .cache_dir = dir, .fail_if_compiling = true});
-    _exit(again && again->report()[0].tuning == "tile_n=256 cluster=2 raster=8 epilogue=rolled" && !again->report()[0].tuned ? 0 : 1);
-  }
-  waitpid(pid2, &status, 0);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_TRUE(fresh_process_builds("tile_n=256 cluster=2 raster=8 epilogue=rolled", false));
   EXPECT_FALSE(fs::exists(record));
 
   // A forged record naming a choice the generator does not offer builds the heuristic's kernel.
   ASSERT_TRUE(runtime::store_tuning(dir, key, {"g", "test", {{0, Tuning{96, 4, 8, 0}}}, {}}));
-  const pid_t pid3 = fork();
-  if (pid3 == 0) {
-    runtime::forget_recorded_tunings();  // (what the parent process read)
-    Expected<Executable> again = Executable::compile(mm, {.arch = "sm_90", .cache_dir = dir, .fail_if_compiling = true});
-    _exit(again && again->report()[0].tuning == "tile_n=256 cluster=2 raster=8 epilogue=rolled" && !again->report()[0].tuned ? 0 : 1);
-  }
-  waitpid(pid3, &status, 0);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_TRUE(fresh_process_builds("tile_n=256 cluster=2 raster=8 epilogue=rolled", false));
   fs::remove_all(dir);
 }
 
