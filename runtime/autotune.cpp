@@ -8,8 +8,6 @@
 #include <mutex>
 
 #include "compiler/error.h"
-#include "compiler/plan_verifier.h"
-#include "compiler/planner/planner.h"
 #include "runtime/bench.h"
 #include "runtime/cache_dir.h"
 #include "runtime/cuda_driver.h"
@@ -71,20 +69,17 @@ Expected<Executable> autotune(const Graph& graph, const CompileOptions& options)
   base.autotune = false;
 
   // The kernels and the alternatives their generators offer.
-  const ir::Plan plan = ir::plan_fusion(graph.ir(), {.fuse = options.fuse});
-  if (std::string problem = ir::verify_plan(graph.ir(), plan); !problem.empty())
-    return Error{ErrorCode::Internal, "internal error: invalid plan: " + problem + " (this is a bug in kiln; please report it)"};
-  Expected<codegen::GeneratedProgram> program =
-      detail::catch_errors([&] { return codegen::generate_program(graph.ir(), plan, codegen::sm_of(arch)); });
-  if (!program) return program.error();
+  Expected<ExecutableFactory::Planned> planned = ExecutableFactory::plan_and_generate(graph, options.fuse, arch, {});
+  if (!planned) return planned.error();
+  const codegen::GeneratedProgram& program = planned->program;
 
   codegen::ProgramTuning best;
-  for (const codegen::GeneratedKernel& k : program->kernels)
+  for (const codegen::GeneratedKernel& k : program.kernels)
     if (k.tuning_space.size() > 1) best[k.plan_kernel] = k.tuning_space.front();
 
   std::optional<BenchBuffers> buffers;
   std::vector<MeasuredTrial> trials;
-  for (const codegen::GeneratedKernel& k : program->kernels) {
+  for (const codegen::GeneratedKernel& k : program.kernels) {
     if (k.tuning_space.size() < 2) continue;
     // NVRTC is the slow part: every candidate compiles at once, then each is timed alone.
     std::vector<std::future<Expected<Executable>>> compiled;

@@ -15,8 +15,10 @@
 // arch.
 #pragma once
 
+#include "codegen/kernel_codegen.h"
 #include "codegen/tuning.h"
 #include "compiler/graph_hash.h"
+#include "compiler/plan.h"
 #include "kiln/executable.h"
 
 namespace kiln {
@@ -28,6 +30,14 @@ struct ExecutableFactory {
   static Expected<Executable> compile(const Graph& graph, const CompileOptions& options,
                                       const codegen::ProgramTuning* tuning);
   static std::vector<KernelReport>& reports(Executable& exe);
+  // The checked plan and the kernels generated for it (`tuning`: the
+  // requested choices, empty for the heuristic's), as every compile makes them.
+  struct Planned {
+    ir::Plan plan;
+    codegen::GeneratedProgram program;
+  };
+  static Expected<Planned> plan_and_generate(const Graph& graph, bool fuse, const std::string& arch,
+                                             const codegen::ProgramTuning& tuning);
 };
 
 namespace runtime {

@@ -125,6 +125,17 @@ Expected<Executable> Executable::compile(const Graph& graph, const CompileOption
 
 std::vector<KernelReport>& ExecutableFactory::reports(Executable& exe) { return exe.impl_->reports; }
 
+Expected<ExecutableFactory::Planned> ExecutableFactory::plan_and_generate(const Graph& graph, bool fuse, const std::string& arch,
+                                                                          const codegen::ProgramTuning& tuning) {
+  ir::Plan plan = ir::plan_fusion(graph.ir(), {.fuse = fuse});
+  if (std::string problem = ir::verify_plan(graph.ir(), plan); !problem.empty())
+    return Error{ErrorCode::Internal, "internal error: invalid plan: " + problem + " (this is a bug in kiln; please report it)"};
+  Expected<codegen::GeneratedProgram> program =
+      detail::catch_errors([&] { return codegen::generate_program(graph.ir(), plan, codegen::sm_of(arch), tuning); });
+  if (!program) return program.error();
+  return Planned{std::move(plan), std::move(program).value()};
+}
+
 Expected<Executable> ExecutableFactory::compile(const Graph& graph, const CompileOptions& options,
                                                 const codegen::ProgramTuning* chosen) {
   using Impl = Executable::Impl;
@@ -201,14 +212,11 @@ Expected<Executable> ExecutableFactory::compile(const Graph& graph, const Compil
     }
   }
   // 3. Plan, generate, and compile (or find) each kernel.
-  const ir::Plan plan = ir::plan_fusion(graph.ir(), {.fuse = options.fuse});
-  if (std::string problem = ir::verify_plan(graph.ir(), plan); !problem.empty())
-    return Error{ErrorCode::Internal, "internal error: invalid plan: " + problem + " (this is a bug in kiln; please report it)"};
-  Expected<codegen::GeneratedProgram> program =
-      detail::catch_errors([&] { return codegen::generate_program(graph.ir(), plan, codegen::sm_of(impl->arch), tuning); });
-  if (!program) return program.error();
+  Expected<ExecutableFactory::Planned> planned = plan_and_generate(graph, options.fuse, impl->arch, tuning);
+  if (!planned) return planned.error();
+  const ir::Plan& plan = planned->plan;
   auto c = std::make_shared<Compiled>();
-  c->recipe.program = std::move(program).value();
+  c->recipe.program = std::move(planned->program);
   c->recipe.graph_name = graph.name();
   if (!dump.empty()) write_dumps(dump, graph, plan, c->recipe.program, impl->arch, recipe_key);
   const bool forbid = options.fail_if_compiling || env_flag("KILN_FAIL_IF_COMPILING");

@@ -229,8 +229,6 @@ __device__ __forceinline__ void store_chunk8(typename Element<KIND>::type* dst, 
   }
 }
 
-// Tile order: groups of `group` tile rows are walked column by column so that
-// blocks running together share A rows and B columns in L2.
 // The accumulators of column block `blk` (NJ 8-column groups of every
 // row group), copied with static indices only: a loop over blocks that is
 // not unrolled still finds them in registers.
@@ -249,6 +247,8 @@ __device__ __forceinline__ void column_block(const float (&acc)[MI][NI][4], int 
     }
 }
 
+// Tile order: groups of `group` tile rows are walked column by column so that
+// blocks running together share A rows and B columns in L2.
 __device__ __forceinline__ void swizzled_tile(int linear, int tiles_m, int tiles_n, int group, int& tm, int& tn) {
   const int per_group = group * tiles_n;
   const int first_m = (linear / per_group) * group;
