@@ -1,5 +1,6 @@
 #include "runtime/nvrtc.h"
 
+#include <dlfcn.h>
 #include <fmt/format.h>
 #include <nvrtc.h>
 
@@ -8,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <mutex>
 #include <regex>
 
 #include "runtime/embedded_templates.h"
@@ -33,6 +35,26 @@ bool is_valid_arch(const std::string& arch) { return std::regex_match(arch, std:
 
 namespace {
 
+// NVRTC opens its builtins library (libnvrtc-builtins.so.<version>) by
+// name when it first compiles. The toolkit's folder is on the loader's
+// path; the PyPI wheel's (nvidia/cu13/lib) is not, and libnvrtc carries no
+// RPATH. Loading the builtins that sit beside the libnvrtc this process
+// uses, by full path, lets NVRTC's own open find them already loaded.
+void load_builtins_beside_nvrtc() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    Dl_info info{};
+    if (!dladdr(reinterpret_cast<void*>(&nvrtcVersion), &info) || !info.dli_fname) return;
+    std::error_code ec;
+    const std::filesystem::path dir = std::filesystem::path(info.dli_fname).parent_path();
+    for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (name.rfind("libnvrtc-builtins.so", 0) == 0 && name.find(".alt.") == std::string::npos)
+        dlopen(entry.path().c_str(), RTLD_NOW | RTLD_GLOBAL);
+    }
+  });
+}
+
 Expected<NvrtcOutput> compile_with(const std::string& source_in, const std::string& arch, bool ptx,
                                    const std::vector<std::string>& extra) {
   // Test hook: KILN_TEST_NVRTC_FAIL=1 breaks every kernel on purpose, so the
@@ -40,6 +62,7 @@ Expected<NvrtcOutput> compile_with(const std::string& source_in, const std::stri
   std::string source = source_in;
   if (const char* fail = std::getenv("KILN_TEST_NVRTC_FAIL"); fail && *fail && std::string(fail) != "0")
     source += "\n#error \"broken on purpose (KILN_TEST_NVRTC_FAIL)\"\n";
+  load_builtins_beside_nvrtc();
   const auto start = std::chrono::steady_clock::now();
   std::vector<const char*> header_text, header_names;
   for (const EmbeddedFile& f : embedded_templates()) {

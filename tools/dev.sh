@@ -52,13 +52,32 @@ install_missing() {
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 }
 
+# NVRTC: the CUDA toolkit's, else the nvidia-cuda-nvrtc wheel from PyPI
+# (installed for python3 when missing). Prints the folder to pass as
+# KILN_NVRTC_ROOT, or nothing when the toolkit has it.
+nvrtc_root() {
+  local cuda=${CUDA_HOME:-/usr/local/cuda}
+  if [[ -e $cuda/include/nvrtc.h ]] && compgen -G "$cuda/lib64/libnvrtc.so*" >/dev/null; then return 0; fi
+  local probe='import nvidia.cu13 as m; print(list(m.__path__)[0])'
+  local dir
+  dir=$(python3 -c "$probe" 2>/dev/null) || true
+  if [[ -z $dir || ! -e $dir/include/nvrtc.h ]]; then
+    if [[ ${KILN_NO_INSTALL:-0} == 1 ]]; then return 0; fi
+    say "installing NVRTC (nvidia-cuda-nvrtc==13.0.88, PyPI)" >&2
+    python3 -m pip install -q --disable-pip-version-check nvidia-cuda-nvrtc==13.0.88 >&2
+    dir=$(python3 -c "$probe")
+  fi
+  echo "$dir"
+}
+
 configure_and_build() {
   install_missing
   local generator=()
   command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
   if [[ ! -f $build/CMakeCache.txt ]]; then
     say "configuring $build"
-    cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE="${KILN_BUILD_TYPE:-RelWithDebInfo}" >/dev/null
+    cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE="${KILN_BUILD_TYPE:-RelWithDebInfo}" \
+      -DKILN_NVRTC_ROOT="$(nvrtc_root)" >/dev/null
   fi
   say "building with $jobs jobs"
   cmake --build "$build" -j "$jobs"
@@ -105,5 +124,6 @@ case ${1:-} in
   test) run_tests ;;
   build) configure_and_build ;;
   deps) install_missing ;;
+  nvrtc-root) nvrtc_root ;;
   *) echo "usage: tools/dev.sh demo [GRAPH] | test | build" >&2; exit 2 ;;
 esac

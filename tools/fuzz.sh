@@ -26,7 +26,8 @@ fi
 "$root/tools/dev.sh" deps
 if [[ ! -f $build/CMakeCache.txt ]]; then
   say "configuring $build (clang, ASan, UBSan, libFuzzer)"
-  CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_FUZZ=ON >/dev/null
+  CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_FUZZ=ON \
+    -DKILN_NVRTC_ROOT="$("$root/tools/dev.sh" nvrtc-root)" >/dev/null
 fi
 say "building with $jobs jobs"
 cmake --build "$build" -j "$jobs"
