@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "compiler/error.h"
+#include "compiler/graph_internal.h"
 #include "compiler/graph_construction.h"
 #include "compiler/graph_hash.h"
 #include "compiler/ir_printer.h"
@@ -14,7 +15,7 @@ namespace kiln {
 
 Expected<Graph> Graph::from_json(std::string_view text, std::string_view source_name) {
   return detail::catch_errors([&] {
-    return Graph(std::make_shared<const ir::Graph>(ir::graph_from_json(text, source_name)));
+    return Graph::Internal::make(std::make_shared<const ir::Graph>(ir::graph_from_json(text, source_name)));
   });
 }
 
@@ -117,7 +118,7 @@ Expected<Graph> GraphBuilder::build() {
   if (impl_->error) return *impl_->error;
   return detail::catch_errors([&] {
     impl_->graph.set_outputs(impl_->outputs);
-    return Graph(std::make_shared<const ir::Graph>(std::move(impl_->graph).finish()));
+    return Graph::Internal::make(std::make_shared<const ir::Graph>(std::move(impl_->graph).finish()));
   });
 }
 

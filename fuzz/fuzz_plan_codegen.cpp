@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "compiler/graph_internal.h"
 #include "codegen/kernel_codegen.h"
 #include "compiler/error.h"
 #include "compiler/plan_verifier.h"
@@ -22,18 +23,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   kiln::Expected<kiln::Graph> g = kiln::Graph::from_json(text);
   if (!g) return 0;
   for (bool fuse : {true, false}) {
-    kiln::Expected<kiln::ir::Plan> plan = kiln::detail::catch_errors([&] { return kiln::ir::plan_fusion(g->ir(), {.fuse = fuse}); });
+    kiln::Expected<kiln::ir::Plan> plan = kiln::detail::catch_errors([&] { return kiln::ir::plan_fusion(kiln::ir_of(*g), {.fuse = fuse}); });
     if (!plan) {
       std::fprintf(stderr, "planning failed: %s\n", plan.error().message.c_str());
       std::abort();
     }
-    if (const std::string bad = kiln::ir::verify_plan(g->ir(), *plan); !bad.empty()) {
+    if (const std::string bad = kiln::ir::verify_plan(kiln::ir_of(*g), *plan); !bad.empty()) {
       std::fprintf(stderr, "invalid plan: %s\n", bad.c_str());
       std::abort();
     }
     for (int sm : {80, 90}) {
       kiln::Expected<kiln::codegen::GeneratedProgram> program =
-          kiln::detail::catch_errors([&] { return kiln::codegen::generate_program(g->ir(), *plan, sm); });
+          kiln::detail::catch_errors([&] { return kiln::codegen::generate_program(kiln::ir_of(*g), *plan, sm); });
       if (!program && program.error().code == kiln::ErrorCode::Internal) {
         std::fprintf(stderr, "codegen: %s\n", program.error().message.c_str());
         std::abort();

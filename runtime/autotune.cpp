@@ -12,6 +12,7 @@
 #include "runtime/cache_dir.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/kernel_cache.h"
+#include "runtime/log.h"
 #include "runtime/program_cache.h"
 #include "runtime/tuning_record.h"
 
@@ -69,7 +70,7 @@ Expected<Executable> autotune(const Graph& graph, const CompileOptions& options)
   base.autotune = false;
 
   // The kernels and the alternatives their generators offer.
-  Expected<ExecutableFactory::Planned> planned = ExecutableFactory::plan_and_generate(graph, options.fuse, arch, {});
+  Expected<Planned> planned = plan_and_generate(graph, options.fuse, arch, {});
   if (!planned) return planned.error();
   const codegen::GeneratedProgram& program = planned->program;
 
@@ -87,7 +88,7 @@ Expected<Executable> autotune(const Graph& graph, const CompileOptions& options)
       codegen::ProgramTuning candidate = best;
       candidate[k.plan_kernel] = t;
       compiled.push_back(std::async(std::launch::async, [&graph, &base, candidate] {
-        return ExecutableFactory::compile(graph, base, &candidate);
+        return compile_executable(graph, base, &candidate);
       }));
     }
     std::vector<Executable> candidates;
@@ -133,15 +134,15 @@ Expected<Executable> autotune(const Graph& graph, const CompileOptions& options)
     if (secure_cache_dir(cache_dir) && store_tuning(cache_dir, key, record))
       remember_tuning(cache_dir, key, best);
     else
-      std::fprintf(stderr, "kiln: warning: could not record the tuning in %s\n", cache_dir.c_str());
+      detail::warn("could not record the tuning in " + cache_dir);
   }
-  Expected<Executable> tuned = ExecutableFactory::compile(graph, base, &best);
-  if (!tuned) return tuned;
-  for (KernelReport& r : ExecutableFactory::reports(*tuned)) {
+  Expected<std::unique_ptr<Executable::Impl>> tuned = compile_program(graph, base, &best);
+  if (!tuned) return tuned.error();
+  for (KernelReport& r : (*tuned)->reports) {
     for (const MeasuredTrial& t : trials)
       if (t.kernel == r.kernel) r.trials.push_back({t.tuning.to_string(), t.milliseconds});
   }
-  return tuned;
+  return Executable(std::move(*tuned));
 }
 
 }  // namespace kiln::runtime

@@ -20,25 +20,9 @@
 #include "compiler/graph_hash.h"
 #include "compiler/plan.h"
 #include "kiln/executable.h"
+#include "runtime/pipeline.h"
 
 namespace kiln {
-
-// What the autotuner needs of Executable beyond its public API.
-struct ExecutableFactory {
-  // Executable::compile with `tuning` instead of the choices recorded in
-  // the cache (an empty map: the heuristic's).
-  static Expected<Executable> compile(const Graph& graph, const CompileOptions& options,
-                                      const codegen::ProgramTuning* tuning);
-  static std::vector<KernelReport>& reports(Executable& exe);
-  // The checked plan and the kernels generated for it (`tuning`: the
-  // requested choices, empty for the heuristic's), as every compile makes them.
-  struct Planned {
-    ir::Plan plan;
-    codegen::GeneratedProgram program;
-  };
-  static Expected<Planned> plan_and_generate(const Graph& graph, bool fuse, const std::string& arch,
-                                             const codegen::ProgramTuning& tuning);
-};
 
 namespace runtime {
 

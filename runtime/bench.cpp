@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "compiler/graph_internal.h"
 #include "codegen/kernel_codegen.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/random_inputs.h"
@@ -50,7 +51,7 @@ Expected<BenchBuffers> BenchBuffers::make(const Executable& exe, uint64_t seed) 
   Expected<const Driver*> d = driver();
   if (!d) return d.error();
   const Driver& cu = **d;
-  const ir::Graph& g = exe.graph().ir();
+  const ir::Graph& g = ir_of(exe.graph());
   int64_t input_bytes = 0;
   for (const TensorDesc& t : exe.graph().inputs()) input_bytes += static_cast<int64_t>(exe.binding_bytes(t.name).value());
   // Enough input sets that one pass over them is several times the L2 (50-60 MB).
@@ -96,13 +97,31 @@ BenchBuffers::~BenchBuffers() {
     for (uint64_t p : allocations_) (*d)->cuMemFree(static_cast<CUdeviceptr>(p));
 }
 
-Expected<Timing> time_runs(Executable& exe, const BenchBuffers& buffers, double budget_ms) {
+Expected<Timing> time_runs(const Executable& exe, const BenchBuffers& buffers, double budget_ms) {
   Expected<const Driver*> d = driver();
   if (!d) return d.error();
   const Driver& cu = **d;
-  const auto& sets = buffers.sets();
+  // Bound by index once per set, one workspace for every run: the launches
+  // timed are the ones an embedder makes.
+  std::vector<std::vector<void*>> inputs, outputs;
+  for (const std::vector<DeviceBinding>& set : buffers.sets()) {
+    inputs.emplace_back(exe.graph().inputs().size());
+    outputs.emplace_back(exe.graph().outputs().size());
+    for (const DeviceBinding& b : set) {
+      if (Expected<int> i = exe.input_index(b.name); i) inputs.back()[static_cast<size_t>(*i)] = b.pointer;
+      if (Expected<int> o = exe.output_index(b.name); o) outputs.back()[static_cast<size_t>(*o)] = b.pointer;
+    }
+  }
+  CUdeviceptr workspace = 0;
+  if (exe.workspace_bytes() > 0)
+    if (Status st = check(cu.cuMemAlloc(&workspace, exe.workspace_bytes()), "cuMemAlloc (workspace)"); !st) return st.error();
+  struct Release {
+    const Driver& cu;
+    CUdeviceptr p;
+    ~Release() { if (p) cu.cuMemFree(p); }
+  } release{cu, workspace};
   Timing timing;
-  timing.input_sets = static_cast<int>(sets.size());
+  timing.input_sets = static_cast<int>(inputs.size());
   // Events around every run, recorded back to back: the queue stays full, so
   // launch gaps on the host do not count.
   auto run = [&](int iterations, std::vector<float>* ms) -> Status {
@@ -111,7 +130,8 @@ Expected<Timing> time_runs(Executable& exe, const BenchBuffers& buffers, double 
     Status status;
     for (int i = 0; i < iterations && status; ++i) {
       cu.cuEventRecord(events[static_cast<size_t>(2 * i)], nullptr);
-      status = exe.launch(sets[static_cast<size_t>(i % timing.input_sets)], nullptr);
+      const size_t set = static_cast<size_t>(i % timing.input_sets);
+      status = exe.launch(BoundArgs{inputs[set], outputs[set]}, reinterpret_cast<void*>(workspace), nullptr);
       cu.cuEventRecord(events[static_cast<size_t>(2 * i + 1)], nullptr);
     }
     if (status) status = check(cu.cuCtxSynchronize(), "running the graph");
@@ -139,7 +159,7 @@ Expected<Timing> time_runs(Executable& exe, const BenchBuffers& buffers, double 
   return timing;
 }
 
-Expected<Timing> time_executable(Executable& exe, uint64_t seed) {
+Expected<Timing> time_executable(const Executable& exe, uint64_t seed) {
   Expected<BenchBuffers> buffers = BenchBuffers::make(exe, seed);
   if (!buffers) return buffers.error();
   return time_runs(exe, *buffers);

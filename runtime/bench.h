@@ -46,7 +46,7 @@ class BenchBuffers {
 
 // Times `exe` on `buffers` (made for the same graph): 3 warm-up runs, then
 // as many as fit in about `budget_ms` (10 to 200).
-Expected<Timing> time_runs(Executable& exe, const BenchBuffers& buffers, double budget_ms = 300);
-Expected<Timing> time_executable(Executable& exe, uint64_t seed);
+Expected<Timing> time_runs(const Executable& exe, const BenchBuffers& buffers, double budget_ms = 300);
+Expected<Timing> time_executable(const Executable& exe, uint64_t seed);
 
 }  // namespace kiln::runtime

@@ -24,6 +24,17 @@ namespace kiln::runtime {
   KILN_CU(cuCtxSetCurrent, "cuCtxSetCurrent")          \
   KILN_CU(cuCtxGetCurrent, "cuCtxGetCurrent")          \
   KILN_CU(cuCtxSynchronize, "cuCtxSynchronize")        \
+  KILN_CU(cuCtxPushCurrent, "cuCtxPushCurrent_v2")     \
+  KILN_CU(cuCtxPopCurrent, "cuCtxPopCurrent_v2")       \
+  KILN_CU(cuCtxGetDevice, "cuCtxGetDevice")            \
+  KILN_CU(cuCtxCreate, "cuCtxCreate_v4")               \
+  KILN_CU(cuCtxDestroy, "cuCtxDestroy_v2")             \
+  KILN_CU(cuStreamCreate, "cuStreamCreate")            \
+  KILN_CU(cuStreamDestroy, "cuStreamDestroy_v2")       \
+  KILN_CU(cuMemGetInfo, "cuMemGetInfo_v2")             \
+  KILN_CU(cuMemAllocAsync, "cuMemAllocAsync")          \
+  KILN_CU(cuMemFreeAsync, "cuMemFreeAsync")            \
+  KILN_CU(cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2")   \
   KILN_CU(cuModuleLoadData, "cuModuleLoadData")        \
   KILN_CU(cuModuleUnload, "cuModuleUnload")            \
   KILN_CU(cuModuleGetFunction, "cuModuleGetFunction")  \
@@ -52,16 +63,18 @@ struct Driver {
 #undef KILN_CU
 };
 
-// The loaded driver with device 0's primary context current on this
-// thread, or an Error (CompileOrDevice) saying why there is none.
+// The loaded driver, or an Error (CompileOrDevice) saying why there is
+// none. When no context is current on this thread, device 0's primary
+// context is made current (a caller's own current context is left alone).
 Expected<const Driver*> driver();
-// The context kiln loads its modules in and launches into: device 0's
-// primary context (null without a GPU).
-CUcontext primary_context();
-// "sm_90" for device 0, when a GPU and its driver are present.
-std::optional<std::string> device_arch();
-// Device 0's name ("NVIDIA H100 80GB HBM3").
-std::optional<std::string> device_name();
+// Device `device`'s primary context, retained (null without a GPU or
+// such a device).
+CUcontext primary_context(int device = 0);
+int device_count();
+// "sm_90" for a device, when a GPU and its driver are present.
+std::optional<std::string> device_arch(int device = 0);
+// A device's name ("NVIDIA H100 80GB HBM3").
+std::optional<std::string> device_name(int device = 0);
 // An Error naming `what` and the driver's message, or success.
 Status check(CUresult result, const std::string& what);
 

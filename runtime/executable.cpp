@@ -1,113 +1,22 @@
-// Executable: plan -> codegen -> NVRTC (or the kernel cache) -> Driver API.
+// Executable: compiled by the pipeline (pipeline.h), launched here through
+// the Driver API into whichever context the caller's stream belongs to.
 #include "kiln/executable.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cctype>
-#include <chrono>
-#include <cstdlib>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <map>
-#include <mutex>
+#include <array>
 
-#include "codegen/kernel_codegen.h"
-#include "compiler/error.h"
-#include "compiler/numerics.h"
-#include "compiler/plan_printer.h"
-#include "compiler/plan_verifier.h"
-#include "compiler/planner/planner.h"
+#include "compiler/graph_internal.h"
 #include "runtime/autotune.h"
-#include "runtime/cache_dir.h"
 #include "runtime/cuda_driver.h"
-#include "runtime/tensor_map.h"
-#include "runtime/kernel_cache.h"
-#include "runtime/nvrtc.h"
-#include "runtime/program_cache.h"
+#include "runtime/executable_impl.h"
+#include "runtime/log.h"
+#include "runtime/pipeline.h"
 #include "runtime/storage.h"
+#include "runtime/tensor_map.h"
 
 namespace kiln {
-namespace {
-
-// Cubins compiled or loaded by this process, by key.
-std::mutex memory_cache_mutex;
-std::map<ir::Hash128, std::string>& memory_cache() {
-  static std::map<ir::Hash128, std::string> cache;
-  return cache;
-}
-
-// Compiled programs of this process, by program key: a warm process skips
-// planning and codegen.
-struct Compiled {
-  runtime::ProgramRecipe recipe;
-  std::vector<std::string> cubins;
-};
-std::map<ir::Hash128, std::shared_ptr<const Compiled>>& program_memory() {
-  static std::map<ir::Hash128, std::shared_ptr<const Compiled>> programs;
-  return programs;
-}
-
-bool env_flag(const char* name) {
-  const char* v = std::getenv(name);
-  return v && *v && std::string(v) != "0";
-}
-
-// The stages named in KILN_DUMP ("plan,cuda,ptx"; also "ir") under
-// $KILN_DUMP_DIR (default ./kiln_dump)/<graph>-<program key>/.
-void write_dumps(const std::string& stages, const Graph& graph, const ir::Plan& plan,
-                 const codegen::GeneratedProgram& program, const std::string& arch, const ir::Hash128& key) {
-  namespace fs = std::filesystem;
-  auto wants = [&](const char* s) { return ("," + stages + ",").find(std::string(",") + s + ",") != std::string::npos; };
-  std::string name = graph.name().empty() ? "graph" : graph.name().substr(0, 48);
-  for (char& ch : name)
-    if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '_' && ch != '-') ch = '_';
-  const char* base = std::getenv("KILN_DUMP_DIR");
-  const fs::path dir = fs::path(base && *base ? base : "kiln_dump") / (name + "-" + key.hex().substr(0, 12));
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (wants("ir")) std::ofstream(dir / "ir.txt") << graph.to_ir_text();
-  if (wants("plan")) std::ofstream(dir / "plan.txt") << ir::plan_to_text(graph.ir(), plan);
-  for (const codegen::GeneratedKernel& k : program.kernels) {
-    const std::string stem = fmt::format("kernel{}-{}", k.plan_kernel,
-                                         ir::to_string(plan.kernels[static_cast<size_t>(k.plan_kernel)].kind));
-    if (wants("cuda")) std::ofstream(dir / (stem + ".cu")) << k.source;
-    if (wants("ptx"))
-      if (Expected<runtime::NvrtcOutput> ptx = runtime::nvrtc_compile(k.source, arch, true); ptx)
-        std::ofstream(dir / (stem + ".ptx")) << ptx->binary;
-  }
-}
-
-
-}  // namespace
-
-struct Executable::Impl {
-  Graph graph;
-  std::string arch;
-  std::shared_ptr<const Compiled> compiled;
-  std::vector<KernelReport> reports;
-  const codegen::GeneratedProgram& program() const { return compiled->recipe.program; }
-
-  // Device state, made on first launch.
-  const runtime::Driver* driver = nullptr;
-  std::vector<CUmodule> modules;
-  std::vector<CUfunction> functions;
-  std::map<ir::TensorId, CUdeviceptr> intermediates;
-  std::vector<CUdeviceptr> workspaces;
-  uint32_t multiprocessors = 1;
-  std::vector<uint32_t> resident_blocks;  // per kernel: how many of its blocks run at once (persistent kernels)
-
-  explicit Impl(Graph g) : graph(std::move(g)) {}
-  ~Impl() {
-    if (!driver) return;
-    for (auto& [t, p] : intermediates) driver->cuMemFree(p);
-    for (CUdeviceptr p : workspaces) driver->cuMemFree(p);
-    for (CUmodule m : modules) driver->cuModuleUnload(m);
-  }
-
-  Status prepare_device();
-};
 
 Executable::Executable(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Executable::~Executable() = default;
@@ -117,202 +26,185 @@ const Graph& Executable::graph() const { return impl_->graph; }
 const std::string& Executable::arch() const { return impl_->arch; }
 const std::vector<KernelReport>& Executable::report() const { return impl_->reports; }
 size_t Executable::kernel_count() const { return impl_->program().kernels.size(); }
+size_t Executable::workspace_bytes() const { return impl_->workspace_bytes; }
 
 Expected<Executable> Executable::compile(const Graph& graph, const CompileOptions& options) {
   if (options.autotune) return runtime::autotune(graph, options);
-  return ExecutableFactory::compile(graph, options, nullptr);
+  Expected<std::unique_ptr<Impl>> impl = runtime::compile_program(graph, options, nullptr);
+  if (!impl) return impl.error();
+  return Executable(std::move(*impl));
 }
 
-std::vector<KernelReport>& ExecutableFactory::reports(Executable& exe) { return exe.impl_->reports; }
+namespace {
 
-Expected<ExecutableFactory::Planned> ExecutableFactory::plan_and_generate(const Graph& graph, bool fuse, const std::string& arch,
-                                                                          const codegen::ProgramTuning& tuning) {
-  ir::Plan plan = ir::plan_fusion(graph.ir(), {.fuse = fuse});
-  if (std::string problem = ir::verify_plan(graph.ir(), plan); !problem.empty())
-    return Error{ErrorCode::Internal, "internal error: invalid plan: " + problem + " (this is a bug in kiln; please report it)"};
-  Expected<codegen::GeneratedProgram> program =
-      detail::catch_errors([&] { return codegen::generate_program(graph.ir(), plan, codegen::sm_of(arch), tuning); });
-  if (!program) return program.error();
-  return Planned{std::move(plan), std::move(program).value()};
+size_t aligned(size_t bytes) {
+  return (bytes + Executable::kWorkspaceAlignment - 1) / Executable::kWorkspaceAlignment * Executable::kWorkspaceAlignment;
 }
 
-Expected<Executable> ExecutableFactory::compile(const Graph& graph, const CompileOptions& options,
-                                                const codegen::ProgramTuning* chosen) {
-  using Impl = Executable::Impl;
-  const auto start = std::chrono::steady_clock::now();
-  auto elapsed = [&] { return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count(); };
-  auto impl = std::make_unique<Impl>(graph);
-  impl->arch = options.arch.empty() ? runtime::device_arch().value_or("sm_90") : options.arch;
-  if (!runtime::is_valid_arch(impl->arch))
-    return Error{ErrorCode::InvalidInput, fmt::format("arch '{}': expected sm_XX (e.g. sm_80, sm_90)", impl->arch)};
-  const std::string cache_dir = options.cache_dir.empty() ? runtime::default_cache_dir() : options.cache_dir;
-  const ir::Hash128 program_key = runtime::program_key(graph.to_json(), impl->arch, options.fuse);
-  // Tile choices: the caller's, else those an autotuning run recorded for
-  // this program. They are part of the program's identity.
-  const codegen::ProgramTuning tuning =
-      chosen ? *chosen : options.use_cache ? runtime::recorded_tuning(cache_dir, program_key) : codegen::ProgramTuning{};
-  const ir::Hash128 recipe_key = runtime::tuned_program_key(program_key, tuning);
-  const size_t tensors = graph.ir().tensors.size();
-  auto report_of = [&](const codegen::GeneratedKernel& k, const std::string& kind, const std::string& key) {
-    KernelReport r{.kernel = k.plan_kernel, .kind = kind, .key = key, .cache_hit = true, .milliseconds = 0,
-                   .tuning = k.tuning.to_string(), .tuned = false, .trials = {}};
-    // (a recorded choice the generator did not accept was not used)
-    const auto wanted = tuning.find(k.plan_kernel);
-    r.tuned = wanted != tuning.end() && wanted->second == k.tuning;
-    return r;
-  };
-  auto hit = [&](std::shared_ptr<const Compiled> c) {
-    impl->compiled = std::move(c);
-    const double ms = elapsed();
-    for (size_t i = 0; i < impl->program().kernels.size(); ++i) {
-      impl->reports.push_back(report_of(impl->program().kernels[i], impl->compiled->recipe.kernel_kinds[i],
-                                        impl->compiled->recipe.kernel_keys[i]));
-      impl->reports.back().milliseconds = ms;
-    }
-    return Executable(std::move(impl));
-  };
-
-  // KILN_DUMP=plan,cuda,ptx writes those stages to KILN_DUMP_DIR: planning
-  // and codegen must run, so the caches of whole programs are bypassed.
-  const std::string dump = std::getenv("KILN_DUMP") ? std::getenv("KILN_DUMP") : "";
-  // 1. This process compiled it already.
-  {
-    std::lock_guard<std::mutex> lock(memory_cache_mutex);
-    if (auto it = program_memory().find(recipe_key); it != program_memory().end() && dump.empty()) return hit(it->second);
-  }
-  // 2. The disk has its recipe and every cubin: no planning, no codegen.
-  std::optional<runtime::KernelCache> disk;
-  if (options.use_cache) {
-    if (Status safe = runtime::secure_cache_dir(cache_dir); safe) {
-      disk.emplace(cache_dir);
-    } else {
-      static std::once_flag warned;  // once per process: every compile would say the same
-      std::call_once(warned, [&] { std::fprintf(stderr, "kiln: warning: %s; compiling in memory\n", safe.error().message.c_str()); });
-    }
-  }
-  if (disk && dump.empty()) {
-    if (std::optional<runtime::ProgramRecipe> recipe = runtime::load_recipe(cache_dir, recipe_key, tensors)) {
-      auto c = std::make_shared<Compiled>();
-      bool complete = true;
-      for (const std::string& hex : recipe->kernel_keys) {
-        std::optional<ir::Hash128> key = ir::Hash128::from_hex(hex);
-        std::optional<std::string> cubin = key ? disk->load(*key) : std::nullopt;
-        if (!cubin) {
-          complete = false;
-          break;
-        }
-        c->cubins.push_back(std::move(*cubin));
-      }
-      if (complete) {
-        c->recipe = std::move(*recipe);
-        std::lock_guard<std::mutex> lock(memory_cache_mutex);
-        program_memory()[recipe_key] = c;
-        return hit(c);
-      }
-    }
-  }
-  // 3. Plan, generate, and compile (or find) each kernel.
-  Expected<ExecutableFactory::Planned> planned = plan_and_generate(graph, options.fuse, impl->arch, tuning);
-  if (!planned) return planned.error();
-  const ir::Plan& plan = planned->plan;
-  auto c = std::make_shared<Compiled>();
-  c->recipe.program = std::move(planned->program);
-  c->recipe.graph_name = graph.name();
-  if (!dump.empty()) write_dumps(dump, graph, plan, c->recipe.program, impl->arch, recipe_key);
-  const bool forbid = options.fail_if_compiling || env_flag("KILN_FAIL_IF_COMPILING");
-  for (codegen::GeneratedKernel& k : c->recipe.program.kernels) {
-    const auto kernel_start = std::chrono::steady_clock::now();
-    const runtime::KeyParts parts = runtime::key_parts(k.canonical, impl->arch);
-    const ir::Hash128 key = parts.key();
-    KernelReport report = report_of(k, std::string(ir::to_string(plan.kernels[static_cast<size_t>(k.plan_kernel)].kind)), key.hex());
-    std::optional<std::string> cubin;
-    {
-      std::lock_guard<std::mutex> lock(memory_cache_mutex);
-      if (auto it = memory_cache().find(key); it != memory_cache().end()) cubin = it->second;
-    }
-    if (!cubin && disk) cubin = disk->load(key);
-    if (!cubin) {
-      if (forbid)
-        return Error{ErrorCode::CompileOrDevice,
-                     fmt::format("kernel {} ({}) is not cached and compiling is forbidden (KILN_FAIL_IF_COMPILING)",
-                                 k.plan_kernel, report.kind)};
-      Expected<runtime::NvrtcOutput> out = runtime::nvrtc_compile(k.source, impl->arch);
-      if (!out)
-        return Error{ErrorCode::CompileOrDevice,
-                     fmt::format("kernel {}: {}\n{}", k.plan_kernel, out.error().message,
-                                 runtime::write_repro(graph.to_json(), k.source, impl->arch, out.error().message))};
-      cubin = out->binary;
-      report.cache_hit = false;
-      if (disk) {
-        if (Status s = disk->store(parts, report.kind, *cubin); !s)
-          std::fprintf(stderr, "kiln: warning: %s (continuing without caching it)\n", s.error().message.c_str());
-      }
-    }
-    {
-      std::lock_guard<std::mutex> lock(memory_cache_mutex);
-      memory_cache().emplace(key, *cubin);
-    }
-    report.milliseconds = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - kernel_start).count();
-    c->cubins.push_back(std::move(*cubin));
-    c->recipe.kernel_keys.push_back(report.key);
-    c->recipe.kernel_kinds.push_back(report.kind);
-    impl->reports.push_back(std::move(report));
-    k.source.clear();  // not needed to launch
-    k.canonical.clear();
-  }
-  if (disk) {
-    runtime::store_recipe(cache_dir, recipe_key, c->recipe);
-    disk->evict(runtime::cache_size_limit());
-  }
-  {
-    std::lock_guard<std::mutex> lock(memory_cache_mutex);
-    program_memory()[recipe_key] = c;
-  }
-  impl->compiled = std::move(c);
-  return Executable(std::move(impl));
+Expected<int> index_of(const std::vector<std::string>& names, std::string_view name, const char* what, const Graph& g) {
+  for (size_t i = 0; i < names.size(); ++i)
+    if (names[i] == name) return static_cast<int>(i);
+  return Error{ErrorCode::InvalidInput,
+               fmt::format("'{}' is not an {} of graph '{}' ({}: {})", name, what, g.name(), what, fmt::join(names, ", "))};
 }
 
-Status Executable::Impl::prepare_device() {
-  if (driver) {  // loaded already; make the primary context current on this thread too
-    Expected<const runtime::Driver*> d = runtime::driver();
-    if (!d) return d.error();
-    return {};
+// Makes `context` current on this thread for the lifetime of the guard,
+// when it is not already; the caller's current context is restored.
+class ContextGuard {
+ public:
+  ContextGuard(const runtime::Driver& cu, CUcontext context) : cu_(cu) {
+    CUcontext current = nullptr;
+    cu_.cuCtxGetCurrent(&current);
+    if (current != context) pushed_ = cu_.cuCtxPushCurrent(context) == CUDA_SUCCESS;
   }
+  ~ContextGuard() {
+    CUcontext popped;
+    if (pushed_) cu_.cuCtxPopCurrent(&popped);
+  }
+  ContextGuard(const ContextGuard&) = delete;
+  ContextGuard& operator=(const ContextGuard&) = delete;
+
+ private:
+  const runtime::Driver& cu_;
+  bool pushed_ = false;
+};
+
+// The context a launch on `stream` runs in: the stream's; for the default
+// stream, the thread's current context, else the primary context of
+// `device` (made current: the default stream is the current context's).
+Expected<CUcontext> launch_context(const runtime::Driver& cu, CUstream stream, int device) {
+  if (stream != nullptr && stream != CU_STREAM_LEGACY && stream != CU_STREAM_PER_THREAD) {
+    CUcontext context = nullptr;
+    if (cu.cuStreamGetCtx(stream, &context) != CUDA_SUCCESS || !context)
+      return Error{ErrorCode::InvalidInput, "launch: the stream is not a valid CUDA stream"};
+    return context;
+  }
+  CUcontext current = nullptr;
+  cu.cuCtxGetCurrent(&current);
+  if (current) return current;
+  const int d = std::max(device, 0);
+  CUcontext primary = runtime::primary_context(d);
+  if (!primary) return Error{ErrorCode::CompileOrDevice, fmt::format("launch: there is no CUDA device {}", d)};
+  cu.cuCtxSetCurrent(primary);
+  return primary;
+}
+
+}  // namespace
+
+Expected<int> Executable::input_index(std::string_view name) const {
+  return index_of(impl_->input_names, name, "input", impl_->graph);
+}
+Expected<int> Executable::output_index(std::string_view name) const {
+  return index_of(impl_->output_names, name, "output", impl_->graph);
+}
+
+Expected<size_t> Executable::binding_bytes(std::string_view name) const {
+  for (size_t i = 0; i < impl_->input_names.size(); ++i)
+    if (impl_->input_names[i] == name) return impl_->input_bytes[i];
+  for (size_t i = 0; i < impl_->output_names.size(); ++i)
+    if (impl_->output_names[i] == name) return impl_->output_bytes[i];
+  return Error{ErrorCode::InvalidInput, fmt::format("'{}' is not an input or output of graph '{}'", name, impl_->graph.name())};
+}
+
+void Executable::Impl::resolve() {
+  const ir::Graph& g = ir_of(graph);
+  std::map<ir::TensorId, size_t> input_of, output_of, scratch_of;
+  for (ir::TensorId id : g.inputs) {
+    const ir::Tensor& t = g.tensor(id);
+    input_of[id] = input_names.size();
+    input_names.push_back(t.name);
+    input_bytes.push_back(static_cast<size_t>(runtime::span_elements(t.shape, t.strides) * byte_size(t.dtype)));
+    input_contiguous.push_back(t.strides == contiguous_strides(t.shape));
+  }
+  for (ir::TensorId id : g.outputs) {
+    const ir::Tensor& t = g.tensor(id);
+    output_of[id] = output_names.size();
+    output_names.push_back(t.name);
+    output_bytes.push_back(static_cast<size_t>(element_count(t.shape) * byte_size(codegen::storage_dtype(t))));
+    output_is_input.push_back(t.kind == ir::TensorKind::Input ? static_cast<int>(input_of.at(id)) : -1);
+  }
+  // The workspace: intermediates, then kernel workspaces, each aligned.
+  size_t offset = 0;
+  for (ir::TensorId t : program().intermediates) {
+    const ir::Tensor& tensor = g.tensor(t);
+    scratch_of[t] = offset;
+    offset += aligned(static_cast<size_t>(element_count(tensor.shape) * byte_size(codegen::storage_dtype(tensor))));
+  }
+  for (const codegen::WorkspaceSpec& w : program().workspaces) {
+    workspace_offsets.push_back(offset);
+    offset += aligned(static_cast<size_t>(w.words) * 4);
+  }
+  workspace_bytes = offset;
+  for (const codegen::GeneratedKernel& k : program().kernels) {
+    runtime::KernelLaunch launch;
+    for (const codegen::KernelArg& a : k.args) {
+      using Role = codegen::KernelArg::Role;
+      using From = runtime::ArgSource::From;
+      runtime::ArgSource source;
+      if (a.role == Role::Workspace) {
+        source = {From::Workspace, workspace_offsets[static_cast<size_t>(a.workspace)]};
+      } else if (input_of.count(a.tensor)) {  // inputs first: an output that is an input is read where it is bound
+        source = {From::Input, input_of.at(a.tensor)};
+      } else if (output_of.count(a.tensor)) {
+        source = {From::Output, output_of.at(a.tensor)};
+      } else {
+        source = {From::Workspace, scratch_of.at(a.tensor)};
+      }
+      launch.args.push_back(source);
+      launch.is_map.push_back(a.role == Role::TensorMap);
+      launch.map_count += a.role == Role::TensorMap;
+    }
+    launches.push_back(std::move(launch));
+  }
+}
+
+runtime::DeviceState::~DeviceState() {
   Expected<const runtime::Driver*> d = runtime::driver();
-  if (!d) return d.error();
-  const runtime::Driver& cu = **d;
-  if (auto arch_here = runtime::device_arch(); arch_here && *arch_here != arch)
-    return Error{ErrorCode::CompileOrDevice,
-                 fmt::format("the kernels were compiled for {} but the GPU is {}", arch, *arch_here)};
-  for (size_t i = 0; i < compiled->cubins.size(); ++i) {
-    CUmodule module;
-    CUfunction function;
-    if (Status s = runtime::check(cu.cuModuleLoadData(&module, compiled->cubins[i].data()), "cuModuleLoadData"); !s) return s;
-    modules.push_back(module);
-    if (Status s = runtime::check(cu.cuModuleGetFunction(&function, module, "kiln_kernel"), "cuModuleGetFunction"); !s)
-      return s;
-    functions.push_back(function);
-    if (const uint32_t shared = program().kernels[i].shared_bytes; shared > 48 * 1024)
-      if (Status s = runtime::check(cu.cuFuncSetAttribute(function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                                          static_cast<int>(shared)),
-                                    fmt::format("cuFuncSetAttribute (kernel {}: {} bytes of shared memory)",
-                                                program().kernels[i].plan_kernel, shared));
-          !s)
-        return s;
-  }
+  if (!d) return;
+  ContextGuard guard(**d, context);
+  for (CUmodule m : modules) (*d)->cuModuleUnload(m);
+}
+
+Expected<runtime::DeviceState*> Executable::Impl::device_state(CUcontext context) const {
   {
-    CUdevice device;
-    int count = 0;
-    if (Status s = runtime::check(cu.cuDeviceGet(&device, 0), "cuDeviceGet"); !s) return s;
-    if (Status s = runtime::check(cu.cuDeviceGetAttribute(&count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device),
-                                  "cuDeviceGetAttribute (multiprocessors)");
-        !s)
-      return s;
-    multiprocessors = static_cast<uint32_t>(std::max(count, 1));
+    std::shared_lock<std::shared_mutex> lock(devices_mutex);
+    if (auto it = devices.find(context); it != devices.end()) return it->second.get();
   }
-  // Persistent kernels launch as many blocks as run at once (whole clusters).
+  std::unique_lock<std::shared_mutex> lock(devices_mutex);
+  if (auto it = devices.find(context); it != devices.end()) return it->second.get();
+  const runtime::Driver& cu = *runtime::driver().value();
+  ContextGuard guard(cu, context);
+  CUdevice device;
+  int major = 0, minor = 0, multiprocessors = 1;
+  if (Status s = runtime::check(cu.cuCtxGetDevice(&device), "cuCtxGetDevice"); !s) return s.error();
+  cu.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device);
+  cu.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device);
+  cu.cuDeviceGetAttribute(&multiprocessors, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device);
+  if (const std::string here = fmt::format("sm_{}{}", major, minor); here != arch)
+    return Error{ErrorCode::CompileOrDevice,
+                 fmt::format("the kernels were compiled for {} but the GPU (device {}) is {}", arch, device, here)};
+  auto state = std::make_unique<runtime::DeviceState>();
+  state->context = context;
+  state->maps.resize(program().kernels.size());
+  const uint32_t sms = static_cast<uint32_t>(std::max(multiprocessors, 1));
   for (size_t i = 0; i < compiled->cubins.size(); ++i) {
     const codegen::GeneratedKernel& k = program().kernels[i];
+    CUmodule module;
+    CUfunction function;
+    if (Status s = runtime::check(cu.cuModuleLoadData(&module, compiled->cubins[i].data()), "cuModuleLoadData"); !s)
+      return s.error();
+    state->modules.push_back(module);
+    if (Status s = runtime::check(cu.cuModuleGetFunction(&function, module, "kiln_kernel"), "cuModuleGetFunction"); !s)
+      return s.error();
+    state->functions.push_back(function);
+    if (k.shared_bytes > 48 * 1024)
+      if (Status s = runtime::check(cu.cuFuncSetAttribute(function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                                          static_cast<int>(k.shared_bytes)),
+                                    fmt::format("cuFuncSetAttribute (kernel {}: {} bytes of shared memory)", k.plan_kernel,
+                                                k.shared_bytes));
+          !s)
+        return s.error();
+    // Persistent kernels launch as many blocks as run at once (whole clusters).
     uint32_t resident = 0;
     if (k.persistent_group > 1) {
       CUlaunchConfig config{};
@@ -320,145 +212,197 @@ Status Executable::Impl::prepare_device() {
       config.blockDimX = k.block[0], config.blockDimY = k.block[1], config.blockDimZ = k.block[2];
       config.sharedMemBytes = k.shared_bytes;
       int clusters = 0;
-      if (cu.cuOccupancyMaxActiveClusters(&clusters, functions[i], &config) == CUDA_SUCCESS)
+      if (cu.cuOccupancyMaxActiveClusters(&clusters, function, &config) == CUDA_SUCCESS)
         resident = static_cast<uint32_t>(clusters) * k.persistent_group;
     } else if (k.persistent_group == 1) {
       int per_sm = 0;
-      if (cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, functions[i], static_cast<int>(k.block[0] * k.block[1] * k.block[2]),
+      if (cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, function, static_cast<int>(k.block[0] * k.block[1] * k.block[2]),
                                                          k.shared_bytes) == CUDA_SUCCESS)
-        resident = static_cast<uint32_t>(per_sm) * multiprocessors;
+        resident = static_cast<uint32_t>(per_sm) * sms;
     }
     if (k.persistent_group && resident == 0)  // no answer: one block per SM, whole clusters
-      resident = std::max(multiprocessors / k.persistent_group, 1u) * k.persistent_group;
-    resident_blocks.push_back(resident);
-    if (k.persistent_group && std::getenv("KILN_TRACE_LAUNCH"))
-      fmt::print(stderr, "kiln: kernel {} is persistent: {} of its {} blocks run at once ({} SMs, groups of {})\n", k.plan_kernel,
-                 resident, k.grid[0], multiprocessors, k.persistent_group);
+      resident = std::max(sms / k.persistent_group, 1u) * k.persistent_group;
+    state->resident_blocks.push_back(resident);
+    if (k.persistent_group && current_options()->trace_launch)
+      detail::log(LogLevel::info, fmt::format("kernel {} is persistent: {} of its {} blocks run at once ({} SMs, groups of {})",
+                                              k.plan_kernel, resident, k.grid[0], sms, k.persistent_group));
   }
-  for (ir::TensorId t : program().intermediates) {
-    const ir::Tensor& tensor = graph.ir().tensor(t);
-    CUdeviceptr p;
-    const size_t bytes = static_cast<size_t>(element_count(tensor.shape)) *
-                         static_cast<size_t>(byte_size(codegen::storage_dtype(tensor)));
-    if (Status s = runtime::check(cu.cuMemAlloc(&p, std::max<size_t>(bytes, 4)), "cuMemAlloc"); !s) return s;
-    intermediates[t] = p;
+  runtime::DeviceState* raw = state.get();
+  devices.emplace(context, std::move(state));
+  return raw;
+}
+
+// The tensor maps of kernel `kernel` over the pointers in `values` (one per
+// argument), into `out` in argument order: encoded once per distinct set of
+// pointers and context, then copied from the cache.
+Status Executable::Impl::tensor_maps(runtime::DeviceState& st, size_t kernel, const CUdeviceptr* values, CUtensorMap* out) const {
+  const codegen::GeneratedKernel& k = program().kernels[kernel];
+  const runtime::KernelLaunch& plan = launches[kernel];
+  std::vector<CUdeviceptr> key;
+  for (size_t a = 0; a < plan.args.size(); ++a)
+    if (plan.is_map[a]) key.push_back(values[a]);
+  std::lock_guard<std::mutex> lock(st.maps_mutex);
+  auto& cache = st.maps[kernel];
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+    if (cache.size() >= 64) cache.clear();  // bounded: a caller cycling through many buffers re-encodes
+    std::vector<CUtensorMap> encoded;
+    const runtime::Driver& cu = *runtime::driver().value();
+    for (size_t a = 0; a < plan.args.size(); ++a) {
+      if (!plan.is_map[a]) continue;
+      Expected<CUtensorMap> map = runtime::encode_tensor_map(cu, k.args[a].map, values[a]);
+      if (!map)
+        return Error{map.error().code, fmt::format("kernel {}: tensor '{}': {}", k.plan_kernel,
+                                                   ir_of(graph).tensor(k.args[a].tensor).name, map.error().message)};
+      encoded.push_back(*map);
+    }
+    it = cache.emplace(std::move(key), std::move(encoded)).first;
   }
-  for (const codegen::WorkspaceSpec& w : program().workspaces) {
-    CUdeviceptr p;
-    if (Status s = runtime::check(cu.cuMemAlloc(&p, static_cast<size_t>(w.words) * 4), "cuMemAlloc"); !s) return s;
-    workspaces.push_back(p);
-  }
-  driver = &cu;
+  std::copy(it->second.begin(), it->second.end(), out);
   return {};
 }
 
-Expected<size_t> Executable::binding_bytes(const std::string& name) const {
-  const ir::Graph& g = impl_->graph.ir();
-  for (ir::TensorId id : g.inputs)
-    if (g.tensor(id).name == name) {
-      const ir::Tensor& t = g.tensor(id);
-      return static_cast<size_t>(runtime::span_elements(t.shape, t.strides) * byte_size(t.dtype));
+Status Executable::launch(const BoundArgs& args, void* workspace, void* stream_handle) const {
+  const Impl& x = *impl_;
+  if (args.inputs.size() != x.input_names.size() || args.outputs.size() != x.output_names.size())
+    return Error{ErrorCode::InvalidInput, fmt::format("launch: {} inputs and {} outputs bound; graph '{}' has {} and {}",
+                                                      args.inputs.size(), args.outputs.size(), x.graph.name(),
+                                                      x.input_names.size(), x.output_names.size())};
+  for (size_t i = 0; i < args.inputs.size(); ++i)
+    if (!args.inputs[i]) return Error{ErrorCode::InvalidInput, fmt::format("binding '{}': null pointer", x.input_names[i])};
+  for (size_t i = 0; i < args.outputs.size(); ++i)
+    if (!args.outputs[i]) return Error{ErrorCode::InvalidInput, fmt::format("binding '{}': null pointer", x.output_names[i])};
+  const auto scratch = reinterpret_cast<CUdeviceptr>(workspace);
+  if (x.workspace_bytes > 0 && (!workspace || scratch % kWorkspaceAlignment != 0))
+    return Error{ErrorCode::InvalidInput,
+                 fmt::format("launch: graph '{}' needs a workspace of {} bytes, {}-byte aligned (workspace_bytes()); {}",
+                             x.graph.name(), x.workspace_bytes, kWorkspaceAlignment, workspace ? "this one is not aligned" : "none given")};
+  for (size_t o = 0; o < x.output_is_input.size(); ++o)
+    if (const int i = x.output_is_input[o]; i >= 0 && args.outputs[o] != args.inputs[static_cast<size_t>(i)] &&
+                                            !x.input_contiguous[static_cast<size_t>(i)])
+      return Error{ErrorCode::InvalidInput, fmt::format("output '{}' is the strided input '{}': bind the same buffer to both",
+                                                        x.output_names[o], x.input_names[static_cast<size_t>(i)])};
+  Expected<const runtime::Driver*> d = runtime::driver();
+  if (!d) return d.error();
+  const runtime::Driver& cu = **d;
+  const auto stream = static_cast<CUstream>(stream_handle);
+  Expected<CUcontext> context = launch_context(cu, stream, x.device);
+  if (!context) return context.error();
+  Expected<runtime::DeviceState*> state = x.device_state(*context);
+  if (!state) return state.error();
+  ContextGuard guard(cu, *context);
+
+  auto pointer = [&](const runtime::ArgSource& s) -> CUdeviceptr {
+    switch (s.from) {
+      case runtime::ArgSource::From::Input: return reinterpret_cast<CUdeviceptr>(args.inputs[s.index]);
+      case runtime::ArgSource::From::Output: return reinterpret_cast<CUdeviceptr>(args.outputs[s.index]);
+      case runtime::ArgSource::From::Workspace: return scratch + s.index;
     }
-  for (ir::TensorId id : g.outputs)
-    if (g.tensor(id).name == name) {
-      const ir::Tensor& t = g.tensor(id);
-      return static_cast<size_t>(element_count(t.shape) * byte_size(codegen::storage_dtype(t)));
+    return 0;
+  };
+  for (size_t i = 0; i < x.program().kernels.size(); ++i) {
+    const codegen::GeneratedKernel& k = x.program().kernels[i];
+    const runtime::KernelLaunch& plan = x.launches[i];
+    for (int w : k.reset_workspaces) {
+      const codegen::WorkspaceSpec& spec = x.program().workspaces[static_cast<size_t>(w)];
+      if (Status s = runtime::check(cu.cuMemsetD32Async(scratch + x.workspace_offsets[static_cast<size_t>(w)], spec.fill,
+                                                         static_cast<size_t>(spec.words), stream),
+                                    "cuMemsetD32Async");
+          !s)
+        return s;
     }
-  return Error{ErrorCode::InvalidInput, fmt::format("'{}' is not an input or output of graph '{}'", name, g.name)};
+    // Pointers and tensor maps live here until cuLaunchKernel has copied them.
+    constexpr size_t kMaxArgs = 64;
+    std::array<CUdeviceptr, kMaxArgs> values;
+    std::array<void*, kMaxArgs> params;
+    if (plan.args.size() > kMaxArgs)
+      return Error{ErrorCode::Internal, fmt::format("internal error: kernel {} has {} arguments (at most {})", k.plan_kernel,
+                                                    plan.args.size(), kMaxArgs)};
+    for (size_t a = 0; a < plan.args.size(); ++a) values[a] = pointer(plan.args[a]);
+    constexpr size_t kMaxMaps = 16;
+    std::array<CUtensorMap, kMaxMaps> maps;
+    if (static_cast<size_t>(plan.map_count) > kMaxMaps)
+      return Error{ErrorCode::Internal, fmt::format("internal error: kernel {} has {} tensor maps (at most {})", k.plan_kernel,
+                                                    plan.map_count, kMaxMaps)};
+    if (plan.map_count > 0)
+      if (Status s = x.tensor_maps(**state, i, values.data(), maps.data()); !s) return s;
+    for (size_t a = 0, m = 0; a < plan.args.size(); ++a)
+      params[a] = plan.is_map[a] ? static_cast<void*>(&maps[m++]) : static_cast<void*>(&values[a]);
+    const runtime::DeviceState& st = **state;
+    const uint32_t grid_x = k.persistent_group ? std::min(k.grid[0], st.resident_blocks[i]) : k.grid[0];
+    if (Status s = runtime::check(cu.cuLaunchKernel(st.functions[i], grid_x, k.grid[1], k.grid[2], k.block[0], k.block[1],
+                                                    k.block[2], k.shared_bytes, stream, params.data(), nullptr),
+                                  fmt::format("cuLaunchKernel (kernel {})", k.plan_kernel));
+        !s)
+      return s;
+  }
+  // Outputs that are graph inputs: the input's values (contiguous, checked above).
+  for (size_t o = 0; o < x.output_is_input.size(); ++o)
+    if (const int i = x.output_is_input[o]; i >= 0 && args.outputs[o] != args.inputs[static_cast<size_t>(i)])
+      if (Status s = runtime::check(cu.cuMemcpyDtoDAsync(reinterpret_cast<CUdeviceptr>(args.outputs[o]),
+                                                          reinterpret_cast<CUdeviceptr>(args.inputs[static_cast<size_t>(i)]),
+                                                          x.output_bytes[o], stream),
+                                    "cuMemcpyDtoDAsync");
+          !s)
+        return s;
+  return {};
 }
 
-Status Executable::launch(const std::vector<DeviceBinding>& bindings, void* stream_handle) {
-  if (Status s = impl_->prepare_device(); !s) return s;
-  const runtime::Driver& cu = *impl_->driver;
-  const ir::Graph& g = impl_->graph.ir();
-  auto stream = static_cast<CUstream>(stream_handle);
-  // A stream of another context would run kernels that context does not
-  // have: refuse it before anything is launched. (0 and the legacy and
-  // per-thread default-stream handles mean the current context's.)
-  if (stream != nullptr && stream != CU_STREAM_LEGACY && stream != CU_STREAM_PER_THREAD) {
-    CUcontext stream_context = nullptr;
-    if (cu.cuStreamGetCtx(stream, &stream_context) != CUDA_SUCCESS)
-      return Error{ErrorCode::InvalidInput, "launch: the stream is not a valid CUDA stream"};
-    if (stream_context != runtime::primary_context())
-      return Error{ErrorCode::InvalidInput, "launch: the stream belongs to another CUDA context; kiln launches into device 0's "
-                                            "primary context (create the stream while it is current, e.g. with the CUDA runtime)"};
-  }
-  std::map<ir::TensorId, CUdeviceptr> bound;
+Status Executable::launch(const std::vector<DeviceBinding>& bindings, void* stream_handle) const {
+  const Impl& x = *impl_;
+  std::vector<void*> inputs(x.input_names.size(), nullptr), outputs(x.output_names.size(), nullptr);
   for (const DeviceBinding& b : bindings) {
     Expected<size_t> need = binding_bytes(b.name);
     if (!need) return need.error();
     if (b.pointer == nullptr) return Error{ErrorCode::InvalidInput, fmt::format("binding '{}': null pointer", b.name)};
     if (b.bytes < *need)
       return Error{ErrorCode::InvalidInput, fmt::format("binding '{}': {} bytes given, {} needed", b.name, b.bytes, *need)};
-    for (size_t id = 0; id < g.tensors.size(); ++id)
-      if (g.tensors[id].name == b.name) bound[static_cast<ir::TensorId>(id)] = reinterpret_cast<CUdeviceptr>(b.pointer);
+    if (Expected<int> i = input_index(b.name); i) inputs[static_cast<size_t>(*i)] = b.pointer;
+    if (Expected<int> o = output_index(b.name); o) outputs[static_cast<size_t>(*o)] = b.pointer;
   }
-  for (ir::TensorId id : g.inputs)
-    if (!bound.count(id)) return Error{ErrorCode::InvalidInput, fmt::format("input '{}' is not bound", g.tensor(id).name)};
-  for (ir::TensorId id : g.outputs)
-    if (!bound.count(id)) return Error{ErrorCode::InvalidInput, fmt::format("output '{}' is not bound", g.tensor(id).name)};
-
-  for (size_t i = 0; i < impl_->program().kernels.size(); ++i) {
-    const codegen::GeneratedKernel& k = impl_->program().kernels[i];
-    for (int w : k.reset_workspaces) {
-      const codegen::WorkspaceSpec& spec = impl_->program().workspaces[static_cast<size_t>(w)];
-      if (Status s = runtime::check(cu.cuMemsetD32Async(impl_->workspaces[static_cast<size_t>(w)], spec.fill,
-                                                         static_cast<size_t>(spec.words), stream), "cuMemsetD32Async");
-          !s)
-        return s;
-    }
-    // Pointers, and tensor maps of them; params point into these (reserved: no reallocation).
-    std::vector<CUdeviceptr> values;
-    std::vector<CUtensorMap> maps;
-    values.reserve(k.args.size());
-    maps.reserve(k.args.size());
-    std::vector<void*> params;
-    auto pointer_of = [&](ir::TensorId t) { return bound.count(t) ? bound.at(t) : impl_->intermediates.at(t); };
-    for (const codegen::KernelArg& a : k.args) {
-      switch (a.role) {
-        case codegen::KernelArg::Role::Input:
-        case codegen::KernelArg::Role::Output:
-        case codegen::KernelArg::Role::Intermediate: values.push_back(pointer_of(a.tensor)); break;
-        case codegen::KernelArg::Role::Workspace: values.push_back(impl_->workspaces[static_cast<size_t>(a.workspace)]); break;
-        case codegen::KernelArg::Role::TensorMap: {
-          Expected<CUtensorMap> map = runtime::encode_tensor_map(cu, a.map, pointer_of(a.tensor));
-          if (!map)
-            return Error{map.error().code, fmt::format("kernel {}: tensor '{}': {}", k.plan_kernel, g.tensor(a.tensor).name,
-                                                       map.error().message)};
-          maps.push_back(*map);
-          params.push_back(&maps.back());
-          continue;
-        }
-      }
-      params.push_back(&values.back());
-    }
-    const uint32_t grid_x = k.persistent_group ? std::min(k.grid[0], impl_->resident_blocks[i]) : k.grid[0];
-    if (Status s = runtime::check(cu.cuLaunchKernel(impl_->functions[i], grid_x, k.grid[1], k.grid[2], k.block[0], k.block[1],
-                                                    k.block[2], k.shared_bytes, stream, params.data(), nullptr),
-                                  fmt::format("cuLaunchKernel (kernel {})", k.plan_kernel));
-        !s)
-      return s;
-  }
-  return {};
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (!inputs[i]) return Error{ErrorCode::InvalidInput, fmt::format("input '{}' is not bound", x.input_names[i])};
+  for (size_t o = 0; o < outputs.size(); ++o)
+    if (!outputs[o]) return Error{ErrorCode::InvalidInput, fmt::format("output '{}' is not bound", x.output_names[o])};
+  if (x.workspace_bytes == 0) return launch(BoundArgs{inputs, outputs}, nullptr, stream_handle);
+  Expected<const runtime::Driver*> d = runtime::driver();
+  if (!d) return d.error();
+  const runtime::Driver& cu = **d;
+  const auto stream = static_cast<CUstream>(stream_handle);
+  Expected<CUcontext> context = launch_context(cu, stream, x.device);
+  if (!context) return context.error();
+  ContextGuard guard(cu, *context);
+  CUdeviceptr workspace = 0;
+  if (Status s = runtime::check(cu.cuMemAllocAsync(&workspace, x.workspace_bytes, stream),
+                                fmt::format("cuMemAllocAsync (a workspace of {} bytes)", x.workspace_bytes));
+      !s)
+    return s;
+  Status launched = launch(BoundArgs{inputs, outputs}, reinterpret_cast<void*>(workspace), stream_handle);
+  Status freed = runtime::check(cu.cuMemFreeAsync(workspace, stream), "cuMemFreeAsync");
+  return launched.ok() ? freed : launched;
 }
 
-Expected<std::vector<HostTensor>> Executable::run_host(const std::vector<HostTensor>& inputs) {
-  if (Status s = impl_->prepare_device(); !s) return s.error();
-  const runtime::Driver& cu = *impl_->driver;
-  const ir::Graph& g = impl_->graph.ir();
+Expected<std::vector<HostTensor>> Executable::run_host(const std::vector<HostTensor>& inputs) const {
+  Expected<const runtime::Driver*> d = runtime::driver();
+  if (!d) return d.error();
+  const runtime::Driver& cu = **d;
+  const ir::Graph& g = ir_of(impl_->graph);
   if (inputs.size() != g.inputs.size())
     return Error{ErrorCode::InvalidInput, fmt::format("{} inputs given, the graph has {}", inputs.size(), g.inputs.size())};
   std::vector<CUdeviceptr> allocations;
   auto release = [&] {
     for (CUdeviceptr p : allocations) cu.cuMemFree(p);
   };
-  std::vector<DeviceBinding> bindings;
   auto allocate = [&](size_t bytes) -> Expected<CUdeviceptr> {
     CUdeviceptr p;
-    if (Status s = runtime::check(cu.cuMemAlloc(&p, std::max<size_t>(bytes, 4)), "cuMemAlloc"); !s) return s.error();
+    if (Status s = runtime::check(cu.cuMemAlloc(&p, std::max<size_t>(bytes, 4)),
+                                  fmt::format("cuMemAlloc ({} bytes)", bytes));
+        !s)
+      return s.error();
     allocations.push_back(p);
     return p;
   };
+  std::vector<void*> in(inputs.size()), out(g.outputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     const ir::Tensor& t = g.tensor(g.inputs[i]);
     if (inputs[i].shape != t.shape || inputs[i].dtype != t.dtype) {
@@ -470,32 +414,36 @@ Expected<std::vector<HostTensor>> Executable::run_host(const std::vector<HostTen
     Expected<CUdeviceptr> p = allocate(bytes.size());
     if (!p) return release(), p.error();
     if (Status s = runtime::check(cu.cuMemcpyHtoD(*p, bytes.data(), bytes.size()), "cuMemcpyHtoD"); !s) return release(), s.error();
-    bindings.push_back({t.name, reinterpret_cast<void*>(*p), bytes.size()});
+    in[i] = reinterpret_cast<void*>(*p);
   }
-  std::vector<std::pair<ir::TensorId, CUdeviceptr>> outputs;
-  for (ir::TensorId id : g.outputs) {
-    const ir::Tensor& t = g.tensor(id);
-    if (t.kind == ir::TensorKind::Input) continue;  // an input returned as is
-    const size_t bytes = static_cast<size_t>(element_count(t.shape) * byte_size(codegen::storage_dtype(t)));
-    Expected<CUdeviceptr> p = allocate(bytes);
-    if (!p) return release(), p.error();
-    if (Status s = runtime::check(cu.cuMemsetD8Async(*p, 0xff, bytes, nullptr), "cuMemsetD8Async"); !s) return release(), s.error();
-    bindings.push_back({t.name, reinterpret_cast<void*>(*p), bytes});
-    outputs.emplace_back(id, *p);
-  }
-  if (Status s = launch(bindings, nullptr); !s) return release(), s.error();
-  if (Status s = runtime::check(cu.cuCtxSynchronize(), "running the kernels"); !s) return release(), s.error();
-  std::vector<HostTensor> result;
-  for (ir::TensorId id : g.outputs) {
-    const ir::Tensor& t = g.tensor(id);
-    if (t.kind == ir::TensorKind::Input) {
-      result.push_back(inputs[static_cast<size_t>(t.producer)]);
+  for (size_t o = 0; o < g.outputs.size(); ++o) {
+    if (impl_->output_is_input[o] >= 0) {  // an input returned as is
+      out[o] = in[static_cast<size_t>(impl_->output_is_input[o])];
       continue;
     }
-    const CUdeviceptr p = std::find_if(outputs.begin(), outputs.end(), [&](auto& o) { return o.first == id; })->second;
+    Expected<CUdeviceptr> p = allocate(impl_->output_bytes[o]);
+    if (!p) return release(), p.error();
+    if (Status s = runtime::check(cu.cuMemsetD8Async(*p, 0xff, impl_->output_bytes[o], nullptr), "cuMemsetD8Async"); !s)
+      return release(), s.error();
+    out[o] = reinterpret_cast<void*>(*p);
+  }
+  Expected<CUdeviceptr> workspace = impl_->workspace_bytes ? allocate(impl_->workspace_bytes) : Expected<CUdeviceptr>(0);
+  if (!workspace) return release(), workspace.error();
+  if (Status s = launch(BoundArgs{in, out}, reinterpret_cast<void*>(*workspace), nullptr); !s) return release(), s.error();
+  if (Status s = runtime::check(cu.cuCtxSynchronize(), "running the kernels"); !s) return release(), s.error();
+  std::vector<HostTensor> result;
+  for (size_t o = 0; o < g.outputs.size(); ++o) {
+    const ir::Tensor& t = g.tensor(g.outputs[o]);
+    if (impl_->output_is_input[o] >= 0) {
+      result.push_back(inputs[static_cast<size_t>(impl_->output_is_input[o])]);
+      continue;
+    }
     const DType storage = codegen::storage_dtype(t);
-    std::string bytes(static_cast<size_t>(element_count(t.shape) * byte_size(storage)), '\0');
-    if (Status s = runtime::check(cu.cuMemcpyDtoH(bytes.data(), p, bytes.size()), "cuMemcpyDtoH"); !s) return release(), s.error();
+    std::string bytes(impl_->output_bytes[o], '\0');
+    if (Status s = runtime::check(cu.cuMemcpyDtoH(bytes.data(), reinterpret_cast<CUdeviceptr>(out[o]), bytes.size()),
+                                  "cuMemcpyDtoH");
+        !s)
+      return release(), s.error();
     result.push_back(HostTensor{t.shape, t.dtype, runtime::from_storage(bytes, storage, element_count(t.shape))});
   }
   release();

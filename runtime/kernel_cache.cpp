@@ -1,5 +1,7 @@
 #include "runtime/kernel_cache.h"
 
+#include "kiln/options.h"
+
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -100,21 +102,9 @@ KeyParts key_parts(const std::string& canonical_source, const std::string& arch)
   return p;
 }
 
-std::string default_cache_dir() {
-  if (const char* dir = std::getenv("KILN_CACHE_DIR"); dir && *dir) return dir;
-  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return std::string(xdg) + "/kiln";
-  if (const char* home = std::getenv("HOME"); home && *home) return std::string(home) + "/.cache/kiln";
-  return "/tmp/kiln-cache";
-}
+std::string default_cache_dir() { return current_options()->cache_dir; }
 
-int64_t cache_size_limit() {
-  if (const char* v = std::getenv("KILN_CACHE_MAX_BYTES"); v && *v) {
-    char* end = nullptr;
-    const long long n = std::strtoll(v, &end, 10);
-    if (end && *end == '\0' && n > 0) return n;
-  }
-  return int64_t{2} << 30;
-}
+int64_t cache_size_limit() { return current_options()->cache_max_bytes; }
 
 std::vector<std::string> key_differences(const KeyParts& have, const KeyParts& want) {
   std::vector<std::string> diff;

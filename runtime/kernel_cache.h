@@ -38,9 +38,8 @@ inline ir::Hash128 kernel_key(const std::string& canonical_source, const std::st
   return key_parts(canonical_source, arch).key();
 }
 
-// $KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln (cli.md).
+// Options::cache_dir and cache_max_bytes of the settings in force.
 std::string default_cache_dir();
-// $KILN_CACHE_MAX_BYTES, else 2 GiB.
 int64_t cache_size_limit();
 
 struct CacheEntry {

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <regex>
 
+#include "kiln/options.h"
 #include "runtime/embedded_templates.h"
 
 namespace kiln::runtime {
@@ -57,10 +58,11 @@ void load_builtins_beside_nvrtc() {
 
 Expected<NvrtcOutput> compile_with(const std::string& source_in, const std::string& arch, bool ptx,
                                    const std::vector<std::string>& extra) {
-  // Test hook: KILN_TEST_NVRTC_FAIL=1 breaks every kernel on purpose, so the
-  // failure path (log, saved source, repro) runs against the real compiler.
+  // Test hook (Options::break_nvrtc_for_tests, KILN_TEST_NVRTC_FAIL=1):
+  // every kernel breaks on purpose, so the failure path (log, saved source,
+  // repro) runs against the real compiler.
   std::string source = source_in;
-  if (const char* fail = std::getenv("KILN_TEST_NVRTC_FAIL"); fail && *fail && std::string(fail) != "0")
+  if (current_options()->break_nvrtc_for_tests)
     source += "\n#error \"broken on purpose (KILN_TEST_NVRTC_FAIL)\"\n";
   load_builtins_beside_nvrtc();
   const auto start = std::chrono::steady_clock::now();

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <random>
 
+#include "compiler/graph_internal.h"
 #include "compiler/ir.h"
 #include "compiler/numerics.h"
 
@@ -41,7 +42,7 @@ bool read_as_batch_norm_var(const ir::Graph& g, ir::TensorId id) {
 }  // namespace
 
 std::vector<HostTensor> random_inputs(const Graph& graph, uint64_t seed) {
-  const ir::Graph& g = graph.ir();
+  const ir::Graph& g = ir_of(graph);
   std::vector<HostTensor> inputs;
   for (size_t i = 0; i < g.inputs.size(); ++i) {
     const ir::Tensor& t = g.tensor(g.inputs[i]);

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "compiler/graph_internal.h"
 #include "kiln/executable.h"
 #include "runtime/bench.h"
 #include "tools/commands.h"
@@ -27,7 +28,7 @@ Runner add_bench(CLI::App& app, const CommonOptions& common) {
     for (const std::string& path : args->paths) {
       Expected<Graph> graph = Graph::load(path);
       if (!graph) return report(graph.error());
-      const int64_t bytes = runtime::min_bytes(graph->ir()), flops = runtime::anchor_flops(graph->ir());
+      const int64_t bytes = runtime::min_bytes(ir_of(*graph)), flops = runtime::anchor_flops(ir_of(*graph));
       nlohmann::ordered_json r{{"graph", graph->name()}, {"path", path}, {"bytes", bytes}, {"flops", flops}};
       double fused = 0, unfused = 0;
       size_t kernels = 0;

@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 
+#include "compiler/graph_internal.h"
 #include "codegen/kernel_codegen.h"
 #include "compiler/error.h"
 #include "compiler/planner/planner.h"
@@ -104,7 +105,7 @@ int clear(const std::string& dir) {
 int explain(const std::string& dir, const std::string& path, const std::string& arch) {
   Expected<Graph> graph = Graph::load(path);
   if (!graph) return report(graph.error());
-  const ir::Plan plan = ir::plan_fusion(graph->ir());
+  const ir::Plan plan = ir::plan_fusion(ir_of(*graph));
   const CommonOptions here{.cache_dir = dir};
   Expected<codegen::GeneratedProgram> program = generate(*graph, plan, arch, &here);
   if (!program) return report(program.error());

@@ -1,6 +1,7 @@
 // kiln dump GRAPH --stage STAGE: print one stage of the pipeline.
 #include <fmt/format.h>
 
+#include "compiler/graph_internal.h"
 #include "codegen/kernel_codegen.h"
 #include "compiler/plan_printer.h"
 #include "runtime/nvrtc.h"
@@ -30,9 +31,9 @@ Runner add_dump(CLI::App& app, const CommonOptions& common) {
       fmt::print("{}", graph->to_ir_text());
       return 0;
     }
-    const ir::Plan plan = ir::plan_fusion(graph->ir());
+    const ir::Plan plan = ir::plan_fusion(ir_of(*graph));
     if (args->stage == "plan") {
-      fmt::print("{}", ir::plan_to_text(graph->ir(), plan));
+      fmt::print("{}", ir::plan_to_text(ir_of(*graph), plan));
       return 0;
     }
     const std::string arch = args->arch.empty() ? default_arch() : args->arch;

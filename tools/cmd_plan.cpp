@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "compiler/graph_internal.h"
 #include "compiler/plan_printer.h"
 #include "compiler/plan_verifier.h"
 #include "compiler/planner/planner.h"
@@ -29,7 +30,7 @@ Runner add_plan(CLI::App& app, const CommonOptions& common) {
   return [args] {
     Expected<Graph> graph = Graph::load(args->path);
     if (!graph) return report(graph.error());
-    const ir::Graph& g = graph->ir();
+    const ir::Graph& g = ir_of(*graph);
     const ir::Plan plan = ir::plan_fusion(g, {.fuse = !args->no_fusion});
     if (std::string problem = ir::verify_plan(g, plan); !problem.empty())
       return report({ErrorCode::Internal, "internal error: the planner produced an invalid plan: " + problem +

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "compiler/graph_internal.h"
 #include "compiler/ir.h"
 #include "kiln/executable.h"
 #include "kiln/graph.h"
@@ -110,7 +111,7 @@ int run(const RunArgs& a, const CommonOptions& common) {
   if (!reference) return report(reference.error());
   bool all_pass = true;
   for (size_t i = 0; i < output_descs.size(); ++i) {
-    const double tolerance = a.tolerance > 0 ? a.tolerance : runtime::default_tolerance(graph->ir(), graph->ir().outputs[i]);
+    const double tolerance = a.tolerance > 0 ? a.tolerance : runtime::default_tolerance(ir_of(*graph), ir_of(*graph).outputs[i]);
     const runtime::Comparison c = runtime::compare((*outputs)[i], (*reference)[i]);
     const bool pass = c.passes(tolerance);
     all_pass = all_pass && pass;

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <thread>
 
+#include "compiler/graph_internal.h"
 #include "codegen/kernel_codegen.h"
 #include "compiler/error.h"
 #include "compiler/planner/planner.h"
@@ -97,7 +98,7 @@ Runner add_warm(CLI::App& app, const CommonOptions& common) {
         std::fprintf(stderr, "kiln: error: %s\n", graph.error().message.c_str());
         continue;
       }
-      const ir::Plan plan = ir::plan_fusion(graph->ir());
+      const ir::Plan plan = ir::plan_fusion(ir_of(*graph));
       for (const std::string& arch : archs) {
         Expected<codegen::GeneratedProgram> program = generate(*graph, plan, arch, &common);  // kernels depend on the arch
         if (!program) {

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "compiler/graph_internal.h"
 #include "compiler/error.h"
 #include "runtime/autotune.h"
 #include "runtime/cuda_driver.h"
@@ -27,7 +28,7 @@ Expected<codegen::GeneratedProgram> generate(const Graph& graph, const ir::Plan&
   if (common && !common->no_cache)
     tuning = runtime::recorded_tuning(common->cache_dir.empty() ? runtime::default_cache_dir() : common->cache_dir,
                                       runtime::program_key(graph.to_json(), arch, /*fuse=*/true));
-  return detail::catch_errors([&] { return codegen::generate_program(graph.ir(), plan, codegen::sm_of(arch), tuning); });
+  return detail::catch_errors([&] { return codegen::generate_program(ir_of(graph), plan, codegen::sm_of(arch), tuning); });
 }
 
 Expected<std::string> disassemble(const std::string& cubin) {

@@ -7,19 +7,26 @@
 #include <cstdio>
 #include <map>
 
+#include "kiln/options.h"
 #include "tools/commands.h"
 
 namespace kiln::cli {
 
 int report(const Error& error) {
   std::fprintf(stderr, "kiln: error: %s\n", error.message.c_str());
-  return static_cast<int>(error.code);
+  // cli.md has no code of its own for out of memory: a device failure.
+  return error.code == ErrorCode::OutOfMemory ? static_cast<int>(ErrorCode::CompileOrDevice) : static_cast<int>(error.code);
 }
 
 }  // namespace kiln::cli
 
 int main(int argc, char** argv) {
   using namespace kiln::cli;
+  // The CLI is the one user of the library that prints its diagnostics.
+  kiln::set_options(kiln::Options::from_environment([](kiln::LogLevel level, std::string_view message) {
+    std::fprintf(stderr, "kiln: %s%.*s\n", level == kiln::LogLevel::warning ? "warning: " : "",
+                 static_cast<int>(message.size()), message.data());
+  }));
   CLI::App app{"kiln: a runtime kernel-generation fusion compiler for NVIDIA GPUs", "kiln"};
   app.require_subcommand(1);
   app.fallthrough();  // common options may follow the command

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "compiler/graph_internal.h"
 #include "compiler/error.h"
 #include "compiler/ir_printer.h"
 #include "compiler/numerics.h"
@@ -85,7 +86,7 @@ std::vector<HostTensor> interpret(const ir::Graph& g, const std::vector<HostTens
 }  // namespace
 
 Expected<std::vector<HostTensor>> run_reference(const Graph& graph, const std::vector<HostTensor>& inputs) {
-  return detail::catch_errors([&] { return interpret(graph.ir(), inputs); });
+  return detail::catch_errors([&] { return interpret(ir_of(graph), inputs); });
 }
 
 }  // namespace kiln

@@ -50,11 +50,13 @@ class Graph {
   std::vector<TensorDesc> outputs() const;  // in the document's order
   int op_count() const;
 
-  // The compiler's view; for kiln's own passes and tools.
-  const ir::Graph& ir() const { return *ir_; }
-  explicit Graph(std::shared_ptr<const ir::Graph> ir) : ir_(std::move(ir)) {}
+  // kiln's own passes reach the IR through Graph::Internal
+  // (compiler/graph_internal.h); it is not part of the API.
+  struct Internal;
 
  private:
+  friend struct Internal;
+  explicit Graph(std::shared_ptr<const ir::Graph> ir) : ir_(std::move(ir)) {}
   std::shared_ptr<const ir::Graph> ir_;
 };
 

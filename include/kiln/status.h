@@ -18,6 +18,7 @@ enum class ErrorCode {
   Usage = 2,            // unknown command or flag
   CompileOrDevice = 3,  // NVRTC or CUDA failure, or no GPU where one is needed
   CheckFailed = 4,      // a result outside tolerance
+  OutOfMemory = 5,      // the device (or host) has not the memory asked for; the CLI exits 3
   Internal = 70,        // a bug in kiln: please report it
 };
 

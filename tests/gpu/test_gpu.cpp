@@ -11,8 +11,10 @@
 #include <future>
 #include <random>
 
+#include "compiler/graph_internal.h"
 #include "kiln/executable.h"
 #include "runtime/autotune.h"
+#include "runtime/pipeline.h"
 #include "kiln/reference.h"
 #include "runtime/check.h"
 #include "runtime/cuda_driver.h"
@@ -61,12 +63,12 @@ Outcome check_graphs(const std::vector<Graph>& graphs, const std::vector<std::st
     }
     bool ok = true;
     for (size_t k = 0; k < want->size(); ++k) {
-      const ir::TensorId id = graphs[i].ir().outputs[k];
-      const double tolerance = runtime::default_tolerance(graphs[i].ir(), id);
+      const ir::TensorId id = ir_of(graphs[i]).outputs[k];
+      const double tolerance = runtime::default_tolerance(ir_of(graphs[i]), id);
       const runtime::Comparison c = runtime::compare((*got)[k], (*want)[k]);
       if (!c.passes(tolerance)) {
         ok = false;
-        ADD_FAILURE() << names[i] << " output '" << graphs[i].ir().tensor(id).name << "': rel err " << c.relative_error
+        ADD_FAILURE() << names[i] << " output '" << ir_of(graphs[i]).tensor(id).name << "': rel err " << c.relative_error
                       << " (tolerance " << tolerance << ")"
                       << (c.nonfinite_match ? "" : ", NaN/inf differ at element " + std::to_string(c.first_mismatch))
                       << "\n" << graphs[i].to_json();
@@ -452,7 +454,7 @@ TEST(Gpu, UnalignedBindingsMatchTheReference) {
   };
   for (const char* text : graphs) {
     const Graph g = testing::must_parse(text);
-    const ir::Graph& ir = g.ir();
+    const ir::Graph& ir = ir_of(g);
     Expected<Executable> exe = Executable::compile(g, {.use_cache = false});
     ASSERT_TRUE(exe.ok()) << exe.error().message;
     const std::vector<HostTensor> inputs = random_inputs(g, 7);
@@ -510,8 +512,8 @@ TEST(Gpu, EveryTuningChoiceMatchesTheReference) {
   int checked = 0;
   for (const char* text : graphs) {
     const Graph g = testing::must_parse(text);
-    const ir::Plan plan = ir::plan_fusion(g.ir());
-    const codegen::GeneratedProgram heuristic = codegen::generate_program(g.ir(), plan, 90);
+    const ir::Plan plan = ir::plan_fusion(ir_of(g));
+    const codegen::GeneratedProgram heuristic = codegen::generate_program(ir_of(g), plan, 90);
     ASSERT_EQ(heuristic.kernels.size(), 1u);
     const std::vector<codegen::Tuning>& space = heuristic.kernels[0].tuning_space;
     EXPECT_GE(space.size(), 6u) << text;
@@ -522,7 +524,7 @@ TEST(Gpu, EveryTuningChoiceMatchesTheReference) {
     for (const codegen::Tuning& t : space)
       compiled.push_back(std::async(std::launch::async, [&g, t] {
         const codegen::ProgramTuning tuning{{0, t}};
-        return ExecutableFactory::compile(g, {.use_cache = false}, &tuning);
+        return runtime::compile_executable(g, {.use_cache = false}, &tuning);
       }));
     for (size_t i = 0; i < space.size(); ++i) {
       Expected<Executable> exe = compiled[i].get();
@@ -530,9 +532,9 @@ TEST(Gpu, EveryTuningChoiceMatchesTheReference) {
       EXPECT_EQ(exe->report()[0].tuning, space[i].to_string());
       Expected<std::vector<HostTensor>> got = exe->run_host(inputs);
       ASSERT_TRUE(got.ok()) << got.error().message;
-      const ir::TensorId y = g.ir().outputs[0];
+      const ir::TensorId y = ir_of(g).outputs[0];
       const runtime::Comparison c = runtime::compare(got->front(), want->front());
-      EXPECT_TRUE(c.passes(runtime::default_tolerance(g.ir(), y)))
+      EXPECT_TRUE(c.passes(runtime::default_tolerance(ir_of(g), y)))
           << space[i].to_string() << ": rel err " << c.relative_error << "\n" << text;
       ++checked;
     }
@@ -577,7 +579,7 @@ TEST(Gpu, AutotuneRecordsTheWinnerForLaterCompiles) {
   Expected<std::vector<HostTensor>> want = run_reference(g, inputs);
   ASSERT_TRUE(got.ok() && want.ok());
   const runtime::Comparison c = runtime::compare(got->front(), want->front());
-  EXPECT_TRUE(c.passes(runtime::default_tolerance(g.ir(), g.ir().outputs[0]))) << "rel err " << c.relative_error;
+  EXPECT_TRUE(c.passes(runtime::default_tolerance(ir_of(g), ir_of(g).outputs[0]))) << "rel err " << c.relative_error;
   fs::remove_all(dir);
 }
 

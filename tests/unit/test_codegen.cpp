@@ -14,6 +14,7 @@
 #include <future>
 #include <thread>
 
+#include "compiler/graph_internal.h"
 #include "codegen/kernel_codegen.h"
 #include "compiler/error.h"
 #include "compiler/plan_verifier.h"
@@ -61,14 +62,14 @@ TEST(Codegen, SourceHasNoUserTextOutsideComments) {
   Graph g = testing::must_parse(R"({"kiln": 1, "name": "evil\"); asm(\"trap;\"); //",
     "inputs": {"weird_input.name": {"shape": [4], "dtype": "f32"}},
     "ops": [{"op": "relu", "in": ["weird_input.name"], "out": "also_weird"}], "outputs": ["also_weird"]})");
-  const codegen::GeneratedProgram p = codegen::generate_program(g.ir(), ir::plan_fusion(g.ir()), 90);
+  const codegen::GeneratedProgram p = codegen::generate_program(ir_of(g), ir::plan_fusion(ir_of(g)), 90);
   ASSERT_EQ(p.kernels.size(), 1u);
   EXPECT_EQ(p.kernels[0].source.find("evil"), std::string::npos);
   EXPECT_EQ(p.kernels[0].canonical.find("weird"), std::string::npos);
   // Renaming tensors does not change what is compiled (cache sharing).
   Graph renamed = testing::must_parse(R"({"kiln": 1, "inputs": {"x": {"shape": [4], "dtype": "f32"}},
     "ops": [{"op": "relu", "in": ["x"], "out": "y"}], "outputs": ["y"]})");
-  const codegen::GeneratedProgram q = codegen::generate_program(renamed.ir(), ir::plan_fusion(renamed.ir()), 90);
+  const codegen::GeneratedProgram q = codegen::generate_program(ir_of(renamed), ir::plan_fusion(ir_of(renamed)), 90);
   EXPECT_EQ(p.kernels[0].canonical, q.kernels[0].canonical);
 }
 
@@ -300,7 +301,7 @@ TEST(Codegen, RandomGraphsGenerateAndASampleCompiles) {
   for (uint64_t seed = 1; seed <= 3000; ++seed) {
     Graph g = testing::random_graph(seed);
     Expected<codegen::GeneratedProgram> p =
-        detail::catch_errors([&] { return codegen::generate_program(g.ir(), ir::plan_fusion(g.ir()), 90); });
+        detail::catch_errors([&] { return codegen::generate_program(ir_of(g), ir::plan_fusion(ir_of(g)), 90); });
     ASSERT_TRUE(p.ok()) << "seed " << seed << ": " << p.error().message << "\n" << g.to_json();
     if (seed % 10 == 0) sample.push_back(std::move(g));
   }
@@ -328,20 +329,20 @@ namespace {
 TEST(ProgramCache, RecipeRoundTripsAndRejectsDamage) {
   Graph g = Graph::load(KILN_SOURCE_DIR "/examples/matmul/rmsnorm_matmul.json").value();
   runtime::ProgramRecipe r;
-  r.program = codegen::generate_program(g.ir(), ir::plan_fusion(g.ir()), 90);
+  r.program = codegen::generate_program(ir_of(g), ir::plan_fusion(ir_of(g)), 90);
   for (size_t i = 0; i < r.program.kernels.size(); ++i) {
     r.kernel_keys.push_back(std::string(32, 'a'));
     r.kernel_kinds.push_back("x");
   }
   const std::string text = runtime::recipe_to_text(r);
-  std::optional<runtime::ProgramRecipe> back = runtime::recipe_from_text(text, g.ir().tensors.size());
+  std::optional<runtime::ProgramRecipe> back = runtime::recipe_from_text(text, ir_of(g).tensors.size());
   ASSERT_TRUE(back.has_value());
   ASSERT_EQ(back->program.kernels.size(), r.program.kernels.size());
   EXPECT_EQ(back->program.kernels[1].grid, r.program.kernels[1].grid);
   EXPECT_EQ(back->program.workspaces.size(), 1u);  // the row statistics
   std::string damaged = text;
   damaged[text.size() / 2] ^= 1;
-  EXPECT_FALSE(runtime::recipe_from_text(damaged, g.ir().tensors.size()).has_value());
+  EXPECT_FALSE(runtime::recipe_from_text(damaged, ir_of(g).tensors.size()).has_value());
   EXPECT_FALSE(runtime::recipe_from_text(text, 2).has_value());  // tensor ids out of range: a foreign entry
 }
 
@@ -352,7 +353,7 @@ TEST(ProgramCache, RecipeRoundTripsAndRejectsDamage) {
 TEST(ProgramCache, HopperMatmulKeepsItsTensorMapsAndPersistentGrid) {
   Graph g = Graph::load(KILN_SOURCE_DIR "/examples/matmul/hopper_matmul_bias_gelu.json").value();
   runtime::ProgramRecipe r;
-  r.program = codegen::generate_program(g.ir(), ir::plan_fusion(g.ir()), 90);
+  r.program = codegen::generate_program(ir_of(g), ir::plan_fusion(ir_of(g)), 90);
   ASSERT_EQ(r.program.kernels.size(), 1u);
   const codegen::GeneratedKernel& k = r.program.kernels[0];
   EXPECT_EQ(k.persistent_group, 2u);
@@ -375,7 +376,7 @@ TEST(ProgramCache, HopperMatmulKeepsItsTensorMapsAndPersistentGrid) {
   EXPECT_EQ(maps[2].box[1], 64u);
   r.kernel_keys.push_back(std::string(32, 'a'));
   r.kernel_kinds.push_back("matmul");
-  std::optional<runtime::ProgramRecipe> back = runtime::recipe_from_text(runtime::recipe_to_text(r), g.ir().tensors.size());
+  std::optional<runtime::ProgramRecipe> back = runtime::recipe_from_text(runtime::recipe_to_text(r), ir_of(g).tensors.size());
   ASSERT_TRUE(back.has_value());
   const codegen::GeneratedKernel& b = back->program.kernels[0];
   EXPECT_EQ(b.persistent_group, 2u);
@@ -387,7 +388,7 @@ TEST(ProgramCache, HopperMatmulKeepsItsTensorMapsAndPersistentGrid) {
     EXPECT_EQ(b.args[i].map.box, k.args[i].map.box);
     EXPECT_EQ(b.args[i].map.dtype, k.args[i].map.dtype);
   }
-  const codegen::GeneratedProgram ampere = codegen::generate_program(g.ir(), ir::plan_fusion(g.ir()), 80);
+  const codegen::GeneratedProgram ampere = codegen::generate_program(ir_of(g), ir::plan_fusion(ir_of(g)), 80);
   EXPECT_EQ(ampere.kernels[0].persistent_group, 0u);
   EXPECT_NE(ampere.kernels[0].source.find("kiln::tc::Gemm<"), std::string::npos);
 }
@@ -478,10 +479,10 @@ TEST(Pathological, HundredThousandOpsPlanAndGenerateInBoundedTime) {
   for (bool wide : {false, true}) {
     const auto start = std::chrono::steady_clock::now();
     const Graph g = testing::must_parse(chain_graph(100000, wide));
-    const ir::Plan plan = ir::plan_fusion(g.ir());
-    EXPECT_EQ(ir::verify_plan(g.ir(), plan), "");
+    const ir::Plan plan = ir::plan_fusion(ir_of(g));
+    EXPECT_EQ(ir::verify_plan(ir_of(g), plan), "");
     for (const ir::PlannedKernel& k : plan.kernels) EXPECT_LE(k.ops.size(), 256u);  // the planner's per-kernel bound
-    Expected<codegen::GeneratedProgram> p = detail::catch_errors([&] { return codegen::generate_program(g.ir(), plan, 90); });
+    Expected<codegen::GeneratedProgram> p = detail::catch_errors([&] { return codegen::generate_program(ir_of(g), plan, 90); });
     ASSERT_TRUE(p.ok()) << p.error().message;
     // A hang guard, not a benchmark: it takes about 2 s; quadratic planning took minutes.
     EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 60.0) << (wide ? "wide" : "chain");

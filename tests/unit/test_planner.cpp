@@ -1,5 +1,6 @@
 // The fusion planner: legality rules, the patterns the issue names, and plan
 // invariants over thousands of random graphs.
+#include "compiler/graph_internal.h"
 #include "compiler/plan_printer.h"
 #include "compiler/plan_verifier.h"
 #include "compiler/planner/planner.h"
@@ -15,14 +16,14 @@ using ir::KernelKind;
 using testing::must_parse;
 
 ir::Plan plan_of(const Graph& g, bool fuse = true) {
-  ir::Plan plan = ir::plan_fusion(g.ir(), {.fuse = fuse});
-  EXPECT_EQ(ir::verify_plan(g.ir(), plan), "");
+  ir::Plan plan = ir::plan_fusion(ir_of(g), {.fuse = fuse});
+  EXPECT_EQ(ir::verify_plan(ir_of(g), plan), "");
   return plan;
 }
 
 std::vector<std::string> names(const Graph& g, const std::vector<ir::TensorId>& ids) {
   std::vector<std::string> out;
-  for (ir::TensorId id : ids) out.push_back(g.ir().tensor(id).name);
+  for (ir::TensorId id : ids) out.push_back(ir_of(g).tensor(id).name);
   return out;
 }
 
@@ -60,7 +61,7 @@ TEST(Planner, IntermediateReadByTwoKernelsIsWrittenOnce) {
   EXPECT_EQ(p.kernels[0].kind, KernelKind::Pointwise);
   EXPECT_EQ(names(g, p.kernels[0].writes), std::vector<std::string>{"s"});
   EXPECT_EQ(p.kernels[1].kind, KernelKind::Matmul);  // y = s + m joins the matmul's epilogue
-  EXPECT_THAT(ir::plan_to_text(g.ir(), p), HasSubstr("is needed elsewhere too"));
+  EXPECT_THAT(ir::plan_to_text(ir_of(g), p), HasSubstr("is needed elsewhere too"));
 }
 
 TEST(Planner, RefusesAFusionThatWouldCreateACycle) {
@@ -112,7 +113,7 @@ TEST(Planner, SiblingReductionsShareAKernelOnlyOverTheSameAxes) {
                                     R"(["m", "s"])"));
   ir::Plan p = plan_of(other);
   ASSERT_EQ(p.kernels.size(), 2u);
-  EXPECT_THAT(ir::plan_to_text(other.ir(), p), HasSubstr("over axes [0] but the kernel reduces [32,16] over axes [1]"));
+  EXPECT_THAT(ir::plan_to_text(ir_of(other), p), HasSubstr("over axes [0] but the kernel reduces [32,16] over axes [1]"));
 }
 
 TEST(Planner, ReducingAReducedValueNeedsASecondKernel) {
@@ -146,7 +147,7 @@ TEST(Planner, NormPrologueOfMatmulNeverWritesTheNormalisedTensor) {
   EXPECT_TRUE(p.kernels[0].writes.empty());
   EXPECT_EQ(p.kernels[1].kind, KernelKind::Matmul);
   for (const ir::PlannedKernel& k : p.kernels)
-    for (ir::TensorId t : k.reads) EXPECT_NE(g.ir().tensor(t).name, "n");
+    for (ir::TensorId t : k.reads) EXPECT_NE(ir_of(g).tensor(t).name, "n");
 }
 
 TEST(Planner, NormUsedElsewhereIsNotSplit) {
@@ -196,7 +197,7 @@ TEST(Planner, DoneWhenPatternsAreOneKernelEach) {
                            "reduction/exp_sum_rows", "attention/sdpa_causal_gqa", "attention/attention_decomposed",
                            "conv/conv_channel_stats"}) {
     Graph g = Graph::load(std::string(KILN_SOURCE_DIR "/examples/") + name + ".json").value();
-    EXPECT_EQ(plan_of(g).kernels.size(), 1u) << name << "\n" << ir::plan_to_text(g.ir(), plan_of(g));
+    EXPECT_EQ(plan_of(g).kernels.size(), 1u) << name << "\n" << ir::plan_to_text(ir_of(g), plan_of(g));
   }
 }
 
@@ -205,10 +206,10 @@ TEST(Planner, RandomGraphsGiveValidPlans) {
   for (uint64_t seed = 1; seed <= 3000; ++seed) {
     Graph g = testing::random_graph(seed);
     for (bool fuse : {true, false}) {
-      ir::Plan p = ir::plan_fusion(g.ir(), {.fuse = fuse});
-      const std::string problem = ir::verify_plan(g.ir(), p);
+      ir::Plan p = ir::plan_fusion(ir_of(g), {.fuse = fuse});
+      const std::string problem = ir::verify_plan(ir_of(g), p);
       ASSERT_EQ(problem, "") << "seed " << seed << (fuse ? "" : " (no fusion)") << "\n"
-                             << g.to_json() << "\n" << ir::plan_to_text(g.ir(), p);
+                             << g.to_json() << "\n" << ir::plan_to_text(ir_of(g), p);
       (fuse ? kernels_fused : kernels_unfused) += static_cast<int>(p.kernels.size());
     }
     ++graphs;

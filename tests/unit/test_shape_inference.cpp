@@ -1,5 +1,6 @@
 // Shape and dtype inference for every op family, and the checks that reject
 // invalid ops with a message that names the op and the tensors.
+#include "compiler/graph_internal.h"
 #include "compiler/ir.h"
 #include "tests/unit/test_helpers.h"
 
@@ -15,7 +16,7 @@ using testing::parse_error;
 std::string result_of(const std::string& fields, const std::vector<std::string>& shapes,
                       const std::string& dtype = "f32") {
   Graph g = must_parse(one_op(fields, shapes, dtype));
-  const auto& t = g.ir().tensor(g.ir().ops.back().output);
+  const auto& t = ir_of(g).tensor(ir_of(g).ops.back().output);
   return std::string(to_string(t.dtype)) + to_string(t.shape);
 }
 
@@ -48,7 +49,7 @@ TEST(ShapeInference, DtypeRuleThree) {
             {"op": "relu", "in": ["h"], "out": "r", "dtype": "bf16"}],
     "outputs": ["hb", "h3", "bf", "w", "cf", "r"]})";
   Graph g = must_parse(mixed);
-  auto dtype_of = [&](int op) { return to_string(g.ir().tensor(g.ir().ops[op].output).dtype); };
+  auto dtype_of = [&](int op) { return to_string(ir_of(g).tensor(ir_of(g).ops[op].output).dtype); };
   EXPECT_EQ(dtype_of(0), "f32");   // f16 with bf16 gives f32
   EXPECT_EQ(dtype_of(1), "f16");   // scalars are ignored
   EXPECT_EQ(dtype_of(2), "f32");   // f32 wins
@@ -65,7 +66,7 @@ TEST(ShapeInference, RoundingFlagsFollowRuleTwo) {
             {"op": "add", "in": ["e", "r"], "out": "o"},
             {"op": "neg", "in": ["o"], "out": "n"}],
     "outputs": ["o", "n"]})");
-  const auto& ir = g.ir();
+  const auto& ir = ir_of(g);
   auto tensor = [&](int op) { return ir.tensor(ir.ops[op].output); };
   EXPECT_FALSE(tensor(0).rounded);  // bf16 in name, f32 values
   EXPECT_EQ(tensor(0).value_dtype(), DType::f32);
@@ -102,7 +103,7 @@ TEST(ShapeInference, Normalisations) {
   EXPECT_THAT(error_of(R"("op": "rms_norm", "in": ["a"], "eps": -1)", {"[2,4]"}), HasSubstr("must not be negative"));
   // Default eps differs per op and is resolved, so it prints and hashes alike.
   Graph g = must_parse(one_op(R"("op": "rms_norm", "in": ["a"])", {"[2,4]"}));
-  EXPECT_FLOAT_EQ(g.ir().ops[0].attrs.eps, 1e-6f);
+  EXPECT_FLOAT_EQ(ir_of(g).ops[0].attrs.eps, 1e-6f);
 }
 
 TEST(ShapeInference, Matmul) {
@@ -168,7 +169,7 @@ TEST(ShapeInference, Sdpa) {
                        {"[2,8,16,32]", "[2,8,24,32]", "[2,8,24,32]", "[16,16]"}),
               HasSubstr("does not broadcast to the scores' shape [2,8,16,24]"));
   Graph g = must_parse(one_op(R"("op": "sdpa", "in": ["a", "b", "c"])", {"[1,1,2,64]", "[1,1,2,64]", "[1,1,2,64]"}));
-  EXPECT_FLOAT_EQ(g.ir().ops[0].attrs.scale, 0.125f);
+  EXPECT_FLOAT_EQ(ir_of(g).ops[0].attrs.scale, 0.125f);
 }
 
 TEST(ShapeInference, BoolValuesAreReadOnlyWhereAllowed) {

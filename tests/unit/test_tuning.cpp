@@ -9,10 +9,12 @@
 #include <fstream>
 #include <future>
 
+#include "compiler/graph_internal.h"
 #include "codegen/kernel_codegen.h"
 #include "compiler/planner/planner.h"
 #include "kiln/executable.h"
 #include "runtime/autotune.h"
+#include "runtime/pipeline.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/program_cache.h"
 #include "runtime/tuning_record.h"
@@ -44,7 +46,7 @@ constexpr const char* kHopperConv = R"({"kiln": 1, "inputs": {"x": {"shape": [16
   {"op": "relu", "in": ["c"], "out": "y"}], "outputs": ["y"]})";
 
 codegen::GeneratedProgram generate(const Graph& g, int sm, const codegen::ProgramTuning& tuning = {}) {
-  return codegen::generate_program(g.ir(), ir::plan_fusion(g.ir()), sm, tuning);
+  return codegen::generate_program(ir_of(g), ir::plan_fusion(ir_of(g)), sm, tuning);
 }
 
 TEST(Tuning, TextRoundTripsAndRejectsAnythingElse) {
@@ -152,7 +154,7 @@ TEST(Tuning, AlternativesCompileForSm90) {
     jobs.push_back(std::async(std::launch::async, [c] {
       const Graph g = testing::must_parse(c.graph);
       const codegen::ProgramTuning tuning{{0, c.tuning}};
-      Expected<Executable> exe = ExecutableFactory::compile(g, {.arch = "sm_90", .use_cache = false}, &tuning);
+      Expected<Executable> exe = runtime::compile_executable(g, {.arch = "sm_90", .use_cache = false}, &tuning);
       if (!exe) return exe.error().message;
       const KernelReport& r = exe->report().at(0);
       return r.tuning == c.tuning.to_string() && r.tuned ? std::string() : "built with " + r.tuning;

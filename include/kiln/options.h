@@ -1,0 +1,57 @@
+// kiln's settings: one object, filled once from the environment and
+// overridable in code. The library reads no environment variable anywhere
+// else, and writes nothing to stderr of its own: diagnostics go to `log`.
+//
+//   kiln::Options o = kiln::Options::from_environment();
+//   o.cache_dir = "/srv/kiln-cache";
+//   o.log = [](kiln::LogLevel, std::string_view m) { my_logger.warn(m); };
+//   kiln::set_options(o);  // every later compile and launch uses it
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace kiln {
+
+enum class LogLevel : uint8_t { warning, info };
+using LogFunction = std::function<void(LogLevel, std::string_view message)>;
+
+struct Options {
+  // The on-disk kernel cache. Environment: KILN_CACHE_DIR, else
+  // $XDG_CACHE_HOME/kiln, else ~/.cache/kiln.
+  std::string cache_dir;
+  bool use_cache = true;
+  // Least recently used entries are evicted past this size.
+  // Environment: KILN_CACHE_MAX_BYTES (a positive integer), default 2 GiB.
+  int64_t cache_max_bytes = int64_t{2} << 30;
+  // Fail instead of compiling anything: proves a warm cache.
+  // Environment: KILN_FAIL_IF_COMPILING=1.
+  bool fail_if_compiling = false;
+  // Stages written by every compile ("ir,plan,cuda,ptx") under dump_dir.
+  // Environment: KILN_DUMP, KILN_DUMP_DIR (default ./kiln_dump).
+  std::string dump;
+  std::string dump_dir = "kiln_dump";
+  // Say (at info level) how persistent kernels are launched.
+  // Environment: KILN_TRACE_LAUNCH=1.
+  bool trace_launch = false;
+  // Test hook: every NVRTC compile fails on purpose (KILN_TEST_NVRTC_FAIL=1),
+  // so the failure path runs against the real compiler.
+  bool break_nvrtc_for_tests = false;
+  // Where diagnostics go; empty: nowhere.
+  LogFunction log;
+
+  // The settings the environment gives. A variable whose value does not
+  // parse is reported through `log` (one warning naming the variable and
+  // the value used instead).
+  static Options from_environment(LogFunction log = {});
+};
+
+// The settings in force: those given to set_options(), else, from the first
+// call on, Options::from_environment() (no log). Thread-safe.
+std::shared_ptr<const Options> current_options();
+void set_options(Options options);
+
+}  // namespace kiln

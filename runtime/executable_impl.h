@@ -1,0 +1,88 @@
+// What an Executable is made of: the compiled program, how each kernel
+// argument is found at launch (resolved once, at compile time), and the
+// kernels loaded into each CUDA context that has launched it.
+#pragma once
+
+#include <cuda.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "codegen/kernel_codegen.h"
+#include "kiln/executable.h"
+#include "runtime/program_cache.h"
+
+namespace kiln {
+namespace runtime {
+
+// A program compiled or loaded by this process (shared by every executable
+// of the same graph, arch and tuning).
+struct Compiled {
+  ProgramRecipe recipe;
+  std::vector<std::string> cubins;
+};
+
+// Where a pointer argument of a kernel comes from at launch.
+struct ArgSource {
+  enum class From : uint8_t { Input, Output, Workspace };
+  From from = From::Input;
+  size_t index = 0;  // Input, Output: the binding index; Workspace: the byte offset
+};
+
+// One kernel's launch, resolved once: every argument's source, and which
+// arguments are tensor maps (encoded from that source's pointer).
+struct KernelLaunch {
+  std::vector<ArgSource> args;
+  std::vector<bool> is_map;
+  int map_count = 0;
+};
+
+// The kernels of one executable loaded into one CUDA context.
+struct DeviceState {
+  CUcontext context = nullptr;
+  std::vector<CUmodule> modules;
+  std::vector<CUfunction> functions;
+  std::vector<uint32_t> resident_blocks;  // per kernel: how many of its blocks run at once (persistent kernels)
+  // Tensor maps by the pointers they describe, per kernel: a launch with
+  // pointers seen before encodes nothing.
+  std::mutex maps_mutex;
+  std::vector<std::map<std::vector<CUdeviceptr>, std::vector<CUtensorMap>>> maps;
+  ~DeviceState();
+};
+
+}  // namespace runtime
+
+struct Executable::Impl {
+  Graph graph;
+  std::string arch;
+  int device = -1;
+  std::shared_ptr<const runtime::Compiled> compiled;
+  std::vector<KernelReport> reports;
+
+  // Bindings and scratch, resolved when the executable is made.
+  std::vector<std::string> input_names, output_names;
+  std::vector<size_t> input_bytes, output_bytes;
+  std::vector<int> output_is_input;     // per output: the input it is, or -1
+  std::vector<bool> input_contiguous;
+  std::vector<size_t> workspace_offsets;  // per WorkspaceSpec
+  size_t workspace_bytes = 0;
+  std::vector<runtime::KernelLaunch> launches;
+
+  // Kernels loaded per context, made on a context's first launch.
+  mutable std::shared_mutex devices_mutex;
+  mutable std::unordered_map<CUcontext, std::unique_ptr<runtime::DeviceState>> devices;
+
+  Impl(Graph g, std::string a) : graph(std::move(g)), arch(std::move(a)) {}
+  const codegen::GeneratedProgram& program() const { return compiled->recipe.program; }
+  // Fills the binding tables, the workspace layout and `launches` from `compiled`.
+  void resolve();
+  // The kernels loaded into `context` (loaded now on its first use).
+  Expected<runtime::DeviceState*> device_state(CUcontext context) const;
+  Status tensor_maps(runtime::DeviceState& state, size_t kernel, const CUdeviceptr* values, CUtensorMap* out) const;
+};
+
+}  // namespace kiln

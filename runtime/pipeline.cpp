@@ -1,0 +1,240 @@
+#include "runtime/pipeline.h"
+
+#include <fmt/format.h>
+
+#include <cctype>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+
+#include "compiler/error.h"
+#include "compiler/graph_internal.h"
+#include "compiler/plan_printer.h"
+#include "compiler/plan_verifier.h"
+#include "compiler/planner/planner.h"
+#include "kiln/options.h"
+#include "runtime/autotune.h"
+#include "runtime/cache_dir.h"
+#include "runtime/cuda_driver.h"
+#include "runtime/kernel_cache.h"
+#include "runtime/log.h"
+#include "runtime/nvrtc.h"
+
+namespace kiln::runtime {
+namespace {
+
+// Cubins compiled or loaded by this process, by key, and whole programs by
+// program key (a warm process skips planning and codegen).
+std::mutex memory_mutex;
+std::map<ir::Hash128, std::string>& memory_cubins() {
+  static std::map<ir::Hash128, std::string> cache;
+  return cache;
+}
+std::map<ir::Hash128, std::shared_ptr<const Compiled>>& memory_programs() {
+  static std::map<ir::Hash128, std::shared_ptr<const Compiled>> programs;
+  return programs;
+}
+
+std::shared_ptr<const Compiled> find_in_memory(const ir::Hash128& recipe_key) {
+  std::lock_guard<std::mutex> lock(memory_mutex);
+  auto it = memory_programs().find(recipe_key);
+  return it == memory_programs().end() ? nullptr : it->second;
+}
+
+void remember_program(const ir::Hash128& recipe_key, std::shared_ptr<const Compiled> c) {
+  std::lock_guard<std::mutex> lock(memory_mutex);
+  memory_programs()[recipe_key] = std::move(c);
+}
+
+// The stages named in Options::dump ("plan,cuda,ptx"; also "ir") under
+// Options::dump_dir/<graph>-<program key>/.
+void write_dumps(const Options& o, const Graph& graph, const ir::Plan& plan, const codegen::GeneratedProgram& program,
+                 const std::string& arch, const ir::Hash128& key) {
+  namespace fs = std::filesystem;
+  auto wants = [&](const char* s) { return ("," + o.dump + ",").find(std::string(",") + s + ",") != std::string::npos; };
+  std::string name = graph.name().empty() ? "graph" : graph.name().substr(0, 48);
+  for (char& ch : name)
+    if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '_' && ch != '-') ch = '_';
+  const fs::path dir = fs::path(o.dump_dir) / (name + "-" + key.hex().substr(0, 12));
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (wants("ir")) std::ofstream(dir / "ir.txt") << graph.to_ir_text();
+  if (wants("plan")) std::ofstream(dir / "plan.txt") << ir::plan_to_text(ir_of(graph), plan);
+  for (const codegen::GeneratedKernel& k : program.kernels) {
+    const std::string stem = fmt::format("kernel{}-{}", k.plan_kernel,
+                                         ir::to_string(plan.kernels[static_cast<size_t>(k.plan_kernel)].kind));
+    if (wants("cuda")) std::ofstream(dir / (stem + ".cu")) << k.source;
+    if (wants("ptx"))
+      if (Expected<NvrtcOutput> ptx = nvrtc_compile(k.source, arch, true); ptx)
+        std::ofstream(dir / (stem + ".ptx")) << ptx->binary;
+  }
+}
+
+// Every cubin of a recipe from the disk cache, or nullptr if one is missing.
+std::shared_ptr<Compiled> load_from_disk(const KernelCache& disk, ProgramRecipe recipe) {
+  auto c = std::make_shared<Compiled>();
+  for (const std::string& hex : recipe.kernel_keys) {
+    std::optional<ir::Hash128> key = ir::Hash128::from_hex(hex);
+    std::optional<std::string> cubin = key ? disk.load(*key) : std::nullopt;
+    if (!cubin) return nullptr;
+    c->cubins.push_back(std::move(*cubin));
+  }
+  c->recipe = std::move(recipe);
+  return c;
+}
+
+// The one cubin of a generated kernel: from memory, the disk, or NVRTC
+// (then stored in both).
+struct KernelJob {
+  const Graph& graph;
+  const std::string& arch;
+  const KernelCache* disk;
+  bool forbid_compiling;
+};
+Expected<std::string> kernel_cubin(const KernelJob& job, const codegen::GeneratedKernel& k, KernelReport& report) {
+  const KeyParts parts = key_parts(k.canonical, job.arch);
+  const ir::Hash128 key = parts.key();
+  report.key = key.hex();
+  std::optional<std::string> cubin;
+  {
+    std::lock_guard<std::mutex> lock(memory_mutex);
+    if (auto it = memory_cubins().find(key); it != memory_cubins().end()) cubin = it->second;
+  }
+  if (!cubin && job.disk) cubin = job.disk->load(key);
+  if (!cubin) {
+    if (job.forbid_compiling)
+      return Error{ErrorCode::CompileOrDevice,
+                   fmt::format("kernel {} ({}) is not cached and compiling is forbidden (KILN_FAIL_IF_COMPILING)",
+                               k.plan_kernel, report.kind)};
+    Expected<NvrtcOutput> out = nvrtc_compile(k.source, job.arch);
+    if (!out)
+      return Error{ErrorCode::CompileOrDevice,
+                   fmt::format("kernel {}: {}\n{}", k.plan_kernel, out.error().message,
+                               write_repro(job.graph.to_json(), k.source, job.arch, out.error().message))};
+    cubin = std::move(out->binary);
+    report.cache_hit = false;
+    if (job.disk)
+      if (Status s = job.disk->store(parts, report.kind, *cubin); !s)
+        detail::warn(s.error().message + " (continuing without caching it)");
+  }
+  std::lock_guard<std::mutex> lock(memory_mutex);
+  memory_cubins().emplace(key, *cubin);
+  return std::move(*cubin);
+}
+
+}  // namespace
+
+Expected<Planned> plan_and_generate(const Graph& graph, bool fuse, const std::string& arch,
+                                    const codegen::ProgramTuning& tuning) {
+  ir::Plan plan = ir::plan_fusion(ir_of(graph), {.fuse = fuse});
+  if (std::string problem = ir::verify_plan(ir_of(graph), plan); !problem.empty())
+    return Error{ErrorCode::Internal, "internal error: invalid plan: " + problem + " (this is a bug in kiln; please report it)"};
+  Expected<codegen::GeneratedProgram> program =
+      detail::catch_errors([&] { return codegen::generate_program(ir_of(graph), plan, codegen::sm_of(arch), tuning); });
+  if (!program) return program.error();
+  return Planned{std::move(plan), std::move(program).value()};
+}
+
+std::string target_arch(const CompileOptions& options) {
+  if (!options.arch.empty()) return options.arch;
+  return device_arch(std::max(options.device, 0)).value_or("sm_90");
+}
+
+Expected<std::unique_ptr<Executable::Impl>> compile_program(const Graph& graph, const CompileOptions& options,
+                                                            const codegen::ProgramTuning* chosen) {
+  const auto start = std::chrono::steady_clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count(); };
+  const std::shared_ptr<const Options> settings = current_options();
+  auto impl = std::make_unique<Executable::Impl>(graph, target_arch(options));
+  impl->device = options.device;
+  const std::string& arch = impl->arch;
+  if (!is_valid_arch(arch))
+    return Error{ErrorCode::InvalidInput, fmt::format("arch '{}': expected sm_XX (e.g. sm_80, sm_90)", arch)};
+  const bool use_cache = options.use_cache && settings->use_cache;
+  const std::string cache_dir = options.cache_dir.empty() ? settings->cache_dir : options.cache_dir;
+  const ir::Hash128 program_key = runtime::program_key(graph.to_json(), arch, options.fuse);
+  // Tile choices: the caller's, else those an autotuning run recorded for
+  // this program. They are part of the program's identity.
+  const codegen::ProgramTuning tuning =
+      chosen ? *chosen : use_cache ? recorded_tuning(cache_dir, program_key) : codegen::ProgramTuning{};
+  const ir::Hash128 recipe_key = tuned_program_key(program_key, tuning);
+  auto report_of = [&](const codegen::GeneratedKernel& k, const std::string& kind, const std::string& key) {
+    KernelReport r{.kernel = k.plan_kernel, .kind = kind, .key = key, .cache_hit = true, .milliseconds = 0,
+                   .tuning = k.tuning.to_string(), .tuned = false, .trials = {}};
+    // (a recorded choice the generator did not accept was not used)
+    const auto wanted = tuning.find(k.plan_kernel);
+    r.tuned = wanted != tuning.end() && wanted->second == k.tuning;
+    return r;
+  };
+  auto finish = [&](std::shared_ptr<const Compiled> c, bool hit) {
+    impl->compiled = std::move(c);
+    if (hit)
+      for (size_t i = 0; i < impl->program().kernels.size(); ++i) {
+        impl->reports.push_back(report_of(impl->program().kernels[i], impl->compiled->recipe.kernel_kinds[i],
+                                          impl->compiled->recipe.kernel_keys[i]));
+        impl->reports.back().milliseconds = elapsed();
+      }
+    impl->resolve();
+    return std::move(impl);
+  };
+
+  const bool dumping = !settings->dump.empty();
+  // 1. This process compiled it already.
+  if (!dumping)
+    if (std::shared_ptr<const Compiled> c = find_in_memory(recipe_key)) return finish(std::move(c), true);
+  // 2. The disk has its recipe and every cubin.
+  std::optional<KernelCache> disk;
+  if (use_cache) {
+    if (Status safe = secure_cache_dir(cache_dir); safe) {
+      disk.emplace(cache_dir);
+    } else {
+      static std::once_flag warned;  // once per process: every compile would say the same
+      std::call_once(warned, [&] { detail::warn(safe.error().message + "; compiling in memory"); });
+    }
+  }
+  if (disk && !dumping)
+    if (std::optional<ProgramRecipe> recipe = load_recipe(cache_dir, recipe_key, ir_of(graph).tensors.size()))
+      if (std::shared_ptr<Compiled> c = load_from_disk(*disk, std::move(*recipe))) {
+        remember_program(recipe_key, c);
+        return finish(std::move(c), true);
+      }
+  // 3. Plan, generate, and compile (or find) each kernel.
+  Expected<Planned> planned = plan_and_generate(graph, options.fuse, arch, tuning);
+  if (!planned) return planned.error();
+  auto c = std::make_shared<Compiled>();
+  c->recipe.program = std::move(planned->program);
+  c->recipe.graph_name = graph.name();
+  if (dumping) write_dumps(*settings, graph, planned->plan, c->recipe.program, arch, recipe_key);
+  const KernelJob job{graph, arch, disk ? &*disk : nullptr, options.fail_if_compiling || settings->fail_if_compiling};
+  for (codegen::GeneratedKernel& k : c->recipe.program.kernels) {
+    const auto kernel_start = std::chrono::steady_clock::now();
+    const std::string kind(ir::to_string(planned->plan.kernels[static_cast<size_t>(k.plan_kernel)].kind));
+    KernelReport report = report_of(k, kind, "");
+    Expected<std::string> cubin = kernel_cubin(job, k, report);
+    if (!cubin) return cubin.error();
+    report.milliseconds = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - kernel_start).count();
+    c->cubins.push_back(std::move(*cubin));
+    c->recipe.kernel_keys.push_back(report.key);
+    c->recipe.kernel_kinds.push_back(report.kind);
+    impl->reports.push_back(std::move(report));
+    k.source.clear();  // not needed to launch
+    k.canonical.clear();
+  }
+  if (disk) {
+    store_recipe(cache_dir, recipe_key, c->recipe);
+    disk->evict(settings->cache_max_bytes);
+  }
+  remember_program(recipe_key, c);
+  return finish(std::move(c), false);
+}
+
+Expected<Executable> compile_executable(const Graph& graph, const CompileOptions& options,
+                                        const codegen::ProgramTuning* tuning) {
+  Expected<std::unique_ptr<Executable::Impl>> impl = compile_program(graph, options, tuning);
+  if (!impl) return impl.error();
+  return Executable(std::move(*impl));
+}
+
+}  // namespace kiln::runtime
