@@ -114,6 +114,11 @@ void GraphBuilder::output(Tensor t) {
   impl_->outputs.push_back(impl_->graph.name_of(t.id));
 }
 
+Status GraphBuilder::status() const {
+  if (impl_->error) return *impl_->error;
+  return {};
+}
+
 Expected<Graph> GraphBuilder::build() {
   if (impl_->error) return *impl_->error;
   return detail::catch_errors([&] {

@@ -83,6 +83,8 @@ Expected<const Driver*> driver() {
   return &l.driver;
 }
 
+const Driver* loaded_driver() { return loaded().error ? nullptr : &loaded().driver; }
+
 int device_count() { return loaded().error ? 0 : static_cast<int>(loaded().archs.size()); }
 
 std::optional<std::string> device_arch(int device) {

@@ -67,6 +67,8 @@ struct Driver {
 // none. When no context is current on this thread, device 0's primary
 // context is made current (a caller's own current context is left alone).
 Expected<const Driver*> driver();
+// The loaded driver without touching any context (the launch path).
+const Driver* loaded_driver();
 // Device `device`'s primary context, retained (null without a GPU or
 // such a device).
 CUcontext primary_context(int device = 0);

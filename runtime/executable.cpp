@@ -57,6 +57,10 @@ class ContextGuard {
     cu_.cuCtxGetCurrent(&current);
     if (current != context) pushed_ = cu_.cuCtxPushCurrent(context) == CUDA_SUCCESS;
   }
+  ContextGuard(const runtime::Driver& cu, CUcontext context, CUcontext current) : cu_(cu) {
+    if (current != context) pushed_ = cu_.cuCtxPushCurrent(context) == CUDA_SUCCESS;
+  }
+  bool failed_to_switch(CUcontext context, CUcontext current) const { return current != context && !pushed_; }
   ~ContextGuard() {
     CUcontext popped;
     if (pushed_) cu_.cuCtxPopCurrent(&popped);
@@ -72,20 +76,20 @@ class ContextGuard {
 // The context a launch on `stream` runs in: the stream's; for the default
 // stream, the thread's current context, else the primary context of
 // `device` (made current: the default stream is the current context's).
-Expected<CUcontext> launch_context(const runtime::Driver& cu, CUstream stream, int device) {
+Expected<CUcontext> launch_context(const runtime::Driver& cu, CUstream stream, int device, CUcontext& current) {
+  cu.cuCtxGetCurrent(&current);
   if (stream != nullptr && stream != CU_STREAM_LEGACY && stream != CU_STREAM_PER_THREAD) {
     CUcontext context = nullptr;
     if (cu.cuStreamGetCtx(stream, &context) != CUDA_SUCCESS || !context)
       return Error{ErrorCode::InvalidInput, "launch: the stream is not a valid CUDA stream"};
     return context;
   }
-  CUcontext current = nullptr;
-  cu.cuCtxGetCurrent(&current);
   if (current) return current;
   const int d = std::max(device, 0);
   CUcontext primary = runtime::primary_context(d);
   if (!primary) return Error{ErrorCode::CompileOrDevice, fmt::format("launch: there is no CUDA device {}", d)};
   cu.cuCtxSetCurrent(primary);
+  current = primary;
   return primary;
 }
 
@@ -159,10 +163,13 @@ void Executable::Impl::resolve() {
 }
 
 runtime::DeviceState::~DeviceState() {
-  Expected<const runtime::Driver*> d = runtime::driver();
-  if (!d) return;
-  ContextGuard guard(**d, context);
-  for (CUmodule m : modules) (*d)->cuModuleUnload(m);
+  const runtime::Driver* cu = runtime::loaded_driver();
+  if (!cu) return;
+  CUcontext current = nullptr;
+  cu->cuCtxGetCurrent(&current);
+  ContextGuard guard(*cu, context, current);
+  if (guard.failed_to_switch(context, current)) return;  // the context is gone, and its modules with it
+  for (CUmodule m : modules) cu->cuModuleUnload(m);
 }
 
 Expected<runtime::DeviceState*> Executable::Impl::device_state(CUcontext context) const {
@@ -172,7 +179,7 @@ Expected<runtime::DeviceState*> Executable::Impl::device_state(CUcontext context
   }
   std::unique_lock<std::shared_mutex> lock(devices_mutex);
   if (auto it = devices.find(context); it != devices.end()) return it->second.get();
-  const runtime::Driver& cu = *runtime::driver().value();
+  const runtime::Driver& cu = *runtime::loaded_driver();
   ContextGuard guard(cu, context);
   CUdevice device;
   int major = 0, minor = 0, multiprocessors = 1;
@@ -247,7 +254,7 @@ Status Executable::Impl::tensor_maps(runtime::DeviceState& st, size_t kernel, co
   if (it == cache.end()) {
     if (cache.size() >= 64) cache.clear();  // bounded: a caller cycling through many buffers re-encodes
     std::vector<CUtensorMap> encoded;
-    const runtime::Driver& cu = *runtime::driver().value();
+    const runtime::Driver& cu = *runtime::loaded_driver();
     for (size_t a = 0; a < plan.args.size(); ++a) {
       if (!plan.is_map[a]) continue;
       Expected<CUtensorMap> map = runtime::encode_tensor_map(cu, k.args[a].map, values[a]);
@@ -282,15 +289,16 @@ Status Executable::launch(const BoundArgs& args, void* workspace, void* stream_h
                                             !x.input_contiguous[static_cast<size_t>(i)])
       return Error{ErrorCode::InvalidInput, fmt::format("output '{}' is the strided input '{}': bind the same buffer to both",
                                                         x.output_names[o], x.input_names[static_cast<size_t>(i)])};
-  Expected<const runtime::Driver*> d = runtime::driver();
-  if (!d) return d.error();
-  const runtime::Driver& cu = **d;
+  const runtime::Driver* loaded = runtime::loaded_driver();
+  if (!loaded) return runtime::driver().error();
+  const runtime::Driver& cu = *loaded;
   const auto stream = static_cast<CUstream>(stream_handle);
-  Expected<CUcontext> context = launch_context(cu, stream, x.device);
+  CUcontext current = nullptr;
+  Expected<CUcontext> context = launch_context(cu, stream, x.device, current);
   if (!context) return context.error();
   Expected<runtime::DeviceState*> state = x.device_state(*context);
   if (!state) return state.error();
-  ContextGuard guard(cu, *context);
+  ContextGuard guard(cu, *context, current);
 
   auto pointer = [&](const runtime::ArgSource& s) -> CUdeviceptr {
     switch (s.from) {
@@ -305,11 +313,10 @@ Status Executable::launch(const BoundArgs& args, void* workspace, void* stream_h
     const runtime::KernelLaunch& plan = x.launches[i];
     for (int w : k.reset_workspaces) {
       const codegen::WorkspaceSpec& spec = x.program().workspaces[static_cast<size_t>(w)];
-      if (Status s = runtime::check(cu.cuMemsetD32Async(scratch + x.workspace_offsets[static_cast<size_t>(w)], spec.fill,
-                                                         static_cast<size_t>(spec.words), stream),
-                                    "cuMemsetD32Async");
-          !s)
-        return s;
+      if (CUresult r = cu.cuMemsetD32Async(scratch + x.workspace_offsets[static_cast<size_t>(w)], spec.fill,
+                                           static_cast<size_t>(spec.words), stream);
+          r != CUDA_SUCCESS)
+        return runtime::check(r, "cuMemsetD32Async");
     }
     // Pointers and tensor maps live here until cuLaunchKernel has copied them.
     constexpr size_t kMaxArgs = 64;
@@ -330,11 +337,10 @@ Status Executable::launch(const BoundArgs& args, void* workspace, void* stream_h
       params[a] = plan.is_map[a] ? static_cast<void*>(&maps[m++]) : static_cast<void*>(&values[a]);
     const runtime::DeviceState& st = **state;
     const uint32_t grid_x = k.persistent_group ? std::min(k.grid[0], st.resident_blocks[i]) : k.grid[0];
-    if (Status s = runtime::check(cu.cuLaunchKernel(st.functions[i], grid_x, k.grid[1], k.grid[2], k.block[0], k.block[1],
-                                                    k.block[2], k.shared_bytes, stream, params.data(), nullptr),
-                                  fmt::format("cuLaunchKernel (kernel {})", k.plan_kernel));
-        !s)
-      return s;
+    if (CUresult r = cu.cuLaunchKernel(st.functions[i], grid_x, k.grid[1], k.grid[2], k.block[0], k.block[1], k.block[2],
+                                       k.shared_bytes, stream, params.data(), nullptr);
+        r != CUDA_SUCCESS)
+      return runtime::check(r, fmt::format("cuLaunchKernel (kernel {})", k.plan_kernel));
   }
   // Outputs that are graph inputs: the input's values (contiguous, checked above).
   for (size_t o = 0; o < x.output_is_input.size(); ++o)
@@ -365,13 +371,14 @@ Status Executable::launch(const std::vector<DeviceBinding>& bindings, void* stre
   for (size_t o = 0; o < outputs.size(); ++o)
     if (!outputs[o]) return Error{ErrorCode::InvalidInput, fmt::format("output '{}' is not bound", x.output_names[o])};
   if (x.workspace_bytes == 0) return launch(BoundArgs{inputs, outputs}, nullptr, stream_handle);
-  Expected<const runtime::Driver*> d = runtime::driver();
-  if (!d) return d.error();
-  const runtime::Driver& cu = **d;
+  const runtime::Driver* loaded = runtime::loaded_driver();
+  if (!loaded) return runtime::driver().error();
+  const runtime::Driver& cu = *loaded;
   const auto stream = static_cast<CUstream>(stream_handle);
-  Expected<CUcontext> context = launch_context(cu, stream, x.device);
+  CUcontext current = nullptr;
+  Expected<CUcontext> context = launch_context(cu, stream, x.device, current);
   if (!context) return context.error();
-  ContextGuard guard(cu, *context);
+  ContextGuard guard(cu, *context, current);
   CUdeviceptr workspace = 0;
   if (Status s = runtime::check(cu.cuMemAllocAsync(&workspace, x.workspace_bytes, stream),
                                 fmt::format("cuMemAllocAsync (a workspace of {} bytes)", x.workspace_bytes));

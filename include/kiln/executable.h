@@ -16,7 +16,9 @@
 // launch with its own workspace. The device is the stream's (its context);
 // on the null stream, the context current on the calling thread, else the
 // primary context of CompileOptions::device. Kernels are loaded into each
-// context the first time a launch runs there.
+// context the first time a launch runs there, and unloaded when the
+// executable is destroyed: destroy the executables that launched in a
+// context of your own before you destroy that context.
 #pragma once
 
 #include <memory>

@@ -112,6 +112,8 @@ class GraphBuilder {
   }
 
   void output(Tensor t);
+  // The first error of the calls so far (build() returns it too).
+  Status status() const;
   Expected<Graph> build();
 
  private:

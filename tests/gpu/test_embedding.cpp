@@ -134,40 +134,53 @@ TEST(Embedding, EightThreadsOnEightStreams) {
 }
 
 // A context of the caller's own (not the primary one): the kernels load into
-// it on its first launch there, and launches in both contexts are right.
+// it on its first launch there, and launches in both contexts are right;
+// the caller's current context stays current. The executable goes before
+// the context does (executable.h).
 TEST(Embedding, ACallersOwnContext) {
   REQUIRE_GPU();
   const runtime::Driver& cu = *runtime::driver().value();
-  Expected<Executable> exe = Executable::compile(testing::must_parse(kTwoKernels), {.use_cache = false});
-  ASSERT_TRUE(exe.ok()) << exe.error().message;
   CUcontext primary = nullptr, own = nullptr;
   cu.cuCtxGetCurrent(&primary);
   CUdevice device;
   ASSERT_EQ(cu.cuCtxGetDevice(&device), CUDA_SUCCESS);
-  ASSERT_EQ(cu.cuCtxCreate(&own, nullptr, 0, device), CUDA_SUCCESS);  // now current
   {
-    Buffers mine(cu, *exe, 7);
-    CUstream stream;
-    ASSERT_EQ(cu.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
-    ASSERT_TRUE(exe->launch(mine.args(), mine.workspace, stream).ok());
-    ASSERT_EQ(cu.cuStreamSynchronize(stream), CUDA_SUCCESS);
-    EXPECT_TRUE(mine.matches_reference(*exe));
-    // The default stream of the current (own) context, too.
-    ASSERT_TRUE(exe->launch(mine.args(), mine.workspace, nullptr).ok());
-    ASSERT_EQ(cu.cuCtxSynchronize(), CUDA_SUCCESS);
-    EXPECT_TRUE(mine.matches_reference(*exe));
-    cu.cuStreamDestroy(stream);
-    // The caller's context is still the current one.
-    CUcontext current = nullptr;
-    cu.cuCtxGetCurrent(&current);
-    EXPECT_EQ(current, own);
+    Expected<Executable> exe = Executable::compile(testing::must_parse(kTwoKernels), {.use_cache = false});
+    ASSERT_TRUE(exe.ok()) << exe.error().message;
+    Buffers theirs(cu, *exe, 8);  // in the primary context
+    ASSERT_EQ(cu.cuCtxCreate(&own, nullptr, 0, device), CUDA_SUCCESS);  // now current
+    {
+      Buffers mine(cu, *exe, 7);
+      CUstream stream;
+      ASSERT_EQ(cu.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+      ASSERT_TRUE(exe->launch(mine.args(), mine.workspace, stream).ok());
+      ASSERT_EQ(cu.cuStreamSynchronize(stream), CUDA_SUCCESS);
+      EXPECT_TRUE(mine.matches_reference(*exe));
+      // The default stream of the current (own) context, too.
+      ASSERT_TRUE(exe->launch(mine.args(), mine.workspace, nullptr).ok());
+      ASSERT_EQ(cu.cuCtxSynchronize(), CUDA_SUCCESS);
+      EXPECT_TRUE(mine.matches_reference(*exe));
+      cu.cuStreamDestroy(stream);
+      CUcontext current = nullptr;
+      cu.cuCtxGetCurrent(&current);
+      EXPECT_EQ(current, own);
+      // A stream of the primary context, launched from a thread where the own context is current.
+      CUstream primary_stream;
+      cu.cuCtxSetCurrent(primary);
+      ASSERT_EQ(cu.cuStreamCreate(&primary_stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+      cu.cuCtxSetCurrent(own);
+      ASSERT_TRUE(exe->launch(theirs.args(), theirs.workspace, primary_stream).ok());
+      cu.cuCtxGetCurrent(&current);
+      EXPECT_EQ(current, own);
+      ASSERT_EQ(cu.cuStreamSynchronize(primary_stream), CUDA_SUCCESS);
+      cu.cuStreamDestroy(primary_stream);
+      cu.cuCtxSetCurrent(own);
+    }
+    cu.cuCtxSetCurrent(primary);
+    EXPECT_TRUE(theirs.matches_reference(*exe));
   }
-  cu.cuCtxDestroy(own);  // kiln's modules there are unloaded with the executable (errors ignored)
+  EXPECT_EQ(cu.cuCtxDestroy(own), CUDA_SUCCESS);
   cu.cuCtxSetCurrent(primary);
-  Buffers theirs(cu, *exe, 8);
-  ASSERT_TRUE(exe->launch(theirs.args(), theirs.workspace, nullptr).ok());
-  ASSERT_EQ(cu.cuCtxSynchronize(), CUDA_SUCCESS);
-  EXPECT_TRUE(theirs.matches_reference(*exe));
 }
 
 // A thread with no current context launches on the default stream: the

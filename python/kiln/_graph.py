@@ -1,0 +1,200 @@
+"""Graphs: loaded from JSON or built op by op (python.md, "Graphs").
+
+GraphBuilder's op methods are generated from the op table of the C++
+library (compiler/ops.def, attrs.def) when this module is imported: an op
+added to the table appears here with its attributes, and its type stub is
+generated from the same table at build time (tools/gen_stubs.py).
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+from . import _kiln
+from ._errors import GraphError
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A graph input or output as a caller binds it."""
+
+    shape: Tuple[int, ...]
+    dtype: str  # "f32", "f16", "bf16", "bool"
+    strides: Tuple[int, ...]  # in elements; outputs are contiguous
+
+
+class Graph:
+    """An immutable, validated graph."""
+
+    def __init__(self, native: "_kiln.Graph"):
+        self._native = native
+        self.inputs: Dict[str, TensorSpec] = {n: TensorSpec(s, d, st) for n, s, d, st in native.input_specs()}
+        self.outputs: Dict[str, TensorSpec] = {n: TensorSpec(s, d, st) for n, s, d, st in native.output_specs()}
+
+    @staticmethod
+    def load(path: Union[str, "os.PathLike[str]"]) -> "Graph":
+        return Graph(_kiln.Graph.load(os.fspath(path)))
+
+    @staticmethod
+    def from_json(document: Union[str, dict]) -> "Graph":
+        text = document if isinstance(document, str) else json.dumps(document)
+        return Graph(_kiln.Graph.from_json(text))
+
+    def to_json(self) -> str:
+        return self._native.to_json()
+
+    @property
+    def name(self) -> str:
+        return self._native.name
+
+    @property
+    def hash(self) -> str:
+        return self._native.hash
+
+    def __repr__(self) -> str:
+        return f"kiln.Graph({self.name!r}, {self._native.op_count} ops, hash {self.hash})"
+
+
+# Input parameter names by op family; ops taking optional parameters
+# (norms) and sdpa's mask take them positionally after the first.
+_PARAMETERS = {
+    "unary": ["x"], "binary": ["a", "b"], "compare": ["a", "b"], "select": ["cond", "a", "b"],
+    "reduce": ["x"], "norm": ["x"], "matmul": ["a", "b"], "conv": ["x", "w"], "pool": ["x"],
+    "view": ["x"], "attention": ["q", "k", "v"],
+}
+_VARIADIC = 8  # max_inputs above this: the op takes a list (concat)
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """A tensor of a GraphBuilder: an input or an op's result."""
+
+    builder: "GraphBuilder"
+    id: int
+    name: str
+
+
+Operand = Union[Tensor, float, int]
+
+
+class GraphBuilder:
+    """Builds a graph op by op; each call is checked at once (GraphError)."""
+
+    def __init__(self, name: str = ""):
+        self._native = _kiln.GraphBuilder(name)
+        self._doc: Dict[str, Any] = {"kiln": 1, "name": name, "inputs": {}, "ops": [], "outputs": []}
+        self._names: set = set()
+        self._next = 0
+
+    def input(self, name: str, shape: Sequence[int], dtype: str, strides: Optional[Sequence[int]] = None) -> Tensor:
+        tid = self._native.input(name, list(shape), dtype, None if strides is None else list(strides))
+        entry: Dict[str, Any] = {"shape": list(shape), "dtype": dtype}
+        if strides is not None:
+            entry["strides"] = list(strides)
+        self._doc["inputs"][name] = entry
+        self._names.add(name)
+        return Tensor(self, tid, name)
+
+    def op(self, op: str, inputs: Sequence[Operand], attrs: Optional[Dict[str, Any]] = None,
+           dtype: Optional[str] = None, name: Optional[str] = None) -> Tensor:
+        """Any op of the catalogue by its graph-format.md name."""
+        attrs = {k: (list(v) if isinstance(v, tuple) else v) for k, v in (attrs or {}).items() if v is not None}
+        native_in: List[Union[int, float]] = []
+        doc_in: List[Union[str, float]] = []
+        for x in inputs:
+            if isinstance(x, Tensor):
+                if x.builder is not self:
+                    raise GraphError(f"{op}: an operand is a tensor of another builder")
+                native_in.append(x.id)
+                doc_in.append(x.name)
+            elif isinstance(x, (int, float)) and not isinstance(x, bool):
+                native_in.append(float(x))
+                doc_in.append(float(x))
+            else:
+                raise GraphError(f"{op}: an operand is a {type(x).__name__}, not a kiln tensor or a number")
+        if name is None:
+            while f"t{self._next}" in self._names:
+                self._next += 1
+            name = f"t{self._next}"
+            self._next += 1
+        tid = self._native.op(op, native_in, attrs, dtype, name)
+        entry: Dict[str, Any] = {"op": op, "in": doc_in, "out": name}
+        if dtype is not None:
+            entry["dtype"] = dtype
+        entry.update(attrs)
+        self._doc["ops"].append(entry)
+        self._names.add(name)
+        return Tensor(self, tid, name)
+
+    def output(self, t: Tensor, name: Optional[str] = None) -> None:
+        """Marks `t` as a graph output, renamed to `name` when given."""
+        if not isinstance(t, Tensor) or t.builder is not self:
+            raise GraphError("output: not a tensor of this builder")
+        if name is not None and name != t.name:
+            self._rename(t.name, name)
+            t = Tensor(self, t.id, name)
+        if t.name in self._doc["outputs"]:
+            raise GraphError(f"output: '{t.name}' is an output already")
+        self._doc["outputs"].append(t.name)
+
+    def _rename(self, old: str, new: str) -> None:
+        if new in self._names:
+            raise GraphError(f"output: the name '{new}' is taken")
+        if old in self._doc["inputs"]:
+            raise GraphError(f"output: '{old}' is a graph input; an input keeps its name")
+        for entry in self._doc["ops"]:
+            entry["in"] = [new if x == old else x for x in entry["in"]]
+            if entry["out"] == old:
+                entry["out"] = new
+        self._doc["outputs"] = [new if x == old else x for x in self._doc["outputs"]]
+        self._names.discard(old)
+        self._names.add(new)
+
+    def to_json(self) -> str:
+        return json.dumps(self._doc)
+
+    def build(self) -> Graph:
+        return Graph.from_json(self.to_json())
+
+
+def _make_op_method(op: str, family: str, min_inputs: int, max_inputs: int, attrs: List[Tuple[str, str]]):
+    attr_names = [a for a, _ in attrs]
+    if max_inputs > _VARIADIC:
+        def method(self, inputs, **kwargs):
+            return self.op(op, list(inputs), *_split(op, attr_names, kwargs))
+        signature = f"(inputs: list, *, {', '.join(f'{a}=None' for a in attr_names)}{', ' if attr_names else ''}dtype=None, name=None)"
+    else:
+        def method(self, *inputs, **kwargs):
+            if not min_inputs <= len(inputs) <= max_inputs:
+                expected = str(min_inputs) if min_inputs == max_inputs else f"{min_inputs} to {max_inputs}"
+                raise GraphError(f"{op}: {len(inputs)} inputs given, {expected} expected")
+            return self.op(op, list(inputs), *_split(op, attr_names, kwargs))
+        params = _PARAMETERS[family]
+        extra = max_inputs - len(params)
+        names = params + [f"p{i}=None" for i in range(extra)] if family != "attention" else params + ["mask=None"]
+        signature = f"({', '.join(names)}, *, {''.join(f'{a}=None, ' for a in attr_names)}dtype=None, name=None)"
+    method.__name__ = op
+    method.__qualname__ = f"GraphBuilder.{op}"
+    method.__doc__ = (f"`{op}` of graph-format.md{signature}: {family} op, {min_inputs}"
+                      f"{'' if min_inputs == max_inputs else f'-{max_inputs}'} inputs; attributes "
+                      f"{', '.join(f'{a} ({k})' for a, k in attrs) or 'none'} (None: the catalogue's default).")
+    return method
+
+
+def _split(op: str, attr_names: List[str], kwargs: Dict[str, Any]):
+    dtype = kwargs.pop("dtype", None)
+    name = kwargs.pop("name", None)
+    unknown = [k for k in kwargs if k not in attr_names]
+    if unknown:
+        accepted = ", ".join(attr_names) or "none"
+        raise GraphError(f"{op}: unknown attribute '{unknown[0]}' (accepted: {accepted}, dtype, name)")
+    return kwargs, dtype, name
+
+
+OP_TABLE = _kiln.op_table()
+for _op, _family, _lo, _hi, _attrs in OP_TABLE:
+    if _op in ("input", "output", "op", "build", "to_json"):
+        raise RuntimeError(f"op '{_op}' collides with a GraphBuilder method")
+    setattr(GraphBuilder, _op, _make_op_method(_op, _family, _lo, _hi, list(_attrs)))

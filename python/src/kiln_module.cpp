@@ -1,0 +1,371 @@
+// kiln._kiln: the extension module behind `import kiln` (python.md).
+//
+// It binds the public C++ API (include/kiln/) and the op table; the Python
+// package (python/kiln/) builds the user-facing classes on it: op methods
+// generated from op_table(), arrays of every library through DLPack or
+// their own attributes, outputs allocated by the inputs' library. Errors
+// are raised as the classes of kiln._errors, with the CLI's messages. The
+// GIL is released while NVRTC compiles and while a launch is enqueued.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/string_view.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/variant.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstring>
+#include <optional>
+
+#include "compiler/graph_internal.h"
+#include "compiler/numerics.h"
+#include "compiler/op_table.h"
+#include "compiler/plan_printer.h"
+#include "compiler/planner/planner.h"
+#include "kiln/kiln.h"
+#include "codegen/kernel_codegen.h"
+#include "runtime/cuda_driver.h"
+#include "runtime/npy.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace kiln::python {
+namespace {
+
+// Raises the kiln._errors class named `kind` with `message`.
+[[noreturn]] void raise(const char* kind, const std::string& message) {
+  nb::object cls = nb::module_::import_("kiln._errors").attr(kind);
+  PyErr_SetString(cls.ptr(), message.c_str());
+  throw nb::python_error();
+}
+
+// Errors of graph construction, compilation and launch, as Python sees them.
+[[noreturn]] void raise_graph_error(const Error& e) { raise("GraphError", e.message); }
+[[noreturn]] void raise_compile_error(const Error& e) {
+  if (e.code == ErrorCode::InvalidInput) raise("GraphError", e.message);
+  raise("CompileError", e.message);
+}
+[[noreturn]] void raise_run_error(const Error& e) {
+  switch (e.code) {
+    case ErrorCode::InvalidInput: raise("BindingError", e.message);
+    case ErrorCode::OutOfMemory: raise("OutOfMemoryError", e.message);
+    case ErrorCode::CompileOrDevice: raise("DeviceError", e.message);
+    case ErrorCode::Usage:
+    case ErrorCode::CheckFailed:
+    case ErrorCode::Internal: break;
+  }
+  raise("KilnError", e.message);
+}
+
+template <class T>
+T unwrap_graph(Expected<T> e) {
+  if (!e) raise_graph_error(e.error());
+  return std::move(*e);
+}
+
+nb::tuple to_tuple(const std::vector<int64_t>& v) {
+  nb::list l;
+  for (int64_t x : v) l.append(x);
+  return nb::tuple(l);
+}
+
+nb::list describe(const std::vector<TensorDesc>& tensors) {
+  nb::list out;
+  for (const TensorDesc& t : tensors)
+    out.append(nb::make_tuple(t.name, to_tuple(t.shape), std::string(to_string(t.dtype)), to_tuple(t.strides)));
+  return out;
+}
+
+DType dtype_of(const std::string& name) {
+  std::optional<DType> d = parse_dtype(name);
+  if (!d) raise("GraphError", "unknown dtype '" + name + "' (expected f32, f16, bf16 or bool)");
+  return *d;
+}
+
+// The op table, as the Python package generates its builder methods from it:
+// (name, family, min inputs, max inputs, [(attribute, kind), ...]).
+nb::list op_table() {
+  static const char* kinds[] = {"float", "int", "bool", "enum", "int_pair", "int_list"};
+  static const char* families[] = {"unary", "binary", "compare", "select", "reduce", "norm",
+                                   "matmul", "conv", "pool", "view", "attention"};
+  static_assert(sizeof(families) / sizeof(*families) == static_cast<size_t>(ir::OpFamily::Attention) + 1);
+  nb::list out;
+  for (int k = 0; k < ir::kOpKindCount; ++k) {
+    const ir::OpInfo& info = ir::op_info(static_cast<ir::OpKind>(k));
+    nb::list attrs;
+    for (int a = 0; a < ir::kAttrKeyCount; ++a)
+      if (info.attrs & ir::attr_bit(static_cast<ir::AttrKey>(a)))
+        attrs.append(nb::make_tuple(std::string(ir::attr_name(static_cast<ir::AttrKey>(a))),
+                                    kinds[static_cast<int>(ir::attr_kind(static_cast<ir::AttrKey>(a)))]));
+    out.append(nb::make_tuple(std::string(info.name), families[static_cast<int>(info.family)], info.min_inputs,
+                              info.max_inputs, attrs));
+  }
+  return out;
+}
+
+// An attribute value from Python, as its JSON value would be.
+AttrValue attr_value(const std::string& op, const std::string& key, nb::handle v) {
+  if (nb::isinstance<nb::bool_>(v)) return nb::cast<bool>(v);
+  if (nb::isinstance<nb::int_>(v)) return nb::cast<int64_t>(v);
+  if (nb::isinstance<nb::float_>(v)) return nb::cast<double>(v);
+  if (nb::isinstance<nb::str>(v)) return nb::cast<std::string>(v);
+  if (nb::isinstance<nb::list>(v) || nb::isinstance<nb::tuple>(v)) {
+    std::vector<int64_t> values;
+    for (nb::handle x : v) {
+      if (!nb::isinstance<nb::int_>(x) || nb::isinstance<nb::bool_>(x))
+        raise("GraphError", op + ": attribute '" + key + "' must be a list of integers");
+      values.push_back(nb::cast<int64_t>(x));
+    }
+    return values;
+  }
+  raise("GraphError", op + ": attribute '" + key + "' has a value of type " +
+                          nb::cast<std::string>(nb::str(nb::handle(reinterpret_cast<PyObject*>(Py_TYPE(v.ptr()))))));
+}
+
+// ---- host arrays: the reference interpreter's inputs and outputs ----
+
+using HostArray = nb::ndarray<nb::ro, nb::device::cpu>;
+
+double element_value(const HostArray& a, int64_t offset) {
+  const uint8_t* base = static_cast<const uint8_t*>(a.data());
+  const nb::dlpack::dtype t = a.dtype();
+  const uint8_t* p = base + offset * static_cast<int64_t>(t.bits / 8);
+  switch (static_cast<nb::dlpack::dtype_code>(t.code)) {
+    case nb::dlpack::dtype_code::Float:
+      if (t.bits == 32) { float v; std::memcpy(&v, p, 4); return v; }
+      if (t.bits == 64) { double v; std::memcpy(&v, p, 8); return v; }
+      if (t.bits == 16) { uint16_t h; std::memcpy(&h, p, 2); return f16_bits_to_f32(h); }
+      break;
+    case nb::dlpack::dtype_code::Bfloat:
+      if (t.bits == 16) { uint16_t h; std::memcpy(&h, p, 2); return bf16_bits_to_f32(h); }
+      break;
+    case nb::dlpack::dtype_code::Bool: return *p ? 1.0 : 0.0;
+    case nb::dlpack::dtype_code::Int:
+      if (t.bits == 8) return static_cast<double>(*reinterpret_cast<const int8_t*>(p));
+      if (t.bits == 16) { int16_t v; std::memcpy(&v, p, 2); return static_cast<double>(v); }
+      if (t.bits == 32) { int32_t v; std::memcpy(&v, p, 4); return static_cast<double>(v); }
+      if (t.bits == 64) { int64_t v; std::memcpy(&v, p, 8); return static_cast<double>(v); }
+      break;
+    case nb::dlpack::dtype_code::UInt:
+      if (t.bits == 8) return static_cast<double>(*p);
+      if (t.bits == 16) { uint16_t v; std::memcpy(&v, p, 2); return static_cast<double>(v); }
+      if (t.bits == 32) { uint32_t v; std::memcpy(&v, p, 4); return static_cast<double>(v); }
+      break;
+    default: break;
+  }
+  raise("BindingError", "unsupported array dtype (DLPack code " + std::to_string(t.code) + ", " + std::to_string(t.bits) + " bits)");
+}
+
+// The logical values of a host array of any layout, widened to f32, then
+// rounded to the declared dtype as `kiln run` does with .npy files.
+HostTensor host_tensor(const HostArray& a, const TensorDesc& want) {
+  HostTensor t{want.shape, want.dtype, {}};
+  const int64_t count = element_count(want.shape);
+  t.values.resize(static_cast<size_t>(count));
+  std::vector<int64_t> index(want.shape.size(), 0);
+  for (int64_t i = 0; i < count; ++i) {
+    int64_t offset = 0;
+    for (size_t d = 0; d < index.size(); ++d) offset += index[d] * a.stride(d);
+    // As `kiln run` reads .npy files: any dtype, rounded to the declared one in one step.
+    t.values[static_cast<size_t>(i)] = kiln::round_from_f64(want.dtype, element_value(a, offset));
+    for (size_t d = index.size(); d-- > 0;)
+      if (++index[d] < want.shape[d]) break;
+      else index[d] = 0;
+  }
+  return t;
+}
+
+// ---- the executable ----
+
+struct PyExecutable {
+  Executable exe;
+  std::string plan_json;
+};
+
+PyExecutable compile(const Graph& graph, std::optional<std::string> arch, bool fuse, bool autotune,
+                     std::optional<std::string> cache_dir) {
+  CompileOptions options{.arch = arch.value_or(""), .fuse = fuse, .use_cache = true, .cache_dir = cache_dir.value_or(""),
+                         .fail_if_compiling = false, .autotune = autotune, .device = -1};
+  std::optional<Expected<Executable>> exe;
+  std::string plan;
+  {
+    nb::gil_scoped_release release;
+    exe.emplace(Executable::compile(graph, options));
+    if (exe->ok()) plan = ir::plan_to_json(ir_of(graph), ir::plan_fusion(ir_of(graph), {.fuse = fuse}));
+  }
+  if (!exe->ok()) raise_compile_error(exe->error());
+  return PyExecutable{std::move(exe->value()), std::move(plan)};
+}
+
+void launch(const PyExecutable& self, const std::vector<uintptr_t>& inputs, const std::vector<uintptr_t>& outputs,
+            uintptr_t workspace, uintptr_t stream, int device) {
+  Status s;
+  {
+    nb::gil_scoped_release release;
+    // On a default stream, the device's primary context is the one the
+    // arrays live in (as PyTorch and CuPy use them): make it current.
+    if (stream == 0 || stream == 1 || stream == 2)
+      if (const runtime::Driver* cu = runtime::loaded_driver()) {
+        CUcontext current = nullptr, primary = runtime::primary_context(device);
+        cu->cuCtxGetCurrent(&current);
+        if (primary && current != primary) cu->cuCtxSetCurrent(primary);
+      }
+    std::vector<void*> in(inputs.size()), out(outputs.size());
+    for (size_t i = 0; i < inputs.size(); ++i) in[i] = reinterpret_cast<void*>(inputs[i]);
+    for (size_t i = 0; i < outputs.size(); ++i) out[i] = reinterpret_cast<void*>(outputs[i]);
+    s = self.exe.launch(BoundArgs{in, out}, reinterpret_cast<void*>(workspace), reinterpret_cast<void*>(stream));
+  }
+  if (!s) raise_run_error(s.error());
+}
+
+// Runs the reference interpreter on host arrays (in binding order); returns
+// float32 (bool: bool) NumPy arrays of the logical outputs.
+nb::list run_reference_on(const Graph& graph, const std::vector<HostArray>& arrays) {
+  const std::vector<TensorDesc> declared = graph.inputs();
+  std::vector<HostTensor> inputs;
+  for (size_t i = 0; i < arrays.size(); ++i) inputs.push_back(host_tensor(arrays[i], declared[i]));
+  std::optional<Expected<std::vector<HostTensor>>> out;
+  {
+    nb::gil_scoped_release release;
+    out.emplace(run_reference(graph, inputs));
+  }
+  if (!out->ok()) raise_run_error(out->error());
+  nb::list result;
+  nb::module_ np = nb::module_::import_("numpy");
+  for (const HostTensor& t : out->value()) {
+    nb::object shape = to_tuple(t.shape);
+    if (t.dtype == DType::boolean) {
+      nb::object a = np.attr("empty")(shape, "dtype"_a = "bool");
+      nb::ndarray<nb::numpy, bool> view = nb::cast<nb::ndarray<nb::numpy, bool>>(a);
+      for (size_t i = 0; i < t.values.size(); ++i) view.data()[i] = t.values[i] != 0.0f;
+      result.append(a);
+    } else {
+      nb::object a = np.attr("empty")(shape, "dtype"_a = "float32");
+      nb::ndarray<nb::numpy, float> view = nb::cast<nb::ndarray<nb::numpy, float>>(a);
+      std::memcpy(view.data(), t.values.data(), t.values.size() * sizeof(float));
+      result.append(a);
+    }
+  }
+  return result;
+}
+
+// Where a DLPack array lives and how it is laid out:
+// (pointer, shape, strides in elements, kiln dtype or "", DLPack device type, device id).
+nb::tuple dlpack_info(nb::ndarray<> a) {
+  std::vector<int64_t> shape, strides;
+  for (size_t d = 0; d < a.ndim(); ++d) {
+    shape.push_back(static_cast<int64_t>(a.shape(d)));
+    strides.push_back(static_cast<int64_t>(a.stride(d)));
+  }
+  const nb::dlpack::dtype t = a.dtype();
+  std::string dtype;
+  if (t == nb::dtype<float>()) dtype = "f32";
+  else if (t == nb::dtype<bool>()) dtype = "bool";
+  else if (t.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Float) && t.bits == 16) dtype = "f16";
+  else if (t.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Bfloat) && t.bits == 16) dtype = "bf16";
+  return nb::make_tuple(reinterpret_cast<uintptr_t>(a.data()), to_tuple(shape), to_tuple(strides), dtype,
+                        a.device_type(), a.device_id());
+}
+
+nb::list kernel_reports(const PyExecutable& self) {
+  nb::list out;
+  for (const KernelReport& r : self.exe.report()) {
+    nb::dict d;
+    d["kind"] = r.kind;
+    d["key"] = r.key;
+    d["cache_hit"] = r.cache_hit;
+    d["ms"] = r.milliseconds;
+    d["tuning"] = r.tuning;
+    out.append(d);
+  }
+  return out;
+}
+
+}  // namespace
+
+NB_MODULE(_kiln, m) {
+  m.doc() = "kiln's extension module; use the `kiln` package";
+  m.def("op_table", &op_table);
+  m.def("set_log", [](nb::object callback) {
+    // Diagnostics of the library (warnings) through a Python callable (or None).
+    Options o = *current_options();
+    if (callback.is_none()) {
+      o.log = {};
+    } else {
+      o.log = [callback](LogLevel level, std::string_view message) {
+        nb::gil_scoped_acquire gil;
+        callback(level == LogLevel::warning ? "warning" : "info", std::string(message));
+      };
+    }
+    set_options(std::move(o));
+  });
+
+  nb::class_<Graph>(m, "Graph")
+      .def_static("load", [](const std::string& path) { return unwrap_graph(Graph::load(path)); })
+      .def_static("from_json", [](const std::string& text) { return unwrap_graph(Graph::from_json(text, "<python>")); })
+      .def("to_json", &Graph::to_json)
+      .def_prop_ro("name", &Graph::name)
+      .def_prop_ro("hash", &Graph::hash)
+      .def_prop_ro("op_count", &Graph::op_count)
+      .def("ir_text", &Graph::to_ir_text)
+      .def("input_specs", [](const Graph& g) { return describe(g.inputs()); })
+      .def("output_specs", [](const Graph& g) { return describe(g.outputs()); })
+      .def("plan_json", [](const Graph& g, bool fuse) {
+        return ir::plan_to_json(ir_of(g), ir::plan_fusion(ir_of(g), {.fuse = fuse}));
+      }, "fuse"_a = true)
+      .def("run_reference", &run_reference_on);
+
+  nb::class_<GraphBuilder>(m, "GraphBuilder")
+      .def(nb::init<std::string>(), "name"_a = "")
+      .def("input", [](GraphBuilder& b, std::string name, std::vector<int64_t> shape, const std::string& dtype,
+                       std::optional<std::vector<int64_t>> strides) {
+        const Tensor t = b.input(std::move(name), std::move(shape), dtype_of(dtype), strides.value_or(Strides{}));
+        if (Status s = b.status(); !s) raise_graph_error(s.error());
+        return t.id;
+      }, "name"_a, "shape"_a, "dtype"_a, "strides"_a = nb::none())
+      .def("op", [](GraphBuilder& b, const std::string& op, nb::list in, nb::dict attrs, std::optional<std::string> dtype,
+                    std::string out) {
+        std::vector<Operand> operands;
+        for (nb::handle x : in) {
+          if (nb::isinstance<nb::int_>(x) && !nb::isinstance<nb::bool_>(x)) operands.emplace_back(Tensor{nb::cast<int>(x)});
+          else operands.emplace_back(nb::cast<double>(x));
+        }
+        Attrs list;
+        for (auto [k, v] : attrs) {
+          const std::string key = nb::cast<std::string>(k);
+          list.emplace_back(key, attr_value(op, key, v));
+        }
+        std::optional<DType> d;
+        if (dtype) d = dtype_of(*dtype);
+        const Tensor t = b.op(op, std::move(operands), std::move(list), d, std::move(out));
+        if (Status s = b.status(); !s) raise_graph_error(s.error());
+        return t.id;
+      }, "op"_a, "inputs"_a, "attrs"_a, "dtype"_a = nb::none(), "out"_a = "");
+
+  nb::class_<PyExecutable>(m, "Executable")
+      .def_prop_ro("arch", [](const PyExecutable& e) { return e.exe.arch(); })
+      .def_prop_ro("plan_json", [](const PyExecutable& e) { return e.plan_json; })
+      .def_prop_ro("kernel_count", [](const PyExecutable& e) { return e.exe.kernel_count(); })
+      .def_prop_ro("workspace_bytes", [](const PyExecutable& e) { return e.exe.workspace_bytes(); })
+      .def("kernel_reports", &kernel_reports)
+      .def("output_storage_dtypes", [](const PyExecutable& e) {
+        // The dtype each output is stored in (graph-format.md rule 4: unrounded results are f32).
+        nb::list out;
+        for (const TensorDesc& t : e.exe.graph().outputs()) {
+          const ir::Graph& g = ir_of(e.exe.graph());
+          for (ir::TensorId id : g.outputs)
+            if (g.tensor(id).name == t.name) out.append(std::string(to_string(codegen::storage_dtype(g.tensor(id)))));
+        }
+        return out;
+      })
+      .def("launch", &launch, "inputs"_a, "outputs"_a, "workspace"_a, "stream"_a, "device"_a);
+
+  m.def("compile", &compile, "graph"_a, "arch"_a = nb::none(), "fuse"_a = true, "autotune"_a = false,
+        "cache_dir"_a = nb::none());
+  m.def("device_count", [] { return runtime::device_count(); });
+  m.def("dlpack_info", &dlpack_info);
+}
+
+}  // namespace kiln::python
