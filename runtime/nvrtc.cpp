@@ -4,13 +4,13 @@
 #include <fmt/format.h>
 #include <nvrtc.h>
 
+#include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <mutex>
-#include <regex>
 
 #include "kiln/options.h"
 #include "runtime/embedded_templates.h"
@@ -32,7 +32,15 @@ std::string nvrtc_version() {
   return fmt::format("{}.{}", major, minor);
 }
 
-bool is_valid_arch(const std::string& arch) { return std::regex_match(arch, std::regex("sm_[0-9]{2,3}a?")); }
+// sm_ then 2 or 3 digits, then an optional 'a'. (Not std::regex: in a
+// process that also holds PyTorch, libstdc++'s regex crashes on its locale.)
+bool is_valid_arch(const std::string& arch) {
+  if (arch.rfind("sm_", 0) != 0) return false;
+  size_t digits = 0;
+  while (3 + digits < arch.size() && std::isdigit(static_cast<unsigned char>(arch[3 + digits]))) ++digits;
+  const std::string_view rest = std::string_view(arch).substr(3 + digits);
+  return digits >= 2 && digits <= 3 && (rest.empty() || rest == "a");
+}
 
 namespace {
 

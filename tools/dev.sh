@@ -3,7 +3,8 @@
 # packages), configures, builds with every core, and runs.
 #
 #   tools/dev.sh demo [GRAPH]  the main job on a bundled example graph
-#   tools/dev.sh test          build and run every CPU test (what CI runs)
+#   tools/dev.sh test          build and run every CPU test, C++ and Python (what CI runs)
+#   tools/dev.sh python        build the Python package into build/venv only
 #   tools/dev.sh build         configure and build only
 #   tools/dev.sh deps          install missing packages only
 #
@@ -113,17 +114,43 @@ demo() {
   say "inputs and outputs written as .npy to $out"
 }
 
+# The Python package (pip install . into $build/venv, incrementally through
+# $build/python) and what its tests need: nanobind, scikit-build-core,
+# pytest, hypothesis, NumPy, and PyTorch's CPU build.
+python_package() {
+  local venv=$build/venv
+  if [[ ! -x $venv/bin/python ]]; then
+    say "creating $venv"
+    python3 -m venv "$venv"
+  fi
+  local wanted=(nanobind scikit-build-core numpy pytest hypothesis "nvidia-cuda-nvrtc==13.0.88" "torch==2.13.0")
+  if ! "$venv/bin/python" -c "import nanobind, scikit_build_core, numpy, pytest, hypothesis, torch, nvidia.cu13" 2>/dev/null; then
+    say "installing into $venv: ${wanted[*]}"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check "${wanted[@]}"
+  fi
+  say "pip install . (the kiln package, built in $build/python)"
+  local start=$SECONDS
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps \
+    -Cbuild-dir="$build/python" "$root"
+  say "kiln package installed in $((SECONDS - start)) s"
+}
+
 run_tests() {
   configure_and_build
   say "running the CPU tests"
   ctest --test-dir "$build" --output-on-failure -j "$jobs" -L cpu
+  python_package
+  say "running the Python tests"
+  # pytest exits 5 when it collects nothing: that fails here too.
+  (cd "$root" && "$build/venv/bin/python" -m pytest python/tests -q -p no:cacheprovider)
 }
 
 case ${1:-} in
   demo) shift; demo "$@" ;;
   test) run_tests ;;
+  python) install_missing; python_package ;;
   build) configure_and_build ;;
   deps) install_missing ;;
   nvrtc-root) nvrtc_root ;;
-  *) echo "usage: tools/dev.sh demo [GRAPH] | test | build" >&2; exit 2 ;;
+  *) echo "usage: tools/dev.sh demo [GRAPH] | test | build | python | deps" >&2; exit 2 ;;
 esac

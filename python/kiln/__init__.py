@@ -22,6 +22,11 @@ __all__ = ["Graph", "GraphBuilder", "Tensor", "TensorSpec", "Executable", "compi
 __version__ = "0.1.0"
 
 
+import atexit as _atexit
+
+_atexit.register(_kiln.set_log, None)
+
+
 def set_log(callback) -> None:
     """Where the library's diagnostics go: callback(level, message), or None (nowhere, the default)."""
     _kiln.set_log(callback)

@@ -290,17 +290,33 @@ NB_MODULE(_kiln, m) {
   m.def("op_table", &op_table);
   m.def("set_log", [](nb::object callback) {
     // Diagnostics of the library (warnings) through a Python callable (or None).
+    // The callable is released with the GIL held, and leaked once the interpreter is gone.
+    struct Callback {
+      PyObject* fn;
+      explicit Callback(PyObject* f) : fn(f) { Py_INCREF(fn); }
+      ~Callback() {
+        if (!Py_IsInitialized()) return;
+        nb::gil_scoped_acquire gil;
+        Py_DECREF(fn);
+      }
+    };
     Options o = *current_options();
     if (callback.is_none()) {
       o.log = {};
     } else {
-      o.log = [callback](LogLevel level, std::string_view message) {
+      auto held = std::make_shared<Callback>(callback.ptr());
+      o.log = [held](LogLevel level, std::string_view message) {
+        if (!Py_IsInitialized()) return;
         nb::gil_scoped_acquire gil;
-        callback(level == LogLevel::warning ? "warning" : "info", std::string(message));
+        try {
+          nb::handle(held->fn)(level == LogLevel::warning ? "warning" : "info", std::string(message));
+        } catch (nb::python_error& e) {
+          e.discard_as_unraisable("kiln's log callback");
+        }
       };
     }
     set_options(std::move(o));
-  });
+  }, "callback"_a.none());
 
   nb::class_<Graph>(m, "Graph")
       .def_static("load", [](const std::string& path) { return unwrap_graph(Graph::load(path)); })

@@ -1,0 +1,226 @@
+"""kiln from Python on a GPU: PyTorch, CuPy and JAX arrays in f32/f16/bf16,
+strided inputs, the caller's stream, CUDA-graph capture, threads, and the
+examples against the reference. Skips (and says why) without a GPU."""
+import threading
+
+import numpy as np
+import pytest
+
+import kiln
+from conftest import EXAMPLES, example_id
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("skipped: no CUDA GPU (PyTorch sees none)", allow_module_level=True)
+
+TOLERANCE = {"f32": 1e-4, "f16": 2e-3, "bf16": 1e-2, "bool": 0}
+TORCH = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16, "bool": torch.bool}
+
+
+def relative_error(got, want):
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    return np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30)
+
+
+def gelu_graph(dtype, strides=None):
+    b = kiln.GraphBuilder(f"gelu_{dtype}")
+    x = b.input("x", [256, 384], dtype, strides)
+    s = b.input("s", [384], dtype)
+    b.output(b.gelu(b.mul(x, s), dtype=dtype), name="y")
+    return b.build()
+
+
+def reference(graph, inputs):
+    host = {k: (v.float().cpu().numpy() if v.dtype == torch.bfloat16 else v.cpu().numpy()) for k, v in inputs.items()}
+    return kiln.compile(graph)(**host)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+def test_torch_inputs(dtype):
+    g = gelu_graph(dtype)
+    exe = kiln.compile(g)
+    ins = {"x": torch.randn(256, 384, device="cuda").to(TORCH[dtype]), "s": torch.randn(384, device="cuda").to(TORCH[dtype])}
+    y = exe(**ins)["y"]
+    assert y.device.type == "cuda" and y.dtype == TORCH[dtype]
+    torch.cuda.synchronize()
+    assert relative_error(y.float().cpu(), reference(g, ins)["y"]) < TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16"])
+def test_cupy_inputs(dtype):
+    cupy = pytest.importorskip("cupy")
+    g = gelu_graph(dtype)
+    exe = kiln.compile(g)
+    np_dtype = {"f32": np.float32, "f16": np.float16}[dtype]
+    x = cupy.asarray(np.random.randn(256, 384).astype(np_dtype))
+    s = cupy.asarray(np.random.randn(384).astype(np_dtype))
+    y = exe(x=x, s=s)["y"]
+    assert type(y).__module__.startswith("cupy") and y.dtype == np_dtype
+    cupy.cuda.get_current_stream().synchronize()
+    want = kiln.compile(g)(x=cupy.asnumpy(x), s=cupy.asnumpy(s))["y"]
+    assert relative_error(cupy.asnumpy(y), want) < TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+def test_jax_inputs(dtype):
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+    if not any(d.platform == "gpu" for d in jax.devices()):
+        pytest.skip("JAX sees no GPU")
+    g = gelu_graph(dtype)
+    exe = kiln.compile(g)
+    jdt = {"f32": jnp.float32, "f16": jnp.float16, "bf16": jnp.bfloat16}[dtype]
+    x = jnp.asarray(np.random.randn(256, 384), dtype=jdt)
+    s = jnp.asarray(np.random.randn(384), dtype=jdt)
+    y = exe(x=x, s=s)["y"]
+    assert isinstance(y, jax.Array) and y.dtype == jdt
+    host = (lambda a: np.asarray(a.astype(jnp.float32))) if dtype == "bf16" else np.asarray
+    want = kiln.compile(g)(x=host(x), s=host(s))["y"]
+    assert relative_error(np.asarray(y.astype(jnp.float32)), want) < TOLERANCE[dtype]
+
+
+def test_strided_torch_inputs():
+    base = torch.randn(256, 512, device="cuda")
+    view = base[:, :384]  # strides (512, 1)
+    s = torch.randn(384, device="cuda")
+    declared = kiln.compile(gelu_graph("f32", strides=[512, 1]))
+    y = declared(x=view, s=s)["y"]
+    torch.cuda.synchronize()
+    assert relative_error(y.cpu(), torch.nn.functional.gelu(view * s).cpu()) < 1e-5
+    with pytest.raises(kiln.BindingError, match=r"strides \[512, 1\] given; the graph declares \[384, 1\]"):
+        kiln.compile(gelu_graph("f32"))(x=view, s=s)
+    t = torch.randn(384, 256, device="cuda").t()  # a transpose: strides (1, 256)
+    with pytest.raises(kiln.BindingError, match="strides"):
+        kiln.compile(gelu_graph("f32"))(x=t, s=s)
+
+
+def test_the_fast_path_sees_every_change():
+    exe = kiln.compile(gelu_graph("f32"))
+    x, s = torch.randn(256, 384, device="cuda"), torch.randn(384, device="cuda")
+    for _ in range(3):  # the first call is checked; later ones take the fast path
+        y = exe(x=x, s=s)["y"]
+    out = {"y": torch.empty_like(y)}
+    exe.run({"x": x, "s": s}, out)
+    exe.run({"x": x, "s": s}, out)
+    torch.cuda.synchronize()
+    assert torch.equal(out["y"], y)
+    with pytest.raises(kiln.BindingError, match="dtype torch.float16 given"):
+        exe(x=x.half(), s=s)
+    with pytest.raises(kiln.BindingError, match="shape"):
+        exe(x=x[:128], s=s)
+    with pytest.raises(kiln.BindingError, match="not given"):
+        exe(x=x)
+    with pytest.raises(kiln.BindingError, match="output 'y': dtype"):
+        exe.run({"x": x, "s": s}, {"y": out["y"].half()})
+    with pytest.raises(kiln.BindingError, match="is on the CPU"):
+        exe(x=x.cpu(), s=s)
+
+
+def test_host_and_device_arrays_together_are_a_binding_error():
+    exe = kiln.compile(gelu_graph("f32"))
+    with pytest.raises(kiln.BindingError, match="is on the CPU while input 'x' is on cuda:0|is on cuda:0 while"):
+        exe(x=torch.randn(256, 384, device="cuda"), s=torch.randn(384))
+    with pytest.raises(kiln.BindingError, match="output 'y' is on the CPU"):
+        exe.run({"x": torch.randn(256, 384, device="cuda"), "s": torch.randn(384, device="cuda")},
+                {"y": torch.empty(256, 384)})
+
+
+def test_a_side_stream_orders_after_its_producer():
+    # The producer writes x on a side stream; kiln runs on that stream (current) and reads the new values.
+    exe = kiln.compile(gelu_graph("f32"))
+    side = torch.cuda.Stream()
+    x = torch.zeros(256, 384, device="cuda")
+    s = torch.ones(384, device="cuda")
+    torch.cuda.synchronize()
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(50_000_000)  # the producer is slow
+        x.fill_(2.0)
+        y = exe(x=x, s=s)["y"]
+    side.synchronize()
+    assert torch.allclose(y, torch.nn.functional.gelu(torch.full_like(x, 2.0)))
+
+
+def test_cuda_graph_capture_replays_with_new_values():
+    g = kiln.Graph.load(EXAMPLES[0].parents[1] / "norm" / "add_layer_norm.json")
+    exe = kiln.compile(g)
+    ins = {n: torch.randn(*spec.shape, device="cuda").to(TORCH[spec.dtype]) for n, spec in g.inputs.items()}
+    outs = {n: torch.empty(*spec.shape, device="cuda", dtype=TORCH[spec.dtype]) for n, spec in g.outputs.items()}
+    workspace = torch.empty(max(exe.workspace_bytes, 1), dtype=torch.uint8, device="cuda")
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        exe.run(ins, outs, workspace=workspace)  # warm: modules loaded before capture
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        exe.run(ins, outs, workspace=workspace)
+    for trial in range(3):
+        for n, t in ins.items():
+            t.copy_(torch.randn(*t.shape, device="cuda").to(t.dtype))
+        graph.replay()
+        torch.cuda.synchronize()
+        want = reference(g, ins)
+        for n in outs:
+            assert relative_error(outs[n].float().cpu(), want[n]) < TOLERANCE[g.outputs[n].dtype], (trial, n)
+
+
+def test_eight_threads_compile_and_run_at_once():
+    errors = []
+
+    def work(i):
+        try:
+            g = gelu_graph("bf16" if i % 2 else "f16")
+            exe = kiln.compile(g)
+            stream = torch.cuda.Stream()
+            with torch.cuda.stream(stream):
+                for _ in range(20):
+                    ins = {"x": torch.randn(256, 384, device="cuda").to(TORCH[g.inputs["x"].dtype]),
+                           "s": torch.randn(384, device="cuda").to(TORCH[g.inputs["s"].dtype])}
+                    y = exe(**ins)["y"]
+            stream.synchronize()
+            err = relative_error(y.float().cpu(), reference(g, ins)["y"])
+            if err > TOLERANCE[g.inputs["x"].dtype]:
+                errors.append(f"thread {i}: relative error {err}")
+        except Exception as e:  # noqa: BLE001 (reported below)
+            errors.append(f"thread {i}: {e!r}")
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=example_id)
+def test_examples_through_python_against_the_reference(path):
+    g = kiln.Graph.load(path)
+    exe = kiln.compile(g)
+    gen = torch.Generator().manual_seed(5)
+    ins = {}
+    for name, spec in g.inputs.items():
+        if spec.dtype == "bool":
+            value = torch.rand(*spec.shape, generator=gen) > 0.5
+        else:
+            value = torch.randn(*spec.shape, generator=gen)
+            if "var" in name:
+                value = value.abs() + 0.5
+        # laid out as declared
+        span = 1 + sum((n - 1) * s for n, s in zip(spec.shape, spec.strides))
+        backing = torch.zeros(span, dtype=TORCH[spec.dtype], device="cuda")
+        view = backing.as_strided(spec.shape, spec.strides)
+        view.copy_(value.to(TORCH[spec.dtype]))
+        ins[name] = view
+    got = exe(**ins)
+    torch.cuda.synchronize()
+    want = kiln.compile(g)(**{k: (v.float() if v.dtype == torch.bfloat16 else v).cpu().numpy() for k, v in ins.items()})
+    narrow = any(spec.dtype in ("f16", "bf16") for spec in list(g.inputs.values()) + list(g.outputs.values()))
+    tolerance = 1e-2 if narrow else 1e-3
+    for name, spec in g.outputs.items():
+        have = got[name].float().cpu().numpy() if spec.dtype != "bool" else got[name].cpu().numpy()
+        if spec.dtype == "bool":
+            assert np.mean(have != want[name]) < 1e-3, name
+            continue
+        finite = np.isfinite(want[name])
+        assert np.array_equal(np.isfinite(have), finite), name
+        assert relative_error(np.where(finite, have, 0), np.where(finite, want[name], 0)) <= tolerance, name

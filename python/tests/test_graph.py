@@ -1,0 +1,163 @@
+"""Graphs from Python: the builder against the JSON format, every op of the
+catalogue, and the errors."""
+import json
+
+import pytest
+
+import kiln
+from conftest import EXAMPLES, example_id
+
+
+def rebuild(document):
+    """The graph of a JSON document, built again through GraphBuilder's generated op methods."""
+    b = kiln.GraphBuilder(document.get("name", ""))
+    tensors = {}
+    for name, spec in document["inputs"].items():
+        tensors[name] = b.input(name, spec["shape"], spec["dtype"], spec.get("strides"))
+    for op in document["ops"]:
+        attrs = {k: v for k, v in op.items() if k not in ("op", "in", "out", "dtype")}
+        operands = [tensors[x] if isinstance(x, str) else x for x in op["in"]]
+        method = getattr(b, op["op"])
+        family = {o: fam for o, fam, *_ in kiln.OP_TABLE}[op["op"]]
+        hi = {o: h for o, _f, _l, h, _a in kiln.OP_TABLE}[op["op"]]
+        args = (operands,) if hi > 8 else operands
+        tensors[op["out"]] = method(*args, dtype=op.get("dtype"), name=op["out"], **attrs)
+        assert family
+    for name in document["outputs"]:
+        b.output(tensors[name])
+    return b.build()
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=example_id)
+def test_builder_and_json_give_the_same_hash(path):
+    loaded = kiln.Graph.load(path)
+    built = rebuild(json.loads(path.read_text()))
+    assert built.hash == loaded.hash
+    assert kiln.Graph.from_json(loaded.to_json()).hash == loaded.hash
+    assert kiln.Graph.from_json(json.loads(path.read_text())).hash == loaded.hash
+
+
+def test_hash_ignores_names():
+    b = kiln.GraphBuilder("a")
+    x = b.input("x", [4, 4], "f32")
+    b.output(b.relu(x))
+    c = kiln.GraphBuilder("b")
+    y = c.input("other", [4, 4], "f32")
+    c.output(c.relu(y), name="renamed")
+    assert b.build().hash == c.build().hash
+
+
+# One valid call of every op family, on a [2, 4, 6, 8] f32 tensor (x), so
+# that every op of the table is reached through its generated method.
+def call_every_op(b, op, family, lo, hi, attrs):
+    x = b.input(f"x_{op}", [2, 4, 6, 8], "f32")
+    method = getattr(b, op)
+    if family in ("unary",):
+        return method(x, dtype="bf16") if op == "cast" else method(x)
+    if family in ("binary", "compare"):
+        return method(x, 2.0)
+    if family == "select":
+        return method(b.gt(x, 0.0), x, 1.0)
+    if family == "reduce":
+        return method(x, axes=[1, 3], keepdims=True)
+    if family == "norm":
+        if op == "batch_norm":
+            m = b.input(f"m_{op}", [8], "f32")
+            v = b.input(f"v_{op}", [8], "f32")
+            return method(x, m, v, eps=1e-3)
+        if op == "group_norm":
+            return method(x, groups=2)
+        return method(x, axis=-1)
+    if family == "matmul":
+        w = b.input(f"w_{op}", [8, 3], "f32")
+        return method(x, w, precision="tf32")
+    if family == "conv":
+        w = b.input(f"w_{op}", [5, 3, 3, 8], "f32")
+        return method(x, w, padding=[1, 1])
+    if family == "pool":
+        return method(x, kernel=[2, 2])
+    if family == "view":
+        if op == "transpose":
+            return method(x, perm=[0, 2, 1, 3])
+        if op == "reshape":
+            return method(x, shape=[2, -1])
+        if op == "expand":
+            return method(x, shape=[3, 2, 4, 6, 8])
+        if op == "slice":
+            return method(x, axis=1, start=1, end=3)
+    if family == "attention":
+        return method(x, x, x, causal=True)
+    if family == "concat" or hi > 8:
+        return method([x, x], axis=2)
+    raise AssertionError(f"no test call for op '{op}' ({family}): add one")
+
+
+def test_every_catalogue_op_is_reachable_from_the_builder():
+    b = kiln.GraphBuilder("every_op")
+    reached = []
+    for op, family, lo, hi, attrs in kiln.OP_TABLE:
+        assert callable(getattr(kiln.GraphBuilder, op)), op
+        b.output(call_every_op(b, op, family, lo, hi, attrs))
+        reached.append(op)
+    g = b.build()
+    assert len(reached) == len(kiln.OP_TABLE) and g.hash
+
+
+def test_type_stub_lists_every_op():
+    import pathlib
+    stub = pathlib.Path(kiln.__file__).with_name("_graph.pyi").read_text()
+    for op, *_ in kiln.OP_TABLE:
+        assert f"    def {op}(self," in stub, op
+
+
+def test_graph_properties():
+    g = kiln.Graph.load(EXAMPLES[0])
+    assert g.name and len(g.hash) == 32
+    for spec in list(g.inputs.values()) + list(g.outputs.values()):
+        assert isinstance(spec, kiln.TensorSpec) and len(spec.shape) == len(spec.strides)
+        assert spec.dtype in ("f32", "f16", "bf16", "bool")
+
+
+@pytest.mark.parametrize("build, says", [
+    (lambda b: b.add(b.input("x", [4, 3], "f32"), b.input("y", [5], "f32")), "do not broadcast"),
+    (lambda b: b.input("x", [4], "f8e4m3"), "dtype"),
+    (lambda b: b.reduce_sum(b.input("x", [4], "f32"), axes=[3]), "axis"),
+    (lambda b: b.relu(b.input("x", [4], "f32"), b.input("y", [4], "f32")), "2 inputs given, 1 expected"),
+    (lambda b: b.relu(b.input("x", [4], "f32"), alpha=0.1), "unknown attribute 'alpha'"),
+    (lambda b: b.op("addd", [b.input("x", [4], "f32")]), "unknown op 'addd'"),
+    (lambda b: b.input("bad name", [4], "f32"), "name"),
+    (lambda b: b.relu("x"), "not a kiln tensor or a number"),
+])
+def test_invalid_graphs_raise_graph_error_with_the_cli_message(build, says):
+    with pytest.raises(kiln.GraphError) as error:
+        build(kiln.GraphBuilder("bad"))
+    assert says in str(error.value)
+    assert isinstance(error.value, ValueError)
+
+
+def test_loading_a_malformed_graph_raises_graph_error(tmp_path):
+    path = tmp_path / "g.json"
+    path.write_text('{"kiln": 1, "inputs": {"x": {"shape": [4], "dtype": "f32"}}, "ops": [{"op": "addd", "in": ["x"], "out": "y"}], "outputs": ["y"]}')
+    with pytest.raises(kiln.GraphError, match="op 0 'y': unknown op 'addd'"):
+        kiln.Graph.load(path)
+    with pytest.raises(kiln.GraphError, match="cannot"):
+        kiln.Graph.load(tmp_path / "missing.json")
+    with pytest.raises(kiln.GraphError):
+        kiln.Graph.from_json("{not json")
+
+
+def test_outputs_are_named_and_checked():
+    b = kiln.GraphBuilder("names")
+    x = b.input("x", [4], "f32")
+    y = b.relu(x)
+    b.output(y, name="y")
+    with pytest.raises(kiln.GraphError, match="output already"):
+        b.output(kiln.Tensor(b, y.id, "y"))
+    with pytest.raises(kiln.GraphError, match="graph input"):
+        b.output(x, name="z")
+    with pytest.raises(kiln.GraphError, match="taken"):
+        b.output(b.exp(x), name="x")
+    other = kiln.GraphBuilder("other")
+    with pytest.raises(kiln.GraphError, match="not a tensor of this builder"):
+        other.output(y)
+    assert list(b.build().outputs) == ["y"]
