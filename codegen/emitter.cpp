@@ -134,6 +134,7 @@ std::string Emitter::compute(ir::TensorId t, const Coords& coords) {
   const ir::Op& op = g_.ops[static_cast<size_t>(tensor.producer)];
   const ir::OpFamily family = ir::op_info(op.kind).family;
   if (family == ir::OpFamily::View) return view(op, coords);
+  if (family == ir::OpFamily::Concat) return concat(op, coords);
   if (ir::is_pointwise(op.kind) || op.kind == ir::OpKind::BatchNorm) return pointwise(op, coords);
   if (norm_stats_.count(t)) return norm_from_stats(op, coords);
   KILN_UNREACHABLE(fmt::format("codegen cannot compute {} inside this kernel", g_.describe(tensor.producer)));
@@ -146,9 +147,51 @@ std::string Emitter::view(const ir::Op& op, const Coords& coords) {
     for (size_t d = 0; d < coords.size(); ++d) c[static_cast<size_t>(op.attrs.perm[d])] = coords[d];
     return value(op.inputs[0], c);
   }
+  if (op.kind == ir::OpKind::Expand) return value(op.inputs[0], broadcast(in.shape, g_.result(op).shape, coords));
+  if (op.kind == ir::OpKind::Slice) {
+    Coords c = coords;
+    std::string& at = c[static_cast<size_t>(op.attrs.axis)];
+    if (op.attrs.step != 1) at = fmt::format("({} * {})", at, op.attrs.step);
+    if (op.attrs.start != 0) at = fmt::format("({} + {})", at, op.attrs.start);
+    return value(op.inputs[0], c);
+  }
   const std::string linear = fresh("l");
   lines_.push_back(fmt::format("const kiln::i64 {} = {};", linear, linearize(coords, g_.result(op).shape)));
   return value(op.inputs[0], delinearize(linear, in.shape));
+}
+
+// Each element from the input that holds it: one branch per input, the
+// others not evaluated (their coordinates would be out of range). Values
+// computed inside a branch stay there (the memo is restored after it).
+std::string Emitter::concat(const ir::Op& op, const Coords& coords) {
+  const ir::Tensor& result = g_.result(op);
+  const size_t axis = static_cast<size_t>(op.attrs.axis);
+  const std::string v = fresh("v");
+  lines_.push_back(fmt::format("float {};  // {} = concat", v, result.name));
+  int64_t offset = 0;
+  for (size_t i = 0; i < op.inputs.size(); ++i) {
+    const int64_t size = g_.tensor(op.inputs[i]).shape[axis];
+    const bool last = i + 1 == op.inputs.size();
+    const std::string condition = fmt::format("{} < {}", coords[axis], offset + size);
+    lines_.push_back(i == 0 ? fmt::format("if ({}) {{", condition)
+                            : last ? std::string("} else {") : fmt::format("}} else if ({}) {{", condition));
+    const std::map<std::string, std::string> memo = memo_;
+    const size_t first_line = lines_.size();
+    Coords c = coords;
+    if (offset != 0) c[axis] = fmt::format("({} - {})", coords[axis], offset);
+    const std::string in = value(op.inputs[i], c);
+    lines_.push_back(fmt::format("{} = {};", v, in));
+    for (size_t l = first_line; l < lines_.size(); ++l) lines_[l] = "  " + lines_[l];
+    memo_ = memo;
+    offset += size;
+  }
+  lines_.push_back("}");
+  if (result.rounded) {
+    const std::string r = fresh("v");
+    lines_.push_back(fmt::format("const float {} = {};", r, rounded(result, v)));
+    return r;
+  }
+  return v;
 }
 
 std::string Emitter::pointwise(const ir::Op& op, const Coords& coords) {

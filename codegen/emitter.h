@@ -89,6 +89,7 @@ class Emitter {
   std::string compute(ir::TensorId t, const Coords& coords);
   std::string pointwise(const ir::Op& op, const Coords& coords);
   std::string view(const ir::Op& op, const Coords& coords);
+  std::string concat(const ir::Op& op, const Coords& coords);
   std::string norm_from_stats(const ir::Op& op, const Coords& coords);
 
   const ir::Graph& g_;

@@ -51,6 +51,9 @@ std::optional<AttrValue> attr_value(const Attributes& a, AttrKey key) {
     case AttrKey::shape: return AttrValue(a.shape);
     case AttrKey::causal: return AttrValue(a.causal);
     case AttrKey::scale: return AttrValue(printable(a.scale));
+    case AttrKey::start: return AttrValue(a.start);
+    case AttrKey::end: return AttrValue(a.end);
+    case AttrKey::step: return AttrValue(a.step);
   }
   return std::nullopt;
 }

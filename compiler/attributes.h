@@ -44,6 +44,7 @@ struct Attributes {
   std::vector<int64_t> shape;           // reshape: resolved (no -1)
   bool causal = false;                  // sdpa
   float scale = 1.0f;                   // sdpa
+  int64_t start = 0, end = 0, step = 1;  // slice: resolved (clamped, non-negative); axis in `axis`
 
   bool operator==(const Attributes&) const = default;
 };

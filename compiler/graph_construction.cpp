@@ -95,6 +95,9 @@ void set_attr(Attributes& a, AttrKey key, const AttrValue& value, const std::str
     case AttrKey::shape: a.shape = as_list(); break;
     case AttrKey::causal: a.causal = as_bool(); break;
     case AttrKey::scale: a.scale = as_float(); break;
+    case AttrKey::start: a.start = as_int(); break;
+    case AttrKey::end: a.end = as_int(); break;
+    case AttrKey::step: a.step = as_int(); break;
   }
 }
 
@@ -242,9 +245,11 @@ TensorId GraphConstructor::add_op(const OpDeclaration& decl) {
       KILN_USER_CHECK(t.dtype == DType::boolean, "{}: the condition {} must be bool", where,
                       describe_tensor(t));
     } else if (t.dtype == DType::boolean) {
-      KILN_USER_CHECK(*kind == OpKind::Cast || (*kind == OpKind::Sdpa && i == 3),
+      // Views and concatenations move bool values as they are; their results are bool.
+      KILN_USER_CHECK(*kind == OpKind::Cast || (*kind == OpKind::Sdpa && i == 3) || info.family == OpFamily::View ||
+                          info.family == OpFamily::Concat,
                       "{}: input {} {} is bool; bool values may only be read as where's condition, "
-                      "by cast, or as sdpa's mask (cast it first)",
+                      "by cast, as sdpa's mask, or through views and concat (cast it first)",
                       where, i, describe_tensor(t));
     }
   }

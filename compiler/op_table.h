@@ -42,8 +42,9 @@ enum class OpFamily : uint8_t {
   Matmul,     // anchor
   Conv,       // anchor
   Pool,       // max/avg pooling over a window
-  View,       // transpose, reshape: no data movement of their own
+  View,       // transpose, reshape, expand, slice: no data movement of their own
   Attention,  // sdpa
+  Concat,     // concat: each element read from the input that holds it
 };
 
 enum class OpKind : uint8_t {

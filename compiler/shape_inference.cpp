@@ -292,6 +292,78 @@ InferredResult infer_view(OpKind kind, const Tensor& x, Attributes& a, AttrSet g
   return {a.shape, x.dtype};
 }
 
+// expand: broadcast x to `shape` (an entry -1 keeps x's size there).
+InferredResult infer_expand(const Tensor& x, Attributes& a, AttrSet given, const std::string& where) {
+  KILN_USER_CHECK(given_attr(given, AttrKey::shape), "{}: attribute 'shape' is required", where);
+  KILN_USER_CHECK(a.shape.size() <= kMaxRank, "{}: target shape has rank {} (at most 8)", where, a.shape.size());
+  KILN_USER_CHECK(static_cast<int>(a.shape.size()) >= x.rank(),
+                  "{}: cannot expand {} to [{}]: the target has fewer dimensions than the input", where,
+                  describe_tensor(x), fmt::join(a.shape, ","));
+  const size_t lead = a.shape.size() - static_cast<size_t>(x.rank());
+  for (size_t i = 0; i < a.shape.size(); ++i) {
+    const bool has_input_dim = i >= lead;
+    const int64_t in = has_input_dim ? x.shape[i - lead] : 1;
+    if (a.shape[i] == -1) {
+      KILN_USER_CHECK(has_input_dim, "{}: shape [{}] has -1 at axis {}, which the input does not have", where,
+                      fmt::join(a.shape, ","), i);
+      a.shape[i] = in;
+    }
+    KILN_USER_CHECK(a.shape[i] >= 1, "{}: shape [{}] has entry {}; entries are >= 1 or -1", where,
+                    fmt::join(a.shape, ","), a.shape[i]);
+    KILN_USER_CHECK(in == a.shape[i] || in == 1,
+                    "{}: cannot expand {} to [{}]: axis {} has size {}, which only a size of 1 can be expanded to",
+                    where, describe_tensor(x), fmt::join(a.shape, ","), i, a.shape[i]);
+  }
+  return {a.shape, x.dtype};
+}
+
+// slice: Python's x[start:end:step] along `axis`.
+InferredResult infer_slice(const Tensor& x, Attributes& a, AttrSet given, const std::string& where) {
+  KILN_USER_CHECK(given_attr(given, AttrKey::axis), "{}: attribute 'axis' is required", where);
+  KILN_USER_CHECK(x.rank() >= 1, "{}: cannot slice a rank-0 tensor", where);
+  a.axis = normalize_axis(a.axis, x.rank(), where, "axis");
+  const int64_t size = x.shape[static_cast<size_t>(a.axis)];
+  if (!given_attr(given, AttrKey::step)) a.step = 1;
+  KILN_USER_CHECK(a.step >= 1, "{}: step {} must be >= 1", where, a.step);
+  auto resolve = [&](int64_t v) { return std::clamp<int64_t>(v < 0 ? v + size : v, 0, size); };
+  a.start = given_attr(given, AttrKey::start) ? resolve(a.start) : 0;
+  a.end = given_attr(given, AttrKey::end) ? resolve(a.end) : size;
+  const int64_t count = a.end > a.start ? (a.end - a.start + a.step - 1) / a.step : 0;
+  KILN_USER_CHECK(count >= 1, "{}: slice [{}:{}:{}] of axis {} (size {}) of {} is empty", where, a.start, a.end,
+                  a.step, a.axis, size, describe_tensor(x));
+  Shape shape = x.shape;
+  shape[static_cast<size_t>(a.axis)] = count;
+  return {shape, x.dtype};
+}
+
+// concat: the inputs agree in rank and in every dimension but `axis`.
+InferredResult infer_concat(const std::vector<const Tensor*>& in, Attributes& a, AttrSet given,
+                            const std::string& where) {
+  KILN_USER_CHECK(given_attr(given, AttrKey::axis), "{}: attribute 'axis' is required", where);
+  const Tensor& first = *in[0];
+  KILN_USER_CHECK(first.rank() >= 1, "{}: cannot concatenate rank-0 tensors", where);
+  a.axis = normalize_axis(a.axis, first.rank(), where, "axis");
+  Shape shape = first.shape;
+  shape[static_cast<size_t>(a.axis)] = 0;
+  int bools = 0;
+  for (size_t i = 0; i < in.size(); ++i) {
+    const Tensor& t = *in[i];
+    KILN_USER_CHECK(t.rank() == first.rank(), "{}: input {} {} has rank {}, input 0 {} rank {}", where, i,
+                    describe_tensor(t), t.rank(), describe_tensor(first), first.rank());
+    for (int d = 0; d < t.rank(); ++d)
+      KILN_USER_CHECK(d == a.axis || t.shape[static_cast<size_t>(d)] == first.shape[static_cast<size_t>(d)],
+                      "{}: input {} {} differs from input 0 {} at axis {} (only axis {} may differ)", where, i,
+                      describe_tensor(t), describe_tensor(first), d, a.axis);
+    KILN_USER_CHECK(shape[static_cast<size_t>(a.axis)] <= kMaxElements - t.shape[static_cast<size_t>(a.axis)],
+                    "{}: the result is too large", where);
+    shape[static_cast<size_t>(a.axis)] += t.shape[static_cast<size_t>(a.axis)];
+    bools += t.dtype == DType::boolean;
+  }
+  KILN_USER_CHECK(bools == 0 || bools == static_cast<int>(in.size()),
+                  "{}: bool and numeric inputs cannot be concatenated (cast the bool ones first)", where);
+  return {shape, bools ? DType::boolean : widest_floating(in)};
+}
+
 InferredResult infer_sdpa(const std::vector<const Tensor*>& in, Attributes& a, AttrSet given,
                           const std::string& where) {
   const Tensor& q = *in[0];
@@ -366,7 +438,12 @@ InferredResult infer_result(OpKind kind, const std::vector<const Tensor*>& in, A
       result = infer_pool(kind, *in[0], attrs, given, where);
       break;
     case OpFamily::View:
-      result = infer_view(kind, *in[0], attrs, given, where);
+      result = kind == OpKind::Expand  ? infer_expand(*in[0], attrs, given, where)
+               : kind == OpKind::Slice ? infer_slice(*in[0], attrs, given, where)
+                                       : infer_view(kind, *in[0], attrs, given, where);
+      break;
+    case OpFamily::Concat:
+      result = infer_concat(in, attrs, given, where);
       break;
     case OpFamily::Attention:
       result = infer_sdpa(in, attrs, given, where);

@@ -122,7 +122,8 @@ KernelKind kind_for(OpKind kind) {
     case OpFamily::Unary:
     case OpFamily::Binary:
     case OpFamily::Compare:
-    case OpFamily::Select: return KernelKind::Pointwise;
+    case OpFamily::Select:
+    case OpFamily::Concat: return KernelKind::Pointwise;  // over its result, each element from its input
   }
   KILN_UNREACHABLE("unknown op family");
 }

@@ -156,19 +156,6 @@ std::vector<float> eval_pool(const ir::Op& op, const Shape& out_shape, const Ope
   return nchw ? channels_first(out, out_shape) : out;
 }
 
-std::vector<float> eval_view(const ir::Op& op, const Shape& out_shape, const Operands& in) {
-  if (op.kind == ir::OpKind::Reshape) return in[0]->data;
-  // transpose: output dimension d reads input dimension perm[d].
-  const Strides in_strides = contiguous_strides(in[0]->shape);
-  Strides read(op.attrs.perm.size());
-  for (size_t d = 0; d < read.size(); ++d) read[d] = in_strides[static_cast<size_t>(op.attrs.perm[d])];
-  std::vector<float> out(in[0]->data.size());
-  for_each_index(out_shape, {read}, [&](int64_t i, const std::vector<int64_t>& at) {
-    out[static_cast<size_t>(i)] = in[0]->data[static_cast<size_t>(at[0])];
-  });
-  return out;
-}
-
 std::vector<float> eval_sdpa(const ir::Graph& g, const ir::Op& op, const Operands& in) {
   const Value& q = *in[0];
   const Value& k = *in[1];

@@ -29,6 +29,7 @@ std::vector<float> eval_conv(const ir::Graph& g, const ir::Op& op, const Shape& 
                              const Operands& in);
 std::vector<float> eval_pool(const ir::Op& op, const Shape& out_shape, const Operands& in);
 std::vector<float> eval_view(const ir::Op& op, const Shape& out_shape, const Operands& in);
+std::vector<float> eval_concat(const ir::Op& op, const Shape& out_shape, const Operands& in);
 std::vector<float> eval_sdpa(const ir::Graph& g, const ir::Op& op, const Operands& in);
 
 // Strides (in elements) that read a contiguous tensor of shape `in` as if it

@@ -30,6 +30,7 @@ std::vector<float> evaluate(const ir::Graph& g, const ir::Op& op, const referenc
     case ir::OpFamily::Pool: return reference::eval_pool(op, shape, in);
     case ir::OpFamily::View: return reference::eval_view(op, shape, in);
     case ir::OpFamily::Attention: return reference::eval_sdpa(g, op, in);
+    case ir::OpFamily::Concat: return reference::eval_concat(op, shape, in);
   }
   KILN_UNREACHABLE("unknown op family");
 }

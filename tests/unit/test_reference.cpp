@@ -37,6 +37,33 @@ void expect_near(const std::vector<float>& got, const std::vector<float>& want, 
   for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], tolerance) << "at " << i;
 }
 
+// expand, slice and concat: Python's and NumPy's semantics on small tensors.
+TEST(Reference, ExpandSliceConcat) {
+  const HostTensor x = f32({2, 3}, {0, 1, 2, 3, 4, 5});
+  EXPECT_EQ(run_one(R"("op": "expand", "in": ["a"], "shape": [2, 2, -1])", {x}),
+            (std::vector<float>{0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(run_one(R"("op": "expand", "in": ["a"], "shape": [2, 3, 2])", {f32({2, 3, 1}, {0, 1, 2, 3, 4, 5})}),
+            (std::vector<float>{0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5}));
+  EXPECT_EQ(run_one(R"("op": "slice", "in": ["a"], "axis": 1, "start": -2)", {x}), (std::vector<float>{1, 2, 4, 5}));
+  EXPECT_EQ(run_one(R"("op": "slice", "in": ["a"], "axis": -1, "start": 0, "end": 100, "step": 2)", {x}),
+            (std::vector<float>{0, 2, 3, 5}));
+  EXPECT_EQ(run_one(R"("op": "slice", "in": ["a"], "axis": 0, "start": 1, "end": 2)", {x}), (std::vector<float>{3, 4, 5}));
+  const HostTensor y = f32({2, 1}, {9, 8});
+  EXPECT_EQ(run_one(R"("op": "concat", "in": ["a", "b", "c"], "axis": 1)", {x, y, y}),
+            (std::vector<float>{0, 1, 2, 9, 9, 3, 4, 5, 8, 8}));
+  EXPECT_EQ(run_one(R"("op": "concat", "in": ["a", "b"], "axis": 0)", {x, f32({1, 3}, {7, 7, 7})}),
+            (std::vector<float>{0, 1, 2, 3, 4, 5, 7, 7, 7}));
+}
+
+// A slice spelled with its defaults, or with ends past the axis, is the same graph.
+TEST(Reference, SliceDefaultsHashAlike) {
+  const Graph a = must_parse(one_op(R"("op": "slice", "in": ["a"], "axis": 1, "start": 2)", {"[4,8]"}));
+  const Graph b = must_parse(one_op(R"("op": "slice", "in": ["a"], "axis": -1, "start": -6, "end": 99, "step": 1)", {"[4,8]"}));
+  EXPECT_EQ(a.hash(), b.hash());
+  const Graph c = must_parse(one_op(R"("op": "slice", "in": ["a"], "axis": 1, "start": 3)", {"[4,8]"}));
+  EXPECT_NE(a.hash(), c.hash());
+}
+
 TEST(Reference, UnaryFunctions) {
   const HostTensor x = f32({4}, {-2.0f, -0.5f, 0.0f, 1.0f});
   expect_near(run_one(R"("op": "relu", "in": ["a"])", {x}), {0, 0, 0, 1});
