@@ -62,7 +62,7 @@ class Graph:
 _PARAMETERS = {
     "unary": ["x"], "binary": ["a", "b"], "compare": ["a", "b"], "select": ["cond", "a", "b"],
     "reduce": ["x"], "norm": ["x"], "matmul": ["a", "b"], "conv": ["x", "w"], "pool": ["x"],
-    "view": ["x"], "attention": ["q", "k", "v"],
+    "view": ["x"], "attention": ["q", "k", "v"], "concat": [],
 }
 _VARIADIC = 8  # max_inputs above this: the op takes a list (concat)
 

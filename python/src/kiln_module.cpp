@@ -86,11 +86,37 @@ DType dtype_of(const std::string& name) {
 
 // The op table, as the Python package generates its builder methods from it:
 // (name, family, min inputs, max inputs, [(attribute, kind), ...]).
+const char* family_name(ir::OpFamily f) {
+  switch (f) {  // exhaustive: a new family is a build error here
+    case ir::OpFamily::Unary: return "unary";
+    case ir::OpFamily::Binary: return "binary";
+    case ir::OpFamily::Compare: return "compare";
+    case ir::OpFamily::Select: return "select";
+    case ir::OpFamily::Reduce: return "reduce";
+    case ir::OpFamily::Norm: return "norm";
+    case ir::OpFamily::Matmul: return "matmul";
+    case ir::OpFamily::Conv: return "conv";
+    case ir::OpFamily::Pool: return "pool";
+    case ir::OpFamily::View: return "view";
+    case ir::OpFamily::Attention: return "attention";
+    case ir::OpFamily::Concat: return "concat";
+  }
+  return "?";
+}
+
+const char* kind_name(ir::AttrKind k) {
+  switch (k) {
+    case ir::AttrKind::Float: return "float";
+    case ir::AttrKind::Int: return "int";
+    case ir::AttrKind::Bool: return "bool";
+    case ir::AttrKind::Enum: return "enum";
+    case ir::AttrKind::IntPair: return "int_pair";
+    case ir::AttrKind::IntList: return "int_list";
+  }
+  return "?";
+}
+
 nb::list op_table() {
-  static const char* kinds[] = {"float", "int", "bool", "enum", "int_pair", "int_list"};
-  static const char* families[] = {"unary", "binary", "compare", "select", "reduce", "norm",
-                                   "matmul", "conv", "pool", "view", "attention"};
-  static_assert(sizeof(families) / sizeof(*families) == static_cast<size_t>(ir::OpFamily::Attention) + 1);
   nb::list out;
   for (int k = 0; k < ir::kOpKindCount; ++k) {
     const ir::OpInfo& info = ir::op_info(static_cast<ir::OpKind>(k));
@@ -98,9 +124,8 @@ nb::list op_table() {
     for (int a = 0; a < ir::kAttrKeyCount; ++a)
       if (info.attrs & ir::attr_bit(static_cast<ir::AttrKey>(a)))
         attrs.append(nb::make_tuple(std::string(ir::attr_name(static_cast<ir::AttrKey>(a))),
-                                    kinds[static_cast<int>(ir::attr_kind(static_cast<ir::AttrKey>(a)))]));
-    out.append(nb::make_tuple(std::string(info.name), families[static_cast<int>(info.family)], info.min_inputs,
-                              info.max_inputs, attrs));
+                                    kind_name(ir::attr_kind(static_cast<ir::AttrKey>(a)))));
+    out.append(nb::make_tuple(std::string(info.name), family_name(info.family), info.min_inputs, info.max_inputs, attrs));
   }
   return out;
 }

@@ -18,11 +18,9 @@ def rebuild(document):
         attrs = {k: v for k, v in op.items() if k not in ("op", "in", "out", "dtype")}
         operands = [tensors[x] if isinstance(x, str) else x for x in op["in"]]
         method = getattr(b, op["op"])
-        family = {o: fam for o, fam, *_ in kiln.OP_TABLE}[op["op"]]
         hi = {o: h for o, _f, _l, h, _a in kiln.OP_TABLE}[op["op"]]
         args = (operands,) if hi > 8 else operands
         tensors[op["out"]] = method(*args, dtype=op.get("dtype"), name=op["out"], **attrs)
-        assert family
     for name in document["outputs"]:
         b.output(tensors[name])
     return b.build()

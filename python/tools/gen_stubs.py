@@ -14,7 +14,7 @@ PY_TYPES = {"float": "float", "int": "int", "bool": "bool", "enum": "str", "int_
 PARAMETERS = {
     "unary": ["x"], "binary": ["a", "b"], "compare": ["a", "b"], "select": ["cond", "a", "b"],
     "reduce": ["x"], "norm": ["x"], "matmul": ["a", "b"], "conv": ["x", "w"], "pool": ["x"],
-    "view": ["x"], "attention": ["q", "k", "v"],
+    "view": ["x"], "attention": ["q", "k", "v"], "concat": [],
 }
 VARIADIC = 8
 

@@ -1,0 +1,838 @@
+"""kiln as PyTorch's compiler: `torch.compile(model, backend="kiln")`.
+
+`import kiln.torch` registers the backend (python.md, "PyTorch"). It takes
+the ATen graph of an inference forward (AOT autograd, no decompositions
+beyond PyTorch's own), hands kiln the largest acyclic subgraphs it can
+express (torch.fx's capability-based partitioner) and runs the rest with
+PyTorch: an op kiln does not support is never an error. Each kiln subgraph
+is one kiln graph whose inputs are the tensors crossing the cut
+(parameters included, so identical layers share one graph and its
+kernels); shapes are static, so a new input shape builds new graphs.
+
+The conversion table (CONVERTERS) is generated from kiln's op table for the
+ops PyTorch spells the same way, plus the hand-written entries below for
+views, anchors, norms and compositions. `explain(model, *inputs)` reports
+the kiln subgraphs and every ATen op left to PyTorch with its reason.
+"""
+from __future__ import annotations
+
+import math
+import operator
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+from torch.fx.passes.operator_support import OperatorSupport
+
+from . import GraphBuilder, KilnError, OP_TABLE, compile as kiln_compile
+
+aten = torch.ops.aten
+
+__all__ = ["backend", "explain", "Report", "CONVERTERS"]
+
+_KILN_DTYPE = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16", torch.bool: "bool"}
+
+
+class Unsupported(Exception):
+    """This node stays in PyTorch; the message says why."""
+
+
+# ---- conversion: one ATen node to kiln ops -----------------------------------
+
+class Conversion:
+    """Builds one kiln graph from the nodes of one partition."""
+
+    def __init__(self, name: str):
+        self.b = GraphBuilder(name)
+        self.env: Dict[torch.fx.Node, Any] = {}
+
+    def arg(self, a: Any) -> Any:
+        """A node argument as a kiln operand (tensor or number)."""
+        if isinstance(a, torch.fx.Node):
+            if a not in self.env:
+                raise Unsupported(f"'{a.name}' is not a tensor kiln holds")
+            return self.env[a]
+        if isinstance(a, bool):
+            return float(a)
+        if isinstance(a, (int, float)):
+            if not math.isfinite(a):
+                raise Unsupported(f"a constant {a} (kiln's constants are finite)")
+            return float(a)
+        raise Unsupported(f"an argument of type {type(a).__name__}")
+
+
+def val(n: torch.fx.Node) -> torch.Tensor:
+    v = n.meta.get("val")
+    if not isinstance(v, torch.Tensor):
+        raise Unsupported("no tensor metadata")
+    return v
+
+
+def dtype_of(n: torch.fx.Node) -> str:
+    d = val(n).dtype
+    if d not in _KILN_DTYPE:
+        raise Unsupported(f"dtype {d} (kiln: float32, float16, bfloat16, bool)")
+    return _KILN_DTYPE[d]
+
+
+def shape_of(n: torch.fx.Node) -> List[int]:
+    return [int(s) for s in val(n).shape]
+
+
+Converter = Callable[[Conversion, torch.fx.Node], Any]
+CONVERTERS: Dict[Any, Converter] = {}
+
+
+def converts(*targets):
+    def register(fn: Converter) -> Converter:
+        for t in targets:
+            CONVERTERS[t] = fn
+        return fn
+    return register
+
+
+def op(c: Conversion, n: torch.fx.Node, name: str, inputs: Sequence[Any], **attrs) -> Any:
+    """A kiln op with the node's result dtype (each op rounds as eager PyTorch does)."""
+    return c.b.op(name, list(inputs), {k: v for k, v in attrs.items() if v is not None}, dtype=dtype_of(n))
+
+
+def view(c: Conversion, name: str, x: Any, **attrs) -> Any:
+    return c.b.op(name, [x], attrs)
+
+
+def _overloads(name: str) -> List[Any]:
+    packet = getattr(aten, name, None)
+    if packet is None:
+        return []
+    return [getattr(packet, o) for o in ("default", "Tensor", "Scalar") if o in packet.overloads()]
+
+
+# Generated from kiln's op table: pointwise ops PyTorch spells as kiln does.
+_HAND_WRITTEN = {"gelu", "leaky_relu", "softplus", "clamp", "cast", "add", "sub", "where", "identity", "square"}
+def _one_to_one(kiln_op: str, arity: int) -> Converter:
+    return lambda c, n: op(c, n, kiln_op, [c.arg(a) for a in n.args[:arity]])
+
+
+for _name, _family, _lo, _hi, _attrs in OP_TABLE:
+    if _family not in ("unary", "binary", "compare") or _name in _HAND_WRITTEN:
+        continue
+    for _target in _overloads(_name):
+        CONVERTERS[_target] = _one_to_one(_name, 1 if _family == "unary" else 2)
+# PyTorch's names for catalogue ops
+for _target, _kiln, _arity in ((aten.pow.Tensor_Scalar, "pow", 2), (aten.pow.Tensor_Tensor, "pow", 2),
+                               (aten.pow.Scalar, "pow", 2), (aten.square.default, "square", 1)):
+    CONVERTERS[_target] = _one_to_one(_kiln, _arity)
+
+
+@converts(aten.add.Tensor, aten.add.Scalar, aten.sub.Tensor, aten.sub.Scalar)
+def _add_sub(c, n):
+    a, b = c.arg(n.args[0]), c.arg(n.args[1])
+    alpha = n.kwargs.get("alpha", 1)
+    if alpha != 1:
+        b = c.b.op("mul", [b, float(alpha)])
+    return op(c, n, "add" if n.target in (aten.add.Tensor, aten.add.Scalar) else "sub", [a, b])
+
+
+@converts(aten.rsub.Tensor, aten.rsub.Scalar)
+def _rsub(c, n):
+    a, b = c.arg(n.args[0]), c.arg(n.args[1])
+    alpha = n.kwargs.get("alpha", 1)
+    if alpha != 1:
+        a = c.b.op("mul", [a, float(alpha)])
+    return op(c, n, "sub", [b, a])
+
+
+@converts(aten.div.Tensor_mode, aten.div.Scalar_mode)
+def _div_mode(c, n):
+    if n.kwargs.get("rounding_mode") is not None:
+        raise Unsupported(f"division with rounding_mode={n.kwargs['rounding_mode']!r}")
+    return op(c, n, "div", [c.arg(n.args[0]), c.arg(n.args[1])])
+
+
+@converts(aten.gelu.default)
+def _gelu(c, n):
+    approximate = n.kwargs.get("approximate", "none")
+    return op(c, n, "gelu_tanh" if approximate == "tanh" else "gelu", [c.arg(n.args[0])])
+
+
+@converts(aten.leaky_relu.default)
+def _leaky_relu(c, n):
+    return op(c, n, "leaky_relu", [c.arg(n.args[0])], alpha=float(n.args[1]) if len(n.args) > 1 else 0.01)
+
+
+@converts(aten.softplus.default)
+def _softplus(c, n):
+    beta = float(n.args[1]) if len(n.args) > 1 else 1.0
+    x = c.arg(n.args[0])
+    if beta == 1.0:
+        return op(c, n, "softplus", [x])  # (PyTorch's threshold: x itself past 20, equal within f32 rounding)
+    return op(c, n, "div", [c.b.op("softplus", [c.b.op("mul", [x, beta])]), beta])
+
+
+@converts(aten.clamp.default, aten.clamp_min.default, aten.clamp_max.default, aten.hardtanh.default)
+def _clamp(c, n):
+    args = list(n.args[1:]) + [None, None]
+    if n.target == aten.clamp_max.default:
+        lo, hi = None, args[0]
+    elif n.target == aten.hardtanh.default:
+        lo, hi = (args[0] if args[0] is not None else -1.0), (args[1] if args[1] is not None else 1.0)
+    else:
+        lo, hi = args[0], args[1]
+        lo = n.kwargs.get("min", lo)
+        hi = n.kwargs.get("max", hi)
+    for v in (lo, hi):
+        if v is not None and not isinstance(v, (int, float)):
+            raise Unsupported("clamp by a tensor")
+    return op(c, n, "clamp", [c.arg(n.args[0])], min=None if lo is None else float(lo), max=None if hi is None else float(hi))
+
+
+@converts(aten.hardsigmoid.default, aten.hardswish.default)
+def _hard(c, n):
+    x = c.arg(n.args[0])
+    s = c.b.op("div", [c.b.op("clamp", [c.b.op("add", [x, 3.0])], {"min": 0.0, "max": 6.0}), 6.0])
+    return op(c, n, "mul", [x, s]) if n.target == aten.hardswish.default else op(c, n, "identity", [s])
+
+
+@converts(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
+def _where(c, n):
+    return op(c, n, "where", [c.arg(a) for a in n.args[:3]])
+
+
+@converts(aten.masked_fill.Scalar)
+def _masked_fill(c, n):
+    return op(c, n, "where", [c.arg(n.args[1]), c.arg(n.args[2]), c.arg(n.args[0])])
+
+
+@converts(aten._to_copy.default)
+def _to_copy(c, n):
+    source = val(n.args[0])
+    target = val(n)
+    if source.device != target.device:
+        raise Unsupported(f"a copy from {source.device} to {target.device}")
+    x = c.arg(n.args[0])
+    return x if source.dtype == target.dtype else c.b.op("cast", [x], dtype=dtype_of(n))
+
+
+@converts(aten.scalar_tensor.default)
+def _scalar_tensor(c, n):
+    value = n.args[0]
+    if not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise Unsupported(f"a scalar tensor of {value!r}")
+    return float(value)  # a constant operand of the pointwise ops that read it
+
+
+@converts(aten.clone.default, aten.alias.default, aten.detach.default, aten.lift_fresh_copy.default)
+def _identity(c, n):
+    return c.arg(n.args[0])
+
+
+# ---- views ----
+
+@converts(aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.squeeze.default, aten.squeeze.dim,
+          aten.squeeze.dims, aten.unsqueeze.default, aten.flatten.using_ints)
+def _reshape(c, n):
+    return view(c, "reshape", c.arg(n.args[0]), shape=shape_of(n))
+
+
+@converts(aten.permute.default)
+def _permute(c, n):
+    return view(c, "transpose", c.arg(n.args[0]), perm=[int(p) for p in n.args[1]])
+
+
+@converts(aten.t.default, aten.transpose.int, aten.numpy_T.default)
+def _transpose(c, n):
+    rank = len(shape_of(n))
+    if rank < 2:
+        return c.arg(n.args[0])
+    perm = list(range(rank))
+    d0, d1 = (n.args[1], n.args[2]) if n.target == aten.transpose.int else (rank - 2, rank - 1)
+    perm[d0], perm[d1] = perm[d1], perm[d0]
+    return view(c, "transpose", c.arg(n.args[0]), perm=perm)
+
+
+@converts(aten.expand.default)
+def _expand(c, n):
+    return view(c, "expand", c.arg(n.args[0]), shape=shape_of(n))
+
+
+@converts(aten.slice.Tensor)
+def _slice(c, n):
+    x = n.args[0]
+    size = shape_of(x)
+    dim = n.args[1] if len(n.args) > 1 else 0
+    dim = dim % len(size)
+    start = n.args[2] if len(n.args) > 2 and n.args[2] is not None else 0
+    end = n.args[3] if len(n.args) > 3 and n.args[3] is not None else size[dim]
+    step = n.args[4] if len(n.args) > 4 else 1
+    start, end = max(min(start, size[dim]), -size[dim]), max(min(end, size[dim]), -size[dim])
+    if shape_of(n)[dim] == size[dim] and step == 1:
+        return c.arg(x)
+    return view(c, "slice", c.arg(x), axis=dim, start=int(start), end=int(end), step=int(step))
+
+
+@converts(aten.select.int)
+def _select(c, n):
+    size = shape_of(n.args[0])
+    dim = n.args[1] % len(size)
+    index = n.args[2] % size[dim]
+    s = view(c, "slice", c.arg(n.args[0]), axis=dim, start=index, end=index + 1)
+    return view(c, "reshape", s, shape=shape_of(n)) if shape_of(n) else view(c, "reshape", s, shape=[])
+
+
+def _split_at(c, n, sizes, dim):
+    x = c.arg(n.args[0])
+    parts, start = [], 0
+    for s in sizes:
+        parts.append(view(c, "slice", x, axis=dim, start=start, end=start + s))
+        start += s
+    return parts
+
+
+@converts(aten.split.Tensor, aten.split_with_sizes.default)
+def _split(c, n):
+    size = shape_of(n.args[0])
+    dim = (n.args[2] if len(n.args) > 2 else n.kwargs.get("dim", 0)) % len(size)
+    if n.target == aten.split.Tensor:
+        step = int(n.args[1])
+        sizes = [min(step, size[dim] - s) for s in range(0, size[dim], step)]
+    else:
+        sizes = [int(s) for s in n.args[1]]
+    return _split_at(c, n, sizes, dim)
+
+
+@converts(aten.unbind.int)
+def _unbind(c, n):
+    size = shape_of(n.args[0])
+    dim = (n.args[1] if len(n.args) > 1 else 0) % len(size)
+    rest = size[:dim] + size[dim + 1:]
+    return [view(c, "reshape", p, shape=rest) for p in _split_at(c, n, [1] * size[dim], dim)]
+
+
+@converts(aten.cat.default)
+def _cat(c, n):
+    tensors = [t for t in n.args[0] if val(t).numel() > 0]
+    dim = (n.args[1] if len(n.args) > 1 else n.kwargs.get("dim", 0)) % len(shape_of(n))
+    if len(tensors) == 1:
+        return c.arg(tensors[0])
+    return c.b.op("concat", [c.arg(t) for t in tensors], {"axis": dim}, dtype=dtype_of(n))
+
+
+@converts(operator.getitem)
+def _getitem(c, n):
+    source = c.env.get(n.args[0])
+    if not isinstance(source, (list, tuple)):
+        raise Unsupported("getitem of a value kiln does not hold")
+    item = source[n.args[1]]
+    if item is None:
+        raise Unsupported(f"output {n.args[1]} of {n.args[0].target} (kiln computes only the first)")
+    return item
+
+
+# ---- anchors ----
+
+@converts(aten.mm.default, aten.bmm.default, aten.matmul.default)
+def _mm(c, n):
+    return op(c, n, "matmul", [c.arg(n.args[0]), c.arg(n.args[1])])
+
+
+@converts(aten.addmm.default)
+def _addmm(c, n):
+    beta, alpha = n.kwargs.get("beta", 1), n.kwargs.get("alpha", 1)
+    m = c.b.op("matmul", [c.arg(n.args[1]), c.arg(n.args[2])])
+    if alpha != 1:
+        m = c.b.op("mul", [m, float(alpha)])
+    bias = c.arg(n.args[0])
+    if beta != 1:
+        bias = c.b.op("mul", [bias, float(beta)])
+    return op(c, n, "add", [m, bias])
+
+
+@converts(aten.linear.default)
+def _linear(c, n):
+    w = view(c, "transpose", c.arg(n.args[1]), perm=[1, 0])
+    m = c.b.op("matmul", [c.arg(n.args[0]), w])
+    if len(n.args) > 2 and n.args[2] is not None:
+        return op(c, n, "add", [m, c.arg(n.args[2])])
+    return op(c, n, "identity", [m])
+
+
+@converts(aten.convolution.default)
+def _convolution(c, n):
+    x, w, bias, stride, padding, dilation, transposed, _output_padding, groups = n.args
+    if transposed:
+        raise Unsupported("transposed convolution")
+    if len(shape_of(x)) != 4:
+        raise Unsupported(f"a {len(shape_of(x)) - 2}-d convolution (kiln: 2-d)")
+    if len(set(padding)) > 2 or any(p < 0 for p in padding):
+        raise Unsupported("asymmetric padding")
+    attrs = {"stride": list(stride), "padding": list(padding), "dilation": list(dilation), "groups": int(groups)}
+    if val(x).is_contiguous(memory_format=torch.channels_last):
+        # Channels-last: NHWC in memory. Read it as NHWC (a view), and the weights as [K, R, S, C].
+        xn = view(c, "transpose", c.arg(x), perm=[0, 2, 3, 1])
+        wn = view(c, "transpose", c.arg(w), perm=[0, 2, 3, 1])
+        y = c.b.op("conv2d", [xn, wn], dict(attrs, layout="NHWC"))
+        if bias is not None:
+            y = c.b.op("add", [y, c.arg(bias)])
+        y = c.b.op("identity", [y], dtype=dtype_of(n))
+        return view(c, "transpose", y, perm=[0, 3, 1, 2])
+    y = c.b.op("conv2d", [c.arg(x), c.arg(w)], dict(attrs, layout="NCHW"))
+    if bias is not None:
+        y = c.b.op("add", [y, view(c, "reshape", c.arg(bias), shape=[shape_of(bias)[0], 1, 1])])
+    return op(c, n, "identity", [y])
+
+
+def _sdpa(c, n, q, k, v, mask, causal, scale, dropout):
+    if dropout:
+        raise Unsupported("attention with dropout")
+    sq, skv = shape_of(q)[-2], shape_of(k)[-2]
+    if causal and sq != skv:
+        raise Unsupported("causal attention with Sq != Skv (PyTorch aligns the mask top-left, kiln bottom-right)")
+    if len(shape_of(q)) != 4:
+        raise Unsupported("attention on other than [B, H, S, D] tensors")
+    inputs = [c.arg(q), c.arg(k), c.arg(v)] + ([c.arg(mask)] if mask is not None else [])
+    out = c.b.op("sdpa", inputs, {"causal": bool(causal), "scale": None if scale is None else float(scale)},
+                 dtype=dtype_of(q))
+    return [out] + [None] * 8
+
+
+@converts(aten._scaled_dot_product_flash_attention_for_cpu.default)
+def _sdpa_cpu(c, n):
+    a = list(n.args) + [None] * 8
+    return _sdpa(c, n, a[0], a[1], a[2], n.kwargs.get("attn_mask", a[5]), n.kwargs.get("is_causal", a[4] or False),
+                 n.kwargs.get("scale"), n.kwargs.get("dropout_p", a[3] or 0.0))
+
+
+@converts(aten._scaled_dot_product_flash_attention.default)
+def _sdpa_flash(c, n):
+    a = list(n.args) + [None] * 8
+    return _sdpa(c, n, a[0], a[1], a[2], None, n.kwargs.get("is_causal", a[4] or False), n.kwargs.get("scale"),
+                 n.kwargs.get("dropout_p", a[3] or 0.0))
+
+
+@converts(aten._scaled_dot_product_efficient_attention.default, aten._scaled_dot_product_cudnn_attention.default)
+def _sdpa_bias(c, n):
+    a = list(n.args) + [None] * 8
+    return _sdpa(c, n, a[0], a[1], a[2], a[3], n.kwargs.get("is_causal", a[6] or False), n.kwargs.get("scale"),
+                 n.kwargs.get("dropout_p", a[5] or 0.0))
+
+
+@converts(aten.scaled_dot_product_attention.default)
+def _sdpa_composite(c, n):
+    a = list(n.args) + [None] * 8
+    if n.kwargs.get("enable_gqa"):
+        raise Unsupported("enable_gqa (write GQA with expand or repeat_interleave)")
+    out = _sdpa(c, n, a[0], a[1], a[2], n.kwargs.get("attn_mask", a[3]), n.kwargs.get("is_causal", a[5] or False),
+                n.kwargs.get("scale"), n.kwargs.get("dropout_p", a[4] or 0.0))
+    return out[0]
+
+
+# ---- norms and reductions ----
+
+@converts(aten._softmax.default, aten._log_softmax.default)
+def _softmax(c, n):
+    name = "softmax" if n.target == aten._softmax.default else "log_softmax"
+    return op(c, n, name, [c.arg(n.args[0])], axis=int(n.args[1]))
+
+
+@converts(aten.native_layer_norm.default)
+def _layer_norm(c, n):
+    x, normalized, w, b, eps = n.args
+    inputs = [c.arg(x)] + ([c.arg(w)] if w is not None else [])
+    if b is not None:
+        if w is None:
+            raise Unsupported("layer_norm with a bias and no weight")
+        inputs.append(c.arg(b))
+    y = c.b.op("layer_norm", inputs, {"axis": len(shape_of(x)) - len(normalized), "eps": float(eps)},
+               dtype=_KILN_DTYPE[val(x).dtype])
+    return [y, None, None]
+
+
+@converts(aten._native_batch_norm_legit_no_training.default)
+def _batch_norm(c, n):
+    x, w, b, mean, var, _momentum, eps = n.args
+    inputs = [c.arg(x), c.arg(mean), c.arg(var)] + ([c.arg(w)] if w is not None else [])
+    if b is not None:
+        if w is None:
+            raise Unsupported("batch_norm with a bias and no weight")
+        inputs.append(c.arg(b))
+    y = c.b.op("batch_norm", inputs, {"axis": 1, "eps": float(eps)}, dtype=_KILN_DTYPE[val(x).dtype])
+    return [y, None, None]
+
+
+@converts(aten.native_group_norm.default)
+def _group_norm(c, n):
+    x, w, b, _n, _c, _hw, groups, eps = n.args
+    inputs = [c.arg(x)] + ([c.arg(w)] if w is not None else [])
+    if b is not None:
+        if w is None:
+            raise Unsupported("group_norm with a bias and no weight")
+        inputs.append(c.arg(b))
+    y = c.b.op("group_norm", inputs, {"groups": int(groups), "axis": 1, "eps": float(eps)}, dtype=_KILN_DTYPE[val(x).dtype])
+    return [y, None, None]
+
+
+@converts(aten.mean.dim, aten.sum.dim_IntList, aten.amax.default, aten.amin.default, aten.mean.default, aten.sum.default)
+def _reduce(c, n):
+    name = {aten.mean.dim: "reduce_mean", aten.mean.default: "reduce_mean", aten.sum.dim_IntList: "reduce_sum",
+            aten.sum.default: "reduce_sum", aten.amax.default: "reduce_max", aten.amin.default: "reduce_min"}[n.target]
+    rank = len(shape_of(n.args[0]))
+    dims = n.args[1] if len(n.args) > 1 and n.target not in (aten.mean.default, aten.sum.default) else None
+    keepdim = bool(n.args[2]) if len(n.args) > 2 else bool(n.kwargs.get("keepdim", False))
+    axes = sorted({d % rank for d in dims}) if dims else list(range(rank))
+    if rank == 0:
+        return op(c, n, "identity", [c.arg(n.args[0])])
+    return op(c, n, name, [c.arg(n.args[0])], axes=axes, keepdims=keepdim)
+
+
+@converts(aten.max_pool2d_with_indices.default, aten.avg_pool2d.default)
+def _pool(c, n):
+    a = list(n.args) + [None] * 8
+    pair = lambda v: (list(v) * 2)[:2]  # noqa: E731 (PyTorch allows one value for both)
+    x, kernel = a[0], pair(a[1])
+    stride = pair(a[2]) if a[2] else kernel
+    padding = pair(a[3]) if a[3] is not None else [0, 0]
+    maxpool = n.target == aten.max_pool2d_with_indices.default
+    if maxpool:
+        dilation, ceil = (list(a[4]) if a[4] else [1, 1]), bool(a[5])
+        if any(d != 1 for d in dilation):
+            raise Unsupported("dilated max pooling")
+    else:
+        ceil, include_pad, divisor = bool(a[4]), a[5] if a[5] is not None else True, a[6]
+        if divisor is not None:
+            raise Unsupported("avg_pool2d with divisor_override")
+    if ceil:
+        raise Unsupported("pooling with ceil_mode=True")
+    attrs = {"layout": "NCHW", "kernel": kernel, "stride": stride, "padding": padding}
+    if not maxpool:
+        attrs["count_include_pad"] = bool(include_pad)
+    y = op(c, n if not maxpool else n.args[0], "max_pool2d" if maxpool else "avg_pool2d", [c.arg(x)], **attrs)
+    return [y, None] if maxpool else y
+
+
+@converts(aten.adaptive_avg_pool2d.default, aten._adaptive_avg_pool2d.default)
+def _adaptive(c, n):
+    if list(n.args[1]) != [1, 1]:
+        raise Unsupported(f"adaptive_avg_pool2d to {list(n.args[1])} (kiln: to 1x1)")
+    return op(c, n, "reduce_mean", [c.arg(n.args[0])], axes=[2, 3], keepdims=True)
+
+
+# ---- which nodes kiln takes ----------------------------------------------------
+
+_VIEWS = {aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.squeeze.default, aten.squeeze.dim,
+          aten.squeeze.dims, aten.unsqueeze.default, aten.permute.default, aten.t.default, aten.transpose.int,
+          aten.expand.default, aten.slice.Tensor, aten.select.int, aten.split.Tensor, aten.split_with_sizes.default,
+          aten.unbind.int, aten.clone.default, aten.alias.default, aten.detach.default, operator.getitem,
+          aten.flatten.using_ints, aten.numpy_T.default}
+# Multi-output ops: the outputs kiln computes (the others, such as saved statistics, stay unused or in PyTorch).
+_FIRST_ONLY = {aten.native_layer_norm.default, aten._native_batch_norm_legit_no_training.default,
+               aten.native_group_norm.default, aten.max_pool2d_with_indices.default,
+               aten._scaled_dot_product_flash_attention_for_cpu.default, aten._scaled_dot_product_flash_attention.default,
+               aten._scaled_dot_product_efficient_attention.default, aten._scaled_dot_product_cudnn_attention.default}
+
+
+def _tensors(x) -> List[torch.Tensor]:
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, (list, tuple)):
+        return [t for item in x for t in _tensors(item)]
+    return []
+
+
+def why_not(node: torch.fx.Node) -> Optional[str]:
+    """None when kiln can take this node, else the reason it stays in PyTorch."""
+    if node.op != "call_function":
+        return None if node.op in ("placeholder", "output", "get_attr") else f"a {node.op} node"
+    if node.target not in CONVERTERS:
+        return "not in kiln's catalogue" if not isinstance(node.target, torch._ops.OpOverload) else \
+            f"no kiln conversion for {node.target}"
+    if node.target in _FIRST_ONLY:
+        for user in node.users:
+            if user.target is not operator.getitem or user.args[1] != 0:
+                return "an output other than the first is used (kiln computes only the first)"
+    def checked_values(n: torch.fx.Node) -> List[torch.Tensor]:
+        # a multi-output op kiln takes: its first output alone (the others are unused)
+        if n.op == "call_function" and n.target in _FIRST_ONLY:
+            return _tensors(n.meta.get("val"))[:1]
+        if n.target is operator.getitem and n.args[0].target in _FIRST_ONLY:
+            return _tensors(n.args[0].meta.get("val"))[:1]
+        return _tensors(n.meta.get("val"))
+
+    values = checked_values(node)
+    for a in node.all_input_nodes:
+        values += checked_values(a)
+    if not values and node.target is not operator.getitem:
+        return "no tensor metadata"
+    for v in values:
+        if v.dtype not in _KILN_DTYPE:
+            return f"a {v.dtype} tensor (kiln: float32, float16, bfloat16, bool)"
+        if any(not isinstance(s, int) for s in v.shape):
+            return "dynamic shapes (kiln graphs are static: use torch.compile(..., dynamic=False))"
+        if v.numel() == 0:
+            return "an empty tensor"
+        if v.dim() > 8:
+            return f"a rank-{v.dim()} tensor (kiln: at most 8)"
+        if v.device.type not in ("cuda", "cpu"):
+            return f"a tensor on {v.device}"
+    try:  # a dry conversion of the node alone catches what only its converter knows
+        probe = Conversion("probe")
+        for a in node.all_input_nodes:
+            if a.op == "call_function" and a.target in _FIRST_ONLY:
+                continue
+            av = _tensors(a.meta.get("val"))
+            if a.target is not operator.getitem and isinstance(a.meta.get("val"), torch.Tensor):
+                probe.env[a] = probe.b.input(f"p{len(probe.env)}", [int(s) for s in av[0].shape], _KILN_DTYPE[av[0].dtype],
+                                             [int(s) for s in av[0].stride()])
+        if node.target is operator.getitem or any(a not in probe.env for a in node.all_input_nodes):
+            return None  # decided with its producer
+        CONVERTERS[node.target](probe, node)
+    except Unsupported as e:
+        return str(e)
+    except KilnError as e:
+        return f"kiln rejects it: {e}"
+    return None
+
+
+class _Support(OperatorSupport):
+    def __init__(self, reasons: Dict[torch.fx.Node, str]):
+        super().__init__()
+        self.reasons = reasons
+
+    def is_node_supported(self, submodules, node: torch.fx.Node) -> bool:
+        if node.op != "call_function":
+            return False
+        reason = why_not(node)
+        if reason is not None:
+            self.reasons[node] = reason
+        return reason is None
+
+
+# ---- a kiln subgraph as a module --------------------------------------------
+
+class KilnSubgraph(torch.nn.Module):
+    """One partition: a kiln graph built on its first call from the
+    partition's ATen nodes, compiled, and run on the tensors it is given.
+    Outputs that are only views of its inputs are returned as PyTorch views
+    (computed by PyTorch), never copied by a kiln kernel."""
+
+    def __init__(self, gm: torch.fx.GraphModule, name: str, report: "Report"):
+        super().__init__()
+        self.gm = gm
+        self.name = name
+        self.report = report
+        self._lock = threading.Lock()
+        self._executables: Dict[Tuple, Any] = {}
+        self._plan = None
+        self._build()
+
+    def _build(self):
+        g = self.gm.graph
+        self.placeholders = [n for n in g.nodes if n.op == "placeholder"]
+        output = next(n for n in g.nodes if n.op == "output")
+        self.output_nodes = list(output.args[0]) if isinstance(output.args[0], (list, tuple)) else [output.args[0]]
+        # Outputs computed by PyTorch: placeholders and views of placeholders alone.
+        self.torch_outputs = set()
+        for i, n in enumerate(self.output_nodes):
+            if all(a.op == "placeholder" or (a.target in _VIEWS) for a in _ancestors(n)) and (
+                    n.op == "placeholder" or n.target in _VIEWS):
+                self.torch_outputs.add(i)
+
+    def _graph_for(self, args):
+        c = Conversion(self.name)
+        for i, (n, t) in enumerate(zip(self.placeholders, args)):
+            c.env[n] = c.b.input(f"in{i}", list(t.shape), _KILN_DTYPE[t.dtype], list(t.stride()))
+        for n in self.gm.graph.nodes:
+            if n.op == "call_function":
+                c.env[n] = CONVERTERS[n.target](c, n)
+        names, seen = [], {}
+        for i, n in enumerate(self.output_nodes):
+            if i in self.torch_outputs:
+                continue
+            t = c.env[n]
+            if n in seen:
+                continue
+            if t.name in {p.name for p in (c.env[x] for x in self.placeholders)}:
+                t = c.b.op("identity", [t])  # an output that is an input through identities
+            out_name = f"out{len(names)}"
+            c.b.output(t, name=out_name)
+            seen[n] = out_name
+            names.append((i, out_name))
+        graph = c.b.build()
+        for i, out_name in names:  # the conversion's shapes and dtypes are PyTorch's
+            spec, want = graph.outputs[out_name], val(self.output_nodes[i])
+            if list(spec.shape) != list(want.shape) or spec.dtype != _KILN_DTYPE[want.dtype]:
+                raise KilnError(f"internal: output {i} converted as {spec.dtype}{list(spec.shape)}, "
+                                f"PyTorch has {want.dtype}{list(want.shape)}")
+        return graph, seen
+
+    def forward(self, *args):
+        key = tuple((tuple(t.shape), tuple(t.stride()), t.dtype, t.device) for t in args)
+        entry = self._executables.get(key)
+        if entry is None:
+            with self._lock:
+                entry = self._executables.get(key)
+                if entry is None:
+                    try:
+                        graph, seen = self._graph_for(args)
+                        exe = kiln_compile(graph)
+                        entry = (exe, seen)
+                        self.report.add_subgraph(self.name, self.gm, graph, exe)
+                    except KilnError as e:  # never an error: this partition runs in PyTorch
+                        entry = (None, str(e))
+                        self.report.add_fallback(self.name, self.gm, str(e))
+                    self._executables[key] = entry
+        exe, seen = entry
+        if exe is None:
+            return tuple(self.gm(*args)) if len(self.output_nodes) > 1 else self.gm(*args)
+        results = exe({f"in{i}": t for i, t in enumerate(args)})
+        env = None
+        outs = []
+        for i, n in enumerate(self.output_nodes):
+            if i in self.torch_outputs:
+                if env is None:
+                    env = _run_views(self.gm, args)
+                outs.append(env[n])
+            else:
+                outs.append(results[seen[n]])
+        return tuple(outs) if len(self.output_nodes) > 1 or isinstance(self._output_arg(), (list, tuple)) else outs[0]
+
+    def _output_arg(self):
+        return next(n for n in self.gm.graph.nodes if n.op == "output").args[0]
+
+
+def _ancestors(n: torch.fx.Node):
+    seen, stack = [], [n]
+    while stack:
+        x = stack.pop()
+        for a in x.all_input_nodes:
+            if a not in seen:
+                seen.append(a)
+                stack.append(a)
+    return seen
+
+
+def _run_views(gm: torch.fx.GraphModule, args) -> Dict[torch.fx.Node, Any]:
+    """PyTorch's own values of the view-only nodes (and placeholders)."""
+    env: Dict[torch.fx.Node, Any] = {}
+    placeholders = iter(args)
+    for n in gm.graph.nodes:
+        if n.op == "placeholder":
+            env[n] = next(placeholders)
+        elif n.op == "call_function" and n.target in _VIEWS and all(a in env for a in n.all_input_nodes):
+            env[n] = n.target(*torch.fx.node.map_arg(n.args, lambda a: env[a]),
+                              **torch.fx.node.map_arg(n.kwargs, lambda a: env[a]))
+    return env
+
+
+# ---- the report ----------------------------------------------------------------
+
+@dataclass
+class Report:
+    """What the backend did: kiln subgraphs and the ops left to PyTorch."""
+
+    subgraphs: List[dict] = field(default_factory=list)
+    left_to_pytorch: List[dict] = field(default_factory=list)
+    graphs_in_pytorch: List[str] = field(default_factory=list)
+
+    def add_subgraph(self, name, gm, graph, exe):
+        ops = [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
+        self.subgraphs.append({"name": name, "aten_ops": len(ops), "kiln_ops": graph._native.op_count,
+                               "kernels": len(exe.kernels), "hash": graph.hash,
+                               "kinds": [k["kind"] for k in exe.kernels]})
+
+    def add_fallback(self, name, gm, reason):
+        for n in gm.graph.nodes:
+            if n.op == "call_function":
+                self.left_to_pytorch.append({"op": str(n.target), "node": n.name, "reason": f"its subgraph failed in kiln: {reason}"})
+
+    def to_dict(self) -> dict:
+        return {"subgraphs": self.subgraphs, "left_to_pytorch": self.left_to_pytorch,
+                "graphs_in_pytorch": self.graphs_in_pytorch}
+
+    def __str__(self) -> str:
+        lines = [f"kiln subgraphs: {len(self.subgraphs)}, "
+                 f"{sum(s['kernels'] for s in self.subgraphs)} kernels, "
+                 f"{sum(s['aten_ops'] for s in self.subgraphs)} ATen ops in kiln; "
+                 f"{len(self.left_to_pytorch)} ATen ops in PyTorch"]
+        for s in self.subgraphs:
+            lines.append(f"  {s['name']}: {s['aten_ops']} ATen ops -> {s['kiln_ops']} kiln ops in {s['kernels']} "
+                         f"kernel(s) ({', '.join(s['kinds'])}), graph {s['hash'][:12]}")
+        for why in self.graphs_in_pytorch:
+            lines.append(f"  a whole graph ran in PyTorch: {why}")
+        if self.left_to_pytorch:
+            lines.append("left to PyTorch:")
+            for e in self.left_to_pytorch:
+                lines.append(f"  {e['op']} ({e['node']}): {e['reason']}")
+        return "\n".join(lines)
+
+
+_REPORTS = threading.local()
+
+
+def _current_report() -> Report:
+    report = getattr(_REPORTS, "report", None)
+    return report if report is not None else _GLOBAL_REPORT
+
+
+_GLOBAL_REPORT = Report()
+
+
+# ---- the backend ---------------------------------------------------------------
+
+def _compile_aten(gm: torch.fx.GraphModule, example_inputs, report: Report) -> Callable:
+    reasons: Dict[torch.fx.Node, str] = {}
+    partitioner = CapabilityBasedPartitioner(gm, _Support(reasons), allows_single_node_partition=True)
+    partitions = partitioner.propose_partitions()
+    # a partition of views alone moves no data: PyTorch keeps it
+    partitions = [p for p in partitions if any(n.target not in _VIEWS for n in p.nodes)]
+    in_kiln = {n for p in partitions for n in p.nodes}
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and n not in in_kiln:
+            report.left_to_pytorch.append({"op": str(n.target), "node": n.name,
+                                           "reason": reasons.get(n, "views alone, or outside every kiln subgraph")})
+    if not partitions:
+        return gm
+    fused = partitioner.fuse_partitions(partitions)
+    for node in list(fused.graph.nodes):
+        if node.op == "call_module" and node.target.startswith("fused_"):
+            sub = getattr(fused, node.target)
+            setattr(fused, node.target, KilnSubgraph(sub, f"kiln_{node.target}", report))
+    fused.recompile()
+    return fused
+
+
+def backend(gm: torch.fx.GraphModule, example_inputs) -> Callable:
+    """The `torch.compile` backend "kiln"."""
+    from torch._functorch.aot_autograd import aot_module_simplified
+    report = _current_report()
+    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs):
+        report.graphs_in_pytorch.append("it needs gradients (kiln compiles inference: use torch.no_grad() or eval())")
+        return gm.forward
+    return aot_module_simplified(gm, example_inputs, fw_compiler=lambda g, ex: _compile_aten(g, ex, report))
+
+
+def explain(model: Callable, *example_inputs, **kwargs) -> Report:
+    """Runs `model` once through the kiln backend and reports the kiln
+    subgraphs (ATen ops, kiln ops, kernels) and every ATen op left to
+    PyTorch with the reason."""
+    import torch._dynamo
+    report = Report()
+    _REPORTS.report = report
+    try:
+        torch._dynamo.reset()
+        compiled = torch.compile(model, backend=backend, dynamic=False)
+        compiled(*example_inputs, **kwargs)
+    finally:
+        _REPORTS.report = None
+        torch._dynamo.reset()
+    return report
+
+
+def _register() -> None:
+    from torch._dynamo.backends.registry import _BACKENDS, register_backend
+    if "kiln" not in _BACKENDS:
+        register_backend(name="kiln")(backend)
+
+
+_register()
