@@ -35,6 +35,23 @@ section "ctest (cpu and gpu labels)"
 ctest --test-dir build-gpu -j "$(nproc)" --output-on-failure >"$out/ctest.log" 2>&1 || status=1
 tail -6 "$out/ctest.log"
 grep -E "tests passed|tests failed" "$out/ctest.log"
+section "Python package (pip install . into the machine's python3; pytest, CPU and GPU)"
+start=$(date +%s)
+python3 -m pip install -q --no-build-isolation --no-deps -Cbuild-dir=build-gpu/python . >"$out/pip.log" 2>&1 || {
+  tail -20 "$out/pip.log"; status=1; }
+echo "pip install . in $(( $(date +%s) - start )) s"
+(cd /tmp && timeout 600 python3 -m pytest "$root/python/tests" -q -p no:cacheprovider -p no:logging >"$out/pytest.log" 2>&1) || status=1
+tail -3 "$out/pytest.log"
+python3 bench/python_overhead.py 2>&1 | tail -5
+if [[ ${KILN_MODELS:-} ]]; then
+  section "models through torch.compile(backend=\"kiln\") (cold kiln cache, then warm in a second process)"
+  models_cache=$(mktemp -d)
+  KILN_CACHE_DIR=$models_cache timeout 900 python3 bench/torch_models.py --models "$KILN_MODELS" --phase cold \
+    --json "$out/models-cold.json" 2>"$out/models-cold.log" | tail -8 || status=1
+  KILN_CACHE_DIR=$models_cache timeout 600 python3 bench/torch_models.py --models "$KILN_MODELS" --phase warm --no-inductor \
+    --json "$out/models-warm.json" 2>"$out/models-warm.log" | tail -7 || status=1
+fi
+[[ ${KILN_SKIP_SANITIZERS:-0} == 1 ]] && exit $status
 section "compute-sanitizer (memcheck over the GPU tests, racecheck over anchors, norms and attention)"
 timeout 360 compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/tests/kiln_gpu_tests \
   --gtest_filter=-Gpu.CompileAndLaunchFigures >"$out/memcheck.log" 2>&1 || status=1

@@ -561,7 +561,8 @@ def why_not(node: torch.fx.Node) -> Optional[str]:
 
     values = checked_values(node)
     for a in node.all_input_nodes:
-        values += checked_values(a)
+        # (cat drops empty inputs: a KV cache's empty past)
+        values += [v for v in checked_values(a) if node.target != aten.cat.default or v.numel() > 0]
     if not values and node.target is not operator.getitem:
         return "no tensor metadata"
     for v in values:
@@ -581,10 +582,11 @@ def why_not(node: torch.fx.Node) -> Optional[str]:
             if a.op == "call_function" and a.target in _FIRST_ONLY:
                 continue
             av = _tensors(a.meta.get("val"))
-            if a.target is not operator.getitem and isinstance(a.meta.get("val"), torch.Tensor):
+            if a.target is not operator.getitem and isinstance(a.meta.get("val"), torch.Tensor) and av[0].numel() > 0:
                 probe.env[a] = probe.b.input(f"p{len(probe.env)}", [int(s) for s in av[0].shape], _KILN_DTYPE[av[0].dtype],
                                              [int(s) for s in av[0].stride()])
-        if node.target is operator.getitem or any(a not in probe.env for a in node.all_input_nodes):
+        empty = [a for a in node.all_input_nodes if isinstance(a.meta.get("val"), torch.Tensor) and a.meta["val"].numel() == 0]
+        if node.target is operator.getitem or any(a not in probe.env and a not in empty for a in node.all_input_nodes):
             return None  # decided with its producer
         CONVERTERS[node.target](probe, node)
     except Unsupported as e:
@@ -641,7 +643,8 @@ class KilnSubgraph(torch.nn.Module):
     def _graph_for(self, args):
         c = Conversion(self.name)
         for i, (n, t) in enumerate(zip(self.placeholders, args)):
-            c.env[n] = c.b.input(f"in{i}", list(t.shape), _KILN_DTYPE[t.dtype], list(t.stride()))
+            if t.numel() > 0:  # an empty input (read only by a cat, which drops it) is no kiln input
+                c.env[n] = c.b.input(f"in{i}", list(t.shape), _KILN_DTYPE[t.dtype], list(t.stride()))
         for n in self.gm.graph.nodes:
             if n.op == "call_function":
                 c.env[n] = CONVERTERS[n.target](c, n)
@@ -652,7 +655,7 @@ class KilnSubgraph(torch.nn.Module):
             t = c.env[n]
             if n in seen:
                 continue
-            if t.name in {p.name for p in (c.env[x] for x in self.placeholders)}:
+            if t.name in {c.env[x].name for x in self.placeholders if x in c.env}:
                 t = c.b.op("identity", [t])  # an output that is an input through identities
             out_name = f"out{len(names)}"
             c.b.output(t, name=out_name)
@@ -685,7 +688,7 @@ class KilnSubgraph(torch.nn.Module):
         exe, seen = entry
         if exe is None:
             return tuple(self.gm(*args)) if len(self.output_nodes) > 1 else self.gm(*args)
-        results = exe({f"in{i}": t for i, t in enumerate(args)})
+        results = exe({f"in{i}": t for i, t in enumerate(args) if t.numel() > 0})
         env = None
         outs = []
         for i, n in enumerate(self.output_nodes):
@@ -727,6 +730,23 @@ def _run_views(gm: torch.fx.GraphModule, args) -> Dict[torch.fx.Node, Any]:
 
 # ---- the report ----------------------------------------------------------------
 
+def node_flops(n: torch.fx.Node) -> int:
+    """Multiply-add FLOPs of an anchor node (2 per multiply-add); 0 for the rest."""
+    try:
+        if n.target in (aten.mm.default, aten.bmm.default, aten.addmm.default, aten.matmul.default):
+            a = val(n.args[1] if n.target == aten.addmm.default else n.args[0])
+            return 2 * val(n).numel() * int(a.shape[-1])
+        if n.target == aten.convolution.default:
+            w = val(n.args[1])
+            return 2 * val(n).numel() * int(w.shape[1] * w.shape[2] * w.shape[3])
+        if "scaled_dot_product" in str(n.target):
+            q, k = val(n.args[0]), val(n.args[1])
+            return 4 * q.numel() * int(k.shape[-2])
+    except (Unsupported, IndexError, AttributeError):
+        pass
+    return 0
+
+
 @dataclass
 class Report:
     """What the backend did: kiln subgraphs and the ops left to PyTorch."""
@@ -736,10 +756,10 @@ class Report:
     graphs_in_pytorch: List[str] = field(default_factory=list)
 
     def add_subgraph(self, name, gm, graph, exe):
-        ops = [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
+        ops = [n for n in gm.graph.nodes if n.op == "call_function"]
         self.subgraphs.append({"name": name, "aten_ops": len(ops), "kiln_ops": graph._native.op_count,
                                "kernels": len(exe.kernels), "hash": graph.hash,
-                               "kinds": [k["kind"] for k in exe.kernels]})
+                               "kinds": [k["kind"] for k in exe.kernels], "flops": sum(map(node_flops, ops))})
 
     def add_fallback(self, name, gm, reason):
         for n in gm.graph.nodes:
@@ -789,7 +809,7 @@ def _compile_aten(gm: torch.fx.GraphModule, example_inputs, report: Report) -> C
     in_kiln = {n for p in partitions for n in p.nodes}
     for n in gm.graph.nodes:
         if n.op == "call_function" and n not in in_kiln:
-            report.left_to_pytorch.append({"op": str(n.target), "node": n.name,
+            report.left_to_pytorch.append({"op": str(n.target), "node": n.name, "flops": node_flops(n),
                                            "reason": reasons.get(n, "views alone, or outside every kiln subgraph")})
     if not partitions:
         return gm
