@@ -625,7 +625,7 @@ class KilnSubgraph(torch.nn.Module):
         self.report = report
         self._lock = threading.Lock()
         self._executables: Dict[Tuple, Any] = {}
-        self._plan = None
+        self.graphs: List[Any] = []  # the kiln graphs built, one per input layout
         self._build()
 
     def _build(self):
@@ -678,6 +678,7 @@ class KilnSubgraph(torch.nn.Module):
                 if entry is None:
                     try:
                         graph, seen = self._graph_for(args)
+                        self.graphs.append(graph)
                         exe = kiln_compile(graph)
                         entry = (exe, seen)
                         self.report.add_subgraph(self.name, self.gm, graph, exe)
