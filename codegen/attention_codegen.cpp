@@ -5,16 +5,51 @@
 
 namespace kiln::codegen {
 
-// sdpa with q, k, v in memory as one 16-bit type (through transposes),
-// d contiguous, head dimension a multiple of 16 up to 256.
+auto KernelBuilder::attention_operand(ir::TensorId t) const -> std::optional<AttentionOperand> {
+  if (std::optional<ExternalTensor> e = in_memory(t)) return AttentionOperand{*e, g_.tensor(t).shape[1]};
+  // t = reshape(expand(reshape(base))): [B,Hkv,S,D] -> [B,Hkv,1,S,D] -> [B,Hkv,n,S,D] -> [B,Hkv*n,S,D]
+  auto producer_here = [&](ir::TensorId x, OpKind kind) -> const ir::Op* {
+    const ir::Tensor& tensor = g_.tensor(x);
+    if (tensor.producer < 0 || std::find(k_.ops.begin(), k_.ops.end(), tensor.producer) == k_.ops.end()) return nullptr;
+    const ir::Op& op = g_.ops[static_cast<size_t>(tensor.producer)];
+    return op.kind == kind ? &op : nullptr;
+  };
+  const ir::Op* merge = producer_here(t, OpKind::Reshape);
+  const ir::Op* expand = merge ? producer_here(merge->inputs[0], OpKind::Expand) : nullptr;
+  const ir::Op* split = expand ? producer_here(expand->inputs[0], OpKind::Reshape) : nullptr;
+  if (!split) return std::nullopt;
+  const Shape& base = g_.operand(*split, 0).shape;
+  const Shape& five = g_.result(*split).shape;
+  const Shape& grouped = g_.result(*expand).shape;
+  const Shape& out = g_.tensor(t).shape;
+  if (base.size() != 4 || five != Shape{base[0], base[1], 1, base[2], base[3]} ||
+      grouped != Shape{base[0], base[1], grouped[2], base[2], base[3]} ||
+      out != Shape{base[0], base[1] * grouped[2], base[2], base[3]})
+    return std::nullopt;
+  std::optional<ExternalTensor> e = in_memory(split->inputs[0]);
+  if (!e) return std::nullopt;
+  return AttentionOperand{*e, base[1]};
+}
+
+// sdpa with q, k, v in memory as one 16-bit type (through transposes, and
+// k, v through the grouped-query expand), d contiguous, head dimension a
+// multiple of 16 up to 256.
 bool KernelBuilder::flash_attention_fits(const ir::Op& op) const {
   if (op.kind != OpKind::Sdpa || sm_ < 80) return false;
   const int64_t d = g_.operand(op, 0).shape[3];
   if (d % 16 != 0 || d > 256) return false;
   std::optional<DType> type;
+  std::optional<int64_t> kv_heads;
   for (size_t slot = 0; slot < 3; ++slot) {
-    const std::optional<ExternalTensor> e = in_memory(op.inputs[slot]);
-    if (!e || (e->storage != DType::bf16 && e->storage != DType::f16) || (type && *type != e->storage)) return false;
+    const std::optional<AttentionOperand> a =
+        slot == 0 ? (in_memory(op.inputs[0]) ? std::optional<AttentionOperand>(AttentionOperand{*in_memory(op.inputs[0]), 0})
+                                             : std::nullopt)
+                  : attention_operand(op.inputs[slot]);
+    if (!a) return false;
+    if (slot > 0 && kv_heads && *kv_heads != a->heads) return false;
+    if (slot > 0) kv_heads = a->heads;
+    const std::optional<ExternalTensor> e = a->memory;
+    if ((e->storage != DType::bf16 && e->storage != DType::f16) || (type && *type != e->storage)) return false;
     type = e->storage;
     if (e->strides[3] != 1 || e->strides[0] % 8 != 0 || e->strides[1] % 8 != 0 || e->strides[2] % 8 != 0) return false;
   }
@@ -25,8 +60,10 @@ void KernelBuilder::flash_attention(const ir::Op& op) {
   const ir::Tensor& result = g_.result(op);
   const Shape& qs = g_.operand(op, 0).shape;
   const Shape& ks = g_.operand(op, 1).shape;
-  const int64_t batches = qs[0], heads = qs[1], sq = qs[2], d = qs[3], kv_heads = ks[1], skv = ks[2];
-  const ExternalTensor q = *in_memory(op.inputs[0]), k = *in_memory(op.inputs[1]), v = *in_memory(op.inputs[2]);
+  const ExternalTensor q = *in_memory(op.inputs[0]);
+  const AttentionOperand ka = *attention_operand(op.inputs[1]), va = *attention_operand(op.inputs[2]);
+  const ExternalTensor &k = ka.memory, &v = va.memory;
+  const int64_t batches = qs[0], heads = qs[1], sq = qs[2], d = qs[3], kv_heads = ka.heads, skv = ks[2];
   const int bq = 64, bkv = d <= 128 ? 64 : 32, threads = bq / 16 * 32;
   const int shared_bytes = (bq * static_cast<int>(d + 8) + 4 * bkv * static_cast<int>(d + 8)) * 2;
   KILN_USER_CHECK(batches * heads <= 65535, "{}: {} batch x head pairs exceed this attention kernel's grid limit of 65535",

@@ -469,6 +469,14 @@ class KernelBuilder {
   // sdpa with q, k, v in memory as one 16-bit type (through transposes),
   // d contiguous, head dimension a multiple of 16 up to 256.
   bool flash_attention_fits(const ir::Op& op) const;
+  // k or v of an sdpa as the flash kernel reads it: a tensor in memory and
+  // its head count; grouped-query heads written as reshape -> expand ->
+  // reshape of a [B, Hkv, S, D] tensor (PyTorch's repeat_kv) read in place.
+  struct AttentionOperand {
+    ExternalTensor memory;
+    int64_t heads = 0;
+  };
+  std::optional<AttentionOperand> attention_operand(ir::TensorId t) const;
 
   void flash_attention(const ir::Op& op);
 

@@ -402,6 +402,11 @@ class Planner {
           if (p.kind != KernelKind::Pointwise)
             why = fmt::format("'{}' comes from a {} kernel, which cannot run inside the anchor's operand loads",
                               g_.tensor(s).name, to_string(p.kind));
+          else if (op.kind == OpKind::Sdpa && slot < 3)
+            // q, k and v are read tile by tile from memory by the flash kernel;
+            // computed in its loads they would be recomputed for every tile.
+            why = fmt::format("'{}' is an attention operand (q, k, v), read from memory, not computed in the kernel",
+                              g_.tensor(s).name);
           else if (!only_used_by(s, oi))
             why = fmt::format("'{}' is needed elsewhere too, so it is written once rather than recomputed",
                               g_.tensor(s).name);
@@ -488,7 +493,13 @@ class Planner {
       // kernel ends: a view of it is written by a copy kernel after.
       const bool after_anchor = gid >= 0 && group(gid).anchor >= 0 && group(gid).stage.count(source(op.output)) &&
                                 group(gid).stage.at(source(op.output)) == 1;
-      if (gid < 0 || !options_.fuse || after_anchor) {
+      // A kernel writes what it computes at the coordinates it computes
+      // them, mapped through transposes and reshapes (one element each);
+      // a slice or an expand of its result is written by a copy kernel.
+      bool selects = false;
+      for (const Op* p = &op; p && is_view(p->kind); p = producer(p->inputs[0]))
+        selects |= p->kind == OpKind::Slice || p->kind == OpKind::Expand;
+      if (gid < 0 || !options_.fuse || after_anchor || selects) {
         target = static_cast<int>(groups_.size());
         Group gr;
         gr.id = target;
