@@ -17,6 +17,8 @@ namespace {
 // A normalisation prologue is recomputed for each column tile of the
 // matmul: it pays only while the output has at most two 128-wide tiles.
 constexpr int64_t kNormPrologueMaxColumns = 256;
+// The tile width that rule counts in (the Hopper kernel's 128 columns).
+constexpr int64_t kPrologueTileColumns = 128;
 // Ops one kernel may compute: bounds its source, codegen's expression depth
 // and NVRTC time (a 100 000-op chain becomes several kernels).
 constexpr size_t kMaxOpsPerKernel = 256;
@@ -386,6 +388,23 @@ class Planner {
     a.notes.push_back(note);
   }
 
+  // How many times a prologue on operand `slot` of a matmul or conv would
+  // run: once per output tile along the other operand's side (columns for
+  // A, rows for B); nullopt for other anchors.
+  std::optional<int64_t> prologue_recomputations(const Op& op, size_t slot) const {
+    const Shape& out = g_.result(op).shape;
+    int64_t other = 0;
+    if (op.kind == OpKind::Matmul) {
+      other = slot == 0 ? out[out.size() - 1] : out[out.size() - 2];
+    } else if (op.kind == OpKind::Conv2d) {
+      const bool nhwc = op.attrs.layout == Layout::NHWC;
+      other = slot == 0 ? (nhwc ? out[3] : out[1]) : element_count(out) / (nhwc ? out[3] : out[1]);
+    } else {
+      return std::nullopt;
+    }
+    return (other + kPrologueTileColumns - 1) / kPrologueTileColumns;
+  }
+
   void absorb_prologues() {
     for (Group& a : groups_) {
       if (!a.alive || (a.kind != KernelKind::Matmul && a.kind != KernelKind::Conv && a.kind != KernelKind::Attention))
@@ -402,6 +421,14 @@ class Planner {
           if (p.kind != KernelKind::Pointwise)
             why = fmt::format("'{}' comes from a {} kernel, which cannot run inside the anchor's operand loads",
                               g_.tensor(s).name, to_string(p.kind));
+          else if (const std::optional<int64_t> tiles = prologue_recomputations(op, slot);
+                   tiles && *tiles * kPrologueTileColumns > kNormPrologueMaxColumns)
+            // Computed while the operand is loaded, a prologue runs once per
+            // tile of the other operand's side, and the operand is loaded
+            // element by element instead of by the copy engine.
+            why = fmt::format("'{}' would be recomputed for each of the {} tiles across the other side of '{}' "
+                              "(at most {}): it is written once instead",
+                              g_.tensor(s).name, *tiles, g_.result(op).name, kNormPrologueMaxColumns / kPrologueTileColumns);
           else if (op.kind == OpKind::Sdpa && slot < 3)
             // q, k and v are read tile by tile from memory by the flash kernel;
             // computed in its loads they would be recomputed for every tile.
