@@ -1,6 +1,7 @@
 #include "runtime/kernel_cache.h"
 
 #include "kiln/options.h"
+#include "runtime/remote_cache.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -131,10 +132,26 @@ std::string KernelCache::path_of(const ir::Hash128& key) const {
   return fmt::format("{}/kernels/{}/{}.cubin", dir_, hex.substr(0, 2), hex);
 }
 
+// A disk miss: the remote's entry, verified (its tag by the remote cache,
+// then magic, format, key and checksum as a disk entry), written to disk.
+std::optional<std::string> KernelCache::from_remote(const ir::Hash128& key) const {
+  RemoteCache* remote = RemoteCache::instance();
+  if (!remote) return std::nullopt;
+  std::optional<std::string> bytes = remote->get("kernel", key.hex());
+  if (!bytes) return std::nullopt;
+  Parsed p;
+  if (const std::string problem = parse(*bytes, &key, p); !problem.empty()) {
+    remote->note_refused("kernel", key.hex(), problem);
+    return std::nullopt;
+  }
+  (void)write_entry(path_of(key), *bytes);  // a failed write only costs the next process a remote read
+  return p.cubin;
+}
+
 std::optional<std::string> KernelCache::load(const ir::Hash128& key) const {
   const std::string path = path_of(key);
   std::error_code exists_ec;
-  if (!fs::exists(fs::symlink_status(path, exists_ec))) return std::nullopt;
+  if (!fs::exists(fs::symlink_status(path, exists_ec))) return from_remote(key);
   Parsed p;
   if (!parse(read_file(path), &key, p).empty()) {  // corrupt, truncated or foreign: drop it, recompile
     std::error_code ec;
@@ -145,14 +162,11 @@ std::optional<std::string> KernelCache::load(const ir::Hash128& key) const {
   return p.cubin;
 }
 
-Status KernelCache::store(const KeyParts& parts, const std::string& kind, const std::string& cubin) const {
+namespace {
+
+// A disk entry: header (magic, format, key, sizes, checksum) + meta + cubin.
+std::string entry_bytes(const KeyParts& parts, const std::string& kind, const std::string& cubin) {
   const ir::Hash128 key = parts.key();
-  const std::string path = path_of(key);
-  const fs::path folder = fs::path(path).parent_path();
-  std::error_code ec;
-  fs::create_directories(folder, ec);
-  if (ec) return Error{ErrorCode::CompileOrDevice, fmt::format("kernel cache: cannot create {}: {}", folder.string(), ec.message())};
-  for (fs::path p = folder; p.string().size() >= dir_.size() && p != p.parent_path(); p = p.parent_path()) ::chmod(p.c_str(), 0700);
   const std::string meta = nlohmann::json{{"source", parts.source}, {"arch", parts.arch}, {"nvrtc", parts.nvrtc},
                                           {"kiln", parts.kiln}, {"options", parts.options}, {"kind", kind}}.dump();
   const std::string body = meta + cubin;
@@ -164,10 +178,20 @@ Status KernelCache::store(const KeyParts& parts, const std::string& kind, const 
   h.key_low = key.low;
   h.size = body.size();
   h.checksum = XXH3_64bits(body.data(), body.size());
+  return std::string(reinterpret_cast<const char*>(&h), sizeof h) + body;
+}
+
+}  // namespace
+
+Status KernelCache::write_entry(const std::string& path, const std::string& bytes) const {
+  const fs::path folder = fs::path(path).parent_path();
+  std::error_code ec;
+  fs::create_directories(folder, ec);
+  if (ec) return Error{ErrorCode::CompileOrDevice, fmt::format("kernel cache: cannot create {}: {}", folder.string(), ec.message())};
+  for (fs::path p = folder; p.string().size() >= dir_.size() && p != p.parent_path(); p = p.parent_path()) ::chmod(p.c_str(), 0700);
   const std::string temp = fmt::format("{}.tmp.{}.{:08x}", path, ::getpid(), std::random_device{}());
   const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0600);
   if (fd < 0) return Error{ErrorCode::CompileOrDevice, fmt::format("kernel cache: cannot write {}: {}", temp, std::strerror(errno))};
-  const std::string bytes = std::string(reinterpret_cast<const char*>(&h), sizeof h) + body;
   size_t written = 0;
   while (written < bytes.size()) {
     const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
@@ -181,6 +205,14 @@ Status KernelCache::store(const KeyParts& parts, const std::string& kind, const 
     ::unlink(temp.c_str());
     return Error{ErrorCode::CompileOrDevice, fmt::format("kernel cache: writing {} failed: {}", path, std::strerror(saved_errno))};
   }
+  return {};
+}
+
+Status KernelCache::store(const KeyParts& parts, const std::string& kind, const std::string& cubin) const {
+  const ir::Hash128 key = parts.key();
+  const std::string bytes = entry_bytes(parts, kind, cubin);
+  if (Status s = write_entry(path_of(key), bytes); !s) return s;
+  publish("kernel", key.hex(), bytes);  // write-through: the fleet gets it too
   return {};
 }
 

@@ -65,6 +65,8 @@ class KernelCache {
   std::optional<std::string> load(const ir::Hash128& key) const;
   Status store(const KeyParts& parts, const std::string& kind, const std::string& cubin) const;
   std::string path_of(const ir::Hash128& key) const;
+  // On a disk miss, load() asks the remote cache (remote_cache.h), and
+  // store() writes through to it.
 
   // Every readable entry; `problems` gets "path: reason" for the others
   // (which are removed when `remove_bad`).
@@ -74,6 +76,8 @@ class KernelCache {
   int evict(int64_t limit) const;
 
  private:
+  std::optional<std::string> from_remote(const ir::Hash128& key) const;
+  Status write_entry(const std::string& path, const std::string& bytes) const;
   std::string dir_;
 };
 

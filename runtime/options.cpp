@@ -50,6 +50,21 @@ Options Options::from_environment(LogFunction log) {
                                            o.cache_max_bytes));
   }
   o.fail_if_compiling = flag("KILN_FAIL_IF_COMPILING");
+  o.remote_cache = variable("KILN_REMOTE_CACHE");
+  o.remote_secret_file = variable("KILN_REMOTE_CACHE_SECRET_FILE");
+  auto milliseconds = [&](const char* name, int& into) {
+    const std::string v = variable(name);
+    if (v.empty()) return;
+    char* end = nullptr;
+    errno = 0;
+    const long n = std::strtol(v.c_str(), &end, 10);
+    if (errno == 0 && end && *end == '\0' && n >= 1 && n <= 600000)
+      into = static_cast<int>(n);
+    else if (o.log)
+      o.log(LogLevel::warning, fmt::format("{}='{}' is not a number of milliseconds (1 to 600000); using {}", name, v, into));
+  };
+  milliseconds("KILN_REMOTE_CACHE_TIMEOUT_MS", o.remote_timeout_ms);
+  milliseconds("KILN_REMOTE_CACHE_BREAKER_MS", o.remote_breaker_ms);
   o.dump = variable("KILN_DUMP");
   if (std::string dir = variable("KILN_DUMP_DIR"); !dir.empty()) o.dump_dir = dir;
   o.trace_launch = flag("KILN_TRACE_LAUNCH");

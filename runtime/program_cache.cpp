@@ -1,6 +1,7 @@
 #include "runtime/program_cache.h"
 
 #include "runtime/cache_dir.h"
+#include "runtime/remote_cache.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -112,8 +113,10 @@ std::optional<ProgramRecipe> recipe_from_text(const std::string& text, size_t te
 }
 
 std::optional<ProgramRecipe> load_recipe(const std::string& dir, const ir::Hash128& key, size_t tensor_count) {
-  return load_document<ProgramRecipe>(fmt::format("{}/graphs/{}.json", dir, key.hex()),
-                                      [&](const std::string& text) { return recipe_from_text(text, tensor_count); });
+  const std::string path = fmt::format("{}/graphs/{}.json", dir, key.hex());
+  auto parse = [&](const std::string& text) { return recipe_from_text(text, tensor_count); };
+  if (std::optional<ProgramRecipe> r = load_document<ProgramRecipe>(path, parse)) return r;
+  return fetch_document<ProgramRecipe>("recipe", key.hex(), path, parse);
 }
 
 std::vector<std::pair<std::string, ProgramRecipe>> list_recipes(const std::string& dir, std::vector<std::string>* problems,
@@ -128,7 +131,9 @@ void store_recipe(const std::string& dir, const ir::Hash128& key, const ProgramR
   std::error_code ec;
   std::filesystem::create_directories(folder, ec);
   if (ec) return;
-  write_file_atomically((folder / (key.hex() + ".json")).string(), recipe_to_text(recipe));
+  const std::string text = recipe_to_text(recipe);
+  write_file_atomically((folder / (key.hex() + ".json")).string(), text);
+  publish("recipe", key.hex(), text);
 }
 
 }  // namespace kiln::runtime

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "runtime/cache_dir.h"
+#include "runtime/remote_cache.h"
 
 namespace kiln::runtime {
 
@@ -49,7 +50,9 @@ std::optional<TuningRecord> tuning_from_text(const std::string& text) {
 }
 
 std::optional<TuningRecord> load_tuning(const std::string& dir, const ir::Hash128& key) {
-  return load_document<TuningRecord>((std::filesystem::path(dir) / "tuning" / (key.hex() + ".json")).string(), tuning_from_text);
+  const std::string path = (std::filesystem::path(dir) / "tuning" / (key.hex() + ".json")).string();
+  if (std::optional<TuningRecord> r = load_document<TuningRecord>(path, tuning_from_text)) return r;
+  return fetch_document<TuningRecord>("tuning", key.hex(), path, tuning_from_text);
 }
 
 bool store_tuning(const std::string& dir, const ir::Hash128& key, const TuningRecord& record) {
@@ -57,7 +60,10 @@ bool store_tuning(const std::string& dir, const ir::Hash128& key, const TuningRe
   std::error_code ec;
   std::filesystem::create_directories(folder, ec);
   if (ec) return false;
-  return write_file_atomically((folder / (key.hex() + ".json")).string(), tuning_to_text(record));
+  const std::string text = tuning_to_text(record);
+  if (!write_file_atomically((folder / (key.hex() + ".json")).string(), text)) return false;
+  publish("tuning", key.hex(), text);
+  return true;
 }
 
 std::vector<std::pair<std::string, TuningRecord>> list_tunings(const std::string& dir, std::vector<std::string>* problems,

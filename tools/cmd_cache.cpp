@@ -14,6 +14,7 @@
 #include "runtime/cache_dir.h"
 #include "runtime/kernel_cache.h"
 #include "runtime/program_cache.h"
+#include "runtime/remote_cache.h"
 #include "runtime/tuning_record.h"
 #include "runtime/nvrtc.h"
 #include "tools/commands.h"
@@ -57,6 +58,11 @@ int stats(const std::string& dir) {
     fmt::print("tuning: {} autotuned graph{}\n", tunings.size(), tunings.size() == 1 ? "" : "s");
   for (const auto& [key, g] : groups) fmt::print("  {} {}: {} entries, {}\n", key.first, key.second, g.first, human(g.second));
   if (!entries.empty()) fmt::print("last used: oldest {}, newest {} (UTC)\n", when(oldest), when(newest));
+  const runtime::RemoteCounters c = runtime::stored_counters(dir);
+  if (runtime::RemoteCache* remote = runtime::RemoteCache::instance()) fmt::print("remote: {}\n", remote->description());
+  if (c.hits + c.misses + c.writes + c.refused + c.errors > 0 || runtime::RemoteCache::instance())
+    fmt::print("remote cache, all runs with this cache: {} hits, {} misses, {} writes, {} refused, {} errors\n", c.hits,
+               c.misses, c.writes, c.refused, c.errors);
   return 0;
 }
 
@@ -117,13 +123,19 @@ int explain(const std::string& dir, const std::string& path, const std::string& 
     const std::string head = fmt::format("kernel {} ({}, {})", k.plan_kernel, kind, arch);
     const runtime::CacheEntry* best = runtime::closest_entry(entries, want);
     const std::vector<std::string> best_diff = best ? runtime::key_differences(best->parts, want) : std::vector<std::string>{};
+    std::string remote;
+    if (runtime::RemoteCache* r = runtime::RemoteCache::instance()) {
+      const std::optional<bool> held = r->holds("kernel", want.key().hex());
+      remote = !held ? "; remote: not reachable" : *held ? "; remote: held" : "; remote: not held";
+    }
     if (best && best_diff.empty()) {
       ++cached;
-      fmt::print("{}: cached, key {}\n", head, best->key.hex());
+      fmt::print("{}: cached, key {}{}\n", head, best->key.hex(), remote);
     } else if (!best) {
-      fmt::print("{}: not cached; the cache is empty\n", head);
+      fmt::print("{}: not cached; the cache is empty{}\n", head, remote);
     } else {
-      fmt::print("{}: not cached; the closest entry {} differs in {}\n", head, best->key.hex(), fmt::join(best_diff, "; "));
+      fmt::print("{}: not cached; the closest entry {} differs in {}{}\n", head, best->key.hex(), fmt::join(best_diff, "; "),
+                 remote);
     }
   }
   fmt::print("{} of {} kernels cached in {}\n", cached, program->kernels.size(), dir);

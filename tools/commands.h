@@ -14,6 +14,7 @@ namespace kiln::cli {
 // Options every command takes.
 struct CommonOptions {
   std::string cache_dir;
+  std::string remote_cache;  // --remote-cache URL (cli.md, "Remote cache")
   bool no_cache = false;
   bool verbose = false;
 };

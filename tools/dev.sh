@@ -30,6 +30,9 @@ install_missing() {
     "libgmock-dev:/usr/include/gmock/gmock.h"
     "llvm-14-tools:/usr/lib/llvm-14/bin/FileCheck"
     "graphviz:dot"
+    "libhiredis-dev:/usr/include/hiredis/hiredis.h"
+    "libssl-dev:/usr/include/openssl/hmac.h"
+    "redis-server:redis-server"
   )
   local missing=() entry pkg probe
   for entry in "${wanted[@]}"; do

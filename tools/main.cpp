@@ -34,6 +34,8 @@ int main(int argc, char** argv) {
   app.add_option("--cache-dir", common.cache_dir,
                  "kernel cache folder (default $KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln)");
   app.add_flag("--no-cache", common.no_cache, "neither read nor write the kernel cache");
+  app.add_option("--remote-cache", common.remote_cache,
+                 "a Redis server behind the disk cache: redis://[user:password@]host[:port][/db] (default $KILN_REMOTE_CACHE)");
   app.add_flag("-v,--verbose", common.verbose, "say more on stderr");
 
   std::map<CLI::App*, Runner> runners;
@@ -62,6 +64,13 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {  // unknown command or flag, missing argument
     std::fprintf(stderr, "kiln: error: %s\n(run 'kiln --help' for usage)\n", e.what());
     return static_cast<int>(kiln::ErrorCode::Usage);
+  }
+  // The common options are the library's settings for this run.
+  if (!common.remote_cache.empty() || !common.cache_dir.empty()) {
+    kiln::Options o = *kiln::current_options();
+    if (!common.remote_cache.empty()) o.remote_cache = common.remote_cache;
+    if (!common.cache_dir.empty()) o.cache_dir = common.cache_dir;
+    kiln::set_options(std::move(o));
   }
   for (auto& [sub, run] : runners)
     if (sub->parsed()) return run();

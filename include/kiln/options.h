@@ -40,6 +40,16 @@ struct Options {
   // Test hook: every NVRTC compile fails on purpose (KILN_TEST_NVRTC_FAIL=1),
   // so the failure path runs against the real compiler.
   bool break_nvrtc_for_tests = false;
+  // The remote cache (cli.md): redis://[user:password@]host[:port][/db].
+  // Environment: KILN_REMOTE_CACHE, KILN_REMOTE_CACHE_SECRET_FILE (the
+  // fleet's HMAC secret: a file of the user's, readable by no one else),
+  // KILN_REMOTE_CACHE_TIMEOUT_MS (connect and each request, default 250),
+  // KILN_REMOTE_CACHE_BREAKER_MS (how long a failed server is left alone,
+  // default 30000).
+  std::string remote_cache;
+  std::string remote_secret_file;
+  int remote_timeout_ms = 250;
+  int remote_breaker_ms = 30000;
   // Where diagnostics go; empty: nowhere.
   LogFunction log;
 
