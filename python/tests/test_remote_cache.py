@@ -149,6 +149,21 @@ def test_a_dead_server_costs_one_timeout_and_compiles_go_on(redis, tmp_path):
     assert time.monotonic() - start < 120
 
 
+def test_a_server_killed_mid_warm(redis, tmp_path):
+    env = environment(redis, secret_file(tmp_path), KILN_REMOTE_CACHE_TIMEOUT_MS="200")
+    warm = subprocess.Popen([binary(), "warm", str(EXAMPLES), "--arch", "sm_80", "--jobs", "1", "--cache-dir", str(tmp_path / "a")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**{k: v for k, v in os.environ.items() if not k.startswith("KILN_")}, **env})
+    for _ in range(200):  # until the first kernels have been written through
+        if len(redis.keys("kernel")) >= 2:
+            break
+        time.sleep(0.05)
+    redis.stop()
+    out, err = warm.communicate(timeout=600)
+    assert warm.returncode == 0, err
+    assert ", 0 failed)" in out and err.count("not asked again") == 1, err
+
+
 def test_a_paused_server_is_bounded_by_the_timeout(redis, tmp_path):
     env = environment(redis, secret_file(tmp_path), KILN_REMOTE_CACHE_TIMEOUT_MS="300")
     fill(redis, tmp_path, env)
