@@ -70,6 +70,13 @@ def secret_file(folder, name="secret", text="0123456789abcdef-the-fleet-secret",
     return path
 
 
+def owned_by_someone_else(path):
+    if os.geteuid() != 0:
+        pytest.skip("giving a file to another user needs root")
+    os.chown(path, 12345, -1)
+    return path
+
+
 def kiln(*args, env):
     full = {k: v for k, v in os.environ.items() if not k.startswith("KILN_")}
     full.update(env)
@@ -206,6 +213,7 @@ def test_eight_processes_warming_at_once(redis, tmp_path):
     (lambda d: (d / "folder").mkdir() or d / "folder", "not a regular file"),
     (lambda d: (d / "link").symlink_to(secret_file(d)) or d / "link", "not a link"),
     (lambda d: d / "missing", "No such file"),
+    (lambda d: owned_by_someone_else(secret_file(d)), "owned by uid 12345"),
 ])
 def test_the_secret_file_must_be_the_users_alone(redis, tmp_path, make, says):
     env = environment(redis, make(tmp_path))
