@@ -93,6 +93,22 @@ Expected<CUcontext> launch_context(const runtime::Driver& cu, CUstream stream, i
   return primary;
 }
 
+// The driver, the context a launch on `stream` runs in, and the context
+// current on the calling thread (restored after the launch).
+struct LaunchScope {
+  const runtime::Driver* cu = nullptr;
+  CUcontext context = nullptr, current = nullptr;
+};
+Expected<LaunchScope> launch_scope(CUstream stream, int device) {
+  LaunchScope scope;
+  scope.cu = runtime::loaded_driver();
+  if (!scope.cu) return runtime::driver().error();
+  Expected<CUcontext> context = launch_context(*scope.cu, stream, device, scope.current);
+  if (!context) return context.error();
+  scope.context = *context;
+  return scope;
+}
+
 }  // namespace
 
 Expected<int> Executable::input_index(std::string_view name) const {
@@ -289,16 +305,13 @@ Status Executable::launch(const BoundArgs& args, void* workspace, void* stream_h
                                             !x.input_contiguous[static_cast<size_t>(i)])
       return Error{ErrorCode::InvalidInput, fmt::format("output '{}' is the strided input '{}': bind the same buffer to both",
                                                         x.output_names[o], x.input_names[static_cast<size_t>(i)])};
-  const runtime::Driver* loaded = runtime::loaded_driver();
-  if (!loaded) return runtime::driver().error();
-  const runtime::Driver& cu = *loaded;
   const auto stream = static_cast<CUstream>(stream_handle);
-  CUcontext current = nullptr;
-  Expected<CUcontext> context = launch_context(cu, stream, x.device, current);
-  if (!context) return context.error();
-  Expected<runtime::DeviceState*> state = x.device_state(*context);
+  Expected<LaunchScope> scope = launch_scope(stream, x.device);
+  if (!scope) return scope.error();
+  const runtime::Driver& cu = *scope->cu;
+  Expected<runtime::DeviceState*> state = x.device_state(scope->context);
   if (!state) return state.error();
-  ContextGuard guard(cu, *context, current);
+  ContextGuard guard(cu, scope->context, scope->current);
 
   auto pointer = [&](const runtime::ArgSource& s) -> CUdeviceptr {
     switch (s.from) {
@@ -371,14 +384,11 @@ Status Executable::launch(const std::vector<DeviceBinding>& bindings, void* stre
   for (size_t o = 0; o < outputs.size(); ++o)
     if (!outputs[o]) return Error{ErrorCode::InvalidInput, fmt::format("output '{}' is not bound", x.output_names[o])};
   if (x.workspace_bytes == 0) return launch(BoundArgs{inputs, outputs}, nullptr, stream_handle);
-  const runtime::Driver* loaded = runtime::loaded_driver();
-  if (!loaded) return runtime::driver().error();
-  const runtime::Driver& cu = *loaded;
   const auto stream = static_cast<CUstream>(stream_handle);
-  CUcontext current = nullptr;
-  Expected<CUcontext> context = launch_context(cu, stream, x.device, current);
-  if (!context) return context.error();
-  ContextGuard guard(cu, *context, current);
+  Expected<LaunchScope> scope = launch_scope(stream, x.device);
+  if (!scope) return scope.error();
+  const runtime::Driver& cu = *scope->cu;
+  ContextGuard guard(cu, scope->context, scope->current);
   CUdeviceptr workspace = 0;
   if (Status s = runtime::check(cu.cuMemAllocAsync(&workspace, x.workspace_bytes, stream),
                                 fmt::format("cuMemAllocAsync (a workspace of {} bytes)", x.workspace_bytes));
