@@ -1,7 +1,13 @@
 #include "runtime/npy.h"
 
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <bit>
+#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -104,10 +110,48 @@ double load_element(const unsigned char* p, const Header& h) {
   }
 }
 
+// The bytes of a regular file from `offset`, at most `limit` of them:
+// opened without following a link and without blocking (a FIFO or a device
+// in place of a file is refused before anything is read).
+class InputFile {
+ public:
+  explicit InputFile(const std::string& path) : path_(path) {
+    fd_ = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    KILN_USER_CHECK(fd_ >= 0, "{}: cannot open the file: {}{}", path, std::strerror(errno),
+                    errno == ELOOP ? " (a link: kiln reads input files only, not links)" : "");
+    struct stat st {};
+    if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+      const bool directory = S_ISDIR(st.st_mode);
+      ::close(fd_);
+      throw_user_error(fmt::format("{}: not a regular file ({})", path, directory ? "a directory" : "a FIFO, socket or device"));
+    }
+    size_ = static_cast<uint64_t>(st.st_size);
+  }
+  ~InputFile() { ::close(fd_); }
+  InputFile(const InputFile&) = delete;
+  InputFile& operator=(const InputFile&) = delete;
+  uint64_t size() const { return size_; }
+  std::string read(uint64_t offset, uint64_t count) const {
+    std::string out(static_cast<size_t>(count), '\0');
+    uint64_t done = 0;
+    while (done < count) {
+      const ssize_t n = ::pread(fd_, out.data() + done, static_cast<size_t>(count - done), static_cast<off_t>(offset + done));
+      KILN_USER_CHECK(n > 0, "{}: the file ends early", path_);
+      done += static_cast<uint64_t>(n);
+    }
+    return out;
+  }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  uint64_t size_ = 0;
+};
+
 HostTensor read(const std::string& path, DType dtype) {
-  std::ifstream file(path, std::ios::binary);
-  KILN_USER_CHECK(file.good(), "{}: cannot open the file", path);
-  std::string data((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  const InputFile file(path);
+  // Only the header first (the format caps it at 4 GiB; kiln at 1 MiB), then exactly the data the shape needs.
+  const std::string data = file.read(0, std::min<uint64_t>(file.size(), 12 + (1u << 20)));
   KILN_USER_CHECK(data.size() >= 10 && data.compare(0, 6, "\x93NUMPY") == 0, "{}: not a .npy file", path);
   const int major = static_cast<unsigned char>(data[6]);
   KILN_USER_CHECK(major >= 1 && major <= 3, "{}: unsupported .npy format version {}", path, major);
@@ -121,7 +165,7 @@ HostTensor read(const std::string& path, DType dtype) {
     for (int i = 0; i < 4; ++i) header_len |= static_cast<size_t>(static_cast<unsigned char>(data[8 + static_cast<size_t>(i)])) << (8 * i);
     offset = 12;
   }
-  KILN_USER_CHECK(header_len <= data.size() - offset, "{}: truncated .npy header", path);
+  KILN_USER_CHECK(header_len <= data.size() - offset, "{}: truncated .npy header (or one over 1 MiB)", path);
   const Header h = parse_header(data.substr(offset, header_len), path);
   offset += header_len;
   int64_t count = 1;
@@ -129,9 +173,12 @@ HostTensor read(const std::string& path, DType dtype) {
     KILN_USER_CHECK(d == 0 || count <= kMaxElements / std::max<int64_t>(d, 1), "{}: the array is too large", path);
     count *= d;
   }
-  KILN_USER_CHECK(static_cast<uint64_t>(count) * static_cast<uint64_t>(h.item_size) <= data.size() - offset,
-                  "{}: the file holds {} bytes of data but shape {} needs {}", path, data.size() - offset,
-                  to_string(h.shape), count * h.item_size);
+  uint64_t needed = 0;
+  KILN_USER_CHECK(!__builtin_mul_overflow(static_cast<uint64_t>(count), static_cast<uint64_t>(h.item_size), &needed),
+                  "{}: the array is too large", path);
+  KILN_USER_CHECK(needed <= file.size() - offset, "{}: the file holds {} bytes of data but shape {} needs {}", path,
+                  file.size() - offset, to_string(h.shape), needed);
+  const std::string payload = file.read(offset, needed);
   HostTensor t{h.shape, dtype, std::vector<float>(static_cast<size_t>(count))};
   const Strides row_major = contiguous_strides(h.shape);
   // Fortran order: element (i0, i1, ...) is stored at sum(i_d * prod(shape[:d])).
@@ -141,7 +188,7 @@ HostTensor read(const std::string& path, DType dtype) {
     stored[d] = h.fortran_order ? step : row_major[d];
     step *= h.shape[d];
   }
-  const auto* base = reinterpret_cast<const unsigned char*>(data.data() + offset);
+  const auto* base = reinterpret_cast<const unsigned char*>(payload.data());
   std::vector<int64_t> index(h.shape.size(), 0);
   for (int64_t i = 0; i < count; ++i) {
     int64_t at = 0;
