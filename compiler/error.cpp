@@ -32,6 +32,11 @@ Error error_from_current_exception() {
   }
 }
 
+std::string escaped(std::string_view text) {
+  const std::string q = quoted(text);
+  return q.substr(1, q.size() - 2);
+}
+
 std::string quoted(std::string_view text) {
   std::string out = "'";
   for (unsigned char c : text) {

@@ -50,6 +50,9 @@ auto catch_errors(F&& body) -> Expected<decltype(body())> {
 // Quotes a user-provided string for a message: JSON-style escaping, so that
 // control characters and quotes cannot break the message's shape.
 std::string quoted(std::string_view text);
+// `text` with control characters escaped as quoted() escapes them, without
+// the quotes: user text printed to a terminal (graph names).
+std::string escaped(std::string_view text);
 
 }  // namespace kiln::detail
 

@@ -6,6 +6,7 @@
 #include "compiler/graph_internal.h"
 #include "kiln/executable.h"
 #include "runtime/bench.h"
+#include "compiler/error.h"
 #include "tools/commands.h"
 
 namespace kiln::cli {
@@ -50,7 +51,7 @@ Runner add_bench(CLI::App& app, const CommonOptions& common) {
       r["tflops"] = tflops;
       results.push_back(r);
       if (!args->json)
-        fmt::print("{:<34} {:>7} {:>10.4f} {:>10.4f} {:>7.2f} {:>9.1f} {:>9.2f}\n", graph->name().substr(0, 34), kernels,
+        fmt::print("{:<34} {:>7} {:>10.4f} {:>10.4f} {:>7.2f} {:>9.1f} {:>9.2f}\n", detail::escaped(graph->name()).substr(0, 34), kernels,
                    args->no_fusion ? 0.0 : fused, unfused, args->no_fusion ? 1.0 : unfused / fused, gbps, tflops);
     }
     if (args->json) fmt::print("{}\n", results.dump(2));

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kiln/executable.h"
+#include "compiler/error.h"
 #include "tools/commands.h"
 #include "tools/helpers.h"
 
@@ -41,7 +42,7 @@ Runner add_compile(CLI::App& app, const CommonOptions& common) {
         for (const KernelReport& k : exe->report()) hits += k.cache_hit;
         nlohmann::ordered_json entry{{"graph", graph->name()}, {"path", path}, {"arch", arch}, {"kernels", nlohmann::ordered_json::array()}};
         if (!args->json)
-          fmt::print("{} ({}): {} kernel{}, {} compiled, {} cached\n", graph->name().empty() ? path : graph->name(), arch,
+          fmt::print("{} ({}): {} kernel{}, {} compiled, {} cached\n", graph->name().empty() ? path : detail::escaped(graph->name()), arch,
                      exe->report().size(), exe->report().size() == 1 ? "" : "s", exe->report().size() - hits, hits);
         for (const KernelReport& k : exe->report()) {
           nlohmann::ordered_json trials = nlohmann::ordered_json::array();

@@ -22,7 +22,13 @@ Runner add_dump(CLI::App& app, const CommonOptions& common) {
   cmd->add_option("GRAPH", args->path, "graph file")->required();
   cmd->add_option("--stage", args->stage, "ir | plan | cuda | ptx | sass (default: ir)")
       ->check(CLI::IsMember({"ir", "plan", "cuda", "ptx", "sass"}));
-  cmd->add_option("--kernel", args->kernel, "only this kernel (plan, cuda, ptx, sass)");
+  cmd->add_option("--kernel", args->kernel, "only this kernel (plan, cuda, ptx, sass)")->check(CLI::Validator(
+      [](std::string& text) {
+        return !text.empty() && text.size() <= 9 && text.find_first_not_of("0123456789") == std::string::npos
+                   ? std::string()
+                   : "a kernel number (0, 1, ...), not '" + text + "'";
+      },
+      "KERNEL"));
   cmd->add_option("--arch", args->arch, "target architecture, e.g. sm_90");
   return [args, &common] {
     Expected<Graph> graph = Graph::load(args->path);

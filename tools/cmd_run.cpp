@@ -15,6 +15,7 @@
 #include "kiln/reference.h"
 #include "runtime/npy.h"
 #include "runtime/random_inputs.h"
+#include "compiler/error.h"
 #include "tools/commands.h"
 
 namespace kiln::cli {
@@ -98,7 +99,7 @@ int run(const RunArgs& a, const CommonOptions& common) {
     if (!s) return report(s.error());
   }
 
-  fmt::print("ran {} on {} in {:.3f} s; inputs: {}\n", graph->name().empty() ? a.path : "'" + graph->name() + "'",
+  fmt::print("ran {} on {} in {:.3f} s; inputs: {}\n", graph->name().empty() ? a.path : detail::quoted(graph->name()),
              gpu ? fmt::format("the GPU ({}, {} kernel{})", exe->arch(), exe->kernel_count(), exe->kernel_count() == 1 ? "" : "s")
                  : "cpu (reference interpreter)",
              seconds, a.inputs_dir.empty() ? fmt::format("random, seed {}", a.seed) : a.inputs_dir);
@@ -134,7 +135,14 @@ Runner add_run(CLI::App& app, const CommonOptions& common) {
   inputs->excludes(random);
   cmd->add_option("--outputs", a->outputs_dir, "write DIR/<output>.npy (and drawn inputs)");
   cmd->add_flag("--check", a->check, "run on the GPU and compare with the reference interpreter");
-  cmd->add_option("--tolerance", a->tolerance, "relative error allowed by --check")->check(CLI::PositiveNumber);
+  cmd->add_option("--tolerance", a->tolerance, "relative error allowed by --check")
+      ->check(CLI::Validator(
+          [](std::string& text) {
+            char* end = nullptr;
+            const double v = std::strtod(text.c_str(), &end);
+            return *end == '\0' && std::isfinite(v) && v > 0 ? std::string() : "a positive finite number, not '" + text + "'";
+          },
+          "POSITIVE"));
   return [a, &common] { return run(*a, common); };
 }
 

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
@@ -73,7 +74,15 @@ Runner add_warm(CLI::App& app, const CommonOptions& common) {
   auto args = std::make_shared<Args>();
   cmd->add_option("PATH", args->paths, "graph files, folders (recursively *.json) or manifests (a path per line)")->required();
   cmd->add_option("--arch", args->archs, "target architecture (repeatable); default: the GPU present, else sm_90");
-  cmd->add_option("--jobs", args->jobs, "parallel compiles (default: the number of cores)")->check(CLI::PositiveNumber);
+  cmd->add_option("--jobs", args->jobs, "parallel compiles (default: the number of cores; at most the kernels to compile and 4x the cores)")
+      ->check(CLI::Validator(
+          [](std::string& text) {
+            return !text.empty() && text.size() <= 9 && text.find_first_not_of("0123456789") == std::string::npos &&
+                           std::stoi(text) > 0
+                       ? std::string()
+                       : "a number of parallel compiles (1 or more), not '" + text + "'";
+          },
+          "N"));
   return [args, &common] {
     const auto start = std::chrono::steady_clock::now();
     if (common.no_cache) return report({ErrorCode::InvalidInput, "warm fills the cache: it cannot run with --no-cache"});
@@ -126,7 +135,10 @@ Runner add_warm(CLI::App& app, const CommonOptions& common) {
     std::vector<std::pair<ir::Hash128, Job*>> todo;
     for (auto& [key, job] : jobs)
       if (!job.source.empty()) todo.emplace_back(key, &job);
-    const int workers = std::max(1, args->jobs > 0 ? args->jobs : static_cast<int>(std::thread::hardware_concurrency()));
+    // Capped at the kernels to compile and at 4x the cores: more threads would only wait.
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const int workers = std::clamp(args->jobs > 0 ? std::min(args->jobs, 4 * cores) : cores, 1,
+                                   std::max(1, static_cast<int>(todo.size())));
     std::atomic<size_t> next{0}, done{0};
     std::atomic<int> compiled{0}, failed{0};
     std::mutex print;
