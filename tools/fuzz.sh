@@ -52,3 +52,26 @@ for target in fuzz_graph_load fuzz_plan_codegen; do
   rm -rf "$work"
 done
 rm -rf "$corpus"
+
+# The .npy reader, on seeds of every dtype kind, both orders and a few shapes.
+npy_seeds=$(mktemp -d)
+python3 - "$npy_seeds" <<'PY'
+import struct, sys
+def npy(descr, shape, fortran, payload, name):
+    header = "{'descr': '%s', 'fortran_order': %s, 'shape': %s, }" % (descr, fortran, repr(tuple(shape)))
+    header += " " * (63 - (10 + len(header)) % 64) + "\n"
+    open(f"{sys.argv[1]}/{name}.npy", "wb").write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode() + payload)
+npy("<f4", [2, 3], False, struct.pack("<6f", *range(6)), "f4")
+npy("<f2", [4], False, b"\x00\x3c" * 4, "f2")
+npy(">f8", [3, 1], True, struct.pack(">3d", 1.5, -2, 3), "f8")
+npy("|b1", [5], False, b"\x01\x00\x01\x01\x00", "b1")
+npy("<i8", [], False, struct.pack("<q", 7), "i8")
+npy("|u1", [2, 2, 2], False, bytes(range(8)), "u1")
+PY
+say "fuzz_npy for $seconds s ($(ls "$npy_seeds" | wc -l) seeds)"
+"$build/fuzz/fuzz_npy" "$npy_seeds" -max_total_time="$seconds" -timeout=20 -rss_limit_mb=4096 -max_len=4096 \
+  -artifact_prefix="$build/findings/fuzz_npy-" -print_final_stats=1 2>"$build/findings/fuzz_npy.log" || {
+    tail -40 "$build/findings/fuzz_npy.log"; echo "FUZZ FINDING in fuzz_npy (see $build/findings)"; exit 1; }
+grep -E "stat::number_of_executed_units|stat::peak_rss_mb" "$build/findings/fuzz_npy.log" | sed "s/^/  /"
+echo "  corpus now $(ls "$npy_seeds" | wc -l) inputs; 0 crashes"
+rm -rf "$npy_seeds"
