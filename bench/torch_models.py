@@ -10,6 +10,7 @@ and the first call's time (cold or warm kiln cache: --phase).
 """
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -18,6 +19,9 @@ import traceback
 import torch
 
 import kiln.torch as kt
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run_bench import median_ms  # noqa: E402  (CUDA events around each run, the median)
 
 
 def llama():
@@ -50,21 +54,6 @@ def vit_small():
 
 
 MODELS = {"llama": llama, "gpt2": gpt2, "bert": bert, "resnet50": resnet50, "vit_small": vit_small}
-
-
-def gpu_ms(fn, iterations=20):
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iterations):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
 
 
 def host_ms(fn, iterations=20):
@@ -108,9 +97,9 @@ def run(name, phase, with_inductor):
         row["subgraphs"] = len(report.subgraphs)
         row["kernels"] = sum(s["kernels"] for s in report.subgraphs)
         row["left_to_pytorch"] = sorted({f"{e['op']}: {e['reason']}" for e in left})
-        row["kiln_ms"] = round(gpu_ms(lambda: compiled(*inputs)), 3)
+        row["kiln_ms"] = round(median_ms(lambda: compiled(*inputs)), 3)
         row["kiln_host_ms"] = round(host_ms(lambda: compiled(*inputs)), 3)
-        row["eager_ms"] = round(gpu_ms(lambda: model(*inputs)), 3)
+        row["eager_ms"] = round(median_ms(lambda: model(*inputs)), 3)
         if with_inductor:
             torch._dynamo.reset()
             inductor = torch.compile(model, dynamic=False)
@@ -118,7 +107,7 @@ def run(name, phase, with_inductor):
             inductor(*inputs)
             torch.cuda.synchronize()
             row["inductor_first_call_s"] = round(time.perf_counter() - t0, 1)
-            row["inductor_ms"] = round(gpu_ms(lambda: inductor(*inputs)), 3)
+            row["inductor_ms"] = round(median_ms(lambda: inductor(*inputs)), 3)
     torch._dynamo.reset()
     return row
 

@@ -41,10 +41,10 @@ bool KernelBuilder::flash_attention_fits(const ir::Op& op) const {
   std::optional<DType> type;
   std::optional<int64_t> kv_heads;
   for (size_t slot = 0; slot < 3; ++slot) {
+    // q in memory as it is; k and v also as grouped-query heads (attention_operand)
+    const std::optional<ExternalTensor> q = slot == 0 ? in_memory(op.inputs[0]) : std::nullopt;
     const std::optional<AttentionOperand> a =
-        slot == 0 ? (in_memory(op.inputs[0]) ? std::optional<AttentionOperand>(AttentionOperand{*in_memory(op.inputs[0]), 0})
-                                             : std::nullopt)
-                  : attention_operand(op.inputs[slot]);
+        slot == 0 ? (q ? std::optional<AttentionOperand>(AttentionOperand{*q, 0}) : std::nullopt) : attention_operand(op.inputs[slot]);
     if (!a) return false;
     if (slot > 0 && kv_heads && *kv_heads != a->heads) return false;
     if (slot > 0) kv_heads = a->heads;

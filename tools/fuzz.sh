@@ -37,21 +37,27 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 say "the CPU tests under ASan + UBSan"
 ctest --test-dir "$build" --output-on-failure -j "$jobs" -L cpu
 
-corpus=$(mktemp -d)
-find "$root/examples" "$root/tests/malformed" "$root/bench/graphs" -name '*.json' -exec cp {} "$corpus/" \;
 mkdir -p "$build/findings"
-for target in fuzz_graph_load fuzz_plan_codegen; do
-  say "$target for $seconds s ($(ls "$corpus" | wc -l) seeds)"
+# fuzz TARGET SEEDS MAX_LEN: runs the libFuzzer target for $seconds on a
+# copy of the seed folder; a finding fails the job.
+fuzz() {
+  local target=$1 seeds=$2 max_len=$3 work
+  say "$target for $seconds s ($(ls "$seeds" | wc -l) seeds)"
   work=$(mktemp -d)
-  cp "$corpus"/* "$work/"
-  "$build/fuzz/$target" "$work" -max_total_time="$seconds" -timeout=20 -rss_limit_mb=4096 -max_len=65536 \
+  cp "$seeds"/* "$work/"
+  "$build/fuzz/$target" "$work" -max_total_time="$seconds" -timeout=20 -rss_limit_mb=4096 -max_len="$max_len" \
     -artifact_prefix="$build/findings/$target-" -print_final_stats=1 2>"$build/findings/$target.log" || {
       tail -40 "$build/findings/$target.log"; echo "FUZZ FINDING in $target (see $build/findings)"; exit 1; }
   grep -E "stat::number_of_executed_units|stat::peak_rss_mb" "$build/findings/$target.log" | sed "s/^/  /"
   echo "  corpus now $(ls "$work" | wc -l) inputs; 0 crashes"
   rm -rf "$work"
-done
-rm -rf "$corpus"
+}
+
+graphs=$(mktemp -d)
+find "$root/examples" "$root/tests/malformed" "$root/bench/graphs" -name '*.json' -exec cp {} "$graphs/" \;
+fuzz fuzz_graph_load "$graphs" 65536
+fuzz fuzz_plan_codegen "$graphs" 65536
+rm -rf "$graphs"
 
 # The .npy reader, on seeds of every dtype kind, both orders and a few shapes.
 npy_seeds=$(mktemp -d)
@@ -68,10 +74,5 @@ npy("|b1", [5], False, b"\x01\x00\x01\x01\x00", "b1")
 npy("<i8", [], False, struct.pack("<q", 7), "i8")
 npy("|u1", [2, 2, 2], False, bytes(range(8)), "u1")
 PY
-say "fuzz_npy for $seconds s ($(ls "$npy_seeds" | wc -l) seeds)"
-"$build/fuzz/fuzz_npy" "$npy_seeds" -max_total_time="$seconds" -timeout=20 -rss_limit_mb=4096 -max_len=4096 \
-  -artifact_prefix="$build/findings/fuzz_npy-" -print_final_stats=1 2>"$build/findings/fuzz_npy.log" || {
-    tail -40 "$build/findings/fuzz_npy.log"; echo "FUZZ FINDING in fuzz_npy (see $build/findings)"; exit 1; }
-grep -E "stat::number_of_executed_units|stat::peak_rss_mb" "$build/findings/fuzz_npy.log" | sed "s/^/  /"
-echo "  corpus now $(ls "$npy_seeds" | wc -l) inputs; 0 crashes"
+fuzz fuzz_npy "$npy_seeds" 4096
 rm -rf "$npy_seeds"

@@ -137,7 +137,6 @@ class Executable {
   // is opaque outside it.
   struct Impl;
   explicit Executable(std::unique_ptr<Impl> impl);
-  const Impl& impl() const { return *impl_; }
 
  private:
   std::unique_ptr<Impl> impl_;

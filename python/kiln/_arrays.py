@@ -100,8 +100,8 @@ def allocate(like: Bound, shape: Tuple[int, ...], dtype: str):
             return cupy.empty(shape, dtype={"f32": "float32", "f16": "float16", "bool": "bool"}[dtype])
     if like.library in ("jax", "dlpack") and like.device[0] == "cuda":
         # JAX arrays are immutable: the output is allocated by PyTorch and handed over by DLPack.
-        torch = _torch() or __import__("torch")
-        _torch()
+        import torch  # noqa: F401  (so that _torch() finds it)
+        torch = _torch()
         return torch.empty(shape, dtype=_TORCH_BY_KILN[dtype], device=torch.device("cuda", like.device[1]))
     raise BindingError(f"cannot allocate outputs for {like.library} arrays; pass outputs to run()")
 

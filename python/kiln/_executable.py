@@ -5,7 +5,7 @@ import json
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from . import _kiln
-from ._arrays import Bound, allocate, bind, current_stream, strides_agree
+from ._arrays import Bound, _contiguous, allocate, bind, current_stream, strides_agree
 from ._errors import BindingError
 from ._graph import Graph
 
@@ -219,11 +219,6 @@ class Executable:
             else:
                 out[name] = value  # f32, bool; bf16 as float32 (NumPy has no bfloat16), as `kiln run` writes it
         return out
-
-
-def _contiguous(shape):
-    from ._arrays import _contiguous as c
-    return c(shape)
 
 
 def _where(b: Bound) -> str:

@@ -147,7 +147,7 @@ def test_damaged_or_forged_values_are_refused(redis, tmp_path, damage):
 
 
 def test_a_dead_server_costs_one_timeout_and_compiles_go_on(redis, tmp_path):
-    env = environment(redis, secret_file(tmp_path), KILN_REMOTE_CACHE_TIMEOUT_MS="200")
+    env = environment(redis, secret_file(tmp_path), KILN_REMOTE_CACHE_TIMEOUT_MS="200", KILN_REMOTE_CACHE_BREAKER_MS="600000")
     redis.stop()
     start = time.monotonic()
     done = kiln("warm", EXAMPLES / "pointwise", "--arch", "sm_90", "--cache-dir", tmp_path / "a", env=env)
@@ -157,7 +157,8 @@ def test_a_dead_server_costs_one_timeout_and_compiles_go_on(redis, tmp_path):
 
 
 def test_a_server_killed_mid_warm(redis, tmp_path):
-    env = environment(redis, secret_file(tmp_path), KILN_REMOTE_CACHE_TIMEOUT_MS="200")
+    # (a breaker longer than any warm here: a slow machine would otherwise ask again after 30 s)
+    env = environment(redis, secret_file(tmp_path), KILN_REMOTE_CACHE_TIMEOUT_MS="200", KILN_REMOTE_CACHE_BREAKER_MS="600000")
     warm = subprocess.Popen([binary(), "warm", str(EXAMPLES), "--arch", "sm_80", "--jobs", "1", "--cache-dir", str(tmp_path / "a")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**{k: v for k, v in os.environ.items() if not k.startswith("KILN_")}, **env})

@@ -13,16 +13,12 @@
 #include "runtime/random_inputs.h"
 #include "runtime/storage.h"
 #include "codegen/kernel_codegen.h"
+#include "tests/gpu/require_gpu.h"
 #include "tests/unit/test_helpers.h"
 
 namespace kiln {
 namespace {
 
-#define REQUIRE_GPU()                                                    \
-  do {                                                                   \
-    Expected<const runtime::Driver*> d = runtime::driver();              \
-    if (!d) GTEST_SKIP() << "skipped: " << d.error().message;            \
-  } while (0)
 
 // Device buffers holding one set of inputs, outputs poisoned, and a
 // workspace, in the context current when made.

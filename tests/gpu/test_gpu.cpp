@@ -23,6 +23,7 @@
 #include "codegen/kernel_codegen.h"
 #include "compiler/planner/planner.h"
 #include "tests/unit/random_graph.h"
+#include "tests/gpu/require_gpu.h"
 #include "tests/unit/test_helpers.h"
 
 namespace kiln {
@@ -30,11 +31,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-#define REQUIRE_GPU()                                                    \
-  do {                                                                   \
-    Expected<const runtime::Driver*> d = runtime::driver();              \
-    if (!d) GTEST_SKIP() << "skipped: " << d.error().message;            \
-  } while (0)
 
 // Compiles in parallel (NVRTC is the slow part), runs serially on the GPU.
 struct Outcome {
