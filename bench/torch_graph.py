@@ -23,7 +23,7 @@ UNARY = {"identity", "neg", "abs", "relu", "leaky_relu", "gelu", "gelu_tanh", "s
          "log", "sqrt", "rsqrt", "reciprocal", "square", "erf", "sin", "cos", "softplus", "clamp", "cast"}
 BINARY = {"add", "sub", "mul", "div", "maximum", "minimum", "pow"}
 COMPARE = {"eq", "ne", "lt", "le", "gt", "ge"}
-VIEWS = {"transpose", "reshape"}
+VIEWS = {"transpose", "reshape", "expand", "slice"}
 
 
 def load(path):
@@ -61,12 +61,15 @@ def annotate(graph):
             dtype = op["dtype"]
         elif kind in COMPARE:
             dtype = "bool"
+        elif kind in VIEWS:
+            dtype = ins[0].dtype
         elif kind == "where":
             dtype = widest(ins[1:])
         else:
             dtype = widest(ins)
         rounded = ("dtype" in op or kind == "cast" or op["out"] in outputs
-                   or (kind in VIEWS and ins[0].rounded and ins[0].dtype == dtype))
+                   or (kind in VIEWS and ins[0].rounded and ins[0].dtype == dtype)
+                   or (kind == "concat" and all(t.rounded and t.dtype == dtype for t in ins)))
         info[op["out"]] = Tensor(dtype, rounded)
     return info
 
@@ -267,6 +270,15 @@ def evaluate(graph, inputs, compute=torch.float64, info=None, native_anchors=Fal
             y = x.permute(*a.get("perm", list(reversed(range(x.dim())))))
         elif kind == "reshape":
             y = x.reshape(a["shape"])
+        elif kind == "expand":
+            y = x.expand(*a["shape"])
+        elif kind == "slice":
+            axis = norm_axis(a["axis"], x.dim())
+            index = [slice(None)] * x.dim()
+            index[axis] = slice(a.get("start", 0), a.get("end", None), a.get("step", 1))
+            y = x[tuple(index)]
+        elif kind == "concat":
+            y = torch.cat([t.to(compute) for t in xs], dim=norm_axis(a["axis"], x.dim()))
         elif kind == "sdpa":
             mask = xs[3] if len(xs) > 3 else None
             d = x.shape[-1]

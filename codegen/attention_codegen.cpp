@@ -6,7 +6,7 @@
 namespace kiln::codegen {
 
 auto KernelBuilder::attention_operand(ir::TensorId t) const -> std::optional<AttentionOperand> {
-  if (std::optional<ExternalTensor> e = in_memory(t)) return AttentionOperand{*e, g_.tensor(t).shape[1]};
+  if (std::optional<ExternalTensor> e = strided_in_memory(t)) return AttentionOperand{*e, g_.tensor(t).shape[1]};
   // t = reshape(expand(reshape(base))): [B,Hkv,S,D] -> [B,Hkv,1,S,D] -> [B,Hkv,n,S,D] -> [B,Hkv*n,S,D]
   auto producer_here = [&](ir::TensorId x, OpKind kind) -> const ir::Op* {
     const ir::Tensor& tensor = g_.tensor(x);
@@ -26,14 +26,15 @@ auto KernelBuilder::attention_operand(ir::TensorId t) const -> std::optional<Att
       grouped != Shape{base[0], base[1], grouped[2], base[2], base[3]} ||
       out != Shape{base[0], base[1] * grouped[2], base[2], base[3]})
     return std::nullopt;
-  std::optional<ExternalTensor> e = in_memory(split->inputs[0]);
+  std::optional<ExternalTensor> e = strided_in_memory(split->inputs[0]);
   if (!e) return std::nullopt;
   return AttentionOperand{*e, base[1]};
 }
 
-// sdpa with q, k, v in memory as one 16-bit type (through transposes, and
-// k, v through the grouped-query expand), d contiguous, head dimension a
-// multiple of 16 up to 256.
+// sdpa with q, k, v in memory as one 16-bit type (through views that
+// strides express, and k, v through the grouped-query expand), d
+// contiguous, rows and heads 16-byte aligned, head dimension a multiple of
+// 16 up to 256.
 bool KernelBuilder::flash_attention_fits(const ir::Op& op) const {
   if (op.kind != OpKind::Sdpa || sm_ < 80) return false;
   const int64_t d = g_.operand(op, 0).shape[3];
@@ -42,7 +43,7 @@ bool KernelBuilder::flash_attention_fits(const ir::Op& op) const {
   std::optional<int64_t> kv_heads;
   for (size_t slot = 0; slot < 3; ++slot) {
     // q in memory as it is; k and v also as grouped-query heads (attention_operand)
-    const std::optional<ExternalTensor> q = slot == 0 ? in_memory(op.inputs[0]) : std::nullopt;
+    const std::optional<ExternalTensor> q = slot == 0 ? strided_in_memory(op.inputs[0]) : std::nullopt;
     const std::optional<AttentionOperand> a =
         slot == 0 ? (q ? std::optional<AttentionOperand>(AttentionOperand{*q, 0}) : std::nullopt) : attention_operand(op.inputs[slot]);
     if (!a) return false;
@@ -51,7 +52,8 @@ bool KernelBuilder::flash_attention_fits(const ir::Op& op) const {
     const std::optional<ExternalTensor> e = a->memory;
     if ((e->storage != DType::bf16 && e->storage != DType::f16) || (type && *type != e->storage)) return false;
     type = e->storage;
-    if (e->strides[3] != 1 || e->strides[0] % 8 != 0 || e->strides[1] % 8 != 0 || e->strides[2] % 8 != 0) return false;
+    if (e->strides[3] != 1 || e->strides[0] % 8 != 0 || e->strides[1] % 8 != 0 || e->strides[2] % 8 != 0 || e->offset % 8 != 0)
+      return false;
   }
   return true;
 }
@@ -60,7 +62,7 @@ void KernelBuilder::flash_attention(const ir::Op& op) {
   const ir::Tensor& result = g_.result(op);
   const Shape& qs = g_.operand(op, 0).shape;
   const Shape& ks = g_.operand(op, 1).shape;
-  const ExternalTensor q = *in_memory(op.inputs[0]);
+  const ExternalTensor q = *strided_in_memory(op.inputs[0]);
   const AttentionOperand ka = *attention_operand(op.inputs[1]), va = *attention_operand(op.inputs[2]);
   const ExternalTensor &k = ka.memory, &v = va.memory;
   const int64_t batches = qs[0], heads = qs[1], sq = qs[2], d = qs[3], kv_heads = ka.heads, skv = ks[2];
@@ -77,7 +79,9 @@ void KernelBuilder::flash_attention(const ir::Op& op) {
                       heads / kv_heads);
   body += fmt::format("  const int q0 = blockIdx.x * {};\n", bq);
   auto base = [&](const ExternalTensor& e, const std::string& head) {
-    return fmt::format("static_cast<const kiln::u16*>({}) + bi * {}LL + {} * {}LL", e.pointer, e.strides[0], head, e.strides[1]);
+    const std::string offset = e.offset ? fmt::format(" + {}LL", e.offset) : "";
+    return fmt::format("static_cast<const kiln::u16*>({}){} + bi * {}LL + {} * {}LL", e.pointer, offset, e.strides[0], head,
+                       e.strides[1]);
   };
   body += fmt::format("  const kiln::u16* q = {};\n", base(q, "hi"));
   body += fmt::format("  const kiln::u16* k = {};\n", base(k, "kvh"));

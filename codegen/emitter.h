@@ -31,6 +31,7 @@ struct ExternalTensor {
   std::string pointer;  // parameter name
   DType storage;        // how its elements are stored
   Strides strides;      // in elements
+  int64_t offset = 0;   // of element 0 from `pointer`, in elements (views that slice); the emitter's loads need 0
 };
 
 class Emitter {

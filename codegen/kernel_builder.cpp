@@ -193,6 +193,85 @@ std::string KernelBuilder::chunk_store_calls(const Chunking& ch, const std::set<
 
 namespace {
 
+// Strides of `to`, a reshape of a tensor of shape `from` laid out with
+// `strides`, where every group of dimensions it merges or splits is laid
+// out contiguously; nullopt where it is not (a copy would be needed).
+std::optional<Strides> reshaped_strides(const Shape& from, const Strides& strides, const Shape& to) {
+  Shape sizes;
+  Strides steps;
+  for (size_t d = 0; d < from.size(); ++d)
+    if (from[d] != 1) sizes.push_back(from[d]), steps.push_back(strides[d]);
+  Strides out(to.size(), 0);
+  size_t old_dim = 0, new_dim = 0;
+  while (new_dim < to.size()) {
+    if (to[new_dim] == 1) {
+      ++new_dim;
+      continue;
+    }
+    if (old_dim >= sizes.size()) return std::nullopt;
+    // The smallest groups of old and new dimensions with equal products.
+    size_t old_end = old_dim + 1, new_end = new_dim + 1;
+    int64_t old_count = sizes[old_dim], new_count = to[new_dim];
+    while (old_count != new_count) {
+      if (new_count < old_count) {
+        if (new_end >= to.size()) return std::nullopt;
+        new_count *= to[new_end++];
+      } else {
+        if (old_end >= sizes.size() || steps[old_end - 1] != steps[old_end] * sizes[old_end]) return std::nullopt;
+        old_count *= sizes[old_end++];
+      }
+    }
+    int64_t step = steps[old_end - 1];
+    for (size_t d = new_end; d-- > new_dim;) {
+      out[d] = step;
+      step *= to[d];
+    }
+    old_dim = old_end, new_dim = new_end;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::optional<ExternalTensor> KernelBuilder::strided_in_memory(ir::TensorId t) const {
+  if (auto it = ext_.find(t); it != ext_.end()) return it->second;
+  const ir::Tensor& tensor = g_.tensor(t);
+  if (tensor.producer < 0 || std::find(k_.ops.begin(), k_.ops.end(), tensor.producer) == k_.ops.end()) return std::nullopt;
+  const ir::Op& op = g_.ops[static_cast<size_t>(tensor.producer)];
+  if (ir::op_info(op.kind).family != ir::OpFamily::View) return std::nullopt;
+  std::optional<ExternalTensor> base = strided_in_memory(op.inputs[0]);
+  if (!base) return std::nullopt;
+  const Shape& from = g_.operand(op, 0).shape;
+  ExternalTensor e = *base;
+  switch (op.kind) {
+    case OpKind::Transpose:
+      for (size_t d = 0; d < e.strides.size(); ++d) e.strides[d] = base->strides[static_cast<size_t>(op.attrs.perm[d])];
+      return e;
+    case OpKind::Slice: {
+      const auto axis = static_cast<size_t>(op.attrs.axis);
+      e.offset += op.attrs.start * e.strides[axis];
+      e.strides[axis] *= op.attrs.step;
+      return e;
+    }
+    case OpKind::Expand: {  // numpy broadcasting: new leading dimensions and size-1 ones repeat (stride 0)
+      const size_t lead = tensor.shape.size() - from.size();
+      e.strides.assign(tensor.shape.size(), 0);
+      for (size_t d = 0; d < from.size(); ++d) e.strides[lead + d] = from[d] == 1 ? 0 : base->strides[d];
+      return e;
+    }
+    case OpKind::Reshape: {
+      std::optional<Strides> strides = reshaped_strides(from, base->strides, tensor.shape);
+      if (!strides) return std::nullopt;
+      e.strides = *strides;
+      return e;
+    }
+    default:
+      return std::nullopt;
+  }
+}
+
+namespace {
+
 // `space` without repeats, in order.
 std::vector<Tuning> without_repeats(const std::vector<Tuning>& space) {
   std::vector<Tuning> unique;

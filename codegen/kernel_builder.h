@@ -209,6 +209,17 @@ class KernelBuilder {
   // ---- reductions (block per kept element) ----------------------------------------
   void reduction();
 
+  // ---- reductions that hold their rows (held_rows_codegen.cpp) ----------------
+  void held_rows();
+  bool computed_here(ir::TensorId t) const {
+    const ir::Tensor& tensor = g_.tensor(t);
+    return tensor.kind == ir::TensorKind::OpResult &&
+           std::find(k_.ops.begin(), k_.ops.end(), tensor.producer) != k_.ops.end();
+  }
+  std::vector<ir::TensorId> held_row_tensors(const std::set<ir::TensorId>& after) const;
+  std::string held_row_chunk(const Chunking& ch, const std::function<void(const Coords&)>& element,
+                             std::set<ir::TensorId>* chunked = nullptr);
+
   // Reductions over axes outside a contiguous inner block of >= 32
   // elements ([outer, reduced, inner], e.g. per-channel statistics of NHWC):
   // threads own V adjacent inner columns (16-byte loads where the inner
@@ -339,6 +350,12 @@ class KernelBuilder {
   // transposes (x @ w^T reads w in place): its pointer, storage and strides
   // in t's dimension order.
   std::optional<ExternalTensor> in_memory(ir::TensorId t) const;
+  // The tensor in memory that `t` is through any chain of this kernel's
+  // views that strides express (transpose, slice, expand, and reshapes that
+  // split or merge dimensions laid out contiguously): strides in t's
+  // dimension order and the offset of its first element. For kernels that
+  // address operands by base pointer and strides (flash attention).
+  std::optional<ExternalTensor> strided_in_memory(ir::TensorId t) const;
 
   // An operand read as 16-byte chunks along dimension `inner`: a tensor in
   // memory (not computed here) stored as the MMA's element type, stride 1

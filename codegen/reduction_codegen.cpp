@@ -51,6 +51,7 @@ void KernelBuilder::reduction() {
   const auto reduces = ops_of({ir::OpFamily::Reduce});
   const auto pools = ops_of({ir::OpFamily::Pool});
   if (!pools.empty()) return pooling(*pools.front());
+  if (k_.params.holds_rows) return held_rows();
   for (int32_t oi : k_.ops)  // the row statistics of a split normalisation
     if (const ir::Op& op = g_.ops[static_cast<size_t>(oi)]; op.kind == OpKind::LayerNorm || op.kind == OpKind::RmsNorm)
       return norm_statistics(op);

@@ -39,8 +39,8 @@ std::string KernelParams::to_string(KernelKind kind) const {
     case KernelKind::Reduction:
     case KernelKind::Norm:
       if (reduced > 1 || kind == KernelKind::Norm)
-        return fmt::format("domain={} outer={} reduced={} inner={} row={}", kiln::to_string(domain), outer, reduced,
-                           inner, ir::to_string(row));
+        return fmt::format("domain={} outer={} reduced={} inner={} row={}{}", kiln::to_string(domain), outer, reduced,
+                           inner, ir::to_string(row), holds_rows ? " rows held" : "");
       return fmt::format("domain={}", kiln::to_string(domain));
     case KernelKind::Pointwise:
     case KernelKind::Copy:

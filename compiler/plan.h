@@ -40,6 +40,9 @@ struct KernelParams {
   // Reductions and norms: the domain viewed as [outer, reduced, inner].
   int64_t outer = 1, reduced = 1, inner = 1;
   RowStrategy row = RowStrategy::Block;
+  // Reductions: the kernel holds each row and reads its finished
+  // reductions back at the row's elements (several passes over one read).
+  bool holds_rows = false;
   // Anchors: the GEMM view. matmul: batch x M x N x K; conv: implicit GEMM
   // with M = N*P*Q, N = K, K = C/groups*R*S per group.
   int64_t batch = 1, m = 1, n = 1, k = 1;

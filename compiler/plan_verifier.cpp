@@ -3,8 +3,42 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <set>
 
 namespace kiln::ir {
+namespace {
+
+// A kernel holding rows: its reductions reduce the last axes of its domain,
+// and what it computes from them lies on the domain or on the rows.
+std::string verify_held_rows(const Graph& g, const PlannedKernel& k) {
+  const KernelParams& p = k.params;
+  const int64_t count = element_count(p.domain), rows = p.outer;
+  if (p.inner != 1 || rows * p.reduced != count)
+    return fmt::format("kernel {} holds rows but its domain {} is not [rows={}, {}]", k.id, to_string(p.domain), rows, p.reduced);
+  std::set<TensorId> after;
+  for (int32_t oi : k.ops) {
+    const Op& op = g.ops[static_cast<size_t>(oi)];
+    const int64_t n = element_count(g.result(op).shape);
+    if (op_info(op.kind).family == OpFamily::Reduce) {
+      const Shape& in = g.operand(op, 0).shape;
+      const auto kept = static_cast<int64_t>(in.size() - op.attrs.axes.size());
+      bool trailing = in == p.domain;
+      for (size_t i = 0; i < op.attrs.axes.size(); ++i) trailing = trailing && op.attrs.axes[i] == kept + static_cast<int64_t>(i);
+      if (!trailing) return fmt::format("kernel {} holds rows but {} does not reduce its rows", k.id, g.describe(oi));
+      after.insert(op.output);
+      continue;
+    }
+    const bool reads_after = std::any_of(op.inputs.begin(), op.inputs.end(), [&](TensorId t) { return after.count(t) > 0; });
+    if (!reads_after) continue;
+    if (n != count && n != rows)
+      return fmt::format("kernel {} holds rows but {} has {} elements, neither the domain's {} nor the rows' {}", k.id,
+                         g.describe(oi), n, count, rows);
+    after.insert(op.output);
+  }
+  return {};
+}
+
+}  // namespace
 
 std::string verify_plan(const Graph& g, const Plan& plan) {
   std::vector<int> times_computed(g.ops.size(), 0), times_recomputed(g.ops.size(), 0);
@@ -20,6 +54,8 @@ std::string verify_plan(const Graph& g, const Plan& plan) {
     }
     for (int32_t oi : k.recomputed) ++times_recomputed[static_cast<size_t>(oi)];
     if (!std::is_sorted(k.ops.begin(), k.ops.end())) return fmt::format("kernel {}: ops out of order", k.id);
+    if (k.params.holds_rows)
+      if (std::string problem = verify_held_rows(g, k); !problem.empty()) return problem;
     for (TensorId t : k.reads)
       if (!available[static_cast<size_t>(t)])
         return fmt::format("kernel {} reads '{}' before any kernel writes it", k.id, g.tensor(t).name);

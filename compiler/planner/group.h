@@ -28,6 +28,13 @@ struct Group {
   int64_t count[2] = {0, 0};      // element count of each stage
   Shape domain;                   // stage-0 shape
   std::vector<int64_t> reduce_axes;  // Reduction groups (not pooling): axes of `domain`
+  // Reduction groups that hold their rows (the reduced axes are the last
+  // ones): ops on the domain may read the finished reductions back, so
+  // softmax or a norm written op by op is one kernel. `after_reduction`:
+  // the domain values computed from a finished reduction, read only at
+  // their own element.
+  bool holds_rows = false;
+  std::set<TensorId> after_reduction;
   int epilogue_reductions = 0;       // anchors: reductions of the output
   std::set<int32_t> recomputed;
   std::vector<std::string> notes;

@@ -104,6 +104,14 @@ class Planner {
     for (TensorId t : op.inputs)
       if (const int from = owner_of(t); from >= 0 && from != gid) succ_[static_cast<size_t>(from)].insert(gid);
     gr.stage[op.output] = stage;
+    if (stage == 0 && reads_after_reduction(gid, op)) {
+      gr.after_reduction.insert(op.output);
+      if (!gr.holds_rows)
+        gr.notes.push_back(fmt::format("rows held: each row of {} elements stays on chip and the finished reductions "
+                                       "are read back at its elements, one read of the row for every pass",
+                                       element_count(gr.domain) / std::max<int64_t>(gr.count[1], 1)));
+      gr.holds_rows = true;
+    }
     owner_[static_cast<size_t>(op.output)] = gid;
     if (stage == 1) gr.count[1] = element_count(g_.result(op).shape);
     if (is_anchor(op.kind) && gr.anchor < 0) gr.anchor = op_index;
@@ -280,10 +288,22 @@ class Planner {
     std::set<int> stages;
     for (TensorId t : op.inputs)
       if (owner_of(t) == gid) stages.insert(gr.stage.at(source(t)));
-    if (stages.size() > 1)
-      return fmt::format("'{}' reads both the domain the {} kernel reduces and its finished reduction; that needs "
-                         "a second pass over the domain",
-                         g_.result(op).name, to_string(gr.kind));
+    // A domain value from a finished reduction: the kernel must hold its rows.
+    const int64_t count = element_count(g_.result(op).shape);
+    const bool reads_back = stages.size() > 1 || (stages.count(1) && is_pointwise(op.kind) && count == gr.count[0] &&
+                                                  count != gr.count[1]);
+    if (reads_back) {
+      if (std::optional<std::string> why = why_not_read_back(gr, op))
+        return stages.size() > 1 ? fmt::format("'{}' reads both the domain the {} kernel reduces and its finished "
+                                               "reduction; that needs a second pass over the domain ({})",
+                                               g_.result(op).name, to_string(gr.kind), *why)
+                                 : fmt::format("'{}' combines a finished reduction with the domain it reduces; that "
+                                               "needs a second pass over the domain ({})",
+                                               g_.result(op).name, *why);
+      stages = {0};
+    }
+    if (reads_back || gr.holds_rows)
+      if (std::optional<std::string> why = why_not_within_row(gid, gr, op)) return why;
     if (gr.kind == KernelKind::Norm && op_info(op.kind).family == OpFamily::Norm)
       return fmt::format("'{}' would be a second normalisation in one kernel", g_.result(op).name);
     if ((op_info(op.kind).family == OpFamily::Norm && op.kind != OpKind::BatchNorm) ||
@@ -297,6 +317,72 @@ class Planner {
       return fmt::format("fusing '{}' there would create a cycle between kernels", g_.result(op).name);
     join_stage_ = v.stage;
     return std::nullopt;
+  }
+
+  // ---- rows held: reductions read back ---------------------------------------
+  // Whether a pointwise op over a reduction kernel's domain may read the
+  // kernel's finished reductions: only where the kernel reduces the last
+  // axes, so that a block holds whole rows.
+  std::optional<std::string> why_not_read_back(const Group& gr, const Op& op) const {
+    if (gr.kind != KernelKind::Reduction || gr.pooling || gr.norm_op >= 0 || gr.reduce_axes.empty())
+      return fmt::format("a {} kernel does not hold rows", to_string(gr.kind));
+    const auto rank = static_cast<int64_t>(gr.domain.size()), kept = rank - static_cast<int64_t>(gr.reduce_axes.size());
+    for (size_t i = 0; i < gr.reduce_axes.size(); ++i)
+      if (gr.reduce_axes[i] != kept + static_cast<int64_t>(i))
+        return fmt::format("it reduces axes [{}] of {}, not the last ones, so a block does not hold whole rows",
+                           fmt::join(gr.reduce_axes, ","), to_string(gr.domain));
+    if (gr.count[0] == gr.count[1]) return std::string("its rows have one element");
+    if (!is_pointwise(op.kind) || g_.result(op).shape != gr.domain)
+      return fmt::format("only a pointwise op with the domain's shape {} reads a reduction back", to_string(gr.domain));
+    return std::nullopt;
+  }
+
+  // In a kernel holding rows, the finished reductions and the values
+  // computed from them are known for the current row only: they must be read
+  // at the reader's own row (a reduction through reshapes to its keepdim
+  // shape, then at most an expand; a value after it, at the same element).
+  std::optional<std::string> why_not_within_row(int gid, const Group& gr, const Op& op) const {
+    Shape keep = gr.domain;
+    for (int64_t a : gr.reduce_axes) keep[static_cast<size_t>(a)] = 1;
+    auto keepdim = [&](const Shape& s) {
+      if (s.size() > keep.size()) return false;
+      Shape padded(keep.size() - s.size(), 1);
+      padded.insert(padded.end(), s.begin(), s.end());
+      return padded == keep;
+    };
+    for (TensorId t : op.inputs) {
+      if (owner_of(t) != gid) continue;
+      const TensorId s = source(t);
+      const bool finished = gr.stage.at(s) == 1;
+      if (!finished && !gr.after_reduction.count(s)) continue;
+      bool within = t == s && g_.tensor(t).shape == gr.domain;
+      if (finished) {
+        TensorId at = t;
+        if (const Op* p = producer(at); p && p->kind == OpKind::Expand && g_.tensor(at).shape == gr.domain) at = p->inputs[0];
+        within = keepdim(g_.tensor(at).shape);
+        for (const Op* p = producer(at); p && is_view(p->kind) && at != s; p = producer(at)) {
+          within = within && p->kind == OpKind::Reshape;
+          at = p->inputs[0];
+        }
+      }
+      if (!within)
+        return fmt::format("'{}' reads '{}' at other rows than its own, and the {} kernel holds one row at a time",
+                           g_.result(op).name, g_.tensor(t).name, to_string(gr.kind));
+    }
+    return std::nullopt;
+  }
+
+  // Whether `op` reads a finished reduction of group `gid`, or a value
+  // computed from one, on the group's domain.
+  bool reads_after_reduction(int gid, const Op& op) const {
+    const Group& gr = groups_[static_cast<size_t>(gid)];
+    if (gr.kind != KernelKind::Reduction || gr.pooling) return false;
+    for (TensorId t : op.inputs)
+      if (owner_of(t) == gid) {
+        const TensorId s = source(t);
+        if (gr.stage.at(s) == 1 || gr.after_reduction.count(s)) return true;
+      }
+    return false;
   }
 
   // ---- step 1: decomposed attention ----------------------------------------

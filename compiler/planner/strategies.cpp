@@ -19,7 +19,7 @@ std::string name_of(const Graph& g, const Op& op) { return fmt::format("'{}'", g
 // that stage, so the element counts must agree.
 Verdict take_pointwise(const Graph& g, const Group& group, const Op& op, int stage) {
   const int64_t count = element_count(g.result(op).shape);
-  if (stage == 1 && count == group.count[0])
+  if (stage == 1 && count == group.count[0] && count != group.count[1])
     return Verdict::no(fmt::format("{} combines a finished reduction with the domain it reduces; that needs a "
                                    "second pass over the domain",
                                    name_of(g, op)));
@@ -207,6 +207,7 @@ KernelParams params_for(const Graph& g, const Group& group) {
           p.inner = 1;
         }
         p.row = row_strategy(p.reduced);
+        p.holds_rows = group.holds_rows;
       }
       break;
     case KernelKind::Norm: {

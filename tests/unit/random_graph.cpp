@@ -145,6 +145,10 @@ class Generator {
           else if (keep) s.push_back(1);
         }
         add(r, x.dtype, s);
+        if (keep && chance(0.5)) {  // read back over the domain, as a norm written out does
+          static const char* back[] = {"sub", "div", "mul"};
+          add(b_.op(back[pick(0, 2)], {x.t, r}), x.dtype, x.shape);
+        }
         return;
       }
       case 6: {  // normalisations

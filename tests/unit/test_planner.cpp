@@ -126,6 +126,61 @@ TEST(Planner, ReducingAReducedValueNeedsASecondKernel) {
   EXPECT_THAT(p.boundaries[0].reason, HasSubstr("already reduced value"));
 }
 
+TEST(Planner, NormsWrittenOutHoldTheirRowsInOneKernel) {
+  Graph softmax = must_parse(graph_of(R"("x": {"shape": [64, 1000], "dtype": "bf16"})",
+                                      R"({"op": "reduce_max", "in": ["x"], "out": "m", "axes": [1], "keepdims": true},
+                                         {"op": "sub", "in": ["x", "m"], "out": "d"},
+                                         {"op": "exp", "in": ["d"], "out": "e"},
+                                         {"op": "reduce_sum", "in": ["e"], "out": "s", "axes": [1], "keepdims": true},
+                                         {"op": "div", "in": ["e", "s"], "out": "y", "dtype": "bf16"})",
+                                      R"(["y"])"));
+  ir::Plan p = plan_of(softmax);
+  ASSERT_EQ(p.kernels.size(), 1u);
+  EXPECT_TRUE(p.kernels[0].params.holds_rows);
+  EXPECT_EQ(names(softmax, p.kernels[0].reads), std::vector<std::string>{"x"});
+  // RMSNorm as Llama writes it: the statistics never reach memory.
+  Graph rms = must_parse(graph_of(R"("x": {"shape": [8, 2, 512], "dtype": "bf16"}, "w": {"shape": [512], "dtype": "bf16"})",
+                                  R"({"op": "cast", "in": ["x"], "out": "xf", "dtype": "f32"},
+                                     {"op": "pow", "in": ["xf", 2.0], "out": "sq"},
+                                     {"op": "reduce_mean", "in": ["sq"], "out": "ms", "axes": [2], "keepdims": true},
+                                     {"op": "add", "in": ["ms", 1e-6], "out": "eps"},
+                                     {"op": "rsqrt", "in": ["eps"], "out": "inv"},
+                                     {"op": "mul", "in": ["xf", "inv"], "out": "n"},
+                                     {"op": "cast", "in": ["n"], "out": "nb", "dtype": "bf16"},
+                                     {"op": "mul", "in": ["w", "nb"], "out": "y", "dtype": "bf16"})",
+                                  R"(["y"])"));
+  p = plan_of(rms);
+  ASSERT_EQ(p.kernels.size(), 1u);
+  EXPECT_EQ(names(rms, p.kernels[0].writes), std::vector<std::string>{"y"});
+}
+
+TEST(Planner, ReductionsAreReadBackOnlyWithinTheirRow) {
+  Graph columns = must_parse(graph_of(R"("x": {"shape": [300, 64], "dtype": "f32"})",
+                                      R"({"op": "reduce_max", "in": ["x"], "out": "m", "axes": [0], "keepdims": true},
+                                         {"op": "sub", "in": ["x", "m"], "out": "y"})",
+                                      R"(["y"])"));
+  ir::Plan p = plan_of(columns);
+  ASSERT_EQ(p.kernels.size(), 2u);
+  EXPECT_THAT(p.boundaries[0].reason, HasSubstr("not the last ones"));
+  Graph transposed = must_parse(graph_of(R"("x": {"shape": [32, 32], "dtype": "f32"})",
+                                         R"({"op": "reduce_sum", "in": ["x"], "out": "s", "axes": [1], "keepdims": true},
+                                            {"op": "div", "in": ["x", "s"], "out": "p"},
+                                            {"op": "transpose", "in": ["p"], "out": "pt", "perm": [1, 0]},
+                                            {"op": "add", "in": ["p", "pt"], "out": "y"})",
+                                         R"(["y"])"));
+  p = plan_of(transposed);
+  ASSERT_EQ(p.kernels.size(), 2u);
+  EXPECT_THAT(p.boundaries[0].reason, HasSubstr("at other rows than its own"));
+  // A finished reduction without keepdims broadcasts along the wrong axis
+  // of a square domain: [32] against [32, 32] reads row j's sum at column j.
+  Graph unkept = must_parse(graph_of(R"("x": {"shape": [32, 32], "dtype": "f32"})",
+                                     R"({"op": "reduce_sum", "in": ["x"], "out": "s", "axes": [1]},
+                                        {"op": "div", "in": ["x", "s"], "out": "y"})",
+                                     R"(["y"])"));
+  p = plan_of(unkept);
+  EXPECT_EQ(p.kernels.size(), 2u);
+}
+
 TEST(Planner, RowStrategyFollowsTheRowLength) {
   EXPECT_EQ(ir::planner::row_strategy(1000), ir::RowStrategy::Warp);
   EXPECT_EQ(ir::planner::row_strategy(4096), ir::RowStrategy::Block);
