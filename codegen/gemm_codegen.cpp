@@ -49,19 +49,11 @@ DType KernelBuilder::mma_storage(Mma kind) {
 }
 
 // The tensor in device memory that `t` is, seen through this kernel's
-// transposes (x @ w^T reads w in place): its pointer, storage and strides
+// transposes and reshapes (x @ w^T reads w in place; a [B, S, D] activation
+// is the [B*S, D] operand it is in memory): its pointer, storage and strides
 // in t's dimension order.
 std::optional<ExternalTensor> KernelBuilder::in_memory(ir::TensorId t) const {
-  if (auto it = ext_.find(t); it != ext_.end()) return it->second;
-  const ir::Tensor& tensor = g_.tensor(t);
-  if (tensor.producer < 0 || std::find(k_.ops.begin(), k_.ops.end(), tensor.producer) == k_.ops.end()) return std::nullopt;
-  const ir::Op& op = g_.ops[static_cast<size_t>(tensor.producer)];
-  if (op.kind != OpKind::Transpose) return std::nullopt;
-  std::optional<ExternalTensor> base = in_memory(op.inputs[0]);
-  if (!base) return std::nullopt;
-  ExternalTensor e = *base;
-  for (size_t d = 0; d < e.strides.size(); ++d) e.strides[d] = base->strides[static_cast<size_t>(op.attrs.perm[d])];
-  return e;
+  return strided_in_memory(t, /*transposes_and_reshapes_only=*/true);
 }
 
 // An operand read as 16-byte chunks along dimension `inner`: a tensor in

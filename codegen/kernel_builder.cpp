@@ -233,13 +233,14 @@ std::optional<Strides> reshaped_strides(const Shape& from, const Strides& stride
 
 }  // namespace
 
-std::optional<ExternalTensor> KernelBuilder::strided_in_memory(ir::TensorId t) const {
+std::optional<ExternalTensor> KernelBuilder::strided_in_memory(ir::TensorId t, bool transposes_and_reshapes_only) const {
   if (auto it = ext_.find(t); it != ext_.end()) return it->second;
+  if (!computed_here(t)) return std::nullopt;
   const ir::Tensor& tensor = g_.tensor(t);
-  if (tensor.producer < 0 || std::find(k_.ops.begin(), k_.ops.end(), tensor.producer) == k_.ops.end()) return std::nullopt;
   const ir::Op& op = g_.ops[static_cast<size_t>(tensor.producer)];
   if (ir::op_info(op.kind).family != ir::OpFamily::View) return std::nullopt;
-  std::optional<ExternalTensor> base = strided_in_memory(op.inputs[0]);
+  if (transposes_and_reshapes_only && op.kind != OpKind::Transpose && op.kind != OpKind::Reshape) return std::nullopt;
+  std::optional<ExternalTensor> base = strided_in_memory(op.inputs[0], transposes_and_reshapes_only);
   if (!base) return std::nullopt;
   const Shape& from = g_.operand(op, 0).shape;
   ExternalTensor e = *base;

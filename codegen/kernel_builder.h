@@ -355,7 +355,7 @@ class KernelBuilder {
   // split or merge dimensions laid out contiguously): strides in t's
   // dimension order and the offset of its first element. For kernels that
   // address operands by base pointer and strides (flash attention).
-  std::optional<ExternalTensor> strided_in_memory(ir::TensorId t) const;
+  std::optional<ExternalTensor> strided_in_memory(ir::TensorId t, bool transposes_and_reshapes_only = false) const;
 
   // An operand read as 16-byte chunks along dimension `inner`: a tensor in
   // memory (not computed here) stored as the MMA's element type, stride 1
