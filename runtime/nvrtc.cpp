@@ -14,6 +14,7 @@
 
 #include "kiln/options.h"
 #include "runtime/embedded_templates.h"
+#include "runtime/temp_files.h"
 
 namespace kiln::runtime {
 
@@ -139,20 +140,21 @@ Expected<std::string> nvrtc_resource_usage(const std::string& source, const std:
 
 std::string write_repro(const std::string& graph_json, const std::string& source, const std::string& arch,
                         const std::string& log) {
-  namespace fs = std::filesystem;
-  const std::string id = fmt::format("{:016x}", std::hash<std::string>{}(graph_json + source + arch));
-  const fs::path dir = fs::temp_directory_path() / ("kiln-repro-" + id.substr(0, 12));
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  std::ofstream(dir / "graph.json") << graph_json;
-  std::ofstream(dir / "kernel.cu") << source;
-  std::ofstream(dir / "log.txt") << log << "\n";
+  // A fresh private folder: a shared /tmp holds other users' files and links.
+  Expected<std::filesystem::path> dir = make_private_folder("kiln-repro-");
+  if (!dir) return "no repro folder was written: " + dir.error().message;
   std::string options;
   for (const std::string& o : nvrtc_options(arch, false)) options += o + "\n";
-  std::ofstream(dir / "nvrtc_options.txt") << options << "NVRTC " << nvrtc_version() << "\n";
+  const std::pair<const char*, std::string> files[] = {{"graph.json", graph_json},
+                                                      {"kernel.cu", source},
+                                                      {"log.txt", log + "\n"},
+                                                      {"nvrtc_options.txt", options + "NVRTC " + nvrtc_version() + "\n"}};
+  for (const auto& [name, text] : files)
+    if (Expected<bool> written = write_new_file(*dir / name, text); !written)
+      return "the repro folder is incomplete: " + written.error().message;
   return fmt::format("a repro folder is at {} (graph.json, kernel.cu, nvrtc_options.txt, log.txt); to reproduce: "
                      "kiln compile {} --arch {} --no-cache",
-                     dir.string(), (dir / "graph.json").string(), arch);
+                     dir->string(), (*dir / "graph.json").string(), arch);
 }
 
 }  // namespace kiln::runtime

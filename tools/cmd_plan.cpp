@@ -11,6 +11,8 @@
 #include "compiler/plan_verifier.h"
 #include "compiler/planner/planner.h"
 #include "kiln/graph.h"
+#include "runtime/temp_files.h"
+#include "tools/external_tool.h"
 #include "tools/commands.h"
 
 namespace kiln::cli {
@@ -36,15 +38,22 @@ Runner add_plan(CLI::App& app, const CommonOptions& common) {
       return report({ErrorCode::Internal, "internal error: the planner produced an invalid plan: " + problem +
                                               " (this is a bug in kiln; please report it)"});
     if (args->svg) {
-      if (std::system("command -v dot >/dev/null 2>&1") != 0)
+      if (!tool_exists("dot"))
         return report({ErrorCode::CompileOrDevice,
                        "--svg needs Graphviz's dot, which is not installed (apt-get install graphviz); --dot prints the "
                        "same picture as text"});
-      const std::string path = (std::filesystem::temp_directory_path() / fmt::format("kiln-plan-{}.dot", ::getpid())).string();
-      std::ofstream(path) << ir::plan_to_dot(g, plan);
-      const int rc = std::system(fmt::format("dot -Tsvg '{}'", path).c_str());
-      std::filesystem::remove(path);
-      return rc == 0 ? 0 : report({ErrorCode::CompileOrDevice, "Graphviz's dot failed on the plan"});
+      Expected<std::filesystem::path> dir = runtime::make_private_folder("kiln-plan-");
+      if (!dir) return report(dir.error());
+      const std::filesystem::path path = *dir / "plan.dot";
+      const Expected<bool> written = runtime::write_new_file(path, ir::plan_to_dot(g, plan));
+      Expected<ToolResult> run = written ? run_tool({"dot", "-Tsvg", path.string()}) : Expected<ToolResult>(written.error());
+      std::error_code ec;
+      std::filesystem::remove_all(*dir, ec);
+      if (!run) return report(run.error());
+      if (run->exit_status != 0)
+        return report({ErrorCode::CompileOrDevice, "Graphviz's dot failed on the plan: " + run->output});
+      fmt::print("{}", run->output);
+      return 0;
     }
     if (args->json) fmt::print("{}", ir::plan_to_json(g, plan));
     else if (args->dot) fmt::print("{}", ir::plan_to_dot(g, plan));

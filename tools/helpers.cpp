@@ -13,6 +13,8 @@
 #include "runtime/cuda_driver.h"
 #include "runtime/kernel_cache.h"
 #include "runtime/program_cache.h"
+#include "runtime/temp_files.h"
+#include "tools/external_tool.h"
 #include "tools/commands.h"
 
 namespace kiln::cli {
@@ -33,31 +35,27 @@ Expected<codegen::GeneratedProgram> generate(const Graph& graph, const ir::Plan&
 
 Expected<std::string> disassemble(const std::string& cubin) {
   std::string tool;
-  for (const char* candidate : {"cuobjdump", "/usr/local/cuda/bin/cuobjdump", "nvdisasm", "/usr/local/cuda/bin/nvdisasm"}) {
-    const std::string probe = fmt::format("command -v {} >/dev/null 2>&1", candidate);
-    if (std::system(probe.c_str()) == 0) {
+  for (const char* candidate : {"cuobjdump", "/usr/local/cuda/bin/cuobjdump", "nvdisasm", "/usr/local/cuda/bin/nvdisasm"})
+    if (tool_exists(candidate)) {
       tool = candidate;
       break;
     }
-  }
   if (tool.empty())
     return Error{ErrorCode::CompileOrDevice,
                  "--stage sass needs cuobjdump or nvdisasm (CUDA toolkit); neither is installed here. "
                  "--stage ptx shows the code before assembly"};
-  const auto dir = std::filesystem::temp_directory_path();
-  const std::string path = (dir / fmt::format("kiln-sass-{}.cubin", ::getpid())).string();
-  std::ofstream(path, std::ios::binary) << cubin;
+  Expected<std::filesystem::path> dir = runtime::make_private_folder("kiln-sass-");
+  if (!dir) return dir.error();
+  const std::filesystem::path path = *dir / "kernel.cubin";
   const bool objdump = tool.find("cuobjdump") != std::string::npos;
-  const std::string command = fmt::format("{} {} {} 2>&1", tool, objdump ? "--dump-sass" : "", path);
-  std::string out;
-  if (FILE* pipe = popen(command.c_str(), "r")) {
-    char buffer[4096];
-    size_t n;
-    while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) out.append(buffer, n);
-    pclose(pipe);
-  }
-  std::filesystem::remove(path);
-  return out;
+  const Expected<bool> written = runtime::write_new_file(path, cubin);
+  Expected<ToolResult> run = written ? run_tool(objdump ? std::vector<std::string>{tool, "--dump-sass", path.string()}
+                                                        : std::vector<std::string>{tool, path.string()})
+                                     : Expected<ToolResult>(written.error());
+  std::error_code ec;
+  std::filesystem::remove_all(*dir, ec);
+  if (!run) return run.error();
+  return run->output;
 }
 
 }  // namespace kiln::cli
