@@ -42,7 +42,10 @@ python3 -m pip install -q --no-build-isolation --no-deps -Cbuild-dir=build-gpu/p
 echo "pip install . in $(( $(date +%s) - start )) s"
 (cd /tmp && timeout 600 python3 -m pytest "$root/python/tests" -q -p no:cacheprovider -p no:logging >"$out/pytest.log" 2>&1) || status=1
 tail -3 "$out/pytest.log"
-python3 bench/python_overhead.py 2>&1 | tail -5
+section "host time of a launch: C++ (by index, by name) and Python (kept in \$OUT)"
+build-gpu/tests/kiln_gpu_tests --gtest_filter=Embedding.LaunchHostTimeFigures 2>&1 | grep FIGURE | sed 's/^FIGURE //' \
+  | tee "$out/launch_figures.txt"
+python3 bench/python_overhead.py 2>&1 | tail -5 | tee "$out/python_overhead.txt"
 if [[ ${KILN_MODELS:-} ]]; then
   section "models through torch.compile(backend=\"kiln\") (cold kiln cache, then warm in a second process)"
   models_cache=$(mktemp -d)
@@ -67,7 +70,8 @@ for g in bench/graphs/anchors/*.json examples/*/*.json; do
 done
 rm -f "$out/sass.txt"
 section "figures (compile, cache load, launch)"
-build-gpu/tests/kiln_gpu_tests --gtest_filter=Gpu.CompileAndLaunchFigures 2>&1 | grep FIGURE | sed 's/^FIGURE //'
+build-gpu/tests/kiln_gpu_tests --gtest_filter=Gpu.CompileAndLaunchFigures 2>&1 | grep FIGURE | sed 's/^FIGURE //' \
+  | tee "$out/figures.txt"
 section "reference interpreter vs PyTorch (float64)"
 python3 tests/gpu/crosscheck_reference.py build-gpu/bin/kiln "$root" >"$out/crosscheck.log" 2>&1 || status=1
 grep -E "^FAIL|Traceback|Error" "$out/crosscheck.log" | head -20
