@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <nvrtc.h>
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cstdlib>
@@ -11,6 +12,7 @@
 #include <fstream>
 #include <functional>
 #include <mutex>
+#include <vector>
 
 #include "kiln/options.h"
 #include "runtime/embedded_templates.h"
@@ -41,6 +43,20 @@ bool is_valid_arch(const std::string& arch) {
   while (3 + digits < arch.size() && std::isdigit(static_cast<unsigned char>(arch[3 + digits]))) ++digits;
   const std::string_view rest = std::string_view(arch).substr(3 + digits);
   return digits >= 2 && digits <= 3 && (rest.empty() || rest == "a");
+}
+
+std::string arch_problem(const std::string& arch) {
+  if (!is_valid_arch(arch)) return fmt::format("arch '{}': expected sm_XX (e.g. sm_80, sm_90)", arch);
+  int count = 0;
+  if (nvrtcGetNumSupportedArchs(&count) != NVRTC_SUCCESS || count <= 0) return {};  // cannot ask: NVRTC will say
+  std::vector<int> archs(static_cast<size_t>(count));
+  if (nvrtcGetSupportedArchs(archs.data()) != NVRTC_SUCCESS) return {};
+  const int wanted = std::stoi(arch.substr(3, arch.find_first_not_of("0123456789", 3) - 3));
+  if (std::find(archs.begin(), archs.end(), wanted) != archs.end()) return {};
+  std::vector<std::string> names;
+  for (int a : archs) names.push_back(fmt::format("sm_{}", a));
+  return fmt::format("arch '{}': NVRTC {} does not compile for it; it compiles for {}", arch, nvrtc_version(),
+                     fmt::join(names, ", "));
 }
 
 namespace {

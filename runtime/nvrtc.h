@@ -22,6 +22,9 @@ struct NvrtcOutput {
 std::vector<std::string> nvrtc_options(const std::string& arch, bool ptx);
 std::string nvrtc_version();  // "13.0"
 bool is_valid_arch(const std::string& arch);  // "sm_80", "sm_90", "sm_90a", ...
+// Why `arch` cannot be compiled for (not sm_XX, or not one this NVRTC
+// knows, with the ones it does); empty when it can.
+std::string arch_problem(const std::string& arch);
 
 Expected<NvrtcOutput> nvrtc_compile(const std::string& source, const std::string& arch, bool ptx = false);
 

@@ -150,8 +150,7 @@ Expected<std::unique_ptr<Executable::Impl>> compile_program(const Graph& graph, 
   auto impl = std::make_unique<Executable::Impl>(graph, target_arch(options));
   impl->device = options.device;
   const std::string& arch = impl->arch;
-  if (!is_valid_arch(arch))
-    return Error{ErrorCode::InvalidInput, fmt::format("arch '{}': expected sm_XX (e.g. sm_80, sm_90)", arch)};
+  if (std::string problem = arch_problem(arch); !problem.empty()) return Error{ErrorCode::InvalidInput, problem};
   const bool use_cache = options.use_cache && settings->use_cache;
   const std::string cache_dir = options.cache_dir.empty() ? settings->cache_dir : options.cache_dir;
   const ir::Hash128 program_key = runtime::program_key(graph.to_json(), arch, options.fuse);

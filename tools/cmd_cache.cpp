@@ -166,7 +166,8 @@ Runner add_cache(CLI::App& app, const CommonOptions& common) {
     if (v->parsed()) return verify(dir);
     if (c->parsed()) return clear(dir);
     const std::string arch = args->arch.empty() ? default_arch() : args->arch;
-    if (!runtime::is_valid_arch(arch)) return report({ErrorCode::InvalidInput, fmt::format("--arch {}: expected sm_XX", arch)});
+    if (std::string problem = runtime::arch_problem(arch); !problem.empty())
+      return report({ErrorCode::InvalidInput, "--arch: " + problem});
     return explain(dir, args->graph, arch);
   };
 }

@@ -43,8 +43,8 @@ Runner add_dump(CLI::App& app, const CommonOptions& common) {
       return 0;
     }
     const std::string arch = args->arch.empty() ? default_arch() : args->arch;
-    if (!runtime::is_valid_arch(arch))
-      return report({ErrorCode::InvalidInput, fmt::format("--arch {}: expected sm_XX (e.g. sm_80, sm_90)", arch)});
+    if (std::string problem = runtime::arch_problem(arch); !problem.empty())
+      return report({ErrorCode::InvalidInput, "--arch: " + problem});
     if (args->kernel >= static_cast<int>(plan.kernels.size()))
       return report({ErrorCode::InvalidInput, fmt::format("--kernel {}: the plan has {} kernels (0 to {})", args->kernel,
                                                           plan.kernels.size(), plan.kernels.size() - 1)});

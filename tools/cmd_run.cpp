@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cerrno>
 #include <cmath>
 #include <filesystem>
 #include <optional>
@@ -131,7 +132,17 @@ Runner add_run(CLI::App& app, const CommonOptions& common) {
   cmd->add_option("GRAPH", a->path, "graph file")->required();
   cmd->add_option("--device", a->device, "cuda (default) or cpu")->check(CLI::IsMember({"cuda", "cpu"}));
   auto* inputs = cmd->add_option("--inputs", a->inputs_dir, "read DIR/<input>.npy for every input");
-  auto* random = cmd->add_option("--random", a->seed, "draw inputs from this seed (the default, seed 0)");
+  auto* random = cmd->add_option("--random", a->seed, "draw inputs from this seed (the default, seed 0)")
+                     ->check(CLI::Validator(
+                         [](std::string& text) {
+                           const bool digits = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
+                           errno = 0;
+                           if (digits) std::strtoull(text.c_str(), nullptr, 10);
+                           return digits && errno != ERANGE
+                                      ? std::string()
+                                      : "a whole number from 0 to 18446744073709551615, not '" + text + "'";
+                         },
+                         "SEED"));
   inputs->excludes(random);
   cmd->add_option("--outputs", a->outputs_dir, "write DIR/<output>.npy (and drawn inputs)");
   cmd->add_flag("--check", a->check, "run on the GPU and compare with the reference interpreter");

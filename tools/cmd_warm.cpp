@@ -89,7 +89,8 @@ Runner add_warm(CLI::App& app, const CommonOptions& common) {
     std::vector<std::string> archs = args->archs;
     if (archs.empty()) archs.push_back(default_arch());
     for (const std::string& a : archs)
-      if (!runtime::is_valid_arch(a)) return report({ErrorCode::InvalidInput, fmt::format("--arch {}: expected sm_XX", a)});
+      if (std::string problem = runtime::arch_problem(a); !problem.empty())
+        return report({ErrorCode::InvalidInput, "--arch: " + problem});
     Expected<std::vector<std::string>> paths = collect(args->paths);
     if (!paths) return report(paths.error());
     const std::string dir = common.cache_dir.empty() ? runtime::default_cache_dir() : common.cache_dir;
