@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/stat.h>
+#include <pwd.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -10,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <random>
+#include <vector>
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -19,13 +21,67 @@ namespace kiln::runtime {
 namespace {
 
 Error unsafe(const std::string& dir, const std::string& why, const std::string& fix) {
-  return Error{ErrorCode::CompileOrDevice, fmt::format("kernel cache directory '{}' is not safe to load code from: {} ({})", dir, why, fix)};
+  return Error{ErrorCode::InvalidInput, fmt::format("kernel cache directory '{}' is not safe to load code from: {} ({})", dir, why, fix)};
+}
+
+constexpr char kMarkerName[] = "CACHEDIR.TAG";
+constexpr char kMarkerSignature[] = "Signature: 8a477f597d28d172789f06886806bc55";
+constexpr char kMarkerText[] =
+    "Signature: 8a477f597d28d172789f06886806bc55\n"
+    "# This folder is a kernel cache of kiln (see https://bford.info/cachedir/).\n"
+    "# kiln verifies, clears and evicts only in folders holding this file.\n";
+
+// The names kiln itself puts at the root of its cache folder.
+bool kiln_root_name(const std::string& name) {
+  for (const char* own : {"kernels", "graphs", "tuning", "remote_counters", "remote_counters.lock", kMarkerName})
+    if (name == own) return true;
+  return name.rfind("remote_counters.tmp.", 0) == 0 || name.rfind("CACHEDIR.TAG.tmp.", 0) == 0;
+}
+
+// The folder is kiln's: marked, or marked now because it holds only kiln's names.
+Status claim(const std::string& dir) {
+  namespace fs = std::filesystem;
+  const std::string marker = (fs::path(dir) / kMarkerName).string();
+  std::string text;
+  if (read_regular_file(marker, text) && text.rfind(kMarkerSignature, 0) == 0) return {};
+  std::vector<std::string> foreign;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (!kiln_root_name(e.path().filename().string())) foreign.push_back("'" + e.path().filename().string() + "'");
+  if (ec) return Error{ErrorCode::InvalidInput, fmt::format("kernel cache: cannot list '{}': {}", dir, ec.message())};
+  if (!foreign.empty()) {
+    const size_t shown = std::min<size_t>(foreign.size(), 3);
+    return Error{ErrorCode::InvalidInput,
+                 fmt::format("'{}' is not a kiln cache folder: it holds {}{} and no {} written by kiln; kiln keeps its "
+                             "kernels in a folder of its own (point --cache-dir or KILN_CACHE_DIR at a new or empty folder)",
+                             dir, fmt::join(foreign.begin(), foreign.begin() + static_cast<ptrdiff_t>(shown), ", "),
+                             foreign.size() > shown ? fmt::format(" and {} more", foreign.size() - shown) : "",
+                             kMarkerName)};
+  }
+  if (!write_file_atomically(marker, kMarkerText))
+    return Error{ErrorCode::InvalidInput, fmt::format("kernel cache: cannot write '{}'", marker)};
+  return {};
+}
+
+// The root folder, and the home folder itself, are nobody's cache.
+bool too_wide(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path path = fs::weakly_canonical(dir, ec);
+  if (ec) return false;
+  if (path == path.root_path()) return true;
+  const struct passwd* user = ::getpwuid(::geteuid());
+  return user && user->pw_dir && path == fs::weakly_canonical(user->pw_dir, ec);
 }
 
 }  // namespace
 
 Status secure_cache_dir(const std::string& dir) {
   namespace fs = std::filesystem;
+  if (too_wide(dir))
+    return Error{ErrorCode::InvalidInput,
+                 fmt::format("kernel cache: '{}' is the root or the home folder itself; kiln needs a folder of its own "
+                             "(e.g. ~/.cache/kiln)", dir)};
   struct stat st {};
   if (::stat(dir.c_str(), &st) != 0) {
     if (errno != ENOENT) return unsafe(dir, std::strerror(errno), "check the path");
@@ -33,9 +89,9 @@ Status secure_cache_dir(const std::string& dir) {
     const fs::path parent = fs::path(dir).parent_path();
     if (!parent.empty()) fs::create_directories(parent, ec);
     if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
-      return Error{ErrorCode::CompileOrDevice, fmt::format("kernel cache: cannot create '{}': {}", dir, std::strerror(errno))};
+      return Error{ErrorCode::InvalidInput, fmt::format("kernel cache: cannot create '{}': {}", dir, std::strerror(errno))};
     if (::stat(dir.c_str(), &st) != 0)
-      return Error{ErrorCode::CompileOrDevice, fmt::format("kernel cache: cannot read '{}': {}", dir, std::strerror(errno))};
+      return Error{ErrorCode::InvalidInput, fmt::format("kernel cache: cannot read '{}': {}", dir, std::strerror(errno))};
   }
   if (!S_ISDIR(st.st_mode)) return unsafe(dir, "it is not a directory", "point KILN_CACHE_DIR at a directory");
   if (st.st_uid != ::geteuid())
@@ -52,7 +108,7 @@ Status secure_cache_dir(const std::string& dir) {
     if (sub_st.st_uid != ::geteuid() || (sub_st.st_mode & (S_IWGRP | S_IWOTH)) != 0)
       return unsafe(dir, fmt::format("'{}' belongs to someone else or is writable by others", sub), fmt::format("remove '{}'", path));
   }
-  return {};
+  return claim(dir);
 }
 
 bool read_regular_file(const std::string& path, std::string& out) {

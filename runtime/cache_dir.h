@@ -6,9 +6,14 @@
 // path may pass through symlinks above it, as ~/.cache often does), is
 // owned by this process's effective user and is writable by no one else;
 // its `kernels`, `graphs` and `tuning` folders, where present, are real directories
-// too. A directory kiln creates is created 0700. Otherwise an Error says
-// what is wrong and how to fix it; callers compile in memory (a warning)
-// or, for cache commands, stop.
+// too. A directory kiln creates is created 0700. The folder is kiln's alone:
+// it holds kiln's marker (CACHEDIR.TAG, the Cache Directory Tagging
+// convention), written when kiln creates the folder or finds it holding
+// nothing but kiln's own names; a folder holding anything else without the
+// marker, the root folder and the home folder itself are refused, so that
+// `cache verify`, `cache clear` and eviction never touch a user's files.
+// Otherwise an Error (exit 1) says what is wrong and how to fix it; callers
+// compile in memory (a warning) or, for cache commands, stop.
 #pragma once
 
 #include <filesystem>

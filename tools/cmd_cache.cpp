@@ -97,10 +97,21 @@ int clear(const std::string& dir) {
   const auto tunings = runtime::list_tunings(dir);
   int64_t bytes = 0;
   for (const auto& e : entries) bytes += e.bytes;
+  // Only what kiln recognises as its own: entries, recipes and records that
+  // parse, then the folders if nothing else is left in them.
   std::error_code ec;
-  fs::remove_all(fs::path(dir) / "kernels", ec);
-  fs::remove_all(fs::path(dir) / "graphs", ec);
-  fs::remove_all(fs::path(dir) / "tuning", ec);
+  for (const auto& e : entries) fs::remove(e.path, ec);
+  for (const auto& [path, recipe] : recipes) fs::remove(path, ec);
+  for (const auto& [path, record] : tunings) fs::remove(path, ec);
+  for (const char* folder : {"kernels", "graphs", "tuning"}) {
+    const fs::path root = fs::path(dir) / folder;
+    std::vector<fs::path> folders{root};
+    std::error_code walk;
+    for (auto it = fs::recursive_directory_iterator(root, walk); !walk && it != fs::recursive_directory_iterator();
+         it.increment(walk))
+      if (it->is_directory()) folders.push_back(it->path());
+    for (auto f = folders.rbegin(); f != folders.rend(); ++f) fs::remove(*f, ec);  // removes a folder only if empty
+  }
   fmt::print("cleared: {} kernels ({}) and {} graph recipes{} from {}\n", entries.size(), human(bytes), recipes.size(),
              tunings.empty() ? "" : fmt::format(" and {} tuning records", tunings.size()), dir);
   return 0;
