@@ -212,16 +212,18 @@ std::string Emitter::pointwise(const ir::Op& op, const Coords& coords) {
   for (ir::TensorId in : op.inputs) args.push_back(value(in, broadcast(g_.tensor(in).shape, result.shape, coords)));
   std::string e;
   const std::string_view name = ir::op_name(op.kind);
-  switch (op.kind) {
-    case ir::OpKind::LeakyRelu: e = fmt::format("kiln::op_leaky_relu({}, {})", args[0], float_literal(op.attrs.alpha)); break;
-    case ir::OpKind::Clamp:
-      e = args[0];
-      if (op.attrs.min) e = fmt::format("kiln::op_clamp_min({}, {})", e, float_literal(*op.attrs.min));
-      if (op.attrs.max) e = fmt::format("kiln::op_clamp_max({}, {})", e, float_literal(*op.attrs.max));
-      break;
-    case ir::OpKind::Cast: e = args[0]; break;  // rounded below, as every rounded result is
-    default:
-      e = fmt::format("kiln::op_{}({})", name, fmt::join(args, ", "));
+  const std::string_view device = ir::op_info(op.kind).device;  // the op table's functor
+  if (op.kind == ir::OpKind::LeakyRelu) {
+    e = fmt::format("{}({}, {})", device, args[0], float_literal(op.attrs.alpha));
+  } else if (op.kind == ir::OpKind::Clamp) {
+    e = args[0];
+    if (op.attrs.min) e = fmt::format("kiln::op_clamp_min({}, {})", e, float_literal(*op.attrs.min));
+    if (op.attrs.max) e = fmt::format("kiln::op_clamp_max({}, {})", e, float_literal(*op.attrs.max));
+  } else if (op.kind == ir::OpKind::Cast) {
+    e = args[0];  // rounded below, as every rounded result is
+  } else {
+    KILN_INTERNAL_CHECK(!device.empty());
+    e = fmt::format("{}({})", device, fmt::join(args, ", "));
   }
   const std::string v = fresh("v");
   lines_.push_back(fmt::format("const float {} = {};  // {} = {}", v, rounded(result, e), result.name, name));

@@ -158,13 +158,10 @@ std::string KernelBuilder::epilogue(const ir::Op& anchor, const Gemm& gm, const 
   // by the column keep the loop unrolled.
   bool heavy = false;
   const bool rollable = staged >= 0 && std::none_of(kept.begin(), kept.end(), [](const Kept& k) { return k.column; });
-  for (int32_t id : k_.ops)
-    switch (g_.ops[static_cast<size_t>(id)].kind) {
-      case OpKind::Gelu: case OpKind::GeluTanh: case OpKind::Silu: case OpKind::Sigmoid: case OpKind::Tanh:
-      case OpKind::Exp: case OpKind::Log: case OpKind::Erf: case OpKind::Sin: case OpKind::Cos:
-      case OpKind::Softplus: case OpKind::Pow: heavy = true; break;
-      default: break;
-    }
+  for (int32_t id : k_.ops) {
+    const ir::Op& op = g_.ops[static_cast<size_t>(id)];
+    if (ir::is_pointwise(op.kind) && ir::op_info(op.kind).cost == ir::OpCost::Heavy) heavy = true;
+  }
   if (loops.heuristic_loop) *loops.heuristic_loop = rollable ? (heavy ? Tuning::kRolled : Tuning::kUnrolled) : 0;
   const bool rolled = rollable && (loops.block_loop == 0 ? heavy : loops.block_loop == Tuning::kRolled);
   em_.emit(fmt::format("const float out = {};  // {}", em_.rounded(result, rolled ? "block_acc[mi][nj][e]" : acc), result.name));

@@ -41,12 +41,10 @@ inline uint32_t float_bits(float v) {
   return bits;
 }
 
+// A reduction's combine op on the device (the op table's `device` column).
 inline std::string reduce_functor(OpKind kind) {
-  switch (kind) {
-    case OpKind::ReduceMax: return "kiln::MaxOp";
-    case OpKind::ReduceMin: return "kiln::MinOp";
-    default: return "kiln::SumOp";
-  }
+  KILN_INTERNAL_CHECK(ir::op_info(kind).family == ir::OpFamily::Reduce);
+  return std::string(ir::op_info(kind).device);
 }
 
 inline uint32_t reduce_identity_bits(OpKind kind) {

@@ -9,8 +9,8 @@ namespace {
 
 #define A(key) attr_bit(AttrKey::key)
 constexpr std::array<OpInfo, kOpKindCount> kOps = {{
-#define KILN_OP(kind, name, family, min_in, max_in, attrs) \
-  {OpKind::kind, name, OpFamily::family, min_in, max_in, attrs},
+#define KILN_OP(kind, name, family, min_in, max_in, attrs, device, cost) \
+  {OpKind::kind, name, OpFamily::family, min_in, max_in, attrs, device, OpCost::cost},
 #include "compiler/ops.def"
 #undef KILN_OP
 }};

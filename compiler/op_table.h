@@ -47,13 +47,20 @@ enum class OpFamily : uint8_t {
   Concat,     // concat: each element read from the input that holds it
 };
 
+// What an op costs per element, for loop and recompute decisions.
+enum class OpCost : uint8_t {
+  Free,   // moves no value (views, identity, cast)
+  Cheap,  // a few instructions
+  Heavy,  // a transcendental function, or an anchor
+};
+
 enum class OpKind : uint8_t {
-#define KILN_OP(kind, name, family, min_in, max_in, attrs) kind,
+#define KILN_OP(kind, name, family, min_in, max_in, attrs, device, cost) kind,
 #include "compiler/ops.def"
 #undef KILN_OP
 };
 inline constexpr int kOpKindCount = 0
-#define KILN_OP(kind, name, family, min_in, max_in, attrs) +1
+#define KILN_OP(kind, name, family, min_in, max_in, attrs, device, cost) +1
 #include "compiler/ops.def"
 #undef KILN_OP
     ;
@@ -65,6 +72,8 @@ struct OpInfo {
   int min_inputs;
   int max_inputs;
   AttrSet attrs;  // the attributes the op accepts
+  std::string_view device;  // what generated code calls (a functor of kiln/common.cuh), or "" (see ops.def)
+  OpCost cost;
 };
 
 const OpInfo& op_info(OpKind kind);

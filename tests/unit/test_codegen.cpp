@@ -58,6 +58,28 @@ TEST(Codegen, EveryExampleCompilesForSm80AndSm90) {
   EXPECT_GE(compiled, 76);
 }
 
+// The op table names each op's device functor; each must exist in the
+// templates, so a new op without one fails here, not in NVRTC.
+TEST(Codegen, EveryDeviceFunctorOfTheOpTableIsInTheTemplates) {
+  std::ifstream in(KILN_SOURCE_DIR "/templates/kiln/common.cuh");
+  const std::string templates((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_FALSE(templates.empty());
+  int named = 0;
+  for (int k = 0; k < ir::kOpKindCount; ++k) {
+    const ir::OpInfo& op = ir::op_info(static_cast<ir::OpKind>(k));
+    if (ir::is_pointwise(op.kind) && op.kind != ir::OpKind::Cast && op.kind != ir::OpKind::Clamp)
+      EXPECT_FALSE(op.device.empty()) << op.name << " is pointwise but names no device functor";
+    if (op.device.empty()) continue;
+    ASSERT_EQ(op.device.substr(0, 6), "kiln::") << op.name;
+    const std::string_view name = op.device.substr(6);
+    const bool functor = templates.find(fmt::format(" {}(", name)) != std::string::npos;  // a function
+    const bool combine = templates.find(fmt::format("struct {} ", name)) != std::string::npos;  // a reduction's op
+    EXPECT_TRUE(functor || combine) << op.name << ": " << op.device << " is not in templates/kiln/common.cuh";
+    ++named;
+  }
+  EXPECT_GE(named, 30);
+}
+
 TEST(Codegen, SourceHasNoUserTextOutsideComments) {
   Graph g = testing::must_parse(R"({"kiln": 1, "name": "evil\"); asm(\"trap;\"); //",
     "inputs": {"weird_input.name": {"shape": [4], "dtype": "f32"}},
