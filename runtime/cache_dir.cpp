@@ -131,14 +131,24 @@ bool read_regular_file(const std::string& path, std::string& out) {
   return true;
 }
 
-bool write_file_atomically(const std::string& path, const std::string& text) {
+bool write_file_atomically(const std::string& path, const std::string& text, unsigned mode) {
   const std::string temp = fmt::format("{}.tmp.{}.{:08x}", path, ::getpid(), std::random_device{}());
   const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) return false;
-  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
+  bool ok = ::fchmod(fd, static_cast<mode_t>(mode)) == 0;
+  for (size_t done = 0; ok && done < text.size();) {  // large files take several writes
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    ok = n > 0;
+    if (ok) done += static_cast<size_t>(n);
+  }
+  ok = ok && ::fsync(fd) == 0;
+  const int saved = errno;
   ::close(fd);
   if (ok && std::rename(temp.c_str(), path.c_str()) == 0) return true;
+  const int why = ok ? errno : saved;
   ::unlink(temp.c_str());
+  errno = why;
   return false;
 }
 

@@ -32,10 +32,12 @@ Status secure_cache_dir(const std::string& dir);
 // false on anything else.
 bool read_regular_file(const std::string& path, std::string& out);
 
-// Writes `text` to `path` atomically: a temporary file beside it (0600,
-// never through a symlink), fsync, rename over `path`. False on any
-// failure, with no file left behind; readers see the old file or the new.
-bool write_file_atomically(const std::string& path, const std::string& text);
+// Writes `text` to `path` atomically: a temporary file beside it (`mode`
+// exactly, whatever the umask; never through a symlink), fsync, rename over
+// `path` (a link at `path` is replaced, not followed). False on any failure
+// (errno says why), with no file left behind; readers see the old file or
+// the new, never a part.
+bool write_file_atomically(const std::string& path, const std::string& text, unsigned mode = 0600);
 
 // Every `*.json` document in <dir>/<folder> that `parse` accepts, with its
 // path; the others are reported in `problems` ("<path>: damaged <what>")

@@ -15,6 +15,7 @@
 
 #include "compiler/error.h"
 #include "compiler/numerics.h"
+#include "runtime/cache_dir.h"
 
 namespace kiln {
 namespace {
@@ -249,10 +250,9 @@ Status write_npy(const std::string& path, const HostTensor& t) {
       for (int i = 0; i < 4; ++i) out += static_cast<char>((bits >> (8 * i)) & 0xff);
     }
   }
-  std::ofstream file(path, std::ios::binary | std::ios::trunc);
-  file.write(out.data(), static_cast<std::streamsize>(out.size()));
-  file.close();
-  if (!file) return Error{ErrorCode::InvalidInput, fmt::format("{}: cannot write the file", path)};
+  // Whole or not at all: a full disk or a kill leaves no truncated .npy.
+  if (!runtime::write_file_atomically(path, out, 0644))
+    return Error{ErrorCode::InvalidInput, fmt::format("{}: cannot write the file: {}", path, std::strerror(errno))};
   return {};
 }
 
