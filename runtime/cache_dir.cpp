@@ -111,6 +111,12 @@ Status secure_cache_dir(const std::string& dir) {
   return claim(dir);
 }
 
+bool make_cache_folder(const std::filesystem::path& folder) {
+  std::error_code ec;
+  std::filesystem::create_directories(folder, ec);
+  return !ec && ::chmod(folder.c_str(), 0700) == 0;
+}
+
 bool read_regular_file(const std::string& path, std::string& out) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return false;

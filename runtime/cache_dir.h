@@ -28,6 +28,11 @@ namespace kiln::runtime {
 
 Status secure_cache_dir(const std::string& dir);
 
+// Makes `folder` (a folder of the cache, such as <dir>/graphs) if missing,
+// mode 0700 whatever the umask (secure_cache_dir refuses group- or
+// world-writable folders). False if it cannot.
+bool make_cache_folder(const std::filesystem::path& folder);
+
 // Reads a regular file without following a symlink at `path` itself;
 // false on anything else.
 bool read_regular_file(const std::string& path, std::string& out);

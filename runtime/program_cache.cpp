@@ -128,9 +128,7 @@ std::vector<std::pair<std::string, ProgramRecipe>> list_recipes(const std::strin
 
 void store_recipe(const std::string& dir, const ir::Hash128& key, const ProgramRecipe& recipe) {
   const std::filesystem::path folder = std::filesystem::path(dir) / "graphs";
-  std::error_code ec;
-  std::filesystem::create_directories(folder, ec);
-  if (ec) return;
+  if (!make_cache_folder(folder)) return;
   const std::string text = recipe_to_text(recipe);
   write_file_atomically((folder / (key.hex() + ".json")).string(), text);
   publish("recipe", key.hex(), text);

@@ -316,10 +316,7 @@ void publish(std::string_view kind, const std::string& id, const std::string& pa
 
 void write_document(const std::string& path, const std::string& text) {
   const std::filesystem::path folder = std::filesystem::path(path).parent_path();
-  std::error_code ec;
-  std::filesystem::create_directories(folder, ec);
-  ::chmod(folder.c_str(), 0700);
-  write_file_atomically(path, text);
+  if (make_cache_folder(folder)) write_file_atomically(path, text);
 }
 
 RemoteCounters RemoteCache::counters() const { return {hits.load(), misses.load(), writes.load(), refused.load(), errors.load()}; }

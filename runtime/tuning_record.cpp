@@ -57,9 +57,7 @@ std::optional<TuningRecord> load_tuning(const std::string& dir, const ir::Hash12
 
 bool store_tuning(const std::string& dir, const ir::Hash128& key, const TuningRecord& record) {
   const std::filesystem::path folder = std::filesystem::path(dir) / "tuning";
-  std::error_code ec;
-  std::filesystem::create_directories(folder, ec);
-  if (ec) return false;
+  if (!make_cache_folder(folder)) return false;
   const std::string text = tuning_to_text(record);
   if (!write_file_atomically((folder / (key.hex() + ".json")).string(), text)) return false;
   publish("tuning", key.hex(), text);
