@@ -1,3 +1,4 @@
+#include "compiler/memory_budget.h"
 #include "compiler/plan_printer.h"
 
 #include <fmt/format.h>
@@ -19,13 +20,6 @@ std::vector<std::string> tensor_names(const Graph& g, const std::vector<TensorId
   std::vector<std::string> out;
   for (TensorId id : ids) out.push_back(g.tensor(id).name);
   return out;
-}
-
-std::string human_bytes(int64_t bytes) {
-  if (bytes >= (int64_t{1} << 30)) return fmt::format("{:.1f} GiB", static_cast<double>(bytes) / (1 << 30));
-  if (bytes >= (int64_t{1} << 20)) return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1 << 20));
-  if (bytes >= (int64_t{1} << 10)) return fmt::format("{:.1f} KiB", static_cast<double>(bytes) / (1 << 10));
-  return fmt::format("{} B", bytes);
 }
 
 }  // namespace

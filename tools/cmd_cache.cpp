@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 
+#include "compiler/memory_budget.h"
 #include "compiler/graph_internal.h"
 #include "codegen/kernel_codegen.h"
 #include "compiler/error.h"
@@ -24,12 +25,6 @@ namespace kiln::cli {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string human(int64_t bytes) {
-  if (bytes >= (int64_t{1} << 20)) return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1 << 20));
-  if (bytes >= (int64_t{1} << 10)) return fmt::format("{:.1f} KiB", static_cast<double>(bytes) / (1 << 10));
-  return fmt::format("{} B", bytes);
-}
 
 std::string when(int64_t seconds) {
   const std::time_t t = static_cast<std::time_t>(seconds);
@@ -52,11 +47,11 @@ int stats(const std::string& dir) {
     g.second += e.bytes;
   }
   fmt::print("cache {}\n", dir);
-  fmt::print("kernels: {} entries, {} (limit {})\n", entries.size(), human(bytes), human(runtime::cache_size_limit()));
+  fmt::print("kernels: {} entries, {} (limit {})\n", entries.size(), human_bytes(bytes), human_bytes(runtime::cache_size_limit()));
   fmt::print("graphs: {} recipes\n", recipes.size());
   if (const auto tunings = runtime::list_tunings(dir); !tunings.empty())
     fmt::print("tuning: {} autotuned graph{}\n", tunings.size(), tunings.size() == 1 ? "" : "s");
-  for (const auto& [key, g] : groups) fmt::print("  {} {}: {} entries, {}\n", key.first, key.second, g.first, human(g.second));
+  for (const auto& [key, g] : groups) fmt::print("  {} {}: {} entries, {}\n", key.first, key.second, g.first, human_bytes(g.second));
   if (!entries.empty()) fmt::print("last used: oldest {}, newest {} (UTC)\n", when(oldest), when(newest));
   const runtime::RemoteCounters c = runtime::stored_counters(dir);
   if (runtime::RemoteCache* remote = runtime::RemoteCache::instance()) fmt::print("remote: {}\n", remote->description());
@@ -74,7 +69,7 @@ int ls(const std::string& dir) {
   std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.last_use > b.last_use; });
   for (const runtime::CacheEntry& e : entries) {
     const auto& names = users[e.key.hex()];
-    fmt::print("{}  {:<10} {:<7} {:>10}  {}  {}\n", e.key.hex(), e.kind, e.parts.arch, human(e.bytes), when(e.last_use),
+    fmt::print("{}  {:<10} {:<7} {:>10}  {}  {}\n", e.key.hex(), e.kind, e.parts.arch, human_bytes(e.bytes), when(e.last_use),
                names.empty() ? "-" : fmt::format("{}", fmt::join(names, ", ")));
   }
   return 0;
@@ -112,7 +107,7 @@ int clear(const std::string& dir) {
       if (it->is_directory()) folders.push_back(it->path());
     for (auto f = folders.rbegin(); f != folders.rend(); ++f) fs::remove(*f, ec);  // removes a folder only if empty
   }
-  fmt::print("cleared: {} kernels ({}) and {} graph recipes{} from {}\n", entries.size(), human(bytes), recipes.size(),
+  fmt::print("cleared: {} kernels ({}) and {} graph recipes{} from {}\n", entries.size(), human_bytes(bytes), recipes.size(),
              tunings.empty() ? "" : fmt::format(" and {} tuning records", tunings.size()), dir);
   return 0;
 }

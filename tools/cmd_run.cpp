@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "compiler/memory_budget.h"
 #include "compiler/graph_internal.h"
 #include "compiler/ir.h"
 #include "kiln/executable.h"
@@ -74,6 +75,13 @@ int run(const RunArgs& a, const CommonOptions& common) {
       inputs.push_back(std::move(*t));
     }
   } else {
+    int64_t bytes = 0;
+    for (const TensorDesc& d : graph->inputs()) bytes += element_count(d.shape) * int64_t{sizeof(float)};
+    Expected<bool> fits = detail::catch_errors([&] {
+      require_host_memory(bytes, "drawing the random inputs");
+      return true;
+    });
+    if (!fits) return report(fits.error());
     inputs = random_inputs(*graph, a.seed);
   }
 

@@ -7,6 +7,7 @@
 #include "compiler/graph_internal.h"
 #include "compiler/error.h"
 #include "compiler/ir_printer.h"
+#include "compiler/memory_budget.h"
 #include "compiler/numerics.h"
 #include "compiler/reference/evaluate.h"
 #include "kiln/reference.h"
@@ -35,7 +36,34 @@ std::vector<float> evaluate(const ir::Graph& g, const ir::Op& op, const referenc
   KILN_UNREACHABLE("unknown op family");
 }
 
+// The most host memory the interpretation holds at once (its copies of the
+// inputs, then each result while its operands are alive), and the tensor
+// being computed then.
+std::pair<int64_t, ir::TensorId> peak_bytes(const ir::Graph& g) {
+  std::vector<size_t> readers_left(g.tensors.size());
+  for (size_t id = 0; id < g.tensors.size(); ++id) readers_left[id] = g.users[id].size();
+  auto bytes = [&](ir::TensorId id) { return element_count(g.tensor(id).shape) * int64_t{sizeof(float)}; };
+  int64_t live = 0;
+  for (ir::TensorId id : g.inputs) live += bytes(id);
+  std::pair<int64_t, ir::TensorId> peak{live, g.inputs.empty() ? -1 : g.inputs.front()};
+  for (const ir::Op& op : g.ops) {
+    live += bytes(op.output);
+    if (live > peak.first) peak = {live, op.output};
+    std::vector<ir::TensorId> read(op.inputs);
+    std::sort(read.begin(), read.end());
+    read.erase(std::unique(read.begin(), read.end()), read.end());
+    for (ir::TensorId id : read)
+      if (--readers_left[static_cast<size_t>(id)] == 0 && !g.tensor(id).is_output &&
+          g.tensor(id).kind != ir::TensorKind::Constant)
+        live -= bytes(id);
+  }
+  return peak;
+}
+
 std::vector<HostTensor> interpret(const ir::Graph& g, const std::vector<HostTensor>& inputs) {
+  if (const auto [peak, at] = peak_bytes(g); at >= 0)
+    require_host_memory(peak, fmt::format("the reference interpreter (at '{}', {})", g.tensor(at).name,
+                                          ir::type_string(g.tensor(at))));
   KILN_USER_CHECK(inputs.size() == g.inputs.size(), "the graph has {} inputs but {} were given",
                   g.inputs.size(), inputs.size());
   std::vector<std::optional<Value>> values(g.tensors.size());
