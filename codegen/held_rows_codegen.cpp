@@ -110,9 +110,21 @@ void KernelBuilder::held_rows() {
                         "      if (j0 >= {3}) continue;\n", per, threads, vec, n)
           : fmt::format("    for (int j0 = threadIdx.x * {0}; j0 < {1}; j0 += {2}) {{\n", vec, n, threads * vec);
   auto slot = [&](size_t i) { return fmt::format("xs{}[t * {} + {}]", i, vec, vec > 1 ? "v" : "0"); };
+  // Values a pass computes over the row and a later pass reads again (the
+  // exp of a softmax: summed, then divided) stay in registers too.
+  std::vector<std::pair<ir::TensorId, std::string>> kept;  // tensor, register array
   auto use_held = [&](const Coords& c) {
-    if (in_registers)
-      for (size_t i = 0; i < held.size(); ++i) em_.set_leaf(held[i], slot(i), c);
+    if (!in_registers) return;
+    for (size_t i = 0; i < held.size(); ++i) em_.set_leaf(held[i], slot(i), c);
+    for (const auto& [t, array] : kept) em_.set_leaf(t, fmt::format("{}[t * {} + {}]", array, vec, vec > 1 ? "v" : "0"), c);
+  };
+  auto read_again = [&](ir::TensorId t, const ir::Op& reduction) {
+    if (std::find(k_.writes.begin(), k_.writes.end(), t) != k_.writes.end()) return true;
+    for (int32_t oi : k_.ops) {
+      const ir::Op& op = g_.ops[static_cast<size_t>(oi)];
+      if (&op != &reduction && std::find(op.inputs.begin(), op.inputs.end(), t) != op.inputs.end()) return true;
+    }
+    return false;
   };
 
   std::string body = "  __shared__ float kiln_scratch[32];\n";
@@ -131,12 +143,20 @@ void KernelBuilder::held_rows() {
   for (size_t k = 0; k < reduces.size(); ++k) {
     const ir::Op& r = *reduces[k];
     const std::string functor = reduce_functor(r.kind);
+    const ir::TensorId input = r.inputs[0];
+    const bool keep = in_registers && after.count(input) && held.size() + kept.size() < kMostHeldTensors &&
+                      read_again(input, r);
+    const std::string keep_array = fmt::format("ys{}", k);
+    if (keep) body += fmt::format("    float {}[{}];  // {}\n", keep_array, per * vec, g_.tensor(input).name);
     body += fmt::format("    float stat{};  // {}\n    {{\n      float acc = {}::identity();\n", k, g_.result(r).name, functor);
     body += loop + indented(held_row_chunk(ch, [&](const Coords& c) {
                                  use_held(c);
-                                 em_.emit(fmt::format("acc = {}::combine(acc, {});", functor, em_.value(r.inputs[0], c)));
+                                 const std::string x = em_.value(input, c);
+                                 em_.emit(fmt::format("acc = {}::combine(acc, {});", functor, x));
+                                 if (keep) em_.emit(fmt::format("{}[t * {} + {}] = {};", keep_array, vec, vec > 1 ? "v" : "0", x));
                                }),
                             6) + "    }\n";
+    if (keep) kept.emplace_back(input, keep_array);
     std::string v = "acc";
     if (r.kind == OpKind::ReduceMean) v = fmt::format("acc / {}", Emitter::float_literal(static_cast<float>(n)));
     body += fmt::format("      acc = kiln::block_reduce<{}>(acc, kiln_scratch);\n      stat{} = {};\n    }}\n", functor, k,
@@ -171,6 +191,7 @@ void KernelBuilder::held_rows() {
                           6) + "    }\n";
   body += "    __syncthreads();\n  }\n";
   for (ir::TensorId t : held) em_.clear_leaf(t);
+  for (const auto& [t, array] : kept) em_.clear_leaf(t);
   finish(body, threads);
   out_.grid = {blocks_for(lines, 1), 1, 1};
 }
