@@ -8,7 +8,8 @@
 // Guarantees: a block per row (grid-stride). The row's inputs are read once
 // into registers where the row fits (n <= 16384 and at most three row
 // tensors to keep), else re-read by every pass; each reduction is one pass
-// over the row, in graph order, that may use the reductions before it; a
+// over the row, in graph order, that may use the reductions before it (a
+// value a pass computes and a later one reads again stays in registers); a
 // last pass computes and writes every value over the domain, and one thread
 // the values over the rows. Loads and stores are 16-byte chunks where the
 // tensors allow (chunking()).
@@ -87,83 +88,81 @@ std::string KernelBuilder::held_row_chunk(const Chunking& ch, const std::functio
   return out + chunk_store_calls(ch, stores, offset);
 }
 
-void KernelBuilder::held_rows() {
+// The decision, before any text: which tensors stay in registers, the
+// chunk width, threads and chunks per thread, and the loop over a row.
+auto KernelBuilder::held_row_layout() const -> HeldRowLayout {
   const ir::KernelParams& p = k_.params;
-  const Shape& domain = p.domain;
-  const int64_t lines = p.outer, n = p.reduced, count = element_count(domain);
-  const std::vector<const ir::Op*> reduces = ops_of({ir::OpFamily::Reduce});
+  HeldRowLayout h;
+  h.n = p.reduced;
+  const int64_t count = element_count(p.domain);
+  h.reduces = ops_of({ir::OpFamily::Reduce});
   std::set<ir::TensorId> finished;
-  for (const ir::Op* r : reduces) finished.insert(r->output);
-  std::set<ir::TensorId> after;  // domain values computed from a finished reduction
+  for (const ir::Op* r : h.reduces) finished.insert(r->output);
   for (ir::TensorId t : downstream_of(finished))
-    if (element_count(g_.tensor(t).shape) == count) after.insert(t);
-  const std::vector<ir::TensorId> held = held_row_tensors(after);
-  const Chunking ch = chunking(domain, n);
-  const int64_t vec = ch.vec, chunks = n / vec;
-  const bool in_registers = n <= kMostHeldElements && held.size() <= kMostHeldTensors;
-  const int threads =
-      in_registers ? static_cast<int>(std::clamp<int64_t>(std::bit_ceil(static_cast<uint64_t>((chunks + 1) / 2)), 32, 512)) : 512;
-  const int64_t per = (chunks + threads - 1) / threads;
-  const std::string loop =
-      in_registers
-          ? fmt::format("#pragma unroll\n    for (int t = 0; t < {0}; ++t) {{\n      const int j0 = (threadIdx.x + t * {1}) * {2};\n"
-                        "      if (j0 >= {3}) continue;\n", per, threads, vec, n)
-          : fmt::format("    for (int j0 = threadIdx.x * {0}; j0 < {1}; j0 += {2}) {{\n", vec, n, threads * vec);
-  auto slot = [&](size_t i) { return fmt::format("xs{}[t * {} + {}]", i, vec, vec > 1 ? "v" : "0"); };
-  // Values a pass computes over the row and a later pass reads again (the
-  // exp of a softmax: summed, then divided) stay in registers too.
-  std::vector<std::pair<ir::TensorId, std::string>> kept;  // tensor, register array
-  auto use_held = [&](const Coords& c) {
-    if (!in_registers) return;
-    for (size_t i = 0; i < held.size(); ++i) em_.set_leaf(held[i], slot(i), c);
-    for (const auto& [t, array] : kept) em_.set_leaf(t, fmt::format("{}[t * {} + {}]", array, vec, vec > 1 ? "v" : "0"), c);
-  };
-  auto read_again = [&](ir::TensorId t, const ir::Op& reduction) {
-    if (std::find(k_.writes.begin(), k_.writes.end(), t) != k_.writes.end()) return true;
-    for (int32_t oi : k_.ops) {
-      const ir::Op& op = g_.ops[static_cast<size_t>(oi)];
-      if (&op != &reduction && std::find(op.inputs.begin(), op.inputs.end(), t) != op.inputs.end()) return true;
-    }
-    return false;
-  };
+    if (element_count(g_.tensor(t).shape) == count) h.after.insert(t);
+  h.held = held_row_tensors(h.after);
+  h.ch = chunking(p.domain, h.n);
+  const int64_t chunks = h.n / h.ch.vec;
+  h.in_registers = h.n <= kMostHeldElements && h.held.size() <= kMostHeldTensors;
+  h.threads = h.in_registers
+                  ? static_cast<int>(std::clamp<int64_t>(std::bit_ceil(static_cast<uint64_t>((chunks + 1) / 2)), 32, 512))
+                  : 512;
+  h.per = (chunks + h.threads - 1) / h.threads;
+  h.loop = h.in_registers
+               ? fmt::format("#pragma unroll\n    for (int t = 0; t < {0}; ++t) {{\n      const int j0 = (threadIdx.x + t * {1}) * {2};\n"
+                             "      if (j0 >= {3}) continue;\n", h.per, h.threads, h.ch.vec, h.n)
+               : fmt::format("    for (int j0 = threadIdx.x * {0}; j0 < {1}; j0 += {2}) {{\n", h.ch.vec, h.n, h.threads * h.ch.vec);
+  return h;
+}
 
-  std::string body = "  __shared__ float kiln_scratch[32];\n";
-  if (vec > 1) body += fmt::format("  const bool kiln_vec = {};\n", ch.aligned);
-  body += fmt::format("  for (kiln::i64 line = blockIdx.x; line < {}LL; line += gridDim.x) {{\n", lines);
-  if (in_registers && !held.empty()) {
-    for (size_t i = 0; i < held.size(); ++i)
-      body += fmt::format("    float xs{}[{}];  // {}\n", i, per * vec, g_.tensor(held[i]).name);
-    body += loop + indented(held_row_chunk(ch, [&](const Coords& c) {
-                                 for (size_t i = 0; i < held.size(); ++i)
-                                   em_.emit(fmt::format("{} = {};", slot(i), em_.value(held[i], c)));
-                               }),
+std::string KernelBuilder::HeldRowLayout::slot(const std::string& array) const {
+  return fmt::format("{}[t * {} + {}]", array, ch.vec, ch.vec > 1 ? "v" : "0");
+}
+
+// The registers' values at coordinates c are leaves of the emitter.
+void KernelBuilder::use_held_row(const HeldRowLayout& h, const Coords& c) {
+  if (!h.in_registers) return;
+  for (size_t i = 0; i < h.held.size(); ++i) em_.set_leaf(h.held[i], h.slot(fmt::format("xs{}", i)), c);
+  for (const auto& [t, array] : h.kept) em_.set_leaf(t, h.slot(array), c);
+}
+
+// Pass k: reduction r over the row, from registers where it can; a value
+// the pass computes and a later pass reads again (the exp of a softmax:
+// summed, then divided) is kept in registers too, within the budget.
+std::string KernelBuilder::held_row_pass(HeldRowLayout& h, const ir::Op& r, size_t k) {
+  const std::string functor = reduce_functor(r.kind);
+  const ir::TensorId input = r.inputs[0];
+  bool read_again = std::find(k_.writes.begin(), k_.writes.end(), input) != k_.writes.end();
+  for (int32_t oi : k_.ops)
+    if (const ir::Op& op = g_.ops[static_cast<size_t>(oi)]; &op != &r)
+      read_again = read_again || std::find(op.inputs.begin(), op.inputs.end(), input) != op.inputs.end();
+  const bool keep = h.in_registers && h.after.count(input) && h.held.size() + h.kept.size() < kMostHeldTensors && read_again;
+  const std::string keep_array = fmt::format("ys{}", k);
+  std::string body;
+  if (keep) body += fmt::format("    float {}[{}];  // {}\n", keep_array, h.per * h.ch.vec, g_.tensor(input).name);
+  body += fmt::format("    float stat{};  // {}\n    {{\n      float acc = {}::identity();\n", k, g_.result(r).name, functor);
+  body += h.loop + indented(held_row_chunk(h.ch, [&](const Coords& c) {
+                              use_held_row(h, c);
+                              const std::string x = em_.value(input, c);
+                              em_.emit(fmt::format("acc = {}::combine(acc, {});", functor, x));
+                              if (keep) em_.emit(fmt::format("{} = {};", h.slot(keep_array), x));
+                            }),
                             6) + "    }\n";
-  }
-  // A pass per reduction, in graph order; each may read those before it.
-  for (size_t k = 0; k < reduces.size(); ++k) {
-    const ir::Op& r = *reduces[k];
-    const std::string functor = reduce_functor(r.kind);
-    const ir::TensorId input = r.inputs[0];
-    const bool keep = in_registers && after.count(input) && held.size() + kept.size() < kMostHeldTensors &&
-                      read_again(input, r);
-    const std::string keep_array = fmt::format("ys{}", k);
-    if (keep) body += fmt::format("    float {}[{}];  // {}\n", keep_array, per * vec, g_.tensor(input).name);
-    body += fmt::format("    float stat{};  // {}\n    {{\n      float acc = {}::identity();\n", k, g_.result(r).name, functor);
-    body += loop + indented(held_row_chunk(ch, [&](const Coords& c) {
-                                 use_held(c);
-                                 const std::string x = em_.value(input, c);
-                                 em_.emit(fmt::format("acc = {}::combine(acc, {});", functor, x));
-                                 if (keep) em_.emit(fmt::format("{}[t * {} + {}] = {};", keep_array, vec, vec > 1 ? "v" : "0", x));
-                               }),
-                            6) + "    }\n";
-    if (keep) kept.emplace_back(input, keep_array);
-    std::string v = "acc";
-    if (r.kind == OpKind::ReduceMean) v = fmt::format("acc / {}", Emitter::float_literal(static_cast<float>(n)));
-    body += fmt::format("      acc = kiln::block_reduce<{}>(acc, kiln_scratch);\n      stat{} = {};\n    }}\n", functor, k,
-                        em_.rounded(g_.result(r), v));
-    em_.set_leaf(r.output, fmt::format("stat{}", k));
-  }
-  // Values over the rows: one thread writes them.
+  if (keep) h.kept.emplace_back(input, keep_array);
+  std::string v = "acc";
+  if (r.kind == OpKind::ReduceMean) v = fmt::format("acc / {}", Emitter::float_literal(static_cast<float>(h.n)));
+  body += fmt::format("      acc = kiln::block_reduce<{}>(acc, kiln_scratch);\n      stat{} = {};\n    }}\n", functor, k,
+                      em_.rounded(g_.result(r), v));
+  em_.set_leaf(r.output, fmt::format("stat{}", k));
+  return body;
+}
+
+// After the passes: the values over the rows (one thread), then those over
+// the domain.
+std::string KernelBuilder::held_row_writes(const HeldRowLayout& h) {
+  const Shape& domain = k_.params.domain;
+  const int64_t count = element_count(domain);
+  std::string body;
   em_.begin_block();
   for (ir::TensorId t : k_.writes) {
     const Shape& shape = g_.tensor(t).shape;
@@ -172,28 +171,44 @@ void KernelBuilder::held_rows() {
     em_.emit(store(t, em_.linearize(rc, shape), em_.value(t, rc)) + "  // " + g_.tensor(t).name);
   }
   if (const std::string rows = em_.take(6); !rows.empty()) body += "    if (threadIdx.x == 0) {\n" + rows + "    }\n";
-  // Values over the domain.
   std::set<ir::TensorId> chunked;
-  body += loop + indented(held_row_chunk(ch, [&](const Coords& c) {
-                               use_held(c);
-                               for (ir::TensorId t : k_.writes) {
-                                 const ir::Tensor& tensor = g_.tensor(t);
-                                 if (element_count(tensor.shape) != count) continue;
-                                 const Coords tc = same_element(c, domain, tensor.shape);
-                                 if (tc == c && std::find(ch.stores.begin(), ch.stores.end(), t) != ch.stores.end()) {
-                                   em_.emit(fmt::format("out{}[v] = {};  // {}", t, em_.value(t, tc), tensor.name));
-                                   chunked.insert(t);
-                                 } else {
-                                   em_.emit(store(t, em_.linearize(tc, tensor.shape), em_.value(t, tc)) + "  // " + tensor.name);
-                                 }
-                               }
-                             }, &chunked),
-                          6) + "    }\n";
-  body += "    __syncthreads();\n  }\n";
-  for (ir::TensorId t : held) em_.clear_leaf(t);
-  for (const auto& [t, array] : kept) em_.clear_leaf(t);
-  finish(body, threads);
-  out_.grid = {blocks_for(lines, 1), 1, 1};
+  const auto element = [&](const Coords& c) {
+    use_held_row(h, c);
+    for (ir::TensorId t : k_.writes) {
+      const ir::Tensor& tensor = g_.tensor(t);
+      if (element_count(tensor.shape) != count) continue;
+      const Coords tc = same_element(c, domain, tensor.shape);
+      if (tc == c && std::find(h.ch.stores.begin(), h.ch.stores.end(), t) != h.ch.stores.end()) {
+        em_.emit(fmt::format("out{}[v] = {};  // {}", t, em_.value(t, tc), tensor.name));
+        chunked.insert(t);
+      } else {
+        em_.emit(store(t, em_.linearize(tc, tensor.shape), em_.value(t, tc)) + "  // " + tensor.name);
+      }
+    }
+  };
+  return body + h.loop + indented(held_row_chunk(h.ch, element, &chunked), 6) + "    }\n";
+}
+
+void KernelBuilder::held_rows() {
+  HeldRowLayout h = held_row_layout();
+  std::string body = "  __shared__ float kiln_scratch[32];\n";
+  if (h.ch.vec > 1) body += fmt::format("  const bool kiln_vec = {};\n", h.ch.aligned);
+  body += fmt::format("  for (kiln::i64 line = blockIdx.x; line < {}LL; line += gridDim.x) {{\n", k_.params.outer);
+  if (h.in_registers && !h.held.empty()) {  // the row's inputs, read once
+    for (size_t i = 0; i < h.held.size(); ++i)
+      body += fmt::format("    float xs{}[{}];  // {}\n", i, h.per * h.ch.vec, g_.tensor(h.held[i]).name);
+    body += h.loop + indented(held_row_chunk(h.ch, [&](const Coords& c) {
+                                for (size_t i = 0; i < h.held.size(); ++i)
+                                  em_.emit(fmt::format("{} = {};", h.slot(fmt::format("xs{}", i)), em_.value(h.held[i], c)));
+                              }),
+                              6) + "    }\n";
+  }
+  for (size_t k = 0; k < h.reduces.size(); ++k) body += held_row_pass(h, *h.reduces[k], k);  // in graph order
+  body += held_row_writes(h) + "    __syncthreads();\n  }\n";
+  for (ir::TensorId t : h.held) em_.clear_leaf(t);
+  for (const auto& [t, array] : h.kept) em_.clear_leaf(t);
+  finish(body, h.threads);
+  out_.grid = {blocks_for(k_.params.outer, 1), 1, 1};
 }
 
 }  // namespace kiln::codegen

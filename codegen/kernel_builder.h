@@ -209,6 +209,23 @@ class KernelBuilder {
 
   // ---- reductions that hold their rows (held_rows_codegen.cpp) ----------------
   void held_rows();
+  struct HeldRowLayout {
+    int64_t n = 0;                                // row length
+    std::vector<const ir::Op*> reduces;           // in graph order: one pass each
+    std::set<ir::TensorId> after;                 // domain values computed from a finished reduction
+    std::vector<ir::TensorId> held;               // row tensors read once into registers xs<i>
+    std::vector<std::pair<ir::TensorId, std::string>> kept;  // pass values kept for later passes
+    Chunking ch;
+    bool in_registers = false;  // else every pass re-reads the row
+    int threads = 0;
+    int64_t per = 0;            // chunks per thread
+    std::string loop;           // the head of a loop over this thread's chunks of the row
+    std::string slot(const std::string& array) const;
+  };
+  HeldRowLayout held_row_layout() const;
+  void use_held_row(const HeldRowLayout& h, const Coords& c);
+  std::string held_row_pass(HeldRowLayout& h, const ir::Op& r, size_t k);
+  std::string held_row_writes(const HeldRowLayout& h);
   bool computed_here(ir::TensorId t) const {
     const ir::Tensor& tensor = g_.tensor(t);
     return tensor.kind == ir::TensorKind::OpResult &&
