@@ -68,8 +68,18 @@ def host_ms(fn, iterations=20):
     return statistics.median(times)
 
 
-def run(name, phase, with_inductor):
+def run(name, phase, with_inductor, max_autotune=False):
     model, inputs, logits = MODELS[name]()
+    # The f32 forward, for the bf16 error of eager itself: kiln's error
+    # against eager is judged beside it (both are bf16 approximations).
+    with torch.no_grad():
+        reference = model.eval().float().cuda()
+        f32_inputs = tuple(t.cuda() for t in inputs)
+        if name == "resnet50":
+            reference = reference.to(memory_format=torch.channels_last)
+            f32_inputs = (f32_inputs[0].to(memory_format=torch.channels_last),)
+        exact = logits(reference(*f32_inputs)).float()
+        del reference
     model = model.eval().cuda().to(torch.bfloat16)
     inputs = tuple(t.cuda() if t.dtype != torch.float32 else t.cuda().to(torch.bfloat16) for t in inputs)
     if name == "resnet50":
@@ -88,6 +98,8 @@ def run(name, phase, with_inductor):
         row["first_call_s"] = round(time.perf_counter() - t0, 2)
         kt._REPORTS.report = None
         row["rel_err"] = float((got - want).norm() / want.norm())
+        row["rel_err_f32"] = float((got - exact).norm() / exact.norm())  # kiln against the f32 forward
+        row["eager_rel_err_f32"] = float((want - exact).norm() / exact.norm())  # eager bf16 against it
         in_kiln = sum(s["aten_ops"] for s in report.subgraphs)
         left = [e for e in report.left_to_pytorch]
         row["aten_ops_in_kiln"] = f"{in_kiln}/{in_kiln + len(left)}"
@@ -108,6 +120,12 @@ def run(name, phase, with_inductor):
             torch.cuda.synchronize()
             row["inductor_first_call_s"] = round(time.perf_counter() - t0, 1)
             row["inductor_ms"] = round(median_ms(lambda: inductor(*inputs)), 3)
+        if with_inductor and max_autotune:
+            torch._dynamo.reset()
+            tuned = torch.compile(model, dynamic=False, mode="max-autotune-no-cudagraphs")
+            tuned(*inputs)
+            torch.cuda.synchronize()
+            row["inductor_max_autotune_ms"] = round(median_ms(lambda: tuned(*inputs)), 3)
     torch._dynamo.reset()
     return row
 
@@ -117,28 +135,31 @@ def main():
     parser.add_argument("--phase", default="cold")
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--no-inductor", action="store_true")
+    parser.add_argument("--max-autotune", action="store_true",
+                        help="also Inductor with mode='max-autotune-no-cudagraphs' (minutes of GEMM tuning per model)")
     parser.add_argument("--json")
     args = parser.parse_args()
     torch.backends.cudnn.benchmark = True
     rows = []
     for name in args.models.split(","):
         try:
-            rows.append(run(name, args.phase, not args.no_inductor))
+            rows.append(run(name, args.phase, not args.no_inductor, args.max_autotune))
         except Exception:  # noqa: BLE001 (a model that fails is reported, the others run)
             traceback.print_exc()
             rows.append({"model": name, "phase": args.phase, "error": traceback.format_exc(limit=3)})
         print(json.dumps(rows[-1]), flush=True)
     if args.json:
         json.dump(rows, open(args.json, "w"), indent=1)
-    print(f"\n{'model':10s} {'rel err':>9s} {'aten in kiln':>13s} {'flops':>6s} {'graphs':>6s} {'kernels':>7s} "
-          f"{'kiln ms':>8s} {'host ms':>8s} {'eager ms':>9s} {'inductor':>9s} {'1st call s':>10s}")
+    print(f"\n{'model':10s} {'rel err':>9s} {'vs f32':>9s} {'eager vs f32':>12s} {'aten in kiln':>13s} {'flops':>6s} {'graphs':>6s} {'kernels':>7s} "
+          f"{'kiln ms':>8s} {'host ms':>8s} {'eager ms':>9s} {'inductor':>9s} {'max-autotune':>12s} {'1st call s':>10s}")
     for r in rows:
         if "error" in r:
             print(f"{r['model']:10s} ERROR")
             continue
-        print(f"{r['model']:10s} {r['rel_err']:9.2e} {r['aten_ops_in_kiln']:>13s} {r['flops_in_kiln'] or 0:6.3f} "
+        print(f"{r['model']:10s} {r['rel_err']:9.2e} {r['rel_err_f32']:9.2e} {r['eager_rel_err_f32']:12.2e} {r['aten_ops_in_kiln']:>13s} {r['flops_in_kiln'] or 0:6.3f} "
               f"{r['subgraphs']:6d} {r['kernels']:7d} {r['kiln_ms']:8.3f} {r['kiln_host_ms']:8.3f} {r['eager_ms']:9.3f} "
-              f"{r.get('inductor_ms', float('nan')):9.3f} {r['first_call_s']:10.2f}")
+              f"{r.get('inductor_ms', float('nan')):9.3f} {r.get('inductor_max_autotune_ms', float('nan')):12.3f} "
+              f"{r['first_call_s']:10.2f}")
 
 
 if __name__ == "__main__":
