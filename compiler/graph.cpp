@@ -1,6 +1,12 @@
 // The public Graph and GraphBuilder (include/kiln/graph.h) over the IR.
 #include "kiln/graph.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -20,12 +26,33 @@ Expected<Graph> Graph::from_json(std::string_view text, std::string_view source_
 }
 
 Expected<Graph> Graph::load(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) return Error{ErrorCode::InvalidInput, fmt::format("{}: cannot open the file", path)};
-  std::ostringstream text;
-  text << file.rdbuf();
-  if (file.bad()) return Error{ErrorCode::InvalidInput, fmt::format("{}: cannot read the file", path)};
-  return from_json(text.str(), path);
+  // Non-blocking, so that a FIFO is refused instead of waited on; only a
+  // regular file is a graph file.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return Error{ErrorCode::InvalidInput, fmt::format("{}: cannot open the file: {}", path, std::strerror(errno))};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    const bool folder = S_ISDIR(st.st_mode);
+    ::close(fd);
+    return Error{ErrorCode::InvalidInput,
+                 fmt::format("{}: {}, not a graph file", path,
+                             folder ? "this is a directory" : "this is not a regular file (a FIFO, device or socket)")};
+  }
+  std::string text;
+  char buffer[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const std::string why = std::strerror(errno);
+      ::close(fd);
+      return Error{ErrorCode::InvalidInput, fmt::format("{}: cannot read the file: {}", path, why)};
+    }
+    if (n == 0) break;
+    text.append(buffer, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return from_json(text, path);
 }
 
 std::string Graph::to_json() const { return ir::graph_to_json(*ir_); }

@@ -34,6 +34,9 @@ Runner add_dump(CLI::App& app, const CommonOptions& common) {
     Expected<Graph> graph = Graph::load(args->path);
     if (!graph) return report(graph.error());
     if (args->stage == "ir") {
+      if (args->kernel >= 0)
+        return report({ErrorCode::InvalidInput, "--kernel: the ir stage is the whole graph, before kernels exist; "
+                                                "--kernel applies to plan, cuda, ptx and sass"});
       fmt::print("{}", graph->to_ir_text());
       return 0;
     }

@@ -105,7 +105,10 @@ Runner add_warm(CLI::App& app, const CommonOptions& common) {
       Expected<Graph> graph = Graph::load(path);
       if (!graph) {
         ++invalid;
-        std::fprintf(stderr, "kiln: error: %s\n", graph.error().message.c_str());
+        const std::string& message = graph.error().message;
+        // Name the file where the loader's message does not already.
+        const std::string where = message.rfind(path, 0) == 0 ? message : path + ": " + message;
+        std::fprintf(stderr, "kiln: error: %s\n", where.c_str());
         continue;
       }
       const ir::Plan plan = ir::plan_fusion(ir_of(*graph));
