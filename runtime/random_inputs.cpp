@@ -1,5 +1,7 @@
 #include "runtime/random_inputs.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <random>
 
@@ -33,6 +35,22 @@ class Normal {
   bool has_spare_ = false;
 };
 
+// `values` of shape `from` (size 1 where `to` repeats) repeated to `to`.
+std::vector<float> broadcast_values(const std::vector<float>& values, const Shape& from, const Shape& to) {
+  std::vector<float> out(static_cast<size_t>(element_count(to)));
+  for (size_t e = 0; e < out.size(); ++e) {
+    int64_t rest = static_cast<int64_t>(e), source = 0, step = 1;
+    for (size_t d = to.size(); d-- > 0;) {
+      const int64_t c = rest % to[d];
+      rest /= to[d];
+      if (from[d] != 1) source += c * step;
+      step *= from[d];
+    }
+    out[e] = values[static_cast<size_t>(source)];
+  }
+  return out;
+}
+
 bool read_as_batch_norm_var(const ir::Graph& g, ir::TensorId id) {
   for (const ir::Op& op : g.ops)
     if (op.kind == ir::OpKind::BatchNorm && op.inputs[2] == id) return true;
@@ -49,15 +67,44 @@ std::vector<HostTensor> random_inputs(const Graph& graph, uint64_t seed) {
     // One stream per input, so adding an input does not change the others.
     Normal normal(seed * 0x9E3779B97F4A7C15ull + i + 1);
     const bool variance = read_as_batch_norm_var(g, g.inputs[i]);
-    HostTensor h{t.shape, t.dtype, std::vector<float>(static_cast<size_t>(element_count(t.shape)))};
-    for (float& v : h.values) {
+    // One value per stored element: along an axis declared with stride 0
+    // every element is the same stored value, as on the device.
+    Shape stored = t.shape;
+    for (size_t d = 0; d < stored.size() && d < t.strides.size(); ++d)
+      if (t.strides[d] == 0) stored[d] = 1;
+    std::vector<float> values(static_cast<size_t>(element_count(stored)));
+    for (float& v : values) {
       if (t.dtype == DType::boolean) v = normal.uniform() < 0.5 ? 1.0f : 0.0f;
       else if (variance) v = round_to(t.dtype, static_cast<float>(std::fabs(normal.next()) + 0.5));
       else v = round_to(t.dtype, static_cast<float>(normal.next()));
     }
+    HostTensor h{t.shape, t.dtype, stored == t.shape ? std::move(values) : broadcast_values(values, stored, t.shape)};
     inputs.push_back(std::move(h));
   }
   return inputs;
+}
+
+std::string stored_layout_problem(const TensorDesc& desc, const HostTensor& values) {
+  const Shape& shape = desc.shape;
+  bool repeats = false;
+  for (size_t d = 0; d < shape.size() && d < desc.strides.size(); ++d) repeats = repeats || (desc.strides[d] == 0 && shape[d] > 1);
+  if (!repeats) return {};
+  for (size_t e = 0; e < values.values.size(); ++e) {
+    // The element this one repeats: coordinate 0 along the stride-0 axes.
+    int64_t rest = static_cast<int64_t>(e), first = 0, step = 1;
+    for (size_t d = shape.size(); d-- > 0;) {
+      const int64_t c = rest % shape[d];
+      rest /= shape[d];
+      if (desc.strides[d] != 0) first += c * step;
+      step *= shape[d];
+    }
+    const float a = values.values[e], b = values.values[static_cast<size_t>(first)];
+    if (!(a == b || (std::isnan(a) && std::isnan(b))))
+      return fmt::format("input '{}' is declared with stride 0 along an axis, so the device stores one value along it, "
+                         "but element {} ({}) differs from element {} ({})",
+                         desc.name, e, a, first, b);
+  }
+  return {};
 }
 
 }  // namespace kiln

@@ -72,6 +72,8 @@ int run(const RunArgs& a, const CommonOptions& common) {
       if (t->shape != d.shape)
         return report({ErrorCode::InvalidInput, fmt::format("{}: input '{}' has shape {} in the graph but {} in the file",
                                                             file, d.name, to_string(d.shape), to_string(t->shape))});
+      if (std::string problem = stored_layout_problem(d, *t); !problem.empty())
+        return report({ErrorCode::InvalidInput, fmt::format("{}: {}", file, problem)});
       inputs.push_back(std::move(*t));
     }
   } else {
