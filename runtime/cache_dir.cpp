@@ -111,6 +111,16 @@ Status secure_cache_dir(const std::string& dir) {
   return claim(dir);
 }
 
+bool write_all(int fd, const std::string& data) {
+  for (size_t done = 0; done < data.size();) {
+    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
+
 bool make_cache_folder(const std::filesystem::path& folder) {
   std::error_code ec;
   std::filesystem::create_directories(folder, ec);
@@ -141,14 +151,7 @@ bool write_file_atomically(const std::string& path, const std::string& text, uns
   const std::string temp = fmt::format("{}.tmp.{}.{:08x}", path, ::getpid(), std::random_device{}());
   const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) return false;
-  bool ok = ::fchmod(fd, static_cast<mode_t>(mode)) == 0;
-  for (size_t done = 0; ok && done < text.size();) {  // large files take several writes
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    ok = n > 0;
-    if (ok) done += static_cast<size_t>(n);
-  }
-  ok = ok && ::fsync(fd) == 0;
+  bool ok = ::fchmod(fd, static_cast<mode_t>(mode)) == 0 && write_all(fd, text) && ::fsync(fd) == 0;
   const int saved = errno;
   ::close(fd);
   if (ok && std::rename(temp.c_str(), path.c_str()) == 0) return true;

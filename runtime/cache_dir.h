@@ -44,6 +44,10 @@ bool read_regular_file(const std::string& path, std::string& out);
 // the new, never a part.
 bool write_file_atomically(const std::string& path, const std::string& text, unsigned mode = 0600);
 
+// Writes all of `data` to `fd` (several write calls where the kernel takes
+// less at once; EINTR retried). False on an error, with errno set.
+bool write_all(int fd, const std::string& data);
+
 // Every `*.json` document in <dir>/<folder> that `parse` accepts, with its
 // path; the others are reported in `problems` ("<path>: damaged <what>")
 // and, with `remove_bad`, deleted.

@@ -8,6 +8,8 @@
 #include <cstring>
 #include <vector>
 
+#include "runtime/cache_dir.h"
+
 namespace kiln::runtime {
 
 Expected<std::filesystem::path> make_private_folder(const std::string& prefix) {
@@ -29,16 +31,10 @@ Expected<std::filesystem::path> make_private_folder(const std::string& prefix) {
 Expected<bool> write_new_file(const std::filesystem::path& path, const std::string& data) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) return Error{ErrorCode::InvalidInput, fmt::format("cannot create '{}': {}", path.string(), std::strerror(errno))};
-  size_t done = 0;
-  while (done < data.size()) {
-    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const std::string why = std::strerror(errno);
-      ::close(fd);
-      return Error{ErrorCode::InvalidInput, fmt::format("cannot write '{}': {}", path.string(), why)};
-    }
-    done += static_cast<size_t>(n);
+  if (!write_all(fd, data)) {
+    const std::string why = std::strerror(errno);
+    ::close(fd);
+    return Error{ErrorCode::InvalidInput, fmt::format("cannot write '{}': {}", path.string(), why)};
   }
   if (::close(fd) != 0)
     return Error{ErrorCode::InvalidInput, fmt::format("cannot write '{}': {}", path.string(), std::strerror(errno))};
