@@ -201,6 +201,15 @@ TEST(Embedding, AThreadWithoutAContextUsesTheDevicesPrimaryContext) {
 
 // Host time of a launch: bound by index with a workspace, against by name
 // (which also allocates its workspace on the stream when there is one).
+// The driver's own floor: cuLaunchKernel of an empty kernel with four
+// pointer arguments, nothing of kiln's around it.
+constexpr const char* kEmptyKernelPtx = R"(
+.version 8.0
+.target sm_80
+.address_size 64
+.visible .entry empty(.param .u64 a, .param .u64 b, .param .u64 c, .param .u64 d) { ret; }
+)";
+
 TEST(Embedding, LaunchHostTimeFigures) {
   REQUIRE_GPU();
   const runtime::Driver& cu = *runtime::driver().value();
@@ -235,6 +244,24 @@ TEST(Embedding, LaunchHostTimeFigures) {
     std::printf("FIGURE launch host time, %s (%zu kernels): by index with a workspace %.2f us, by name %.2f us (median of 10000)\n",
                 g.name().c_str(), exe->kernel_count(), by_index, by_name);
   }
+  CUmodule module;
+  CUfunction empty;
+  ASSERT_EQ(cu.cuModuleLoadData(&module, kEmptyKernelPtx), CUDA_SUCCESS);
+  ASSERT_EQ(cu.cuModuleGetFunction(&empty, module, "empty"), CUDA_SUCCESS);
+  CUdeviceptr pointers[4] = {0, 0, 0, 0};
+  void* params[4] = {&pointers[0], &pointers[1], &pointers[2], &pointers[3]};
+  std::vector<double> us;
+  for (int i = 0; i < 10000; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(cu.cuLaunchKernel(empty, 256, 1, 1, 256, 1, 1, 0, nullptr, params, nullptr), CUDA_SUCCESS);
+    us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+    if (i % 500 == 499) cu.cuCtxSynchronize();
+  }
+  cu.cuCtxSynchronize();
+  std::sort(us.begin(), us.end());
+  std::printf("FIGURE launch host time, the driver alone (cuLaunchKernel of an empty kernel, 4 pointers): %.2f us (median of 10000)\n",
+              us[us.size() / 2]);
+  cu.cuModuleUnload(module);
 }
 
 }  // namespace
