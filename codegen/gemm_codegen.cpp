@@ -3,6 +3,8 @@
 // implicit im2col) and epilogue (pointwise ops, extra outputs, reductions).
 #include "codegen/kernel_builder.h"
 
+#include <climits>
+
 namespace kiln::codegen {
 
 std::string KernelBuilder::operand_value(const ir::Op& anchor, size_t slot, const Coords& coords) {
@@ -447,6 +449,13 @@ int KernelBuilder::split_k(const Gemm& gm, const MmaTile& t) const {
   return even_splits(k_tiles, static_cast<int>(splits));
 }
 
+int64_t KernelBuilder::k_slices(const Gemm& gm, int bk) const {
+  const int64_t slices = (gm.k + bk - 1) / bk;
+  KILN_USER_CHECK(slices <= INT32_MAX, "{}: K = {} is {} slices of {}, more than the 2^31 - 1 this matmul kernel counts",
+                  g_.describe(k_.anchor), gm.k, slices, bk);
+  return slices;
+}
+
 int KernelBuilder::even_splits(int64_t k_tiles, int splits) {
   const int64_t per_split = (k_tiles + splits - 1) / splits;
   return static_cast<int>((k_tiles + per_split - 1) / per_split);  // none empty
@@ -462,7 +471,7 @@ void KernelBuilder::gemm_tensor_core(const ir::Op& anchor, const Gemm& gm, Mma k
   const int64_t tiles_m = (gm.m + t.bm - 1) / t.bm, tiles_n = (gm.n + t.bn - 1) / t.bn;
   // Tiles walked 8 rows at a time (4 or 16 the alternatives); the few-row
   // tile's K split as split_k() says, or half, double or none of it.
-  const int64_t k_tiles = (gm.k + t.bk - 1) / t.bk;
+  const int64_t k_tiles = k_slices(gm, t.bk);
   const int heuristic_splits = split_k(gm, t);
   std::vector<Tuning> space;
   std::vector<int> split_choices{heuristic_splits};
@@ -767,6 +776,8 @@ void KernelBuilder::conv() {
   gm.n = kg;
   gm.k = r * s * cg;
   gm.batches = at.groups;
+  KILN_USER_CHECK(gm.k <= INT32_MAX - 64, "{}: K = R x S x C/groups = {} exceeds the 2^31 - 64 this convolution kernel indexes",
+                  g_.describe(k_.anchor), gm.k);
   // Implicit im2col: GEMM row m is output pixel (ni, pi, qi); GEMM k is
   // (ri, si, ci), ci fastest.
   auto input_pixel = [&](const std::string& m, const std::string& kk, const std::string& g) {

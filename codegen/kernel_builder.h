@@ -438,6 +438,8 @@ class KernelBuilder {
   int split_k(const Gemm& gm, const MmaTile& t) const;
   // The number of splits, none empty, when `k_tiles` slices are shared out about `splits` ways.
   static int even_splits(int64_t k_tiles, int splits);
+  // The K slices of `bk` a matmul kernel walks: its loops count them in 32-bit ints.
+  int64_t k_slices(const Gemm& gm, int bk) const;
   std::string split_k_main_loop(const Gemm& gm, const MmaTile& t, int splits, int64_t k_tiles);
 
   void gemm_tensor_core(const ir::Op& anchor, const Gemm& gm, Mma kind);

@@ -206,7 +206,7 @@ void KernelBuilder::gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind, c
   const int64_t tiles_n = (gm.n + bn - 1) / bn;
   const int64_t units_m = (tiles_m + cluster - 1) / cluster, units = units_m * tiles_n * gm.batches;
   const int threads = 384;
-  const int64_t k_tiles = (gm.k + bk - 1) / bk;
+  const int64_t k_tiles = k_slices(gm, bk);
   KILN_INTERNAL_CHECK(units * cluster < (int64_t{1} << 31));
   const char* kind_name = kind == Mma::bf16 ? "kBf16" : "kF16";
   a.map.box = {static_cast<uint32_t>(bk), static_cast<uint32_t>(bm), 1};

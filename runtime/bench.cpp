@@ -1,3 +1,4 @@
+#include "compiler/error.h"
 #include "runtime/bench.h"
 
 #include <fmt/format.h>
@@ -56,6 +57,13 @@ Expected<BenchBuffers> BenchBuffers::make(const Executable& exe, uint64_t seed) 
   for (const TensorDesc& t : exe.graph().inputs()) input_bytes += static_cast<int64_t>(exe.binding_bytes(t.name).value());
   // Enough input sets that one pass over them is several times the L2 (50-60 MB).
   const int input_sets = static_cast<int>(std::clamp<int64_t>((256LL << 20) / std::max<int64_t>(input_bytes, 1), 1, 8));
+  int64_t output_bytes = static_cast<int64_t>(exe.workspace_bytes());
+  for (const TensorDesc& t : exe.graph().outputs()) output_bytes += static_cast<int64_t>(exe.binding_bytes(t.name).value());
+  if (Status st = require_device_memory(cu, input_sets * input_bytes + output_bytes,
+                                        fmt::format("benchmarking graph {} ({} input sets, outputs and workspace)",
+                                                    detail::quoted(exe.graph().name()), input_sets));
+      !st)
+    return st.error();
   BenchBuffers b;
   auto allocate = [&](size_t bytes) -> Expected<CUdeviceptr> {
     CUdeviceptr p;

@@ -127,21 +127,27 @@ bool make_cache_folder(const std::filesystem::path& folder) {
   return !ec && ::chmod(folder.c_str(), 0700) == 0;
 }
 
-bool read_regular_file(const std::string& path, std::string& out) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+bool read_regular_file(const std::string& path, std::string& out, int64_t max_bytes) {
+  out.clear();
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return false;
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > max_bytes) {
     ::close(fd);
     return false;
   }
-  out.clear();
+  out.reserve(static_cast<size_t>(st.st_size));
   char buffer[1 << 16];
   for (;;) {
     const ssize_t n = ::read(fd, buffer, sizeof buffer);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     out.append(buffer, static_cast<size_t>(n));
+    if (static_cast<int64_t>(out.size()) > max_bytes) {  // it grew while being read
+      ::close(fd);
+      out.clear();
+      return false;
+    }
   }
   ::close(fd);
   return true;

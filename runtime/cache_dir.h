@@ -16,6 +16,7 @@
 // compile in memory (a warning) or, for cache commands, stop.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -33,9 +34,11 @@ Status secure_cache_dir(const std::string& dir);
 // world-writable folders). False if it cannot.
 bool make_cache_folder(const std::filesystem::path& folder);
 
-// Reads a regular file without following a symlink at `path` itself;
-// false on anything else.
-bool read_regular_file(const std::string& path, std::string& out);
+// Reads a regular file of at most `max_bytes` without following a symlink
+// at `path` itself and without waiting (a FIFO is opened non-blocking and
+// refused); false on anything else, out empty.
+constexpr int64_t kMaxDocumentBytes = int64_t{64} << 20;  // recipes, tuning records: kilobytes in practice
+bool read_regular_file(const std::string& path, std::string& out, int64_t max_bytes = kMaxDocumentBytes);
 
 // Writes `text` to `path` atomically: a temporary file beside it (`mode`
 // exactly, whatever the umask; never through a symlink), fsync, rename over

@@ -3,6 +3,8 @@
 #include <dlfcn.h>
 #include <fmt/format.h>
 
+#include "compiler/memory_budget.h"
+
 #include <mutex>
 #include <vector>
 
@@ -109,6 +111,14 @@ Status check(CUresult result, const std::string& what) {
   const char* message = nullptr;
   if (const Loaded& l = loaded(); !l.error) l.driver.cuGetErrorString(result, &message);
   return Error{result == CUDA_ERROR_OUT_OF_MEMORY ? ErrorCode::OutOfMemory : ErrorCode::CompileOrDevice, fmt::format("CUDA error in {}: {} ({})", what, message ? message : "unknown", static_cast<int>(result))};
+}
+
+Status require_device_memory(const Driver& cu, int64_t bytes, const std::string& what) {
+  size_t free = 0, total = 0;
+  if (cu.cuMemGetInfo(&free, &total) != CUDA_SUCCESS || bytes <= static_cast<int64_t>(free)) return {};
+  return Error{ErrorCode::OutOfMemory, fmt::format("{} needs {} of device memory; the GPU has {} free (of {})", what,
+                                                   human_bytes(bytes), human_bytes(static_cast<int64_t>(free)),
+                                                   human_bytes(static_cast<int64_t>(total)))};
 }
 
 }  // namespace kiln::runtime

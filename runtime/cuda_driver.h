@@ -79,5 +79,9 @@ std::optional<std::string> device_arch(int device = 0);
 std::optional<std::string> device_name(int device = 0);
 // An Error naming `what` and the driver's message, or success.
 Status check(CUresult result, const std::string& what);
+// Before allocating `bytes` of device memory for `what` in the current
+// context: an OutOfMemory error naming both when the device has less free
+// (cuMemGetInfo); success when it has, or when it cannot say (no context).
+Status require_device_memory(const Driver& cu, int64_t bytes, const std::string& what);
 
 }  // namespace kiln::runtime

@@ -8,6 +8,7 @@
 #include <array>
 
 #include "compiler/graph_internal.h"
+#include "compiler/error.h"
 #include "runtime/autotune.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/executable_impl.h"
@@ -45,7 +46,8 @@ Expected<int> index_of(const std::vector<std::string>& names, std::string_view n
   for (size_t i = 0; i < names.size(); ++i)
     if (names[i] == name) return static_cast<int>(i);
   return Error{ErrorCode::InvalidInput,
-               fmt::format("'{}' is not an {} of graph '{}' ({}: {})", name, what, g.name(), what, fmt::join(names, ", "))};
+               fmt::format("{} is not an {} of graph {} ({}: {})", detail::quoted(name), what, detail::quoted(g.name()), what,
+                           fmt::join(names, ", "))};
 }
 
 // Makes `context` current on this thread for the lifetime of the guard,
@@ -123,7 +125,8 @@ Expected<size_t> Executable::binding_bytes(std::string_view name) const {
     if (impl_->input_names[i] == name) return impl_->input_bytes[i];
   for (size_t i = 0; i < impl_->output_names.size(); ++i)
     if (impl_->output_names[i] == name) return impl_->output_bytes[i];
-  return Error{ErrorCode::InvalidInput, fmt::format("'{}' is not an input or output of graph '{}'", name, impl_->graph.name())};
+  return Error{ErrorCode::InvalidInput, fmt::format("{} is not an input or output of graph {}", detail::quoted(name),
+                                                    detail::quoted(impl_->graph.name()))};
 }
 
 void Executable::Impl::resolve() {
@@ -288,8 +291,8 @@ Status Executable::Impl::tensor_maps(runtime::DeviceState& st, size_t kernel, co
 Status Executable::launch(const BoundArgs& args, void* workspace, void* stream_handle) const {
   const Impl& x = *impl_;
   if (args.inputs.size() != x.input_names.size() || args.outputs.size() != x.output_names.size())
-    return Error{ErrorCode::InvalidInput, fmt::format("launch: {} inputs and {} outputs bound; graph '{}' has {} and {}",
-                                                      args.inputs.size(), args.outputs.size(), x.graph.name(),
+    return Error{ErrorCode::InvalidInput, fmt::format("launch: {} inputs and {} outputs bound; graph {} has {} and {}",
+                                                      args.inputs.size(), args.outputs.size(), detail::quoted(x.graph.name()),
                                                       x.input_names.size(), x.output_names.size())};
   for (size_t i = 0; i < args.inputs.size(); ++i)
     if (!args.inputs[i]) return Error{ErrorCode::InvalidInput, fmt::format("binding '{}': null pointer", x.input_names[i])};
@@ -298,8 +301,8 @@ Status Executable::launch(const BoundArgs& args, void* workspace, void* stream_h
   const auto scratch = reinterpret_cast<CUdeviceptr>(workspace);
   if (x.workspace_bytes > 0 && (!workspace || scratch % kWorkspaceAlignment != 0))
     return Error{ErrorCode::InvalidInput,
-                 fmt::format("launch: graph '{}' needs a workspace of {} bytes, {}-byte aligned (workspace_bytes()); {}",
-                             x.graph.name(), x.workspace_bytes, kWorkspaceAlignment, workspace ? "this one is not aligned" : "none given")};
+                 fmt::format("launch: graph {} needs a workspace of {} bytes, {}-byte aligned (workspace_bytes()); {}",
+                             detail::quoted(x.graph.name()), x.workspace_bytes, kWorkspaceAlignment, workspace ? "this one is not aligned" : "none given")};
   for (size_t o = 0; o < x.output_is_input.size(); ++o)
     if (const int i = x.output_is_input[o]; i >= 0 && args.outputs[o] != args.inputs[static_cast<size_t>(i)] &&
                                             !x.input_contiguous[static_cast<size_t>(i)])
@@ -419,6 +422,14 @@ Expected<std::vector<HostTensor>> Executable::run_host(const std::vector<HostTen
     allocations.push_back(p);
     return p;
   };
+  int64_t device_bytes = static_cast<int64_t>(impl_->workspace_bytes);
+  for (size_t b : impl_->input_bytes) device_bytes += static_cast<int64_t>(b);
+  for (size_t o = 0; o < g.outputs.size(); ++o)
+    if (impl_->output_is_input[o] < 0) device_bytes += static_cast<int64_t>(impl_->output_bytes[o]);
+  if (Status s = runtime::require_device_memory(cu, device_bytes, fmt::format("running graph {} (inputs, outputs and "
+                                                                               "workspace)", detail::quoted(impl_->graph.name())));
+      !s)
+    return s.error();
   std::vector<void*> in(inputs.size()), out(g.outputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     const ir::Tensor& t = g.tensor(g.inputs[i]);

@@ -30,7 +30,8 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'C', 'U', 'B', 'N'};
-constexpr uint32_t kFormat = 2;
+constexpr uint32_t kFormat = 3;  // 3: the checksum covers the key
+constexpr int64_t kMaxEntryBytes = int64_t{1} << 30;  // cubins are megabytes; a larger file is not kiln's entry
 
 struct Header {
   char magic[8];
@@ -38,7 +39,7 @@ struct Header {
   uint32_t meta_size;
   uint64_t key_high, key_low;
   uint64_t size;      // metadata + cubin
-  uint64_t checksum;  // of metadata + cubin
+  uint64_t checksum;  // of the key, the metadata and the cubin
 };
 static_assert(sizeof(Header) == 48);
 
@@ -48,7 +49,24 @@ struct Parsed {
   std::string cubin;
 };
 
-// Why `data` is not a valid entry for `key` (empty when it is).
+uint64_t entry_checksum(uint64_t key_high, uint64_t key_low, const char* body, size_t size) {
+  XXH3_state_t state;
+  XXH3_64bits_reset(&state);
+  XXH3_64bits_update(&state, &key_high, sizeof key_high);
+  XXH3_64bits_update(&state, &key_low, sizeof key_low);
+  XXH3_64bits_update(&state, body, size);
+  return XXH3_64bits_digest(&state);
+}
+
+KeyParts parts_of(const nlohmann::json& meta) {
+  return {meta.value("source", ""), meta.value("arch", ""), meta.value("nvrtc", ""), meta.value("kiln", ""),
+          meta.value("options", "")};
+}
+
+// Why `data` is not a valid entry for `key` (empty when it is). The key in
+// the header must be the name's, the checksum must cover it, and the
+// metadata's parts (source hash, arch, versions, options) must hash to it:
+// an entry copied under another kernel's name, or patched, is refused.
 std::string parse(const std::string& data, const ir::Hash128* key, Parsed& out) {
   if (data.size() < sizeof(Header)) return "truncated header";
   std::memcpy(&out.header, data.data(), sizeof(Header));
@@ -58,22 +76,59 @@ std::string parse(const std::string& data, const ir::Hash128* key, Parsed& out) 
   if (key && (h.key_high != key->high || h.key_low != key->low)) return "its key does not match its name";
   if (h.size != data.size() - sizeof(Header)) return "truncated";
   if (h.meta_size > h.size) return "bad metadata size";
-  if (XXH3_64bits(data.data() + sizeof(Header), h.size) != h.checksum) return "checksum mismatch";
+  if (entry_checksum(h.key_high, h.key_low, data.data() + sizeof(Header), h.size) != h.checksum) return "checksum mismatch";
   try {
     out.meta = nlohmann::json::parse(data.substr(sizeof(Header), h.meta_size));
   } catch (const std::exception&) {
     return "unreadable metadata";
   }
+  if (!out.meta.is_object()) return "unreadable metadata";
+  const ir::Hash128 described = parts_of(out.meta).key();
+  if (described.high != h.key_high || described.low != h.key_low) return "its metadata does not hash to its key";
   out.cubin = data.substr(sizeof(Header) + h.meta_size);
   return {};
 }
 
-// An entry's bytes; a symlink or anything but a regular file reads as
-// nothing, which no entry parses as (kiln never follows links in its cache).
-std::string read_file(const std::string& path) {
-  std::string out;
-  read_regular_file(path, out);
-  return out;
+// An entry's bytes, or why there are none: a symlink, a FIFO or anything
+// but a regular file, and a file whose size is not the one its header
+// states, are refused before the rest is read (kiln never follows links in
+// its cache, never waits on a FIFO, never reads a grown file whole).
+std::string read_entry(const std::string& path, std::string& out) {
+  out.clear();
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return errno == ELOOP ? "a symbolic link" : fmt::format("cannot open: {}", std::strerror(errno));
+  struct stat st {};
+  std::string why;
+  Header h{};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    why = "not a regular file";
+  } else if (st.st_size < static_cast<off_t>(sizeof(Header)) || ::pread(fd, &h, sizeof h, 0) != sizeof h) {
+    why = "truncated header";
+  } else if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0) {
+    why = "not a kiln cache entry";
+  } else if (h.size > static_cast<uint64_t>(kMaxEntryBytes) || static_cast<uint64_t>(st.st_size) != sizeof(Header) + h.size) {
+    why = fmt::format("{} bytes where its header states {}", st.st_size, sizeof(Header) + h.size);
+  }
+  if (why.empty()) {
+    out.resize(static_cast<size_t>(st.st_size));
+    size_t done = 0;
+    while (done < out.size()) {
+      const ssize_t n = ::pread(fd, out.data() + done, out.size() - done, static_cast<off_t>(done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      done += static_cast<size_t>(n);
+    }
+    if (done != out.size()) why = "truncated", out.clear();
+  }
+  ::close(fd);
+  return why;
+}
+
+// The entry at `path` parsed for `key`: why it is not valid, empty when it is.
+std::string load_entry(const std::string& path, const ir::Hash128* key, Parsed& out) {
+  std::string bytes;
+  if (std::string why = read_entry(path, bytes); !why.empty()) return why;
+  return parse(bytes, key, out);
 }
 
 }  // namespace
@@ -153,7 +208,7 @@ std::optional<std::string> KernelCache::load(const ir::Hash128& key) const {
   std::error_code exists_ec;
   if (!fs::exists(fs::symlink_status(path, exists_ec))) return from_remote(key);
   Parsed p;
-  if (!parse(read_file(path), &key, p).empty()) {  // corrupt, truncated or foreign: drop it, recompile
+  if (!load_entry(path, &key, p).empty()) {  // corrupt, truncated, grown or foreign: drop it, recompile
     std::error_code ec;
     fs::remove(path, ec);
     return std::nullopt;
@@ -177,13 +232,24 @@ std::string entry_bytes(const KeyParts& parts, const std::string& kind, const st
   h.key_high = key.high;
   h.key_low = key.low;
   h.size = body.size();
-  h.checksum = XXH3_64bits(body.data(), body.size());
+  h.checksum = entry_checksum(h.key_high, h.key_low, body.data(), body.size());
   return std::string(reinterpret_cast<const char*>(&h), sizeof h) + body;
 }
 
 }  // namespace
 
 Status KernelCache::write_entry(const std::string& path, const std::string& bytes) const {
+  // A `cache clear` running beside this writer may remove the folder
+  // between its creation and the rename: make it again and retry.
+  Status written;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    written = write_entry_once(path, bytes);
+    if (written || errno != ENOENT) break;
+  }
+  return written;
+}
+
+Status KernelCache::write_entry_once(const std::string& path, const std::string& bytes) const {
   const fs::path folder = fs::path(path).parent_path();
   std::error_code ec;
   fs::create_directories(folder, ec);
@@ -192,20 +258,14 @@ Status KernelCache::write_entry(const std::string& path, const std::string& byte
   const std::string temp = fmt::format("{}.tmp.{}.{:08x}", path, ::getpid(), std::random_device{}());
   const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0600);
   if (fd < 0) return Error{ErrorCode::CompileOrDevice, fmt::format("kernel cache: cannot write {}: {}", temp, std::strerror(errno))};
-  size_t written = 0;
-  while (written < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
-    if (n <= 0) break;
-    written += static_cast<size_t>(n);
-  }
-  const bool ok = written == bytes.size() && ::fsync(fd) == 0;
-  const int saved_errno = errno;
+  const bool ok = write_all(fd, bytes) && ::fsync(fd) == 0;
+  int saved_errno = errno;
   ::close(fd);
-  if (!ok || std::rename(temp.c_str(), path.c_str()) != 0) {
-    ::unlink(temp.c_str());
-    return Error{ErrorCode::CompileOrDevice, fmt::format("kernel cache: writing {} failed: {}", path, std::strerror(saved_errno))};
-  }
-  return {};
+  if (ok && std::rename(temp.c_str(), path.c_str()) == 0) return {};
+  if (ok) saved_errno = errno;
+  ::unlink(temp.c_str());
+  errno = saved_errno;
+  return Error{ErrorCode::CompileOrDevice, fmt::format("kernel cache: writing {} failed: {}", path, std::strerror(saved_errno))};
 }
 
 Status KernelCache::store(const KeyParts& parts, const std::string& kind, const std::string& cubin) const {
@@ -238,7 +298,7 @@ std::vector<CacheEntry> KernelCache::list(std::vector<std::string>* problems, bo
     const std::string path = it->path().string();
     const std::optional<ir::Hash128> key = ir::Hash128::from_hex(it->path().stem().string());
     Parsed p;
-    const std::string why = key ? parse(read_file(path), &*key, p) : "not named after a key";
+    const std::string why = key ? load_entry(path, &*key, p) : "not named after a key";
     if (!why.empty()) {
       if (problems) problems->push_back(fmt::format("{}: {}", path, why));
       if (remove_bad) fs::remove(path, ec);
@@ -247,8 +307,7 @@ std::vector<CacheEntry> KernelCache::list(std::vector<std::string>* problems, bo
     CacheEntry e;
     e.path = path;
     e.key = *key;
-    e.parts = {p.meta.value("source", ""), p.meta.value("arch", ""), p.meta.value("nvrtc", ""), p.meta.value("kiln", ""),
-               p.meta.value("options", "")};
+    e.parts = parts_of(p.meta);
     e.kind = p.meta.value("kind", "");
     e.bytes = static_cast<int64_t>(it->file_size(ec));
     struct stat st {};
@@ -259,7 +318,8 @@ std::vector<CacheEntry> KernelCache::list(std::vector<std::string>* problems, bo
 }
 
 int KernelCache::evict(int64_t limit) const {
-  std::vector<CacheEntry> entries = list();
+  // Stale temporaries of writers that died and damaged entries go first: they count against the limit too.
+  std::vector<CacheEntry> entries = list(nullptr, true);
   int64_t total = 0;
   for (const CacheEntry& e : entries) total += e.bytes;
   if (total <= limit) return 0;

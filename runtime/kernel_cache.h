@@ -78,6 +78,7 @@ class KernelCache {
  private:
   std::optional<std::string> from_remote(const ir::Hash128& key) const;
   Status write_entry(const std::string& path, const std::string& bytes) const;
+  Status write_entry_once(const std::string& path, const std::string& bytes) const;
   std::string dir_;
 };
 

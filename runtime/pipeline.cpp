@@ -4,6 +4,7 @@
 
 #include <cctype>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -11,6 +12,7 @@
 
 #include "compiler/error.h"
 #include "compiler/graph_internal.h"
+#include "compiler/memory_budget.h"
 #include "compiler/plan_printer.h"
 #include "compiler/plan_verifier.h"
 #include "compiler/planner/planner.h"
@@ -60,16 +62,25 @@ void write_dumps(const Options& o, const Graph& graph, const ir::Plan& plan, con
   const fs::path dir = fs::path(o.dump_dir) / (name + "-" + key.hex().substr(0, 12));
   std::error_code ec;
   fs::create_directories(dir, ec);
-  if (wants("ir")) std::ofstream(dir / "ir.txt") << graph.to_ir_text();
-  if (wants("plan")) std::ofstream(dir / "plan.txt") << ir::plan_to_text(ir_of(graph), plan);
+  if (ec) {
+    detail::warn(fmt::format("KILN_DUMP_DIR: cannot make {}: {}; nothing dumped", detail::quoted(dir.string()), ec.message()));
+    return;
+  }
+  std::vector<std::string> failed;
+  auto write = [&](const std::string& file, const std::string& text) {  // whole files, never through a link
+    if (!write_file_atomically((dir / file).string(), text, 0644)) failed.push_back(file + ": " + std::strerror(errno));
+  };
+  if (wants("ir")) write("ir.txt", graph.to_ir_text());
+  if (wants("plan")) write("plan.txt", ir::plan_to_text(ir_of(graph), plan));
   for (const codegen::GeneratedKernel& k : program.kernels) {
     const std::string stem = fmt::format("kernel{}-{}", k.plan_kernel,
                                          ir::to_string(plan.kernels[static_cast<size_t>(k.plan_kernel)].kind));
-    if (wants("cuda")) std::ofstream(dir / (stem + ".cu")) << k.source;
+    if (wants("cuda")) write(stem + ".cu", k.source);
     if (wants("ptx"))
-      if (Expected<NvrtcOutput> ptx = nvrtc_compile(k.source, arch, true); ptx)
-        std::ofstream(dir / (stem + ".ptx")) << ptx->binary;
+      if (Expected<NvrtcOutput> ptx = nvrtc_compile(k.source, arch, true); ptx) write(stem + ".ptx", ptx->binary);
   }
+  if (!failed.empty())
+    detail::warn(fmt::format("KILN_DUMP_DIR: cannot write in {}: {}", detail::quoted(dir.string()), fmt::join(failed, "; ")));
 }
 
 // Every cubin of a recipe from the disk cache, or nullptr if one is missing.
@@ -223,7 +234,16 @@ Expected<std::unique_ptr<Executable::Impl>> compile_program(const Graph& graph, 
   }
   if (disk) {
     store_recipe(cache_dir, recipe_key, c->recipe);
-    disk->evict(settings->cache_max_bytes);
+    int64_t program_bytes = 0;
+    for (const std::string& cubin : c->cubins) program_bytes += static_cast<int64_t>(cubin.size());
+    if (disk->evict(settings->cache_max_bytes) > 0 && program_bytes > settings->cache_max_bytes) {
+      static std::once_flag warned;  // once per process
+      std::call_once(warned, [&] {
+        detail::warn(fmt::format("the kernel cache's size limit ({}, KILN_CACHE_MAX_BYTES) is smaller than this graph's "
+                                 "kernels ({}): the cache keeps none of them",
+                                 human_bytes(settings->cache_max_bytes), human_bytes(program_bytes)));
+      });
+    }
   }
   remember_program(recipe_key, c);
   return finish(std::move(c), false);

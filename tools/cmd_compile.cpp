@@ -7,6 +7,8 @@
 
 #include "kiln/executable.h"
 #include "compiler/error.h"
+#include "runtime/cache_dir.h"
+#include "runtime/kernel_cache.h"
 #include "tools/commands.h"
 #include "tools/helpers.h"
 
@@ -29,6 +31,12 @@ Runner add_compile(CLI::App& app, const CommonOptions& common) {
   return [args, &common] {
     std::vector<std::string> archs = args->archs;
     if (archs.empty()) archs.push_back(default_arch());
+    // compile's work is the cache: a folder kiln may not use is an error
+    // here, where a library compile only warns and compiles in memory.
+    if (!common.no_cache)
+      if (Status safe = runtime::secure_cache_dir(common.cache_dir.empty() ? runtime::default_cache_dir() : common.cache_dir);
+          !safe)
+        return report(safe.error());
     nlohmann::ordered_json results = nlohmann::ordered_json::array();
     for (const std::string& path : args->paths) {
       Expected<Graph> graph = Graph::load(path);

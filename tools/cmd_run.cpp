@@ -77,10 +77,17 @@ int run(const RunArgs& a, const CommonOptions& common) {
       inputs.push_back(std::move(*t));
     }
   } else {
+    // Decided before a value is drawn: the inputs, and on the CPU (or for
+    // --check) the reference interpreter's peak beside them.
     int64_t bytes = 0;
     for (const TensorDesc& d : graph->inputs()) bytes += element_count(d.shape) * int64_t{sizeof(float)};
+    const bool reference = a.device != "cuda" || a.check;
+    const int64_t with_reference = bytes + (reference ? reference_host_bytes(*graph) : 0);
     Expected<bool> fits = detail::catch_errors([&] {
-      require_host_memory(bytes, "drawing the random inputs");
+      require_host_memory(with_reference, reference ? fmt::format("drawing the random inputs ({}) and running the reference "
+                                                                  "interpreter on them ({} at its peak)",
+                                                                  human_bytes(bytes), human_bytes(with_reference - bytes))
+                                                    : std::string("drawing the random inputs"));
       return true;
     });
     if (!fits) return report(fits.error());

@@ -18,6 +18,7 @@
 #include "compiler/error.h"
 #include "compiler/planner/planner.h"
 #include "kiln/executable.h"
+#include "compiler/memory_budget.h"
 #include "runtime/cache_dir.h"
 #include "runtime/kernel_cache.h"
 #include "runtime/nvrtc.h"
@@ -192,9 +193,15 @@ Runner add_warm(CLI::App& app, const CommonOptions& common) {
     for (const auto& [graph, arch] : ready)
       (void)Executable::compile(graph, {.arch = arch, .cache_dir = dir, .fail_if_compiling = true});
 
+    // 4. The size limit, as every other store keeps it.
+    const int evicted = compiled > 0 ? cache.evict(runtime::cache_size_limit()) : 0;
+
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    fmt::print("warmed: {} graphs, {} kernels ({} compiled, {} cached, {} failed) in {:.2f} s\n",
-               paths->size() - static_cast<size_t>(invalid), jobs.size(), compiled.load(), hits, failed.load(), seconds);
+    fmt::print("warmed: {} graphs, {} kernels ({} compiled, {} cached, {} failed) in {:.2f} s{}\n",
+               paths->size() - static_cast<size_t>(invalid), jobs.size(), compiled.load(), hits, failed.load(), seconds,
+               evicted > 0 ? fmt::format("; {} least recently used entries evicted to keep the cache under {}", evicted,
+                                         human_bytes(runtime::cache_size_limit()))
+                           : "");
     if (failed > 0) return static_cast<int>(ErrorCode::CompileOrDevice);
     if (invalid > 0) return static_cast<int>(ErrorCode::InvalidInput);
     return 0;

@@ -114,6 +114,8 @@ std::vector<HostTensor> interpret(const ir::Graph& g, const std::vector<HostTens
 
 }  // namespace
 
+int64_t reference_host_bytes(const Graph& graph) { return peak_bytes(ir_of(graph)).first; }
+
 Expected<std::vector<HostTensor>> run_reference(const Graph& graph, const std::vector<HostTensor>& inputs) {
   return detail::catch_errors([&] { return interpret(ir_of(graph), inputs); });
 }

@@ -3,6 +3,7 @@
 // sums accumulated in f64, rounding to f16/bf16 only where the graph says).
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "kiln/graph.h"
@@ -14,5 +15,10 @@ namespace kiln {
 // Returns the graph outputs in the document's order.
 Expected<std::vector<HostTensor>> run_reference(const Graph& graph,
                                                 const std::vector<HostTensor>& inputs);
+
+// The most host memory run_reference holds at once for `graph` (its copies
+// of the inputs, then each result while its operands are alive), in bytes:
+// what a caller adds to its own buffers before deciding the run fits.
+int64_t reference_host_bytes(const Graph& graph);
 
 }  // namespace kiln
