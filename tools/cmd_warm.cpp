@@ -11,6 +11,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <system_error>
 #include <thread>
 
 #include "compiler/graph_internal.h"
@@ -164,29 +165,42 @@ Runner add_warm(CLI::App& app, const CommonOptions& common) {
                      job.arch.c_str(), job.graph.c_str());
       }
     };
-    std::vector<std::thread> threads;
-    for (int w = 0; w < workers; ++w)
-      threads.emplace_back([&] {
-        for (size_t i; (i = next++) < todo.size();) {
-          Job& job = *todo[i].second;
-          Expected<runtime::NvrtcOutput> out = runtime::nvrtc_compile(job.source, job.arch);
-          if (!out) {
-            ++failed;
-            std::lock_guard<std::mutex> lock(print);
-            std::fprintf(stderr, "%skiln: error: %s: %s\n%s\n", tty ? "\n" : "", job.graph.c_str(), out.error().message.c_str(),
-                         runtime::write_repro(job.graph_json, job.source, job.arch, out.error().message).c_str());
-            continue;
-          }
-          if (Status s = cache.store(job.parts, job.kind, out->binary); !s) {
-            ++failed;
-            std::lock_guard<std::mutex> lock(print);
-            std::fprintf(stderr, "%skiln: error: %s\n", tty ? "\n" : "", s.error().message.c_str());
-            continue;
-          }
-          ++compiled;
-          progress(job, fmt::format("compiled kernel {} in {:.0f} ms", todo[i].first.hex().substr(0, 12), out->milliseconds));
+    auto worker = [&] {
+      for (size_t i; (i = next++) < todo.size();) {
+        Job& job = *todo[i].second;
+        Expected<runtime::NvrtcOutput> out = runtime::nvrtc_compile(job.source, job.arch);
+        if (!out) {
+          ++failed;
+          std::lock_guard<std::mutex> lock(print);
+          std::fprintf(stderr, "%skiln: error: %s: %s\n%s\n", tty ? "\n" : "", job.graph.c_str(), out.error().message.c_str(),
+                       runtime::write_repro(job.graph_json, job.source, job.arch, out.error().message).c_str());
+          continue;
         }
-      });
+        if (Status s = cache.store(job.parts, job.kind, out->binary); !s) {
+          ++failed;
+          std::lock_guard<std::mutex> lock(print);
+          std::fprintf(stderr, "%skiln: error: %s\n", tty ? "\n" : "", s.error().message.c_str());
+          continue;
+        }
+        ++compiled;
+        progress(job, fmt::format("compiled kernel {} in {:.0f} ms", todo[i].first.hex().substr(0, 12), out->milliseconds));
+      }
+    };
+    // A thread the system will not start is not an abort: the compiles run
+    // on the threads that did start, or fail with the system's reason.
+    std::vector<std::thread> threads;
+    std::string refused;
+    for (int w = 0; w < workers && refused.empty(); ++w) {
+      try {
+        threads.emplace_back(worker);
+      } catch (const std::system_error& e) {
+        refused = e.what();
+      }
+    }
+    if (threads.empty()) return report({ErrorCode::CompileOrDevice, "warm: cannot start a compile thread: " + refused});
+    if (!refused.empty())
+      std::fprintf(stderr, "kiln: warning: warm: %zu of %d compile threads started (%s)\n", threads.size(), workers,
+                   refused.c_str());
     for (std::thread& t : threads) t.join();
 
     // 3. Graph recipes, so warm processes skip planning too (nothing compiles here).
