@@ -37,21 +37,36 @@ std::string escaped(std::string_view text) {
   return q.substr(1, q.size() - 2);
 }
 
+namespace {
+// One character as quoted() and printable() write it: control characters
+// as \n, \t, \r or \xNN, the rest as they are.
+void append_escaped(std::string& out, unsigned char c) {
+  switch (c) {
+    case '\n': out += "\\n"; break;
+    case '\t': out += "\\t"; break;
+    case '\r': out += "\\r"; break;
+    default:
+      if (c < 0x20 || c == 0x7f) out += fmt::format("\\x{:02x}", c);
+      else out += static_cast<char>(c);
+  }
+}
+}  // namespace
+
 std::string quoted(std::string_view text) {
   std::string out = "'";
   for (unsigned char c : text) {
-    switch (c) {
-      case '\'': out += "\\'"; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
-      default:
-        if (c < 0x20 || c == 0x7f) out += fmt::format("\\x{:02x}", c);
-        else out += static_cast<char>(c);
-    }
+    if (c == '\'' || c == '\\') out += '\\';
+    append_escaped(out, c);
   }
   out += "'";
+  return out;
+}
+
+std::string printable(std::string_view text) {
+  std::string out;
+  for (unsigned char c : text)
+    if (c == '\n' || c == '\t') out += static_cast<char>(c);
+    else append_escaped(out, c);
   return out;
 }
 

@@ -53,6 +53,9 @@ std::string quoted(std::string_view text);
 // `text` with control characters escaped as quoted() escapes them, without
 // the quotes: user text printed to a terminal (graph names).
 std::string escaped(std::string_view text);
+// A whole message for a terminal: control characters escaped as quoted()
+// escapes them, except the newlines and tabs that lay the message out.
+std::string printable(std::string_view text);
 
 }  // namespace kiln::detail
 

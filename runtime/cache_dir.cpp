@@ -127,30 +127,39 @@ bool make_cache_folder(const std::filesystem::path& folder) {
   return !ec && ::chmod(folder.c_str(), 0700) == 0;
 }
 
+std::string open_regular_file(const std::string& path, int& fd, struct stat& st) {
+  fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return errno == ELOOP ? "a symbolic link" : fmt::format("cannot open: {}", std::strerror(errno));
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) return {};
+  ::close(fd);
+  fd = -1;
+  return "not a regular file";
+}
+
+bool read_exactly(int fd, int64_t offset, size_t size, char* out) {
+  size_t done = 0;
+  while (done < size) {
+    const ssize_t n = ::pread(fd, out + done, size - done, static_cast<off_t>(offset + static_cast<int64_t>(done)));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
+
 bool read_regular_file(const std::string& path, std::string& out, int64_t max_bytes) {
   out.clear();
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) return false;
+  int fd;
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > max_bytes) {
-    ::close(fd);
-    return false;
-  }
-  out.reserve(static_cast<size_t>(st.st_size));
-  char buffer[1 << 16];
-  for (;;) {
-    const ssize_t n = ::read(fd, buffer, sizeof buffer);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    out.append(buffer, static_cast<size_t>(n));
-    if (static_cast<int64_t>(out.size()) > max_bytes) {  // it grew while being read
-      ::close(fd);
-      out.clear();
-      return false;
-    }
+  if (!open_regular_file(path, fd, st).empty()) return false;
+  bool ok = st.st_size <= max_bytes;
+  if (ok) {
+    out.resize(static_cast<size_t>(st.st_size));
+    ok = read_exactly(fd, 0, out.size(), out.data());
   }
   ::close(fd);
-  return true;
+  if (!ok) out.clear();
+  return ok;
 }
 
 bool write_file_atomically(const std::string& path, const std::string& text, unsigned mode) {

@@ -16,6 +16,8 @@
 // compile in memory (a warning) or, for cache commands, stop.
 #pragma once
 
+#include <sys/stat.h>
+
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -33,6 +35,13 @@ Status secure_cache_dir(const std::string& dir);
 // mode 0700 whatever the umask (secure_cache_dir refuses group- or
 // world-writable folders). False if it cannot.
 bool make_cache_folder(const std::filesystem::path& folder);
+
+// Opens `path` for reading if it is a regular file, without following a
+// symlink at `path` itself and without waiting (a FIFO is opened
+// non-blocking and refused): empty and `fd`, `st` set, or why not.
+std::string open_regular_file(const std::string& path, int& fd, struct stat& st);
+// `size` bytes of `fd` from `offset` into `out` (EINTR retried); false if fewer.
+bool read_exactly(int fd, int64_t offset, size_t size, char* out);
 
 // Reads a regular file of at most `max_bytes` without following a symlink
 // at `path` itself and without waiting (a FIFO is opened non-blocking and

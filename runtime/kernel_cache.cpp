@@ -95,30 +95,20 @@ std::string parse(const std::string& data, const ir::Hash128* key, Parsed& out) 
 // its cache, never waits on a FIFO, never reads a grown file whole).
 std::string read_entry(const std::string& path, std::string& out) {
   out.clear();
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) return errno == ELOOP ? "a symbolic link" : fmt::format("cannot open: {}", std::strerror(errno));
+  int fd;
   struct stat st {};
+  if (std::string why = open_regular_file(path, fd, st); !why.empty()) return why;
   std::string why;
   Header h{};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    why = "not a regular file";
-  } else if (st.st_size < static_cast<off_t>(sizeof(Header)) || ::pread(fd, &h, sizeof h, 0) != sizeof h) {
+  if (st.st_size < static_cast<off_t>(sizeof(Header)) || !read_exactly(fd, 0, sizeof h, reinterpret_cast<char*>(&h))) {
     why = "truncated header";
   } else if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0) {
     why = "not a kiln cache entry";
   } else if (h.size > static_cast<uint64_t>(kMaxEntryBytes) || static_cast<uint64_t>(st.st_size) != sizeof(Header) + h.size) {
     why = fmt::format("{} bytes where its header states {}", st.st_size, sizeof(Header) + h.size);
-  }
-  if (why.empty()) {
+  } else {
     out.resize(static_cast<size_t>(st.st_size));
-    size_t done = 0;
-    while (done < out.size()) {
-      const ssize_t n = ::pread(fd, out.data() + done, out.size() - done, static_cast<off_t>(done));
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
-      done += static_cast<size_t>(n);
-    }
-    if (done != out.size()) why = "truncated", out.clear();
+    if (!read_exactly(fd, 0, out.size(), out.data())) why = "truncated", out.clear();
   }
   ::close(fd);
   return why;

@@ -22,8 +22,6 @@ struct CommonOptions {
 using Runner = std::function<int()>;
 
 // Prints `kiln: error: <message>` to stderr and returns the error's exit code.
-// `text` with control characters other than newline and tab escaped (\x1b).
-std::string printable(std::string_view text);
 int report(const Error& error);
 
 Runner add_validate(CLI::App& app, const CommonOptions& common);

@@ -7,23 +7,14 @@
 #include <cstdio>
 #include <map>
 
+#include "compiler/error.h"
 #include "kiln/options.h"
 #include "tools/commands.h"
 
 namespace kiln::cli {
 
-// A message as the terminal may show it: control characters other than
-// newline and tab escaped, whatever a name inside it holds (ESC, NUL, CR).
-std::string printable(std::string_view text) {
-  std::string out;
-  for (unsigned char c : text)
-    if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f) out += fmt::format("\\x{:02x}", c);
-    else out += static_cast<char>(c);
-  return out;
-}
-
 int report(const Error& error) {
-  std::fprintf(stderr, "kiln: error: %s\n", printable(error.message).c_str());
+  std::fprintf(stderr, "kiln: error: %s\n", detail::printable(error.message).c_str());
   // cli.md has no code of its own for out of memory: a device failure.
   return error.code == ErrorCode::OutOfMemory ? static_cast<int>(ErrorCode::CompileOrDevice) : static_cast<int>(error.code);
 }
@@ -34,7 +25,8 @@ int main(int argc, char** argv) {
   using namespace kiln::cli;
   // The CLI is the one user of the library that prints its diagnostics.
   kiln::set_options(kiln::Options::from_environment([](kiln::LogLevel level, std::string_view message) {
-    std::fprintf(stderr, "kiln: %s%s\n", level == kiln::LogLevel::warning ? "warning: " : "", printable(message).c_str());
+    std::fprintf(stderr, "kiln: %s%s\n", level == kiln::LogLevel::warning ? "warning: " : "",
+                 kiln::detail::printable(message).c_str());
   }));
   CLI::App app{"kiln: a runtime kernel-generation fusion compiler for NVIDIA GPUs", "kiln"};
   app.require_subcommand(1);
