@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "compiler/graph_internal.h"
+#include "compiler/op_work.h"
 #include "codegen/kernel_codegen.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/random_inputs.h"
@@ -25,26 +26,7 @@ int64_t min_bytes(const ir::Graph& g) {
 
 int64_t anchor_flops(const ir::Graph& g) {
   int64_t flops = 0;
-  for (const ir::Op& op : g.ops) {
-    const Shape& out = g.result(op).shape;
-    switch (op.kind) {
-      case ir::OpKind::Matmul: flops += 2 * element_count(out) * g.operand(op, 0).shape.back(); break;
-      case ir::OpKind::Conv2d: {
-        const Shape& w = g.operand(op, 1).shape;
-        flops += 2 * element_count(out) * w[1] * w[2] * w[3];
-        break;
-      }
-      case ir::OpKind::Sdpa: {
-        const Shape& q = g.operand(op, 0).shape;
-        const int64_t skv = g.operand(op, 1).shape[2];
-        int64_t f = 4 * q[0] * q[1] * q[2] * skv * q[3];
-        if (op.attrs.causal) f /= 2;
-        flops += f;
-        break;
-      }
-      default: break;
-    }
-  }
+  for (const ir::Op& op : g.ops) flops += ir::anchor_flops(g, op);
   return flops;
 }
 

@@ -19,6 +19,7 @@
 #include "runtime/random_inputs.h"
 #include "compiler/error.h"
 #include "tools/commands.h"
+#include "tools/reference_progress.h"
 
 namespace kiln::cli {
 namespace {
@@ -103,7 +104,11 @@ int run(const RunArgs& a, const CommonOptions& common) {
     if (!compiled) return report(compiled.error());
     exe.emplace(std::move(compiled).value());
   }
-  Expected<std::vector<HostTensor>> outputs = gpu ? exe->run_host(inputs) : run_reference(*graph, inputs);
+  Expected<std::vector<HostTensor>> outputs = [&] {
+    if (gpu) return exe->run_host(inputs);
+    ReferenceProgressLine line("reference interpreter");
+    return run_reference(*graph, inputs, line.callback());
+  }();
   if (!outputs) return report(outputs.error());
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
@@ -126,7 +131,10 @@ int run(const RunArgs& a, const CommonOptions& common) {
                to_string(output_descs[i].shape), summary((*outputs)[i]));
   if (!a.outputs_dir.empty()) fmt::print("wrote {}\n", a.outputs_dir);
   if (!a.check) return 0;
-  Expected<std::vector<HostTensor>> reference = run_reference(*graph, inputs);
+  Expected<std::vector<HostTensor>> reference = [&] {
+    ReferenceProgressLine line("--check: reference interpreter");
+    return run_reference(*graph, inputs, line.callback());
+  }();
   if (!reference) return report(reference.error());
   bool all_pass = true;
   for (size_t i = 0; i < output_descs.size(); ++i) {

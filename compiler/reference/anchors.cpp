@@ -51,7 +51,7 @@ std::vector<float> channels_first(const std::vector<float>& data, const Shape& n
 }  // namespace
 
 std::vector<float> eval_matmul(const ir::Graph& g, const ir::Op& op, const Shape& out_shape,
-                               const Operands& in) {
+                               const Operands& in, const OpProgress& progress) {
   const std::vector<float> a = operand_at_precision(g, op, 0, *in[0]);
   const std::vector<float> b = operand_at_precision(g, op, 1, *in[1]);
   const Shape& as = in[0]->shape;
@@ -72,6 +72,7 @@ std::vector<float> eval_matmul(const ir::Graph& g, const ir::Op& op, const Shape
     const float* pb = b.data() + at[1];
     float* po = out.data() + batch_index * m * n;
     for (int64_t i = 0; i < m; ++i) {
+      progress.at(batch_index * m + i, element_count(batch) * m);
       std::fill(row.begin(), row.end(), 0.0);
       for (int64_t kk = 0; kk < k; ++kk) {
         const double x = pa[i * k + kk];
@@ -85,7 +86,7 @@ std::vector<float> eval_matmul(const ir::Graph& g, const ir::Op& op, const Shape
 }
 
 std::vector<float> eval_conv(const ir::Graph& g, const ir::Op& op, const Shape& out_shape,
-                             const Operands& in) {
+                             const Operands& in, const OpProgress& progress) {
   const ir::Attributes& a = op.attrs;
   const bool nchw = a.layout == ir::Layout::NCHW;
   std::vector<float> x = operand_at_precision(g, op, 0, *in[0]);
@@ -102,7 +103,8 @@ std::vector<float> eval_conv(const ir::Graph& g, const ir::Op& op, const Shape& 
   const int64_t k_per_group = k / a.groups;
   std::vector<float> out(static_cast<size_t>(n * p * q * k));
   for (int64_t ni = 0; ni < n; ++ni)
-    for (int64_t pi = 0; pi < p; ++pi)
+    for (int64_t pi = 0; pi < p; ++pi) {
+      progress.at(ni * p + pi, n * p);
       for (int64_t qi = 0; qi < q; ++qi)
         for (int64_t ki = 0; ki < k; ++ki) {
           const int64_t c0 = (ki / k_per_group) * cg;
@@ -120,6 +122,7 @@ std::vector<float> eval_conv(const ir::Graph& g, const ir::Op& op, const Shape& 
           }
           out[static_cast<size_t>(((ni * p + pi) * q + qi) * k + ki)] = static_cast<float>(acc);
         }
+    }
   return nchw ? channels_first(out, out_shape) : out;
 }
 
@@ -156,7 +159,8 @@ std::vector<float> eval_pool(const ir::Op& op, const Shape& out_shape, const Ope
   return nchw ? channels_first(out, out_shape) : out;
 }
 
-std::vector<float> eval_sdpa(const ir::Graph& g, const ir::Op& op, const Operands& in) {
+std::vector<float> eval_sdpa(const ir::Graph& g, const ir::Op& op, const Operands& in,
+                             const OpProgress& progress) {
   const Value& q = *in[0];
   const Value& k = *in[1];
   const Value& v = *in[2];
@@ -176,6 +180,7 @@ std::vector<float> eval_sdpa(const ir::Graph& g, const ir::Op& op, const Operand
       const float* kb = &k.data[static_cast<size_t>((bi * hkv + kv_head) * skv * d)];
       const float* vb = &v.data[static_cast<size_t>((bi * hkv + kv_head) * skv * d)];
       for (int64_t i = 0; i < sq; ++i) {
+        progress.at((bi * h + hi) * sq + i, b * h * sq);
         const float* qi = &q.data[static_cast<size_t>(((bi * h + hi) * sq + i) * d)];
         double m = -INFINITY;
         for (int64_t j = 0; j < skv; ++j) {

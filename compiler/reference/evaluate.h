@@ -8,6 +8,9 @@
 // caller rounds it to the result's dtype where numerics rule 2 says.
 #pragma once
 
+#include <cstdint>
+#include <functional>
+#include <utility>
 #include <vector>
 
 #include "compiler/ir.h"
@@ -20,17 +23,33 @@ struct Value {
 };
 using Operands = std::vector<const Value*>;
 
+// How far a long evaluation (an anchor) is, as a share of the op: the
+// evaluators call at() once per output row; it reports nothing unless the
+// interpreter was given a progress callback.
+class OpProgress {
+ public:
+  OpProgress() = default;
+  explicit OpProgress(std::function<void(double)> report) : report_(std::move(report)) {}
+  void at(int64_t done, int64_t total) const {
+    if (report_ && total > 0) report_(static_cast<double>(done) / static_cast<double>(total));
+  }
+
+ private:
+  std::function<void(double)> report_;
+};
+
 std::vector<float> eval_pointwise(const ir::Op& op, const Shape& out_shape, const Operands& in);
 std::vector<float> eval_reduce(const ir::Op& op, const Shape& out_shape, const Operands& in);
 std::vector<float> eval_norm(const ir::Op& op, const Operands& in);
 std::vector<float> eval_matmul(const ir::Graph& g, const ir::Op& op, const Shape& out_shape,
-                               const Operands& in);
+                               const Operands& in, const OpProgress& progress);
 std::vector<float> eval_conv(const ir::Graph& g, const ir::Op& op, const Shape& out_shape,
-                             const Operands& in);
+                             const Operands& in, const OpProgress& progress);
 std::vector<float> eval_pool(const ir::Op& op, const Shape& out_shape, const Operands& in);
 std::vector<float> eval_view(const ir::Op& op, const Shape& out_shape, const Operands& in);
 std::vector<float> eval_concat(const ir::Op& op, const Shape& out_shape, const Operands& in);
-std::vector<float> eval_sdpa(const ir::Graph& g, const ir::Op& op, const Operands& in);
+std::vector<float> eval_sdpa(const ir::Graph& g, const ir::Op& op, const Operands& in,
+                             const OpProgress& progress);
 
 // Strides (in elements) that read a contiguous tensor of shape `in` as if it
 // were broadcast to `out`: 0 along broadcast dimensions.

@@ -9,6 +9,7 @@
 #include "compiler/ir_printer.h"
 #include "compiler/memory_budget.h"
 #include "compiler/numerics.h"
+#include "compiler/op_work.h"
 #include "compiler/reference/evaluate.h"
 #include "kiln/reference.h"
 
@@ -17,7 +18,8 @@ namespace {
 
 using reference::Value;
 
-std::vector<float> evaluate(const ir::Graph& g, const ir::Op& op, const reference::Operands& in) {
+std::vector<float> evaluate(const ir::Graph& g, const ir::Op& op, const reference::Operands& in,
+                            const reference::OpProgress& progress) {
   const Shape& shape = g.result(op).shape;
   switch (ir::op_info(op.kind).family) {
     case ir::OpFamily::Unary:
@@ -26,11 +28,11 @@ std::vector<float> evaluate(const ir::Graph& g, const ir::Op& op, const referenc
     case ir::OpFamily::Select: return reference::eval_pointwise(op, shape, in);
     case ir::OpFamily::Reduce: return reference::eval_reduce(op, shape, in);
     case ir::OpFamily::Norm: return reference::eval_norm(op, in);
-    case ir::OpFamily::Matmul: return reference::eval_matmul(g, op, shape, in);
-    case ir::OpFamily::Conv: return reference::eval_conv(g, op, shape, in);
+    case ir::OpFamily::Matmul: return reference::eval_matmul(g, op, shape, in, progress);
+    case ir::OpFamily::Conv: return reference::eval_conv(g, op, shape, in, progress);
     case ir::OpFamily::Pool: return reference::eval_pool(op, shape, in);
     case ir::OpFamily::View: return reference::eval_view(op, shape, in);
-    case ir::OpFamily::Attention: return reference::eval_sdpa(g, op, in);
+    case ir::OpFamily::Attention: return reference::eval_sdpa(g, op, in, progress);
     case ir::OpFamily::Concat: return reference::eval_concat(op, shape, in);
   }
   KILN_UNREACHABLE("unknown op family");
@@ -60,7 +62,8 @@ std::pair<int64_t, ir::TensorId> peak_bytes(const ir::Graph& g) {
   return peak;
 }
 
-std::vector<HostTensor> interpret(const ir::Graph& g, const std::vector<HostTensor>& inputs) {
+std::vector<HostTensor> interpret(const ir::Graph& g, const std::vector<HostTensor>& inputs,
+                                  const std::function<void(const ReferenceProgress&)>& on_op) {
   if (const auto [peak, at] = peak_bytes(g); at >= 0)
     require_host_memory(peak, fmt::format("the reference interpreter (at '{}', {})", g.tensor(at).name,
                                           ir::type_string(g.tensor(at))));
@@ -85,11 +88,22 @@ std::vector<HostTensor> interpret(const ir::Graph& g, const std::vector<HostTens
   for (size_t id = 0; id < g.tensors.size(); ++id)
     if (g.tensors[id].kind == ir::TensorKind::Constant) values[id] = Value{{}, {g.tensors[id].constant}};
 
+  double total_work = 0, work = 0;
+  for (const ir::Op& op : g.ops) total_work += static_cast<double>(ir::estimated_work(g, op));
+  ReferenceProgress progress{.ops_done = 0, .op_count = g.ops.size(), .work_done = 0};
+
   for (const ir::Op& op : g.ops) {
     reference::Operands operands;
     for (ir::TensorId id : op.inputs) operands.push_back(&*values[static_cast<size_t>(id)]);
     const ir::Tensor& result = g.result(op);
-    Value out{result.shape, evaluate(g, op, operands)};
+    const double op_work = static_cast<double>(ir::estimated_work(g, op));
+    reference::OpProgress within;
+    if (on_op)
+      within = reference::OpProgress([&](double share) {
+        progress.work_done = std::min((work + share * op_work) / std::max(total_work, 1.0), 1.0);
+        on_op(progress);
+      });
+    Value out{result.shape, evaluate(g, op, operands, within)};
     KILN_INTERNAL_CHECK(out.data.size() == static_cast<size_t>(element_count(result.shape)));
     if (result.rounded)
       for (float& x : out.data) x = round_to(result.dtype, x);
@@ -101,6 +115,12 @@ std::vector<HostTensor> interpret(const ir::Graph& g, const std::vector<HostTens
         continue;  // `users` counts an op once however many operands it reads
       const auto slot = static_cast<size_t>(id);
       if (--readers_left[slot] == 0 && !g.tensor(id).is_output) values[slot].reset();
+    }
+    if (on_op) {
+      work += op_work;
+      ++progress.ops_done;
+      progress.work_done = progress.ops_done == g.ops.size() ? 1.0 : std::min(work / std::max(total_work, 1.0), 1.0);
+      on_op(progress);
     }
   }
 
@@ -117,7 +137,12 @@ std::vector<HostTensor> interpret(const ir::Graph& g, const std::vector<HostTens
 int64_t reference_host_bytes(const Graph& graph) { return peak_bytes(ir_of(graph)).first; }
 
 Expected<std::vector<HostTensor>> run_reference(const Graph& graph, const std::vector<HostTensor>& inputs) {
-  return detail::catch_errors([&] { return interpret(ir_of(graph), inputs); });
+  return run_reference(graph, inputs, nullptr);
+}
+
+Expected<std::vector<HostTensor>> run_reference(const Graph& graph, const std::vector<HostTensor>& inputs,
+                                                const std::function<void(const ReferenceProgress&)>& on_op) {
+  return detail::catch_errors([&] { return interpret(ir_of(graph), inputs, on_op); });
 }
 
 }  // namespace kiln

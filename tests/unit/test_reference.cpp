@@ -344,5 +344,31 @@ TEST(Reference, RejectsMismatchedInputs) {
   EXPECT_THAT(out.error().message, ::testing::HasSubstr("input 'a': expected f32[2], got f32[3]"));
 }
 
+TEST(Reference, ReportsProgressWeighedByWork) {
+  // A 64x64x64 matmul (524288 flops) beside a relu of 4096 elements (8192
+  // touched): after the matmul nearly all the work is done.
+  Graph g = must_parse(R"({"kiln": 1, "inputs": {"a": {"shape": [64, 64], "dtype": "f32"}, "b": {"shape": [64, 64], "dtype": "f32"}},
+    "ops": [{"op": "matmul", "in": ["a", "b"], "out": "c"}, {"op": "relu", "in": ["c"], "out": "y"}],
+    "outputs": ["y"]})");
+  std::vector<ReferenceProgress> seen;
+  Expected<std::vector<HostTensor>> out =
+      run_reference(g, {f32({64, 64}, std::vector<float>(4096, 1)), f32({64, 64}, std::vector<float>(4096, 1))},
+                    [&](const ReferenceProgress& p) { seen.push_back(p); });
+  ASSERT_TRUE(out.ok()) << out.error().message;
+  EXPECT_EQ(out->at(0).values[0], 64.0f);
+  // One report per matmul row (the first before any work), one after each op.
+  ASSERT_EQ(seen.size(), 64u + 2u);
+  EXPECT_EQ(seen[0].ops_done, 0u);
+  EXPECT_EQ(seen[0].work_done, 0.0);
+  EXPECT_EQ(seen[32].ops_done, 0u);
+  EXPECT_NEAR(seen[32].work_done, 0.5 * 524288 / (524288 + 8192), 1e-9);
+  EXPECT_EQ(seen[64].ops_done, 1u);
+  EXPECT_EQ(seen[64].op_count, 2u);
+  EXPECT_NEAR(seen[64].work_done, 524288.0 / (524288 + 8192), 1e-9);
+  EXPECT_EQ(seen[65].ops_done, 2u);
+  EXPECT_EQ(seen[65].work_done, 1.0);
+  for (size_t i = 1; i < seen.size(); ++i) EXPECT_GE(seen[i].work_done, seen[i - 1].work_done);
+}
+
 }  // namespace
 }  // namespace kiln
