@@ -70,7 +70,12 @@ bool too_wide(const std::string& dir) {
   const fs::path path = fs::weakly_canonical(dir, ec);
   if (ec) return false;
   if (path == path.root_path()) return true;
-  const struct passwd* user = ::getpwuid(::geteuid());
+  // getpwuid_r: compiles on several threads ask at once (getpwuid's one
+  // static record was a data race, found by tools/tsan.sh).
+  struct passwd record {};
+  struct passwd* user = nullptr;
+  std::vector<char> buffer(16384);
+  if (::getpwuid_r(::geteuid(), &record, buffer.data(), buffer.size(), &user) != 0) return false;
   return user && user->pw_dir && path == fs::weakly_canonical(user->pw_dir, ec);
 }
 

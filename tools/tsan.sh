@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# ThreadSanitizer over the tests where kiln's threads meet: eight threads
+# compiling and running one graph set through one cache folder
+# (Threads.*), the kernel cache's concurrent writers and readers
+# (KernelCache.*), and parallel autotuning records (Tuning.*). Builds
+# kiln_unit_tests with clang and -fsanitize=thread in build-tsan/ (a
+# separate tree: TSan and ASan do not mix); any report fails the run.
+#
+#   tools/tsan.sh
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${KILN_TSAN_BUILD_DIR:-$root/build-tsan}
+jobs=$(nproc 2>/dev/null || echo 2)
+command -v clang++ >/dev/null 2>&1 || { echo "tools/tsan.sh: clang++ is missing (tools/fuzz.sh installs it)" >&2; exit 1; }
+"$root/tools/dev.sh" deps
+if [[ ! -f $build/CMakeCache.txt ]]; then
+  CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_TSAN=ON \
+    -DKILN_NVRTC_ROOT="$("$root/tools/dev.sh" nvrtc-root)" >/dev/null
+fi
+printf '==> building kiln_unit_tests with ThreadSanitizer (%s jobs)\n' "$jobs"
+cmake --build "$build" -j "$jobs" --target kiln_unit_tests
+export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
+"$build/tests/kiln_unit_tests" --gtest_filter='Threads.*:KernelCache.*:Tuning.*'
