@@ -266,9 +266,12 @@ std::optional<ExternalTensor> KernelBuilder::strided_in_memory(ir::TensorId t, b
       e.strides = *strides;
       return e;
     }
-    default:
-      return std::nullopt;
+#define KILN_OP(kind, name, family, ...) KILN_CASE_UNLESS(family, View, kind)
+#include "compiler/ops.def"
+#undef KILN_OP
+      break;  // not a view (returned above)
   }
+  return std::nullopt;
 }
 
 namespace {

@@ -77,9 +77,13 @@ auto KernelBuilder::norm_recipe(const ir::Op& norm) -> NormRecipe {
     case OpKind::RmsNorm:
       return {{{"0.0f", "kiln::SumOp", "acc += x * x;", fmt::format("stat1 = 1.0f / sqrtf(acc / {} + {});", count, eps)}},
               "x * stat1"};
-    default:
-      KILN_UNREACHABLE("not a normalisation kernel");
+    case OpKind::BatchNorm:  // a per-channel affine map, not a row normalisation
+#define KILN_OP(kind, name, family, ...) KILN_CASE_UNLESS(family, Norm, kind)
+#include "compiler/ops.def"
+#undef KILN_OP
+      break;
   }
+  KILN_UNREACHABLE("not a normalisation kernel");
 }
 
 void KernelBuilder::norm() {

@@ -95,3 +95,39 @@ inline bool is_pointwise(OpFamily f) {
 inline bool is_pointwise(OpKind k) { return is_pointwise(op_info(k).family); }
 
 }  // namespace kiln::ir
+
+// Exhaustive switches over OpKind that handle some families. Such a switch
+// names each op it handles and then, generated from ops.def, every op of the
+// other families, with no `default:`; so a new op in a handled family is a
+// build error (-Werror=switch) until the switch handles it:
+//
+//   switch (kind) {
+//     case OpKind::Neg: ...                    // every Unary op
+//   #define KILN_OP(kind, name, family, ...) KILN_CASE_UNLESS(family, Unary, kind)
+//   #include "compiler/ops.def"
+//   #undef KILN_OP
+//       break;
+//   }
+//
+// KILN_CASE_UNLESS(family, Handled, kind) is `case OpKind::kind:` unless
+// `family` is `Handled`; KILN_CASE_UNLESS_EITHER does the same for two
+// handled families. (KILN_SAME_F_F expands to `~,`, which shifts
+// KILN_SECOND_'s arguments so that it picks the empty one.)
+#define KILN_SAME_Unary_Unary ~,
+#define KILN_SAME_Binary_Binary ~,
+#define KILN_SAME_Compare_Compare ~,
+#define KILN_SAME_Select_Select ~,
+#define KILN_SAME_Reduce_Reduce ~,
+#define KILN_SAME_Norm_Norm ~,
+#define KILN_SAME_Matmul_Matmul ~,
+#define KILN_SAME_Conv_Conv ~,
+#define KILN_SAME_Pool_Pool ~,
+#define KILN_SAME_View_View ~,
+#define KILN_SAME_Attention_Attention ~,
+#define KILN_SAME_Concat_Concat ~,
+#define KILN_SECOND(...) KILN_SECOND_(__VA_ARGS__)
+#define KILN_SECOND_(first, second, ...) second
+#define KILN_CASE_UNLESS(family, Handled, kind) \
+  KILN_SECOND(KILN_SAME_##family##_##Handled, case ::kiln::ir::OpKind::kind:, ~)
+#define KILN_CASE_UNLESS_EITHER(family, Handled, AlsoHandled, kind) \
+  KILN_SECOND(KILN_SAME_##family##_##Handled, KILN_CASE_UNLESS(family, AlsoHandled, kind), ~)

@@ -146,7 +146,9 @@ InferredResult infer_norm(OpKind kind, const std::vector<const Tensor*>& in, Att
       for (size_t i = 1; i < in.size(); ++i) expect_shape(*in[i], Shape{channels}, where, roles[i]);
       break;
     }
-    default:
+#define KILN_OP(kind, name, family, ...) KILN_CASE_UNLESS(family, Norm, kind)
+#include "compiler/ops.def"
+#undef KILN_OP
       KILN_UNREACHABLE("not a normalisation");
   }
   return {x.shape, widest_floating(in)};

@@ -10,8 +10,10 @@ double tolerance_of(DType d) {
   switch (d) {
     case DType::bf16: return 1e-2;
     case DType::f16: return 2e-3;
-    default: return 1e-4;
+    case DType::f32:
+    case DType::boolean: return 1e-4;
   }
+  return 1e-4;
 }
 
 double tolerance_of(ir::Precision p) {

@@ -62,7 +62,15 @@ Verdict take_into_pointwise(const Graph& g, const Group& group, const Op& op, in
       return Verdict::yes(1);
     case OpFamily::Norm:
       return Verdict::yes(0);  // becomes a normalisation with a pointwise prologue
-    default:
+    case OpFamily::Unary:
+    case OpFamily::Binary:
+    case OpFamily::Compare:
+    case OpFamily::Select:
+    case OpFamily::Matmul:
+    case OpFamily::Conv:
+    case OpFamily::View:
+    case OpFamily::Attention:
+    case OpFamily::Concat:
       break;
   }
   return Verdict::no(fmt::format("{} starts a kernel of its own", name_of(g, op)));

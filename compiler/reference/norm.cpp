@@ -123,7 +123,10 @@ std::vector<float> eval_norm(const ir::Op& op, const Operands& in) {
     case OpKind::RmsNorm: return row_norm(op, in, true);
     case OpKind::BatchNorm: return batch_norm(op, in);
     case OpKind::GroupNorm: return group_norm(op, in);
-    default: break;
+#define KILN_OP(kind, name, family, ...) KILN_CASE_UNLESS(family, Norm, kind)
+#include "compiler/ops.def"
+#undef KILN_OP
+      break;
   }
   KILN_UNREACHABLE("not a normalisation");
 }

@@ -2,6 +2,7 @@
 #include <limits>
 
 #include "compiler/error.h"
+#include "compiler/op_table.h"
 #include "compiler/reference/evaluate.h"
 
 namespace kiln::reference {
@@ -43,7 +44,10 @@ double unary(OpKind kind, const ir::Attributes& a, double x) {
       if (a.max) y = nan_min(y, *a.max);
       return y;
     }
-    default: break;
+#define KILN_OP(kind, name, family, ...) KILN_CASE_UNLESS(family, Unary, kind)
+#include "compiler/ops.def"
+#undef KILN_OP
+      break;
   }
   KILN_UNREACHABLE("not a unary op");
 }
@@ -63,7 +67,10 @@ double binary(OpKind kind, double x, double y) {
     case OpKind::Le: return x <= y;
     case OpKind::Gt: return x > y;
     case OpKind::Ge: return x >= y;
-    default: break;
+#define KILN_OP(kind, name, family, ...) KILN_CASE_UNLESS_EITHER(family, Binary, Compare, kind)
+#include "compiler/ops.def"
+#undef KILN_OP
+      break;
   }
   KILN_UNREACHABLE("not a binary op");
 }

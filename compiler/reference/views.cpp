@@ -3,16 +3,17 @@
 #include <fmt/format.h>
 
 #include "compiler/error.h"
+#include "compiler/op_table.h"
 #include "compiler/reference/evaluate.h"
 
 namespace kiln::reference {
 
 std::vector<float> eval_view(const ir::Op& op, const Shape& out_shape, const Operands& in) {
-  if (op.kind == ir::OpKind::Reshape) return in[0]->data;
   const Strides in_strides = contiguous_strides(in[0]->shape);
   Strides read(out_shape.size());
   int64_t base = 0;
   switch (op.kind) {
+    case ir::OpKind::Reshape: return in[0]->data;  // row-major order is unchanged
     case ir::OpKind::Transpose:  // output dimension d reads input dimension perm[d]
       for (size_t d = 0; d < read.size(); ++d) read[d] = in_strides[static_cast<size_t>(op.attrs.perm[d])];
       break;
@@ -24,7 +25,10 @@ std::vector<float> eval_view(const ir::Op& op, const Shape& out_shape, const Ope
       read[axis] *= op.attrs.step;
       break;
     }
-    default: KILN_UNREACHABLE(fmt::format("{} is not a view", ir::op_name(op.kind)));
+#define KILN_OP(kind, name, family, ...) KILN_CASE_UNLESS(family, View, kind)
+#include "compiler/ops.def"
+#undef KILN_OP
+      KILN_UNREACHABLE(fmt::format("{} is not a view", ir::op_name(op.kind)));
   }
   std::vector<float> out(static_cast<size_t>(element_count(out_shape)));
   for_each_index(out_shape, {read}, [&](int64_t i, const std::vector<int64_t>& at) {
