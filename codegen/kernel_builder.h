@@ -6,7 +6,8 @@
 // and copies), reduction_codegen.cpp (row, split and column reductions,
 // pools, row statistics), norm_codegen.cpp (persistent and multi-pass
 // normalisations), gemm_codegen.cpp (matmul and conv on tensor cores or
-// SIMT, prologues and epilogues), attention_codegen.cpp (flash attention and
+// SIMT, prologues), epilogue_codegen.cpp (their epilogues: decided, then
+// written), wgmma_codegen.cpp (the Hopper kernel), attention_codegen.cpp (flash attention and
 // the exact two-pass kernel); kernel_builder.cpp holds what they share
 // (parameters, coordinates of writes, the kernel's frame).
 #pragma once
@@ -417,9 +418,59 @@ class KernelBuilder {
   // The epilogue over every accumulator element `acc`: writes the anchor's
   // consumers and epilogue reductions (atomics into workspaces, finalised
   // by the last block, in `finish_out` where given: after a persistent
-  // kernel's tile loop). See gemm_codegen.cpp for the fragment loops.
+  // kernel's tile loop). See epilogue_codegen.cpp for the fragment loops.
   std::string epilogue(const ir::Op& anchor, const Gemm& gm, const EpilogueLoops& loops, const std::string& acc,
                        std::string* finish_out = nullptr, TileLoopCarry* carry = nullptr);
+
+  // What an epilogue does, decided before a line of it is written.
+  struct EpilogueReduction {
+    const ir::Op* op = nullptr;
+    Coords input;      // its input's coordinates at the accumulator element
+    Coords kept;       // the coordinates it keeps, and their extents
+    Shape kept_shape;
+    bool column = false;  // keeps only the output column: register partials, one atomic per column and warp
+  };
+  struct EpiloguePlan {
+    std::vector<EpilogueReduction> reductions;
+    ir::TensorId staged = -1;             // stored through shared memory in 128-byte column blocks; -1: none
+    std::vector<ir::TensorId> residuals;  // inputs read at the result's coordinates, in column pairs
+    bool heavy = false;                   // an element takes a library function (erf, exp, ...)
+    bool rollable = false;                // column blocks may run in a loop (something staged, no column partials)
+    bool rolled = false;                  // ... and do
+    // "staged y, residual r, atomics for s, column blocks rolled"
+    std::string to_string(const ir::Graph& g) const;
+  };
+  // The reductions an epilogue finishes (those whose results are needed).
+  std::vector<const ir::Op*> epilogue_reductions() const;
+  // `oc`: the result's coordinates at the accumulator element.
+  EpiloguePlan decide_epilogue(const ir::Op& anchor, const Gemm& gm, const EpilogueLoops& loops, const Coords& oc,
+                               const std::vector<const ir::Op*>& reduces);
+
+ private:
+  // The epilogue's text as its pieces are written (epilogue_codegen.cpp).
+  struct EpilogueText {
+    std::string decls;  // register partials of column reductions
+    std::vector<std::pair<size_t, std::string>> column_reduces;  // reduction, its partials' variable
+    std::string pair_decls, pair_stores;  // column pairs of written tensors
+    std::string staged_map, staged_put;   // the staged tensor's map parameter and alignment check
+    TensorMapSpec staged_map_spec;
+    ir::TensorId residual = -1;  // the residual loaded through the staging buffers
+    std::string residual_map, residual_load;
+  };
+  void emit_epilogue_reductions(const EpiloguePlan& plan, const std::vector<std::string>& ws, EpilogueText& text);
+  void emit_epilogue_writes(const ir::Op& anchor, const Gemm& gm, const EpilogueLoops& loops, const Coords& oc,
+                            const EpiloguePlan& plan, EpilogueText& text);
+  void load_epilogue_residuals(const Gemm& gm, const EpilogueLoops& loops, const EpiloguePlan& plan, EpilogueText& text);
+  void fragment_loops(const Gemm& gm, const EpilogueLoops& loops, const EpiloguePlan& plan, const EpilogueText& text,
+                      std::string& open, std::string& close);
+  void staged_column_blocks(const Gemm& gm, const EpiloguePlan& plan, const EpilogueText& text, std::string& open,
+                            std::string& close, TileLoopCarry& carry);
+  std::string flush_column_partials(const Gemm& gm, const EpiloguePlan& plan, const EpilogueText& text,
+                                    const std::vector<std::string>& ws, bool reset);
+  std::string finish_epilogue_reductions(const EpiloguePlan& plan, const std::vector<std::string>& ws,
+                                         const std::string& counter);
+
+ public:
 
   void gemm(const ir::Op& anchor, const Gemm& gm);
 

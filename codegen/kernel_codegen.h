@@ -71,6 +71,9 @@ struct GeneratedKernel {
   // generator accepts (tuning.h); both empty for kernels with none.
   Tuning tuning;
   std::vector<Tuning> tuning_space;
+  // What its generator decided beyond the tuning, in words (not part of the
+  // source): "epilogue: staged y, residual r, column blocks rolled".
+  std::string decisions;
 };
 
 struct GeneratedProgram {

@@ -41,7 +41,7 @@ Runner add_dump(CLI::App& app, const CommonOptions& common) {
       return 0;
     }
     const ir::Plan plan = ir::plan_fusion(ir_of(*graph));
-    if (args->stage == "plan") {
+    if (args->stage == "plan" && args->arch.empty()) {
       fmt::print("{}", ir::plan_to_text(ir_of(*graph), plan));
       return 0;
     }
@@ -53,6 +53,14 @@ Runner add_dump(CLI::App& app, const CommonOptions& common) {
                                                           plan.kernels.size(), plan.kernels.size() - 1)});
     Expected<codegen::GeneratedProgram> program = generate(*graph, plan, arch, &common);
     if (!program) return report(program.error());
+    if (args->stage == "plan") {  // with --arch: and what each kernel's generator decided for it
+      fmt::print("{}", ir::plan_to_text(ir_of(*graph), plan));
+      for (const codegen::GeneratedKernel& k : program->kernels)
+        if (!k.tuning.empty() || !k.decisions.empty())
+          fmt::print("codegen {} kernel {}: {}{}{}\n", arch, k.plan_kernel, k.tuning.to_string(),
+                     !k.tuning.empty() && !k.decisions.empty() ? "; " : "", k.decisions);
+      return 0;
+    }
     for (const codegen::GeneratedKernel& k : program->kernels) {
       if (args->kernel >= 0 && k.plan_kernel != args->kernel) continue;
       if (args->stage == "cuda") {

@@ -1,0 +1,375 @@
+// The epilogue of matmul and conv kernels: what the anchor's consumers and
+// epilogue reductions do with each accumulator element.
+//
+// Expects: a KernelBuilder inside an anchor kernel's generator, the anchor's
+// Gemm view and the generator's loops over accumulator elements.
+// Guarantees: decide_epilogue() chooses (which tensor is staged through
+// shared memory, which residuals ride the tensor copies, which reductions
+// keep register partials, whether column blocks loop) without writing a
+// line; epilogue() then writes the code from that decision: element code,
+// the fragment loops, the column flush and the last block's finalisation.
+//
+// Fragment loops (tensor cores): each thread's rows (two per MMA tile)
+// checked and decomposed (gm.out_row) once, then the row's columns in
+// pairs: a written tensor whose last coordinate is the column is stored
+// two elements at a time (H100, bf16 8192 x 8192 x 4096: the epilogue's
+// 2-byte stores filled the store queue, 28% of the consumers' time), or,
+// with loops.stage_map, the result through shared-memory staging buffers
+// and bulk tensor stores, one 128-byte column block at a time. A
+// reduction that keeps only the output column is combined in registers
+// and across the warp's rows first, one atomic per column and warp; with
+// `carry` (a persistent kernel, registers permitting) the registers carry
+// the partials across the block's tiles while their columns stay the same.
+#include "codegen/kernel_builder.h"
+
+namespace kiln::codegen {
+
+std::vector<const ir::Op*> KernelBuilder::epilogue_reductions() const {
+  std::vector<const ir::Op*> reduces;
+  for (const ir::Op* r : ops_of({ir::OpFamily::Reduce}))
+    if (writes_.count(r->output)) reduces.push_back(r);
+  return reduces;
+}
+
+auto KernelBuilder::decide_epilogue(const ir::Op& anchor, const Gemm& gm, const EpilogueLoops& loops, const Coords& oc,
+                                    const std::vector<const ir::Op*>& reduces) -> EpiloguePlan {
+  EpiloguePlan plan;
+  const bool tensor_core = loops.fragments;
+  const Shape& result_shape = g_.result(anchor).shape;
+  std::set<ir::TensorId> reduce_outs;
+  for (const ir::Op* r : reduces) {
+    plan.reductions.push_back({.op = r});
+    reduce_outs.insert(r->output);
+  }
+  // The tensor stored through shared memory (loops.stage_map): the result itself (same
+  // coordinates and shape: [batch..., M, N] rows of N) in a 16-bit or f32 type with 16-byte
+  // rows, stored in column pairs. And residuals: inputs of the same shape and type, dense, read
+  // at the same coordinates, in column pairs; the first of them comes in through the same buffers.
+  if (tensor_core && loops.stage_map && gm.column_last && (!loops.check_n || gm.n % 2 == 0) && gm.m < (int64_t{1} << 31) &&
+      gm.n < (int64_t{1} << 31) && gm.batches < (int64_t{1} << 31)) {
+    for (ir::TensorId t : k_.writes) {
+      const DType storage = storage_dtype(g_.tensor(t));
+      if (!reduce_outs.count(t) && storage != DType::boolean && g_.tensor(t).shape == result_shape &&
+          (gm.n * byte_size(storage)) % 16 == 0 && write_coords(anchor.output, oc, t) == oc) {
+        plan.staged = t;
+        break;
+      }
+    }
+    for (const auto& [id, e] : ext_) {
+      if (plan.staged >= 0 && !writes_.count(id) && g_.tensor(id).shape == result_shape &&
+          e.strides == contiguous_strides(result_shape) && e.storage == storage_dtype(g_.tensor(plan.staged)))
+        plan.residuals.push_back(id);
+    }
+  }
+  // Each reduction's input coordinates, kept coordinates, and whether it keeps only the output column.
+  for (EpilogueReduction& k : plan.reductions) {
+    const Shape& in_shape = g_.operand(*k.op, 0).shape;
+    k.input = write_coords(anchor.output, oc, k.op->inputs[0]);
+    for (size_t d = 0; d < in_shape.size(); ++d)
+      if (!std::binary_search(k.op->attrs.axes.begin(), k.op->attrs.axes.end(), static_cast<int64_t>(d)))
+        k.kept.push_back(k.input[d]), k.kept_shape.push_back(in_shape[d]);
+    k.column = tensor_core && gm.column_last && k.kept.size() == 1 && k.kept[0] == oc.back();
+  }
+  // Staged column blocks in a loop that is not unrolled where an element
+  // takes a library function (erf, exp, tanh, ...): unrolled over a 128 x
+  // 256 tile that is thousands of instructions each, more than the
+  // instruction cache holds (H100, erf GELU: 60% of the epilogue's stalls
+  // waited for instructions; matmul + GELU 1.06 -> 0.85 ms rolled, one
+  // run). Cheap epilogues stay unrolled, which lets loads of later blocks
+  // start early (bias + residual: 0.93 unrolled, 0.94 rolled). The
+  // autotuner tries both (Tuning::epilogue). Each block's accumulators are first copied out
+  // with static indices (they stay in registers); column partials indexed
+  // by the column keep the loop unrolled.
+  plan.rollable = plan.staged >= 0 &&
+                  std::none_of(plan.reductions.begin(), plan.reductions.end(), [](const auto& k) { return k.column; });
+  for (int32_t id : k_.ops) {
+    const ir::Op& op = g_.ops[static_cast<size_t>(id)];
+    if (ir::is_pointwise(op.kind) && ir::op_info(op.kind).cost == ir::OpCost::Heavy) plan.heavy = true;
+  }
+  plan.rolled = plan.rollable && (loops.block_loop == 0 ? plan.heavy : loops.block_loop == Tuning::kRolled);
+  return plan;
+}
+
+std::string KernelBuilder::EpiloguePlan::to_string(const ir::Graph& g) const {
+  std::string s = staged >= 0 ? fmt::format("staged {}", g.tensor(staged).name) : "stores direct";
+  for (ir::TensorId r : residuals) s += fmt::format(", residual {}", g.tensor(r).name);
+  for (const EpilogueReduction& r : reductions)
+    s += fmt::format(", {} {}", r.column ? "column partials for" : "atomics for", g.result(*r.op).name);
+  if (rollable) s += rolled ? ", column blocks rolled" : ", column blocks unrolled";
+  return s;
+}
+
+// The element code's reductions: column reductions into register partials
+// (declared in text.decls), the rest atomically into their workspaces.
+void KernelBuilder::emit_epilogue_reductions(const EpiloguePlan& plan, const std::vector<std::string>& ws, EpilogueText& text) {
+  for (size_t r = 0; r < plan.reductions.size(); ++r) {
+    const EpilogueReduction& k = plan.reductions[r];
+    if (k.column) {
+      const std::string functor = reduce_functor(k.op->kind), red = fmt::format("red{}", r);
+      text.decls += fmt::format("  float {0}[G::kNI][2];\n#pragma unroll\n  for (int ni = 0; ni < G::kNI; ++ni) {0}[ni][0] = {0}[ni][1] = "
+                                "{1}::identity();\n", red, functor);
+      em_.emit(fmt::format("{0}[ni][e & 1] = {1}::combine({0}[ni][e & 1], {2});", red, functor, em_.value(k.op->inputs[0], k.input)));
+      text.column_reduces.emplace_back(r, red);
+      continue;
+    }
+    em_.emit(fmt::format("kiln::atomic_combine({}(), static_cast<float*>({}) + {}, {});", reduce_functor(k.op->kind), ws[r],
+                         em_.linearize(k.kept, k.kept_shape), em_.value(k.op->inputs[0], k.input)));
+  }
+}
+
+// The element code's writes: direct stores, column pairs (stored after the
+// pair's second column), and the staged tensor's pairs into shared memory.
+void KernelBuilder::emit_epilogue_writes(const ir::Op& anchor, const Gemm& gm, const EpilogueLoops& loops, const Coords& oc,
+                                         const EpiloguePlan& plan, EpilogueText& text) {
+  const bool tensor_core = loops.fragments;
+  for (ir::TensorId t : k_.writes) {
+    if (std::any_of(plan.reductions.begin(), plan.reductions.end(), [&](const auto& r) { return r.op->output == t; }))
+      continue;
+    const Coords tc = write_coords(anchor.output, oc, t);
+    const std::string offset = em_.linearize(tc, g_.tensor(t).shape), value = em_.value(t, tc);
+    const DType storage = storage_dtype(g_.tensor(t));
+    // Columns n and n + 1 (n even) are adjacent elements of t, both inside N or both outside.
+    const bool paired = tensor_core && gm.column_last && tc.back() == oc.back() && storage != DType::boolean &&
+                        (!loops.check_n || gm.n % 2 == 0);
+    if (!paired) {
+      em_.emit(store(t, offset, value) + "  // " + g_.tensor(t).name);
+      continue;
+    }
+    text.pair_decls += fmt::format("float pair{0}[2];\nkiln::i64 pair{0}_at = 0;\n", t);
+    em_.emit(fmt::format("pair{0}[c] = {1};  // {2}", t, value, g_.tensor(t).name));
+    em_.emit(fmt::format("if (c == 0) pair{} = {};", std::to_string(t) + "_at", offset));
+    const std::string direct = fmt::format("kiln::store_pair_{0}({1}, pair{2}_at, pair{2}[0], pair{2}[1]);  // {3}\n",
+                                           to_string(storage), writes_.at(t), t, g_.tensor(t).name);
+    if (t != plan.staged) {
+      text.pair_stores += direct;
+      continue;
+    }
+    // Column blocks of 128 bytes through shared memory.
+    const int64_t row_bytes = gm.n * byte_size(storage);
+    TensorMapSpec map;
+    map.dtype = storage;
+    map.rank = gm.batches > 1 ? 3 : 2;
+    map.dims = {static_cast<uint64_t>(gm.n), static_cast<uint64_t>(gm.m), static_cast<uint64_t>(gm.batches)};
+    map.strides = {static_cast<uint64_t>(row_bytes), static_cast<uint64_t>(row_bytes * gm.m)};
+    map.box = {static_cast<uint32_t>(128 / byte_size(storage)), 64, 1};
+    text.staged_map = loops.stage_map(t, map);
+    text.staged_map_spec = map;
+    text.pair_stores += fmt::format("if (staged) kiln::put_pair_{0}(staging + G::staging_offset(G::acc_row(mi, 2 * half) & 63, "
+                                    "(G::acc_col(ni, 2 * half) - blk * {1}) * {2}), pair{3}[0], pair{3}[1]);\n",
+                                    to_string(storage), 128 / byte_size(storage), byte_size(storage), t);
+    text.pair_stores += "else " + direct;
+    text.staged_put = fmt::format("kiln::aligned16({})", writes_.at(t));
+    if (loops.staged) *loops.staged = t;
+  }
+}
+
+// Each residual the element code reads, a pair per column pair: the first
+// from the staging buffer its tensor copy filled (falling back to memory
+// where the pointer is not aligned), the others from memory:
+// (batch, m, n) at (batch * M + m) * N + n.
+void KernelBuilder::load_epilogue_residuals(const Gemm& gm, const EpilogueLoops& loops, const EpiloguePlan& plan,
+                                            EpilogueText& text) {
+  for (ir::TensorId r : plan.residuals) {
+    if (!em_.vector_source_used(r)) continue;
+    const ExternalTensor& e = ext_.at(r);
+    std::string from_memory = "for (int c = 0; c < 2; ++c) {\n  const kiln::i64 n = n0 + G::acc_col(ni, 2 * half + c);\n";
+    from_memory += fmt::format("  residual{}[c] = {}kiln::load_{}({}, (batch * {}LL + m) * {}LL + n);\n}}\n", r,
+                               loops.check_n ? fmt::format("n >= {}LL ? 0.0f : ", gm.n) : "", to_string(e.storage), e.pointer, gm.m,
+                               gm.n);
+    text.residual_load += fmt::format("float residual{}[2];  // {}\n", r, g_.tensor(r).name);
+    if (text.residual >= 0) {
+      text.residual_load += from_memory;
+      continue;
+    }
+    text.residual = r;
+    text.residual_map = loops.stage_map(r, text.staged_map_spec);
+    const int bytes = byte_size(e.storage);
+    text.residual_load += fmt::format("if (residual_tma) kiln::get_pair_{}(staging + G::staging_offset(G::acc_row(mi, 2 * half) & 63, "
+                                      "(G::acc_col(ni, 2 * half) - blk * {}) * {}), residual{});\nelse\n",
+                                      to_string(e.storage), 128 / bytes, bytes, r);
+    text.residual_load += indented(from_memory, 2);
+  }
+}
+
+// The fragment loops around the element code: rows (two per MMA tile),
+// column pairs, and with a staged tensor the 128-byte column blocks.
+void KernelBuilder::fragment_loops(const Gemm& gm, const EpilogueLoops& loops, const EpiloguePlan& plan,
+                                   const EpilogueText& text, std::string& open, std::string& close) {
+  const int block_columns = plan.staged >= 0 ? 128 / byte_size(storage_dtype(g_.tensor(plan.staged))) : 0;
+  open = "#pragma unroll\n  for (int mi = 0; mi < G::kMI; ++mi)\n#pragma unroll\n    for (int half = 0; half < 2; ++half) {\n";
+  open += "      const kiln::i64 m = m0 + G::acc_row(mi, 2 * half);\n";
+  if (loops.check_m) open += fmt::format("      if (m >= {}LL) continue;\n", gm.m);
+  if (gm.out_row) open += "      " + gm.out_row("m") + "\n";
+  if (plan.staged >= 0)
+    open += fmt::format("#pragma unroll\n      for (int nj = 0; nj < {}; ++nj) {{\n        const int ni = blk * {} + nj;\n",
+                        block_columns / 8, block_columns / 8);
+  else
+    open += "#pragma unroll\n      for (int ni = 0; ni < G::kNI; ++ni) {\n";
+  open += indented(text.pair_decls + text.residual_load, 8);
+  open += "#pragma unroll\n        for (int c = 0; c < 2; ++c) {\n          const int e = 2 * half + c;\n";
+  open += "          const kiln::i64 n = n0 + G::acc_col(ni, e);\n";
+  if (loops.check_n) open += fmt::format("          if (n >= {}LL) continue;\n", gm.n);
+  close = "        }\n";
+  if (!text.pair_stores.empty() && loops.check_n)
+    close += fmt::format("        if (n0 + G::acc_col(ni, 2 * half) < {}LL) {{\n", gm.n) + indented(text.pair_stores, 10) + "        }\n";
+  else
+    close += indented(text.pair_stores, 8);
+  close += "      }\n    }\n";
+}
+
+// The staged tensor's column blocks around the fragment loops. Each consumer
+// warpgroup's 64 rows, one 128-byte column block at a time, alternating
+// between its two buffers (the previous block's store may still be reading
+// the other). With a residual, its block comes into the buffer first
+// (loaded one block ahead, the tile's first block before the main loop) and
+// the result replaces it in place.
+void KernelBuilder::staged_column_blocks(const Gemm& gm, const EpiloguePlan& plan, const EpilogueText& text,
+                                         std::string& open, std::string& close, TileLoopCarry& carry) {
+  const int block_columns = 128 / byte_size(storage_dtype(g_.tensor(plan.staged)));
+  auto coords = [&](const std::string& blk) {
+    return fmt::format("(int)(n0 + {} * {}), (int)(m0 + consumer * 64){}", blk, block_columns, gm.batches > 1 ? ", (int)batch" : "");
+  };
+  auto load_residual = [&](const std::string& blk, const std::string& buffer) {
+    std::string l = fmt::format("kiln::wg::u64* const loaded = G::staging_loaded(smem, consumer, {});\n", buffer);
+    l += "kiln::wg::bar_arrive_expect(loaded, 64 * 128);\n";
+    return l + fmt::format("kiln::wg::tma_load(G::staging(smem, consumer, {}), &{}, loaded, {});\n", buffer, text.residual_map,
+                           coords(blk));
+  };
+  const std::string blocks = fmt::format("G::kNI * 8 / {}", block_columns);
+  std::string pre = fmt::format("#pragma unroll{}\n  for (int blk = 0; blk < {}; ++blk) {{\n", plan.rolled ? " 1" : "", blocks);
+  if (plan.rolled)
+    pre += fmt::format("    float block_acc[G::kMI][{0}][4];\n    kiln::tc::column_block<{0}>(gemm.acc, blk, block_acc);\n",
+                       block_columns / 8);
+  pre += "    const int turn = staging_turn++ & 1;\n";
+  pre += "    unsigned char* const staging = G::staging(smem, consumer, turn);\n";
+  if (text.residual >= 0) {
+    pre += fmt::format("    if (residual_tma) {{\n      if ((threadIdx.x & 127) == 0 && blk + 1 < {}) {{\n", blocks);
+    pre += "        kiln::wg::bulk_wait_read<0>();  // the last block's store has read the other buffer\n";
+    pre += indented(load_residual("(blk + 1)", "turn ^ 1"), 8) + "      }\n";
+    pre += "      kiln::wg::bar_wait(G::staging_loaded(smem, consumer, turn), (staging_phases >> turn) & 1);\n";
+    pre += "      staging_phases ^= 1 << turn;\n    } else ";
+  } else {
+    pre += "    ";
+  }
+  pre += "if (staged) {\n      if ((threadIdx.x & 127) == 0) kiln::wg::bulk_wait_read<1>();\n";
+  pre += "      kiln::wg::named_sync(2 + consumer, 128);\n    }\n";
+  std::string post = "    if (staged) {\n      kiln::wg::fence_async_shared();\n      kiln::wg::named_sync(2 + consumer, 128);\n";
+  post += fmt::format("      if ((threadIdx.x & 127) == 0) {{\n        kiln::wg::tma_store(&{}, staging, {});\n", text.staged_map,
+                      coords("blk"));
+  post += "        kiln::wg::bulk_commit();\n      }\n    }\n  }\n";
+  open = pre + indented(open, 2);
+  close = indented(close, 2) + post;
+  carry.before_loop += "  const int consumer = (threadIdx.x >> 7) - 1;\n";
+  carry.before_loop += fmt::format("  const bool staged = {};\n  int staging_turn = 0;\n", text.staged_put);
+  if (text.residual >= 0) {
+    carry.before_loop += fmt::format("  const bool residual_tma = staged && kiln::aligned16({});  // {}\n",
+                                     ext_.at(text.residual).pointer, g_.tensor(text.residual).name);
+    carry.before_loop += "  int staging_phases = 0;  // of each buffer's `loaded` barrier\n";
+    carry.tile_start += "if (residual_tma && (threadIdx.x & 127) == 0) {  // the first block of the residual\n";
+    carry.tile_start += "  kiln::wg::bulk_wait_read<0>();  // the last tile's stores have read both buffers\n";
+    carry.tile_start += indented(load_residual("0", "staging_turn & 1"), 2) + "}\n";
+  }
+  carry.after_loop += "  if (staged && (threadIdx.x & 127) == 0) kiln::wg::bulk_wait_all();  // the last stores landed\n";
+}
+
+// Column partials: across the warp's rows (lanes with equal lane % 4), then
+// one atomic each; `reset`: the registers start again (carried partials).
+std::string KernelBuilder::flush_column_partials(const Gemm& gm, const EpiloguePlan& plan, const EpilogueText& text,
+                                                 const std::vector<std::string>& ws, bool reset) {
+  std::string flush;
+  for (const auto& [r, red] : text.column_reduces) {
+    const std::string functor = reduce_functor(plan.reductions[r].op->kind);
+    flush += "#pragma unroll\n  for (int ni = 0; ni < G::kNI; ++ni)\n#pragma unroll\n    for (int c = 0; c < 2; ++c) {\n";
+    flush += fmt::format("      float v = {}[ni][c];\n", red);
+    if (reset) flush += fmt::format("      {}[ni][c] = {}::identity();\n", red, functor);
+    flush += fmt::format("      for (int lanes = 4; lanes < 32; lanes <<= 1) v = {}::combine(v, __shfl_xor_sync(0xffffffffu, v, lanes));\n",
+                         functor);
+    flush += fmt::format("      const kiln::i64 n = n0 + G::acc_col(ni, c);\n      if ((threadIdx.x & 31) >= 4 || n >= {}LL) continue;\n",
+                         gm.n);
+    em_.begin_block();
+    const Coords column = gm.out_coords("m0", "n", "batch");
+    em_.emit(fmt::format("kiln::atomic_combine({}(), static_cast<float*>({}) + {}, v);", functor, ws[r], column.back()));
+    flush += em_.take(6) + "    }\n";
+  }
+  return flush;
+}
+
+// The last block to finish turns the reductions' partials into the results.
+std::string KernelBuilder::finish_epilogue_reductions(const EpiloguePlan& plan, const std::vector<std::string>& ws,
+                                                      const std::string& counter) {
+  std::string tail = "  __threadfence();\n  __syncthreads();\n  __shared__ bool kiln_last;\n";
+  tail += fmt::format("  if (threadIdx.x == 0) kiln_last = atomicAdd(static_cast<unsigned int*>({}), 1u) == "
+                      "gridDim.x * gridDim.y * gridDim.z - 1;\n", counter);
+  tail += "  __syncthreads();\n  if (kiln_last) {\n    __threadfence();\n";
+  for (size_t r = 0; r < plan.reductions.size(); ++r) {
+    const ir::Op& op = *plan.reductions[r].op;
+    const ir::Tensor& out = g_.result(op);
+    const int64_t count = element_count(out.shape);
+    const int64_t reduced = element_count(g_.operand(op, 0).shape) / count;
+    std::string v = fmt::format("static_cast<volatile float*>({})[o]", ws[r]);
+    if (op.kind == OpKind::ReduceMean) v = fmt::format("({} / {})", v, Emitter::float_literal(static_cast<float>(reduced)));
+    tail += fmt::format("    for (kiln::i64 o = threadIdx.x; o < {}LL; o += blockDim.x) {}  // {}\n", count,
+                        store(op.output, "o", em_.rounded(out, v)), out.name);
+  }
+  return tail + "  }\n";
+}
+
+// finish_out: where the last block's finalisation of reductions goes (a
+// kernel that loops over tiles runs it once, after the loop); null: after
+// the loops.
+std::string KernelBuilder::epilogue(const ir::Op& anchor, const Gemm& gm, const EpilogueLoops& loops, const std::string& acc,
+                                   std::string* finish_out, TileLoopCarry* carry) {
+  const bool tensor_core = loops.fragments;
+  const ir::Tensor& result = g_.result(anchor);
+  const std::vector<const ir::Op*> reduces = epilogue_reductions();
+  std::vector<std::string> ws;
+  for (const ir::Op* r : reduces)
+    ws.push_back(workspace_param(g_.result(*r).name + ".partial", element_count(g_.result(*r).shape),
+                                 reduce_identity_bits(r->kind), true));
+  const std::string counter = reduces.empty() ? "" : workspace_param(g_.result(anchor).name + ".tiles_done", 1, 0, true);
+  em_.begin_block();
+  if (gm.out_row && !tensor_core) em_.emit(gm.out_row("m"));  // (the fragment loops declare it per row)
+  const Coords oc = gm.out_coords("m", "n", "batch");  // (a conv's emits the output channel)
+  const EpiloguePlan plan = decide_epilogue(anchor, gm, loops, oc, reduces);
+  out_.decisions = "epilogue: " + plan.to_string(g_);
+  if (loops.heuristic_loop) *loops.heuristic_loop = plan.rollable ? (plan.heavy ? Tuning::kRolled : Tuning::kUnrolled) : 0;
+
+  EpilogueText text;
+  em_.emit(fmt::format("const float out = {};  // {}", em_.rounded(result, plan.rolled ? "block_acc[mi][nj][e]" : acc), result.name));
+  em_.set_leaf(anchor.output, "out");
+  for (ir::TensorId r : plan.residuals) em_.set_vector_source(r, oc, fmt::format("residual{}", r), "c");
+  emit_epilogue_reductions(plan, ws, text);
+  emit_epilogue_writes(anchor, gm, loops, oc, plan, text);
+  load_epilogue_residuals(gm, loops, plan, text);
+  const std::string elements = em_.take(tensor_core ? (plan.staged >= 0 ? 12 : 10) : 6);
+  em_.clear_vector_sources();
+
+  std::string open = loops.open, close = loops.close;
+  if (tensor_core) {
+    fragment_loops(gm, loops, plan, text, open, close);
+    if (plan.staged >= 0) {
+      KILN_INTERNAL_CHECK(carry != nullptr);  // the staging state lives across the tile loop
+      staged_column_blocks(gm, plan, text, open, close, *carry);
+    }
+  }
+  const bool carrying = carry && !text.column_reduces.empty() &&
+                        static_cast<int>(text.column_reduces.size()) * carry->partials_per_reduction <= carry->registers;
+  const std::string flush = flush_column_partials(gm, plan, text, ws, carrying);
+  std::string body;
+  if (carrying) {
+    // Partials of the columns [n0, n0 + BN) of one batch, until a tile of other columns comes.
+    carry->before_loop += text.decls + "  kiln::i64 carried_n0 = -1, carried_batch = -1;\n";
+    carry->before_loop += "  auto flush_columns = [&](kiln::i64 n0, kiln::i64 batch) {\n" + indented(flush, 2) + "  };\n";
+    body += "  if (carried_n0 != n0 || carried_batch != batch) {\n";
+    body += "    if (carried_n0 >= 0) flush_columns(carried_n0, carried_batch);\n";
+    body += "    carried_n0 = n0, carried_batch = batch;\n  }\n";
+    body += open + elements + close;
+    carry->after_loop += "  if (carried_n0 >= 0) flush_columns(carried_n0, carried_batch);\n";
+  } else {
+    body += text.decls + open + elements + close + flush;
+  }
+  if (!plan.reductions.empty()) (finish_out ? *finish_out : body) += finish_epilogue_reductions(plan, ws, counter);
+  return body;
+}
+
+}  // namespace kiln::codegen

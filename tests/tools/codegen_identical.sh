@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Proves that the working tree generates the same CUDA C++ as commit BASE:
+# builds kiln_codegen_digest against BASE (in a temporary worktree, with
+# this tree's digest tool and random-graph generator) and against the
+# working tree, and compares the digests of every example, bench graph and
+# RANDOM random graph for sm_80 and sm_90. Exit 0: byte-identical.
+#
+#   tests/tools/codegen_identical.sh BASE [RANDOM]   (default 1000)
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+base=${1:?usage: codegen_identical.sh BASE [RANDOM]}
+count=${2:-1000}
+work=$(mktemp -d)
+trap 'git -C "$root" worktree remove --force "$work/base" >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
+
+git -C "$root" worktree add --detach "$work/base" "$base" >/dev/null
+cp "$root/tests/tools/codegen_digest.cpp" "$work/base/tests/tools/"
+cp "$root/tests/unit/random_graph.h" "$root/tests/unit/random_graph.cpp" "$work/base/tests/unit/"
+grep -q kiln_codegen_digest "$work/base/tests/CMakeLists.txt" ||
+  sed -n '/^# The codegen digest/,$p' "$root/tests/CMakeLists.txt" >>"$work/base/tests/CMakeLists.txt"
+[[ -d $root/.deps ]] && cp -r "$root/.deps" "$work/base/"
+
+digest() {  # SOURCE BUILD OUT
+  cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DKILN_NVRTC_ROOT="$("$root/tools/dev.sh" nvrtc-root)" >/dev/null
+  cmake --build "$2" --target kiln_codegen_digest >/dev/null
+  "$2/tests/kiln_codegen_digest" "$1" "$count" >"$3"
+}
+echo "==> digest of $base"
+digest "$work/base" "$work/build-base" "$work/base.txt"
+echo "==> digest of the working tree"
+digest "$root" "${KILN_BUILD_DIR:-$root/build}" "$work/tree.txt"
+lines=$(wc -l <"$work/tree.txt")
+if diff -u "$work/base.txt" "$work/tree.txt" >"$work/diff.txt"; then
+  echo "byte-identical: $lines kernels (examples, bench graphs, $count random graphs; sm_80 and sm_90), digest $(xxhsum "$work/tree.txt" 2>/dev/null | cut -d' ' -f1 || md5sum "$work/tree.txt" | cut -d' ' -f1)"
+else
+  echo "DIFFERENT from $base:"; head -40 "$work/diff.txt"; exit 1
+fi
