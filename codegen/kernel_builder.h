@@ -530,6 +530,23 @@ class KernelBuilder {
   // warpgroup) and `b` (element loads when a pointer is not 16-byte
   // aligned), this kernel's epilogue on the accumulators of each tile.
   void gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind, const WgmmaOperands& operands);
+  // What gemm_wgmma decides before it writes: tiles, cluster, tile order,
+  // the ring's stages (after the epilogue says whether it stages), the
+  // warpgroups' registers, and the persistent grid's units.
+  struct WgmmaShape {
+    bool gathered = false;  // a conv whose A the producer gathers
+    int bm = 128, bn = 0, bk = 64, cluster = 1, raster = 8, stages = 0, shared_bytes = 0, threads = 384;
+    int producer_registers = 0, consumer_registers = 0;
+    int64_t tiles_n = 0, units_m = 0, units = 0, k_tiles = 0;
+    const char* kind_name = "kBf16";
+  };
+  std::vector<Tuning> wgmma_tuning_space(const Gemm& gm, bool gathered) const;
+  std::string wgmma_frame(const Gemm& gm, const WgmmaShape& s, const TmaOperand& a, const TmaOperand& b, bool staged) const;
+  std::string wgmma_element_loads(const Gemm& gm, const WgmmaShape& s, bool b_k_major, bool is_a, const std::string& guard);
+  std::string wgmma_b_copy(const WgmmaShape& s, const TmaOperand& b, const std::string& map_b) const;
+  std::string wgmma_copy_producer(const WgmmaShape& s, const TmaOperand& a, const std::string& map_a, const std::string& map_b,
+                                  const std::string& b_copy, const std::string& warm_l2, const std::string& a_elements,
+                                  const std::string& b_elements) const;
 
   // gemm_wgmma's producer warpgroup for a conv: A gathered (implicit
   // im2col) with cp.async, B as `b_copy` (thread 0's copy-engine loads).

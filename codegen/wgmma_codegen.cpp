@@ -170,15 +170,13 @@ std::string KernelBuilder::tensor_map_param(const TmaOperand& op, const std::str
   return name;
 }
 
-void KernelBuilder::gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind, const WgmmaOperands& operands) {
-  const bool gathered = !operands.a;
-  TmaOperand a = gathered ? TmaOperand{} : *operands.a, b = operands.b;
-  // 128 x 256 tiles where they still fill the GPU (132 SMs on H100 and
-  // H200), else 128 x 128. A gathering producer keeps 128 registers for
-  // its row offsets, which leaves the consumers room for 128 columns (64
-  // when the problem has no more).
+// The tile widths, cluster shapes, tile orders and epilogue loops the Hopper
+// kernel accepts, the heuristic's choice first. 128 x 256 tiles where they
+// still fill the GPU (132 SMs on H100 and H200), else 128 x 128. A
+// gathering producer keeps 128 registers for its row offsets, which leaves
+// the consumers room for 128 columns (64 when the problem has no more).
+std::vector<Tuning> KernelBuilder::wgmma_tuning_space(const Gemm& gm, bool gathered) const {
   const int64_t tiles_m = (gm.m + kWgmmaBM - 1) / kWgmmaBM;
-  const int bm = kWgmmaBM, bk = 64;
   const int heuristic_bn = gathered ? (gm.n <= 64 ? 64 : 128)
                                     : gm.n > 128 && tiles_m * ((gm.n + 255) / 256) * gm.batches >= 132 ? 256 : 128;
   // Two blocks along M share each B slice (multicast) once there are two tile rows.
@@ -188,8 +186,8 @@ void KernelBuilder::gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind, c
   // the problem has the columns (a gathering producer allows 128 at most),
   // clusters of one, and rows walked 4 or 16 at a time.
   // Each with the staged epilogue's column blocks in a loop, unrolled, or
-  // as the element code's cost says (0); below, 0 becomes what that chose,
-  // or every entry becomes 0 where the epilogue has no such choice.
+  // as the element code's cost says (0); gemm_wgmma turns 0 into what that
+  // chose, or every entry into 0 where the epilogue has no such choice.
   std::vector<Tuning> space{{heuristic_bn, pairs_allowed(heuristic_bn) ? 2 : 1, 8, 0, 0}};
   std::vector<int> widths = gathered ? std::vector<int>{64, 128} : std::vector<int>{128, 256};
   for (int width : widths) {
@@ -200,31 +198,179 @@ void KernelBuilder::gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind, c
         for (int loop : {0, Tuning::kRolled, Tuning::kUnrolled}) space.push_back({width, pair, raster, 0, loop});
     }
   }
-  Tuning choice = choose_tuning(space);
-  const int bn = choice.tile_n, cluster = choice.cluster;
-  const int producer_registers = gathered ? 128 : 56, consumer_registers = gathered ? 184 : 224;
-  const int64_t tiles_n = (gm.n + bn - 1) / bn;
-  const int64_t units_m = (tiles_m + cluster - 1) / cluster, units = units_m * tiles_n * gm.batches;
-  const int threads = 384;
-  const int64_t k_tiles = k_slices(gm, bk);
-  KILN_INTERNAL_CHECK(units * cluster < (int64_t{1} << 31));
-  const char* kind_name = kind == Mma::bf16 ? "kBf16" : "kF16";
-  a.map.box = {static_cast<uint32_t>(bk), static_cast<uint32_t>(bm), 1};
-  b.map.box = b.k_major ? std::array<uint32_t, 3>{static_cast<uint32_t>(bk), static_cast<uint32_t>(bn / cluster), 1}
-                        : std::array<uint32_t, 3>{64, static_cast<uint32_t>(bk), 1};
-  const std::string map_a = gathered ? "" : tensor_map_param(a, g_.operand(anchor, 0).name);
+  return space;
+}
+
+// A producer thread's loads of A's (is_a) or B's slice element by element,
+// for an operand the copy engine cannot load; `guard` opens the block.
+std::string KernelBuilder::wgmma_element_loads(const Gemm& gm, const WgmmaShape& s, bool b_k_major, bool is_a,
+                                               const std::string& guard) {
+  const std::string tile = is_a ? "a_tile" : "b_tile";
+  // One element per iteration, not unrolled (the copy engine's producer has 56 registers).
+  auto loop_open = [&](int elements) {
+    return fmt::format("        {}{{\n#pragma unroll 1\n        for (int e = threadIdx.x; e < {}; e += 128) {{\n", guard, elements);
+  };
+  std::string out;
+  if (is_a) {
+    out += loop_open(s.bm * s.bk);
+    out += "          const int row = e >> 6, col = e & 63;\n";
+    out += "          const kiln::i64 m = m0 + row, k = k0 + col;\n";
+    out += fmt::format("          float v = 0.0f;\n          if (m < {}LL && k < {}LL) {{\n", gm.m, gm.k);
+    em_.begin_block();
+    gm.load_a("m", "k", "batch");
+    out += em_.take(12) + "          }\n";
+    out += fmt::format("          {}[G::a_index(row, col)] = kiln::tc::Element<kiln::tc::{}>::from_float(v);\n        }}\n        }}\n",
+                       tile, s.kind_name);
+    return out;
+  }
+  out += loop_open(s.bn * s.bk);
+  if (b_k_major)
+    out += "          const int nn = e >> 6, kk = e & 63;\n";
+  else
+    out += fmt::format("          const int nn = e % {0}, kk = e / {0};\n", s.bn);
+  out += "          const kiln::i64 k = k0 + kk, n = n0 + nn;\n";
+  out += fmt::format("          float v = 0.0f;\n          if (k < {}LL && n < {}LL) {{\n", gm.k, gm.n);
+  em_.begin_block();
+  gm.load_b("k", "n", "batch");
+  out += em_.take(12) + "          }\n";
+  out += fmt::format("          {}[G::b_index(kk, nn)] = kiln::tc::Element<kiln::tc::{}>::from_float(v);\n        }}\n        }}\n", tile,
+                     s.kind_name);
+  return out;
+}
+
+namespace {
+
+// A tensor copy's coordinates: (c0, c1), and the batch where the map has one.
+std::string copy_coords(const TensorMapSpec& map, const std::string& c0, const std::string& c1) {
+  return map.rank == 3 ? fmt::format("(int){}, (int){}, (int)batch", c0, c1) : fmt::format("(int){}, (int){}", c0, c1);
+}
+
+}  // namespace
+
+// Thread 0's copies of B's slice (its share, multicast, in a cluster).
+std::string KernelBuilder::wgmma_b_copy(const WgmmaShape& s, const TmaOperand& b, const std::string& map_b) const {
+  std::string b_copy;
+  const int bn = s.bn, bk = s.bk, cluster = s.cluster;
+  if (cluster == 1 && b.k_major) {
+    b_copy += fmt::format("if (tma_b) kiln::wg::tma_load(b_tile, &{}, full, {});\n", map_b, copy_coords(b.map, "k0", "n0"));
+  } else if (cluster == 1) {
+    b_copy += "if (tma_b)\n";
+    b_copy += fmt::format("  for (int j = 0; j < {}; ++j)\n", bn / 64);
+    b_copy += fmt::format("    kiln::wg::tma_load(b_tile + j * {}, &{}, full, {});\n", 64 * bk, map_b,
+                          copy_coords(b.map, "(n0 + 64 * j)", "k0"));
+  } else if (b.k_major) {
+    b_copy += "// This block's share of B's rows, into every block of the cluster.\n";
+    b_copy += fmt::format("if (tma_b) kiln::wg::tma_multicast(b_tile + rank * {}, &{}, full, {}, {});\n", bn / cluster * bk, map_b,
+                          (1 << cluster) - 1, copy_coords(b.map, "k0", fmt::format("(n0 + rank * {})", bn / cluster)));
+  } else {
+    const int per_block = bn / 64 / cluster;
+    b_copy += "// This block's share of B's 64-column blocks, into every block of the cluster.\n";
+    b_copy += "if (tma_b)\n";
+    b_copy += fmt::format("  for (int j = rank * {0}; j < rank * {0} + {0}; ++j)\n", per_block);
+    b_copy += fmt::format("    kiln::wg::tma_multicast(b_tile + j * {}, &{}, full, {}, {});\n", 64 * bk, map_b,
+                          (1 << cluster) - 1, copy_coords(b.map, "(n0 + 64 * j)", "k0"));
+  }
+  return b_copy;
+}
+
+// The kernel's frame before the warpgroups split: the Gemm type, shared
+// memory and barriers, alignment checks, and how units map to tiles.
+std::string KernelBuilder::wgmma_frame(const Gemm& gm, const WgmmaShape& s, const TmaOperand& a, const TmaOperand& b,
+                                       bool staged) const {
+  std::string body;
+  body += fmt::format("  typedef kiln::wg::Gemm<{}, {}, kiln::tc::{}, {}, {}{}> G;\n", s.bn, s.stages, s.kind_name,
+                      b.k_major ? "true" : "false", s.cluster,
+                      staged ? (s.gathered ? ", true, true" : ", false, true") : (s.gathered ? ", true" : ""));
+  body += fmt::format("  static_assert(G::kSharedBytes == {}, \"shared memory size as launched\");\n", s.shared_bytes);
+  body += "  extern __shared__ __align__(1024) unsigned char kiln_shared_raw[];\n";
+  body += "  unsigned char* const smem = G::base(kiln_shared_raw);\n";
+  body += "  G::init_barriers(smem);\n";
+  if (s.gathered)
+    body += fmt::format("  const bool chunks_a = kiln::aligned16({}), tma_b = kiln::aligned16({});\n", gm.pointer_a, b.pointer);
+  else
+    body += fmt::format("  const bool tma_a = kiln::aligned16({}), tma_b = kiln::aligned16({});\n", a.pointer, b.pointer);
+  body += fmt::format("  const int units_m = {}, tiles_n = {}, units = {}, k_tiles = {};\n", s.units_m, s.tiles_n, s.units,
+                      s.k_tiles);
+  body += fmt::format("  const int rank = (int)G::rank(), first_unit = blockIdx.x / {0}, unit_step = gridDim.x / {0};\n",
+                      s.cluster);
+  body += "  // A unit is the cluster's tile rows (one per block) at one tile column of one batch; units walk\n";
+  body += fmt::format("  // groups of {} unit rows column by column for L2 reuse.\n", s.raster);
+  body += "  auto tile_at = [&](int unit, kiln::i64& m0, kiln::i64& n0, kiln::i64& batch) {\n";
+  body += "    int um, tn;\n";
+  body += "    batch = unit / (units_m * tiles_n);\n";
+  body += fmt::format("    kiln::tc::swizzled_tile(unit % (units_m * tiles_n), units_m, tiles_n, {}, um, tn);\n", s.raster);
+  body += fmt::format("    m0 = ((kiln::i64)um * {} + rank) * {}, n0 = (kiln::i64)tn * {};\n  }};\n", s.cluster, s.bm, s.bn);
+  return body;
+}
+
+// The producer warpgroup of a matmul: thread 0 drives the copy engine; when
+// an operand's pointer is not 16-byte aligned every producer thread loads
+// its share of that operand element by element instead (its registers would
+// not fit in the copy engine's loop: it spilled), thread 0 still copying
+// the other.
+std::string KernelBuilder::wgmma_copy_producer(const WgmmaShape& s, const TmaOperand& a, const std::string& map_a,
+                                               const std::string& map_b, const std::string& b_copy, const std::string& warm_l2,
+                                               const std::string& a_elements, const std::string& b_elements) const {
+  std::string body = "    const bool by_elements = !(tma_a && tma_b);\n";
+  body += "    if (threadIdx.x == 0) {\n";
+  body += fmt::format("      if (tma_a) kiln::wg::prefetch_map(&{});\n      if (tma_b) kiln::wg::prefetch_map(&{});\n    }}\n",
+                      map_a, map_b);
+  auto copies = [&](bool both) {
+    std::string c = "kiln::wg::u64* const full = G::full(smem) + ring.stage;\n";
+    c += both ? "kiln::wg::bar_arrive_expect(full, G::kABytes + G::kBBytes);\n"
+              : "kiln::wg::bar_arrive_expect(full, (tma_a ? G::kABytes : 0) + (tma_b ? G::kBBytes : 0));\n";
+    c += fmt::format("{}kiln::wg::tma_load(a_tile, &{}, full, {});\n", both ? "" : "if (tma_a) ", map_a,
+                     copy_coords(a.map, "k0", "m0"));
+    return c + b_copy;
+  };
+  body += "    if (!by_elements && threadIdx.x == 0) {\n";
+  body += fmt::format("      kiln::wg::Ring<{}> ring;\n", s.stages);
+  body += producer_tile_loop(6);
+  body += indented(warm_l2, 8);
+  body += "        for (int kt = 0; kt < k_tiles; ++kt, ring.advance()) {\n";
+  body += producer_slot(10);
+  body += indented(copies(true), 10);
+  body += "        }\n      }\n    } else if (by_elements) {\n";
+  body += fmt::format("      kiln::wg::Ring<{}> ring;\n", s.stages);
+  body += producer_tile_loop(6);
+  body += "        for (int kt = 0; kt < k_tiles; ++kt, ring.advance()) {\n";
+  body += producer_slot(10);
+  body += indented(a_elements + b_elements, 2);
+  body += "          kiln::wg::fence_async_shared();\n          kiln::wg::named_sync(1, 128);\n";
+  body += "          if (threadIdx.x == 0) {\n" + indented(copies(false), 12) + "          }\n";
+  body += "        }\n      }\n    }\n";
+  return body;
+}
+
+void KernelBuilder::gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind, const WgmmaOperands& operands) {
+  WgmmaShape s;
+  s.gathered = !operands.a;
+  TmaOperand a = s.gathered ? TmaOperand{} : *operands.a, b = operands.b;
+  const Tuning choice = choose_tuning(wgmma_tuning_space(gm, s.gathered));
+  s.bn = choice.tile_n, s.cluster = choice.cluster, s.raster = choice.raster;
+  s.producer_registers = s.gathered ? 128 : 56, s.consumer_registers = s.gathered ? 184 : 224;
+  const int64_t tiles_m = (gm.m + s.bm - 1) / s.bm;
+  s.tiles_n = (gm.n + s.bn - 1) / s.bn;
+  s.units_m = (tiles_m + s.cluster - 1) / s.cluster, s.units = s.units_m * s.tiles_n * gm.batches;
+  s.k_tiles = k_slices(gm, s.bk);
+  KILN_INTERNAL_CHECK(s.units * s.cluster < (int64_t{1} << 31));
+  s.kind_name = kind == Mma::bf16 ? "kBf16" : "kF16";
+  a.map.box = {static_cast<uint32_t>(s.bk), static_cast<uint32_t>(s.bm), 1};
+  b.map.box = b.k_major ? std::array<uint32_t, 3>{static_cast<uint32_t>(s.bk), static_cast<uint32_t>(s.bn / s.cluster), 1}
+                        : std::array<uint32_t, 3>{64, static_cast<uint32_t>(s.bk), 1};
+  const std::string map_a = s.gathered ? "" : tensor_map_param(a, g_.operand(anchor, 0).name);
   const std::string map_b = tensor_map_param(b, g_.operand(anchor, 1).name);
 
   // The epilogue first: whether the result goes out through shared memory sizes the ring.
   std::string finalise;
   // (A cluster's last unit may hold a block with no rows at all.)
-  const bool check_m = gm.m % bm != 0 || tiles_m % cluster != 0;
+  const bool check_m = gm.m % s.bm != 0 || tiles_m % s.cluster != 0;
   // Column reductions stay in registers across tiles where 56 registers
   // are left for everything but the accumulators and the partials.
-  TileLoopCarry carry{consumer_registers - bn / 2 - 56, bn / 4, "", "", ""};
+  TileLoopCarry carry{s.consumer_registers - s.bn / 2 - 56, s.bn / 4, "", "", ""};
   ir::TensorId staged = -1;
   int heuristic_loop = 0;
-  EpilogueLoops loops{"", "", true, check_m, gm.n % bn != 0, nullptr, &staged, choice.epilogue, &heuristic_loop};
+  EpilogueLoops loops{"", "", true, check_m, gm.n % s.bn != 0, nullptr, &staged, choice.epilogue, &heuristic_loop};
   loops.stage_map = [&](ir::TensorId t, const TensorMapSpec& map) {
     const std::string& pointer = writes_.count(t) ? writes_.at(t) : ext_.at(t).pointer;
     return tensor_map_param(TmaOperand{t, pointer, map, true}, g_.tensor(t).name);
@@ -232,136 +378,34 @@ void KernelBuilder::gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind, c
   const std::string tile_epilogue = epilogue(anchor, gm, loops, "gemm.acc[mi][ni][e]", &finalise, &carry);
   // The epilogue's choice made explicit (the heuristic's entry says what it chose), or dropped where there is none.
   restrict_tuning([&](Tuning& t) { t.epilogue = heuristic_loop == 0 ? 0 : t.epilogue == 0 ? heuristic_loop : t.epilogue; });
-  const int stage_bytes = (bm + bn) * bk * 2, staging_bytes = staged >= 0 ? 4 * 64 * 128 + 4 * 8 : 0;
-  const int stages = std::min(8, (kSharedLimit - 1024 - 8 * 16 - staging_bytes) / stage_bytes);
-  const int shared_bytes = 1024 + stages * stage_bytes + staging_bytes + 2 * stages * 8;
+  const int stage_bytes = (s.bm + s.bn) * s.bk * 2, staging_bytes = staged >= 0 ? 4 * 64 * 128 + 4 * 8 : 0;
+  s.stages = std::min(8, (kSharedLimit - 1024 - 8 * 16 - staging_bytes) / stage_bytes);
+  s.shared_bytes = 1024 + s.stages * stage_bytes + staging_bytes + 2 * s.stages * 8;
   min_blocks_per_sm_ = 1;  // setmaxnreg needs the register cap at entry
-  if (cluster > 1) kernel_attributes_ = fmt::format("__cluster_dims__({}, 1, 1) ", cluster);
+  if (s.cluster > 1) kernel_attributes_ = fmt::format("__cluster_dims__({}, 1, 1) ", s.cluster);
 
-  std::string body;
-  body += fmt::format("  typedef kiln::wg::Gemm<{}, {}, kiln::tc::{}, {}, {}{}> G;\n", bn, stages, kind_name,
-                      b.k_major ? "true" : "false", cluster,
-                      staged >= 0 ? (gathered ? ", true, true" : ", false, true") : (gathered ? ", true" : ""));
-  body += fmt::format("  static_assert(G::kSharedBytes == {}, \"shared memory size as launched\");\n", shared_bytes);
-  body += "  extern __shared__ __align__(1024) unsigned char kiln_shared_raw[];\n";
-  body += "  unsigned char* const smem = G::base(kiln_shared_raw);\n";
-  body += "  G::init_barriers(smem);\n";
-  if (gathered)
-    body += fmt::format("  const bool chunks_a = kiln::aligned16({}), tma_b = kiln::aligned16({});\n", gm.pointer_a, b.pointer);
-  else
-    body += fmt::format("  const bool tma_a = kiln::aligned16({}), tma_b = kiln::aligned16({});\n", a.pointer, b.pointer);
-  body += fmt::format("  const int units_m = {}, tiles_n = {}, units = {}, k_tiles = {};\n", units_m, tiles_n, units, k_tiles);
-  body += fmt::format("  const int rank = (int)G::rank(), first_unit = blockIdx.x / {0}, unit_step = gridDim.x / {0};\n",
-                      cluster);
-  body += "  // A unit is the cluster's tile rows (one per block) at one tile column of one batch; units walk\n";
-  body += fmt::format("  // groups of {} unit rows column by column for L2 reuse.\n", choice.raster);
-  body += "  auto tile_at = [&](int unit, kiln::i64& m0, kiln::i64& n0, kiln::i64& batch) {\n";
-  body += "    int um, tn;\n";
-  body += "    batch = unit / (units_m * tiles_n);\n";
-  body += fmt::format("    kiln::tc::swizzled_tile(unit % (units_m * tiles_n), units_m, tiles_n, {}, um, tn);\n", choice.raster);
-  body += fmt::format("    m0 = ((kiln::i64)um * {} + rank) * {}, n0 = (kiln::i64)tn * {};\n  }};\n", cluster, bm, bn);
-
-  // The producer warpgroup.
-  auto element_loads = [&](bool is_a, const std::string& guard) {
-    const std::string tile = is_a ? "a_tile" : "b_tile";
-    // One element per iteration, not unrolled (the copy engine's producer has 56 registers).
-    auto loop_open = [&](int elements) {
-      return fmt::format("        {}{{\n#pragma unroll 1\n        for (int e = threadIdx.x; e < {}; e += 128) {{\n", guard, elements);
-    };
-    std::string out;
-    if (is_a) {
-      out += loop_open(bm * bk);
-      out += "          const int row = e >> 6, col = e & 63;\n";
-      out += "          const kiln::i64 m = m0 + row, k = k0 + col;\n";
-      out += fmt::format("          float v = 0.0f;\n          if (m < {}LL && k < {}LL) {{\n", gm.m, gm.k);
-      em_.begin_block();
-      gm.load_a("m", "k", "batch");
-      out += em_.take(12) + "          }\n";
-      out += fmt::format("          {}[G::a_index(row, col)] = kiln::tc::Element<kiln::tc::{}>::from_float(v);\n        }}\n        }}\n",
-                         tile, kind_name);
-      return out;
-    }
-    out += loop_open(bn * bk);
-    if (b.k_major)
-      out += "          const int nn = e >> 6, kk = e & 63;\n";
-    else
-      out += fmt::format("          const int nn = e % {0}, kk = e / {0};\n", bn);
-    out += "          const kiln::i64 k = k0 + kk, n = n0 + nn;\n";
-    out += fmt::format("          float v = 0.0f;\n          if (k < {}LL && n < {}LL) {{\n", gm.k, gm.n);
-    em_.begin_block();
-    gm.load_b("k", "n", "batch");
-    out += em_.take(12) + "          }\n";
-    out += fmt::format("          {}[G::b_index(kk, nn)] = kiln::tc::Element<kiln::tc::{}>::from_float(v);\n        }}\n        }}\n", tile,
-                       kind_name);
-    return out;
-  };
-  auto coords = [&](const TmaOperand& op, const std::string& c0, const std::string& c1) {
-    return op.map.rank == 3 ? fmt::format("(int){}, (int){}, (int)batch", c0, c1) : fmt::format("(int){}, (int){}", c0, c1);
-  };
-  // Thread 0's copies of B's slice (its share, multicast, in a cluster).
-  std::string b_copy;
-  if (cluster == 1 && b.k_major) {
-    b_copy += fmt::format("if (tma_b) kiln::wg::tma_load(b_tile, &{}, full, {});\n", map_b, coords(b, "k0", "n0"));
-  } else if (cluster == 1) {
-    b_copy += "if (tma_b)\n";
-    b_copy += fmt::format("  for (int j = 0; j < {}; ++j)\n", bn / 64);
-    b_copy += fmt::format("    kiln::wg::tma_load(b_tile + j * {}, &{}, full, {});\n", 64 * bk, map_b,
-                          coords(b, "(n0 + 64 * j)", "k0"));
-  } else if (b.k_major) {
-    b_copy += "// This block's share of B's rows, into every block of the cluster.\n";
-    b_copy += fmt::format("if (tma_b) kiln::wg::tma_multicast(b_tile + rank * {}, &{}, full, {}, {});\n",
-                          bn / cluster * bk, map_b, (1 << cluster) - 1, coords(b, "k0", fmt::format("(n0 + rank * {})", bn / cluster)));
-  } else {
-    const int per_block = bn / 64 / cluster;
-    b_copy += "// This block's share of B's 64-column blocks, into every block of the cluster.\n";
-    b_copy += "if (tma_b)\n";
-    b_copy += fmt::format("  for (int j = rank * {0}; j < rank * {0} + {0}; ++j)\n", per_block);
-    b_copy += fmt::format("    kiln::wg::tma_multicast(b_tile + j * {}, &{}, full, {}, {});\n", 64 * bk, map_b,
-                          (1 << cluster) - 1, coords(b, "(n0 + 64 * j)", "k0"));
-  }
+  std::string body = wgmma_frame(gm, s, a, b, staged >= 0);
+  const std::string b_copy = wgmma_b_copy(s, b, map_b);
   // Thread 0 (the copy engine's producer) or each producer thread (gathering) warms L2 for the epilogue.
-  const std::string warm_l2 = epilogue_prefetch(anchor, gm, bn, gathered ? "for (int r = threadIdx.x; r < 128; r += 128)" : "for (int r = 0; r < 128; ++r)",
+  const std::string warm_l2 = epilogue_prefetch(anchor, gm, s.bn, s.gathered ? "for (int r = threadIdx.x; r < 128; r += 128)" : "for (int r = 0; r < 128; ++r)",
                                                 {gm.pointer_a, a.pointer, b.pointer});
   body += "  if (threadIdx.x < 128) {\n";
-  body += fmt::format("    kiln::wg::registers_down<{}>();\n", producer_registers);
-  if (gathered) {
-    body += gathered_producer(gm, stages, map_b, element_loads(true, ""), element_loads(false, "if (!tma_b) "), b_copy, warm_l2);
-  } else {
-    body += "    const bool by_elements = !(tma_a && tma_b);\n";
-    body += "    if (threadIdx.x == 0) {\n";
-    body += fmt::format("      if (tma_a) kiln::wg::prefetch_map(&{});\n      if (tma_b) kiln::wg::prefetch_map(&{});\n    }}\n",
-                        map_a, map_b);
-    // Two loops: the copy engine's (thread 0) and, for an unaligned operand, one of every
-    // producer thread (its registers would not fit in the copy engine's loop: it spilled).
-    auto copies = [&](bool both) {
-      std::string c = "kiln::wg::u64* const full = G::full(smem) + ring.stage;\n";
-      c += both ? "kiln::wg::bar_arrive_expect(full, G::kABytes + G::kBBytes);\n"
-                : "kiln::wg::bar_arrive_expect(full, (tma_a ? G::kABytes : 0) + (tma_b ? G::kBBytes : 0));\n";
-      c += fmt::format("{}kiln::wg::tma_load(a_tile, &{}, full, {});\n", both ? "" : "if (tma_a) ", map_a, coords(a, "k0", "m0"));
-      return c + b_copy;
-    };
-    body += "    if (!by_elements && threadIdx.x == 0) {\n";
-    body += fmt::format("      kiln::wg::Ring<{}> ring;\n", stages);
-    body += producer_tile_loop(6);
-    body += indented(warm_l2, 8);
-    body += "        for (int kt = 0; kt < k_tiles; ++kt, ring.advance()) {\n";
-    body += producer_slot(10);
-    body += indented(copies(true), 10);
-    body += "        }\n      }\n    } else if (by_elements) {\n";
-    body += fmt::format("      kiln::wg::Ring<{}> ring;\n", stages);
-    body += producer_tile_loop(6);
-    body += "        for (int kt = 0; kt < k_tiles; ++kt, ring.advance()) {\n";
-    body += producer_slot(10);
-    body += indented(element_loads(true, "if (!tma_a) ") + element_loads(false, "if (!tma_b) "), 2);
-    body += "          kiln::wg::fence_async_shared();\n          kiln::wg::named_sync(1, 128);\n";
-    body += "          if (threadIdx.x == 0) {\n" + indented(copies(false), 12) + "          }\n";
-    body += "        }\n      }\n    }\n";
-  }
+  body += fmt::format("    kiln::wg::registers_down<{}>();\n", s.producer_registers);
+  // B's element loads are written before A's: the emitter numbers its
+  // variables in the order it meets them, and this is the order the kernels
+  // in existing caches were written in (an unsequenced pair of calls once
+  // left it to the C++ compiler; GCC took B first).
+  const std::string b_elements = wgmma_element_loads(gm, s, b.k_major, false, "if (!tma_b) ");
+  const std::string a_elements = wgmma_element_loads(gm, s, b.k_major, true, s.gathered ? "" : "if (!tma_a) ");
+  if (s.gathered)
+    body += gathered_producer(gm, s.stages, map_b, a_elements, b_elements, b_copy, warm_l2);
+  else
+    body += wgmma_copy_producer(s, a, map_a, map_b, b_copy, warm_l2, a_elements, b_elements);
   // The consumer warpgroups.
   body += "  } else {\n";
-  body += fmt::format("    kiln::wg::registers_up<{}>();\n", consumer_registers);
+  body += fmt::format("    kiln::wg::registers_up<{}>();\n", s.consumer_registers);
   body += "    G gemm;\n";
-  body += fmt::format("    kiln::wg::Ring<{}> ring;\n", stages);
+  body += fmt::format("    kiln::wg::Ring<{}> ring;\n", s.stages);
   body += indented(carry.before_loop, 2);
   body += "    for (int unit = first_unit; unit < units; unit += unit_step) {\n";
   body += "      kiln::i64 m0, n0, batch;\n      tile_at(unit, m0, n0, batch);\n";
@@ -373,10 +417,10 @@ void KernelBuilder::gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind, c
   body += "  }\n";
   body += finalise;
   body += "  G::finish();\n";
-  finish(body, threads, "", "#include \"kiln/wgmma.cuh\"\n");
-  out_.shared_bytes = static_cast<uint32_t>(shared_bytes);
-  out_.grid = {static_cast<uint32_t>(units * cluster), 1, 1};
-  out_.persistent_group = static_cast<uint32_t>(cluster);
+  finish(body, s.threads, "", "#include \"kiln/wgmma.cuh\"\n");
+  out_.shared_bytes = static_cast<uint32_t>(s.shared_bytes);
+  out_.grid = {static_cast<uint32_t>(s.units * s.cluster), 1, 1};
+  out_.persistent_group = static_cast<uint32_t>(s.cluster);
 }
 
 // The producer warpgroup of a conv (gm.conv): each thread gathers one

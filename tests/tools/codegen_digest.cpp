@@ -6,6 +6,9 @@
 // commit with the working tree).
 //
 //   kiln_codegen_digest SOURCE_DIR [RANDOM_GRAPHS]   (default 1000)
+//
+// With KILN_DIGEST_SOURCES=DIR it also writes each kernel's source there,
+// one file per digest line, for a diff of the kernels that differ.
 #include <fmt/format.h>
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -13,6 +16,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -29,6 +33,12 @@ using namespace kiln;
 namespace {
 
 void print_kernel(const std::string& label, int sm, size_t i, const codegen::GeneratedKernel& k) {
+  if (const char* dir = std::getenv("KILN_DIGEST_SOURCES")) {
+    std::string name = fmt::format("{}.sm_{}.k{}.{}.cu", label, sm, i, k.tuning.to_string());
+    for (char& c : name)
+      if (c == '/' || c == ' ' || c == '=') c = '_';
+    std::ofstream(fs::path(dir) / name) << k.source;
+  }
   fmt::print("{} sm_{} k{} {} {:016x} grid {}x{}x{} block {} smem {} args {}\n", label, sm, i, k.tuning.to_string(),
              XXH64(k.source.data(), k.source.size(), 0), k.grid[0], k.grid[1], k.grid[2], k.block[0], k.shared_bytes,
              k.args.size());

@@ -24,7 +24,8 @@ digest() {  # SOURCE BUILD OUT
   cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DKILN_NVRTC_ROOT="$("$root/tools/dev.sh" nvrtc-root)" >/dev/null
   cmake --build "$2" --target kiln_codegen_digest >/dev/null
-  "$2/tests/kiln_codegen_digest" "$1" "$count" >"$3"
+  mkdir -p "$3.sources"
+  KILN_DIGEST_SOURCES="$3.sources" "$2/tests/kiln_codegen_digest" "$1" "$count" >"$3"
 }
 echo "==> digest of $base"
 digest "$work/base" "$work/build-base" "$work/base.txt"
@@ -34,5 +35,9 @@ lines=$(wc -l <"$work/tree.txt")
 if diff -u "$work/base.txt" "$work/tree.txt" >"$work/diff.txt"; then
   echo "byte-identical: $lines kernels (examples, bench graphs, $count random graphs; sm_80 and sm_90), digest $(xxhsum "$work/tree.txt" 2>/dev/null | cut -d' ' -f1 || md5sum "$work/tree.txt" | cut -d' ' -f1)"
 else
-  echo "DIFFERENT from $base:"; head -40 "$work/diff.txt"; exit 1
+  echo "DIFFERENT from $base: $(grep -c '^-[^-]' "$work/diff.txt") kernels"
+  grep '^[-+][^-+]' "$work/diff.txt" | head -20 || true
+  kept=${KILN_IDENTICAL_KEEP:-/tmp/kiln-codegen-identical}; rm -rf "$kept"; mkdir -p "$kept"
+  cp -r "$work/base.txt.sources" "$kept/base"; cp -r "$work/tree.txt.sources" "$kept/tree"
+  echo "sources kept in $kept/base and $kept/tree (diff -r them)"; exit 1
 fi
