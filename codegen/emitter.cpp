@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
+
 #include "compiler/error.h"
 
 namespace kiln::codegen {
@@ -13,6 +15,51 @@ std::string Emitter::take(int indent) {
   std::string out;
   for (const std::string& line : lines_) out += std::string(static_cast<size_t>(indent), ' ') + line + "\n";
   lines_.clear();
+  return out;
+}
+
+std::string Emitter::number_fresh_names(const std::string& source) {
+  std::map<std::string, std::string> numbered;  // marked name -> final name
+  std::set<std::string> final_names;
+  std::string out;
+  size_t at = 0;
+  while (at < source.size()) {
+    const size_t open = source.find(kFreshMark, at);
+    if (open == std::string::npos) break;
+    const size_t close = source.find(kFreshMark, open + 1);
+    KILN_INTERNAL_CHECK(close != std::string::npos);
+    out.append(source, at, open - at);
+    const std::string marked = source.substr(open + 1, close - open - 1);
+    auto [it, added] = numbered.try_emplace(marked);
+    if (added) {
+      const size_t digits = marked.find_first_of("0123456789");
+      it->second = marked.substr(0, digits) + std::to_string(numbered.size() - 1);
+      final_names.insert(it->second);
+    }
+    out += it->second;
+    at = close + 1;
+  }
+  out.append(source, at);
+  // The names the source spells itself (identifiers outside the marks) must not be any of them.
+  std::string unmarked;
+  at = 0;
+  while (at < source.size()) {
+    const size_t open = source.find(kFreshMark, at);
+    unmarked.append(source, at, (open == std::string::npos ? source.size() : open) - at);
+    unmarked += ' ';
+    if (open == std::string::npos) break;
+    at = source.find(kFreshMark, open + 1) + 1;
+  }
+  for (size_t i = 0; i < unmarked.size();) {
+    if (!(std::isalpha(static_cast<unsigned char>(unmarked[i])) || unmarked[i] == '_')) {
+      ++i;
+      continue;
+    }
+    size_t j = i;
+    while (j < unmarked.size() && (std::isalnum(static_cast<unsigned char>(unmarked[j])) || unmarked[j] == '_')) ++j;
+    KILN_INTERNAL_CHECK(!final_names.count(unmarked.substr(i, j - i)));
+    i = j;
+  }
   return out;
 }
 

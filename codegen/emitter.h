@@ -65,7 +65,18 @@ class Emitter {
   std::string take(int indent);
   // Emits a statement of the caller's own.
   void emit(const std::string& line) { lines_.push_back(line); }
-  std::string fresh(const char* prefix) { return prefix + std::to_string(next_++); }
+  // A new variable name: `prefix` and a number, marked (kFreshMark on both
+  // sides) until number_fresh_names() numbers the kernel's names in the
+  // order they appear in its source, so that the source does not depend on
+  // the order in which the generator asked for them (which C++ leaves
+  // unspecified wherever two calls are arguments of one expression).
+  std::string fresh(const char* prefix) { return kFreshMark + (prefix + std::to_string(next_++)) + kFreshMark; }
+  static constexpr char kFreshMark = '\x1f';
+
+  // `source` with every marked fresh name replaced by its prefix and the
+  // order of its first appearance (one count for all prefixes). Checks that
+  // no name the source writes itself is one of those.
+  static std::string number_fresh_names(const std::string& source);
 
   // Coordinates of the element at row-major linear index `linear` of `shape`.
   Coords delinearize(const std::string& linear, const Shape& shape);

@@ -313,6 +313,7 @@ std::string KernelBuilder::finish(const std::string& body, int threads, const st
   for (size_t i = 0; i < params_.size(); ++i)
     src += fmt::format("\n    {}{}  // {}", params_[i], i + 1 < params_.size() ? "," : "", param_notes_[i]);
   src += "\n) {\n" + shared + body + "}\n";
+  src = Emitter::number_fresh_names(src);
   out_.source = src;
   out_.canonical = drop_comment_lines(src);
   out_.block = {static_cast<uint32_t>(threads), 1, 1};

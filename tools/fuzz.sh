@@ -37,6 +37,21 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 say "the CPU tests under ASan + UBSan"
 ctest --test-dir "$build" --output-on-failure -j "$jobs" -L cpu
 
+# The generated CUDA must not depend on the C++ compiler kiln was built with
+# (a clang-built and a GCC-built kiln share kernel caches): this clang
+# build's digest of every example and bench graph, every tuning choice,
+# sm_80 and sm_90, against the GCC build's of the tests.
+gcc_build=${KILN_BUILD_DIR:-$root/build}
+if [[ -x $gcc_build/tests/kiln_codegen_digest ]]; then
+  say "generated CUDA identical to the GCC build's ($gcc_build)"
+  cmake --build "$build" -j "$jobs" --target kiln_codegen_digest >/dev/null
+  diff <("$gcc_build/tests/kiln_codegen_digest" "$root" 0) <("$build/tests/kiln_codegen_digest" "$root" 0) >/dev/null || {
+    echo "the clang and GCC builds generate different CUDA (tests/tools/codegen_digest.cpp lists the kernels)"; exit 1; }
+  echo "  $("$build/tests/kiln_codegen_digest" "$root" 0 | wc -l) kernels identical"
+else
+  say "no GCC build at $gcc_build: the cross-compiler codegen check is skipped"
+fi
+
 mkdir -p "$build/findings"
 # fuzz TARGET SEEDS MAX_LEN: runs the libFuzzer target for $seconds on a
 # copy of the seed folder; a finding fails the job.

@@ -4,11 +4,16 @@
 # this tree's digest tool and random-graph generator) and against the
 # working tree, and compares the digests of every example, bench graph and
 # RANDOM random graph for sm_80 and sm_90. Exit 0: byte-identical.
+# With --up-to-names, kernels that differ only in the emitter's variable
+# names count as identical (tests/tools/same_up_to_names.py): the proof for
+# a change of naming alone.
 #
-#   tests/tools/codegen_identical.sh BASE [RANDOM]   (default 1000)
+#   tests/tools/codegen_identical.sh [--up-to-names] BASE [RANDOM]   (default 1000)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-base=${1:?usage: codegen_identical.sh BASE [RANDOM]}
+up_to_names=0
+[[ ${1:-} == --up-to-names ]] && { up_to_names=1; shift; }
+base=${1:?usage: codegen_identical.sh [--up-to-names] BASE [RANDOM]}
 count=${2:-1000}
 work=$(mktemp -d)
 trap 'git -C "$root" worktree remove --force "$work/base" >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
@@ -34,6 +39,8 @@ digest "$root" "${KILN_BUILD_DIR:-$root/build}" "$work/tree.txt"
 lines=$(wc -l <"$work/tree.txt")
 if diff -u "$work/base.txt" "$work/tree.txt" >"$work/diff.txt"; then
   echo "byte-identical: $lines kernels (examples, bench graphs, $count random graphs; sm_80 and sm_90), digest $(xxhsum "$work/tree.txt" 2>/dev/null | cut -d' ' -f1 || md5sum "$work/tree.txt" | cut -d' ' -f1)"
+elif [[ $up_to_names == 1 ]] && python3 "$root/tests/tools/same_up_to_names.py" "$work/base.txt.sources" "$work/tree.txt.sources"; then
+  echo "identical up to variable names: $lines kernels (examples, bench graphs, $count random graphs; sm_80 and sm_90)"
 else
   echo "DIFFERENT from $base: $(grep -c '^-[^-]' "$work/diff.txt") kernels"
   grep '^[-+][^-+]' "$work/diff.txt" | head -20 || true
