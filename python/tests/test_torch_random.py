@@ -41,13 +41,20 @@ STEPS = [  # (name, function of (x, params), converted by kiln)
     # A step threshold away from 0: programs make exact zeros in exact arithmetic
     # (softmax -> x - mean over rows -> cumsum ends each row at 1 - 1), whose
     # computed sign is rounding noise; `> 0` there failed seed 101 on the GPU.
+    # The one discontinuous step: left out of f16/bf16 programs, where values
+    # within a rounding step of 0.3 land on either side (seed 613 on the GPU:
+    # one element of 48 flipped, and cumsum carried it along the row).
     ("int_roundtrip", lambda x, p: x + (x > 0.3).to(torch.int64).to(x.dtype), True),
 ]
 
 
-def program(seed):
+DISCONTINUOUS = {"int_roundtrip"}
+
+
+def program(seed, dtype=torch.float32):
     rng = random.Random(seed)
-    steps = [rng.choice(STEPS) for _ in range(rng.randint(2, 7))]
+    choices = STEPS if dtype == torch.float32 else [s for s in STEPS if s[0] not in DISCONTINUOUS]
+    steps = [rng.choice(choices) for _ in range(rng.randint(2, 7))]
 
     def fn(x, w, b, g):
         p = {"w": w, "b": b, "g": g}
@@ -80,12 +87,17 @@ def relative_error(got, want):
     return ((got.double().cpu() - want.double().cpu()).norm() / max(want.double().norm().item(), 1e-30)).item()
 
 
-@pytest.mark.parametrize("seed", range(FIRST, FIRST + COUNT))
+# Seeds that once failed, run every time: 101 and 613 (on the GPU) were the
+# generator's ill-conditioned programs (see int_roundtrip), not kiln's errors.
+REGRESSIONS = [101, 613]
+
+
+@pytest.mark.parametrize("seed", sorted(set(range(FIRST, FIRST + COUNT)) | set(REGRESSIONS)))
 def test_random_programs_match_eager(seed):
     if DEVICE == "cuda" and not torch.cuda.is_available():
         pytest.skip("KILN_RANDOM_DEVICE=cuda without a GPU")
-    fn, names = program(seed)
     args, dtype = inputs(seed)
+    fn, names = program(seed, dtype)
     with torch.no_grad():
         eager = fn(*args)
         torch._dynamo.reset()
