@@ -159,17 +159,11 @@ int KernelBuilder::even_splits(int64_t k_tiles, int splits) {
   return static_cast<int>((k_tiles + per_split - 1) / per_split);  // none empty
 }
 
-void KernelBuilder::gemm_tensor_core(const ir::Op& anchor, const Gemm& gm, Mma kind) {
-  const MmaTile t = mma_tile(gm, kind);
-  const int threads = t.warps_m * t.warps_n * 32;
-  const int elem = kind == Mma::tf32 ? 4 : 2, chunk = 16 / elem;
-  const char* kind_name = kind == Mma::bf16 ? "kBf16" : kind == Mma::f16 ? "kF16" : "kTf32";
-  const int a_stride = t.bk + chunk, b_stride = gm.b_k_major ? t.bk + chunk : t.bn + 8;
-  const int shared_bytes = t.stages * (t.bm * a_stride + (gm.b_k_major ? t.bn : t.bk) * b_stride) * elem;
-  const int64_t tiles_m = (gm.m + t.bm - 1) / t.bm, tiles_n = (gm.n + t.bn - 1) / t.bn;
-  // Tiles walked 8 rows at a time (4 or 16 the alternatives); the few-row
-  // tile's K split as split_k() says, or half, double or none of it.
-  const int64_t k_tiles = k_slices(gm, t.bk);
+// The tile orders and K splits the tensor-core kernel accepts, the
+// heuristic's first: tiles walked 8 rows at a time (4 or 16 the
+// alternatives); the few-row tile's K split as split_k() says, or half,
+// double or none of it.
+std::vector<Tuning> KernelBuilder::tensor_core_tuning_space(const Gemm& gm, const MmaTile& t, int64_t k_tiles) const {
   const int heuristic_splits = split_k(gm, t);
   std::vector<Tuning> space;
   std::vector<int> split_choices{heuristic_splits};
@@ -179,7 +173,152 @@ void KernelBuilder::gemm_tensor_core(const ir::Op& anchor, const Gemm& gm, Mma k
         split_choices.push_back(even_splits(k_tiles, s));
   for (int s : split_choices)
     for (int raster : {8, 4, 16}) space.push_back({0, 0, raster, heuristic_splits > 1 ? s : 0});
-  const Tuning choice = choose_tuning(space);
+  return space;
+}
+
+// One operand's tile in shared memory: rows x cols, cols contiguous, and
+// the GEMM coordinates of (row, col).
+auto KernelBuilder::tensor_core_operand(const Gemm& gm, const MmaTile& t, bool is_a) const -> TileOperand {
+  TileOperand o;
+  o.is_a = is_a;
+  o.x = is_a ? "a" : "b";
+  const bool k_major = is_a || gm.b_k_major;
+  o.rows = is_a ? t.bm : (k_major ? t.bn : t.bk), o.cols = k_major ? t.bk : t.bn;
+  o.row_base = is_a ? "m0" : (k_major ? "n0" : "k0"), o.col_base = k_major ? "k0" : "n0";
+  o.row_name = is_a ? "m" : (k_major ? "n" : "k"), o.col_name = k_major ? "k" : "n";
+  o.index = is_a ? "G::a_index(row, col)" : (k_major ? "G::b_index(col, row)" : "G::b_index(row, col)");
+  o.row_limit = is_a ? gm.m : (k_major ? gm.n : gm.k), o.col_limit = k_major ? gm.k : gm.n;
+  o.gemm_coords = fmt::format("const kiln::i64 {} = {} + row, {} = {} + col", o.row_name, o.row_base, o.col_name, o.col_base);
+  return o;
+}
+
+// The 16-byte asynchronous copies of a plain aligned operand (chunk_fn).
+std::string KernelBuilder::chunk_loader(const TileOperand& o, const ChunkFn& chunk_fn, const std::string& pointer, int threads,
+                                        int chunk) {
+  std::string load = fmt::format("    if (kiln::aligned16({})) {{\n", pointer);
+  load += fmt::format("      for (int c = threadIdx.x; c < {}; c += {}) {{\n", o.rows * o.cols / chunk, threads);
+  load += fmt::format("        const int row = c / {0}, col = (c % {0}) * {1};\n", o.cols / chunk, chunk);
+  load += "        " + o.gemm_coords + ";\n";
+  em_.begin_block();
+  const auto [valid, offset] = o.is_a ? chunk_fn("m", "k", "batch") : chunk_fn("k", "n", "batch");
+  em_.emit(fmt::format("const bool ok = {};", valid));
+  em_.emit(fmt::format("kiln::tc::cp_async16(tile + {}, static_cast<const T*>({}) + (ok ? {} : 0), ok);", o.index, pointer,
+                       offset));
+  return load + em_.take(8) + "      }\n      return;\n    }\n";
+}
+
+// A computed operand whose inputs run along its last dimension, contiguous:
+// `load` reads them 8 at a time into registers (run<id>[i][8], declared in
+// `decls`) and `stash` computes the operand from them and stores it, after
+// the next slice's math.
+void KernelBuilder::run_loader(const ir::Op& anchor, const Gemm& gm, const MmaTile& t, const TileOperand& o, int threads,
+                               const char* kind_name, TileLoader& out) {
+  const size_t slot = o.is_a ? 0 : 1;
+  const Shape& shape = g_.operand(anchor, slot).shape;
+  std::vector<ir::TensorId> runs;
+  for (const auto& [id, e] : ext_) {
+    const Shape& ts = g_.tensor(id).shape;
+    if (e.storage == DType::boolean || ts.empty() || ts.size() > shape.size() || ts.back() != shape.back() ||
+        !std::equal(ts.begin(), ts.end(), shape.end() - static_cast<std::ptrdiff_t>(ts.size())))
+      continue;
+    bool ok = e.strides.back() == 1;
+    for (size_t d = 0; d + 1 < ts.size(); ++d) ok = ok && (ts[d] == 1 || e.strides[d] % 8 == 0);
+    if (ok) runs.push_back(id);
+  }
+  const int per_thread = o.rows * o.cols / 8 / threads;
+  KILN_INTERNAL_CHECK(per_thread * 8 * threads == o.rows * o.cols);
+  std::string aligned = "true";
+  for (ir::TensorId id : runs) {
+    out.decls += fmt::format("  float run{}[{}][8];  // {}\n", id, per_thread, g_.tensor(id).name);
+    aligned += fmt::format(" && kiln::aligned16({})", ext_.at(id).pointer);
+  }
+  out.decls += fmt::format("  const bool runs_{} = {};\n", o.x, aligned);
+  auto at = [&]() { return o.is_a ? gm.at_a("m", "k", "batch") : gm.at_b("k", "n", "batch"); };
+  auto run_coords = [&](ir::TensorId id, const Coords& c) {
+    const Shape& ts = g_.tensor(id).shape;
+    Coords tc(ts.size());
+    for (size_t d = 0; d < ts.size(); ++d) tc[d] = ts[d] == 1 ? "0" : c[c.size() - ts.size() + d];
+    return tc;
+  };
+  const std::string chunk_header =
+      fmt::format("#pragma unroll\n      for (int i = 0; i < {}; ++i) {{\n", per_thread) +
+      fmt::format("        const int row = (threadIdx.x + i * {0}) / {1}, col = ((threadIdx.x + i * {0}) % {1}) * 8;\n", threads,
+                  o.cols / 8);
+  out.load += fmt::format("    if (runs_{}) {{\n", o.x) + chunk_header + "        " + o.gemm_coords + ";\n";
+  em_.begin_block();
+  {
+    const auto [coords, valid] = at();
+    em_.emit(fmt::format("if ({}) {{", valid));
+    for (ir::TensorId id : runs) {
+      const ExternalTensor& e = ext_.at(id);
+      em_.emit(fmt::format("  kiln::load_vec_{}<8>({}, {}, run{}[i]);", to_string(e.storage), e.pointer,
+                           em_.offset_of(e, g_.tensor(id).shape, run_coords(id, coords)), id));
+    }
+    em_.emit("}");
+  }
+  out.load += em_.take(8) + "      }\n      return;\n    }\n";
+  out.stash += fmt::format("    if (!runs_{}) return;\n    const kiln::i64 k0 = (kiln::i64)kt * {};\n", o.x, t.bk) + chunk_header;
+  out.stash += "        float vals[8];\n#pragma unroll\n        for (int j = 0; j < 8; ++j) {\n";
+  out.stash += fmt::format("          const kiln::i64 {} = {} + row, {} = {} + col + j;\n", o.row_name, o.row_base, o.col_name,
+                           o.col_base);
+  em_.begin_block();
+  {
+    const auto [coords, valid] = at();
+    for (ir::TensorId id : runs) em_.set_vector_source(id, run_coords(id, coords), fmt::format("run{}[i]", id), "j");
+    em_.emit("float v = 0.0f;");
+    em_.emit(fmt::format("if ({}) {{", valid));
+    em_.emit("  v = " + operand_value(anchor, slot, coords) + ";");
+    em_.emit("}");
+    em_.emit("vals[j] = v;");
+    em_.clear_vector_sources();
+  }
+  out.stash += em_.take(10) + "        }\n";
+  out.stash += fmt::format("        kiln::tc::store_chunk8<kiln::tc::{}>(tile + {}, vals);\n      }}\n", kind_name, o.index);
+}
+
+// One loader per operand (load_a/b, and stash_a/b for operands computed
+// from registers): 16-byte asynchronous copies where the operand is a plain
+// aligned tensor; else its inputs 8 at a time into registers (computed and
+// stored after the next slice's math); else, and as the fallback of both,
+// element by element through the emitter.
+std::string KernelBuilder::tensor_core_loader(const ir::Op& anchor, const Gemm& gm, const MmaTile& t, int threads, int chunk,
+                                              const char* kind_name, bool is_a) {
+  const TileOperand o = tensor_core_operand(gm, t, is_a);
+  TileLoader out;
+  out.load = fmt::format("  auto load_{} = [&](T* tile, int kt) {{\n", o.x);
+  out.load += fmt::format("    const kiln::i64 k0 = (kiln::i64)kt * {};\n", t.bk);
+  out.stash = fmt::format("  auto stash_{} = [&](T* tile, int kt) {{\n", o.x);
+  if (const ChunkFn& chunk_fn = is_a ? gm.chunk_a : gm.chunk_b)
+    out.load += chunk_loader(o, chunk_fn, is_a ? gm.pointer_a : gm.pointer_b, threads, chunk);
+  else if (is_a ? gm.a_runs_last : gm.b_runs_last)
+    run_loader(anchor, gm, t, o, threads, kind_name, out);
+  out.stash += "  };\n";
+  out.load += fmt::format("    for (int e = threadIdx.x; e < {}; e += {}) {{\n", o.rows * o.cols, threads);
+  out.load += fmt::format("      const int row = e / {0}, col = e % {0};\n", o.cols);
+  out.load += "      " + o.gemm_coords + ";\n";
+  out.load += fmt::format("      float v = 0.0f;\n      if ({} < {}LL && {} < {}LL) {{\n", o.row_name, o.row_limit, o.col_name,
+                          o.col_limit);
+  em_.begin_block();
+  if (is_a)
+    gm.load_a("m", "k", "batch");
+  else
+    gm.load_b("k", "n", "batch");
+  out.load += em_.take(8) + "      }\n";
+  out.load += fmt::format("      tile[{}] = kiln::tc::Element<kiln::tc::{}>::from_float(v);\n    }}\n", o.index, kind_name);
+  out.load += "  };\n";
+  return out.decls + out.load + out.stash;
+}
+
+void KernelBuilder::gemm_tensor_core(const ir::Op& anchor, const Gemm& gm, Mma kind) {
+  const MmaTile t = mma_tile(gm, kind);
+  const int threads = t.warps_m * t.warps_n * 32;
+  const int elem = kind == Mma::tf32 ? 4 : 2, chunk = 16 / elem;
+  const char* kind_name = kind == Mma::bf16 ? "kBf16" : kind == Mma::f16 ? "kF16" : "kTf32";
+  const int a_stride = t.bk + chunk, b_stride = gm.b_k_major ? t.bk + chunk : t.bn + 8;
+  const int shared_bytes = t.stages * (t.bm * a_stride + (gm.b_k_major ? t.bn : t.bk) * b_stride) * elem;
+  const int64_t tiles_m = (gm.m + t.bm - 1) / t.bm, tiles_n = (gm.n + t.bn - 1) / t.bn;
+  const int64_t k_tiles = k_slices(gm, t.bk);
+  const Tuning choice = choose_tuning(tensor_core_tuning_space(gm, t, k_tiles));
   const int splits = std::max(choice.splits, 1);
   KILN_USER_CHECK(tiles_m * tiles_n < (int64_t{1} << 31) && gm.batches <= 65535,
                   "{}: {} x {} tiles in {} batches exceed this matmul kernel's grid limits", g_.describe(k_.anchor), tiles_m,
@@ -194,124 +333,8 @@ void KernelBuilder::gemm_tensor_core(const ir::Op& anchor, const Gemm& gm, Mma k
   body += fmt::format("  kiln::tc::swizzled_tile(blockIdx.x, {}, {}, {}, tile_m, tile_n);\n", tiles_m, tiles_n, choice.raster);
   body += fmt::format("  const kiln::i64 m0 = (kiln::i64)tile_m * {}, n0 = (kiln::i64)tile_n * {};\n", t.bm, t.bn);
   body += "  const kiln::i64 batch = blockIdx.z;\n";
-
-  // One loader per operand: 16-byte asynchronous copies where the operand
-  // is a plain aligned tensor; else its inputs 8 at a time into registers
-  // (computed and stored after the next slice's math); else element by
-  // element through the emitter.
-  auto loader = [&](bool is_a) {
-    const size_t slot = is_a ? 0 : 1;
-    const ChunkFn& chunk_fn = is_a ? gm.chunk_a : gm.chunk_b;
-    const std::string& pointer = is_a ? gm.pointer_a : gm.pointer_b;
-    const std::string x = is_a ? "a" : "b";
-    // The tile's rows x cols, cols contiguous in shared memory.
-    const bool k_major = is_a || gm.b_k_major;
-    const int rows = is_a ? t.bm : (k_major ? t.bn : t.bk), cols = k_major ? t.bk : t.bn;
-    // GEMM coordinates of (row, col).
-    const std::string row_base = is_a ? "m0" : (k_major ? "n0" : "k0"), col_base = k_major ? "k0" : "n0";
-    const std::string row_name = is_a ? "m" : (k_major ? "n" : "k"), col_name = k_major ? "k" : "n";
-    const std::string index = is_a ? "G::a_index(row, col)" : (k_major ? "G::b_index(col, row)" : "G::b_index(row, col)");
-    const int64_t row_limit = is_a ? gm.m : (k_major ? gm.n : gm.k), col_limit = k_major ? gm.k : gm.n;
-    auto at = [&]() { return is_a ? gm.at_a("m", "k", "batch") : gm.at_b("k", "n", "batch"); };
-    const std::string gemm_coords = fmt::format("const kiln::i64 {} = {} + row, {} = {} + col", row_name, row_base, col_name,
-                                                col_base);
-    std::string load = fmt::format("  auto load_{} = [&](T* tile, int kt) {{\n", x);
-    load += fmt::format("    const kiln::i64 k0 = (kiln::i64)kt * {};\n", t.bk);
-    std::string stash = fmt::format("  auto stash_{} = [&](T* tile, int kt) {{\n", x);
-    std::string decls;
-    if (chunk_fn) {
-      load += fmt::format("    if (kiln::aligned16({})) {{\n", pointer);
-      load += fmt::format("      for (int c = threadIdx.x; c < {}; c += {}) {{\n", rows * cols / chunk, threads);
-      load += fmt::format("        const int row = c / {0}, col = (c % {0}) * {1};\n", cols / chunk, chunk);
-      load += "        " + gemm_coords + ";\n";
-      em_.begin_block();
-      const auto [valid, offset] = is_a ? chunk_fn("m", "k", "batch") : chunk_fn("k", "n", "batch");
-      em_.emit(fmt::format("const bool ok = {};", valid));
-      em_.emit(fmt::format("kiln::tc::cp_async16(tile + {}, static_cast<const T*>({}) + (ok ? {} : 0), ok);", index,
-                           pointer, offset));
-      load += em_.take(8) + "      }\n      return;\n    }\n";
-    } else if (is_a ? gm.a_runs_last : gm.b_runs_last) {
-      // The operand's inputs that run along its last dimension, contiguous.
-      const Shape& shape = g_.operand(anchor, slot).shape;
-      std::vector<ir::TensorId> runs;
-      for (const auto& [id, e] : ext_) {
-        const Shape& ts = g_.tensor(id).shape;
-        if (e.storage == DType::boolean || ts.empty() || ts.size() > shape.size() || ts.back() != shape.back() ||
-            !std::equal(ts.begin(), ts.end(), shape.end() - static_cast<std::ptrdiff_t>(ts.size())))
-          continue;
-        bool ok = e.strides.back() == 1;
-        for (size_t d = 0; d + 1 < ts.size(); ++d) ok = ok && (ts[d] == 1 || e.strides[d] % 8 == 0);
-        if (ok) runs.push_back(id);
-      }
-      const int per_thread = rows * cols / 8 / threads;
-      KILN_INTERNAL_CHECK(per_thread * 8 * threads == rows * cols);
-      std::string aligned = "true";
-      for (ir::TensorId id : runs) {
-        decls += fmt::format("  float run{}[{}][8];  // {}\n", id, per_thread, g_.tensor(id).name);
-        aligned += fmt::format(" && kiln::aligned16({})", ext_.at(id).pointer);
-      }
-      decls += fmt::format("  const bool runs_{} = {};\n", x, aligned);
-      auto run_coords = [&](ir::TensorId id, const Coords& c) {
-        const Shape& ts = g_.tensor(id).shape;
-        Coords tc(ts.size());
-        for (size_t d = 0; d < ts.size(); ++d) tc[d] = ts[d] == 1 ? "0" : c[c.size() - ts.size() + d];
-        return tc;
-      };
-      auto chunk_header = [&](std::string& out) {
-        out += fmt::format("#pragma unroll\n      for (int i = 0; i < {}; ++i) {{\n", per_thread);
-        out += fmt::format("        const int row = (threadIdx.x + i * {0}) / {1}, col = ((threadIdx.x + i * {0}) % {1}) * 8;\n",
-                           threads, cols / 8);
-      };
-      load += fmt::format("    if (runs_{}) {{\n", x);
-      chunk_header(load);
-      load += "        " + gemm_coords + ";\n";
-      em_.begin_block();
-      {
-        const auto [coords, valid] = at();
-        em_.emit(fmt::format("if ({}) {{", valid));
-        for (ir::TensorId id : runs) {
-          const ExternalTensor& e = ext_.at(id);
-          em_.emit(fmt::format("  kiln::load_vec_{}<8>({}, {}, run{}[i]);", to_string(e.storage), e.pointer,
-                               em_.offset_of(e, g_.tensor(id).shape, run_coords(id, coords)), id));
-        }
-        em_.emit("}");
-      }
-      load += em_.take(8) + "      }\n      return;\n    }\n";
-      stash += fmt::format("    if (!runs_{}) return;\n    const kiln::i64 k0 = (kiln::i64)kt * {};\n", x, t.bk);
-      chunk_header(stash);
-      stash += "        float vals[8];\n#pragma unroll\n        for (int j = 0; j < 8; ++j) {\n";
-      stash += fmt::format("          const kiln::i64 {} = {} + row, {} = {} + col + j;\n", row_name, row_base, col_name,
-                           col_base);
-      em_.begin_block();
-      {
-        const auto [coords, valid] = at();
-        for (ir::TensorId id : runs) em_.set_vector_source(id, run_coords(id, coords), fmt::format("run{}[i]", id), "j");
-        em_.emit("float v = 0.0f;");
-        em_.emit(fmt::format("if ({}) {{", valid));
-        em_.emit("  v = " + operand_value(anchor, slot, coords) + ";");
-        em_.emit("}");
-        em_.emit("vals[j] = v;");
-        em_.clear_vector_sources();
-      }
-      stash += em_.take(10) + "        }\n";
-      stash += fmt::format("        kiln::tc::store_chunk8<kiln::tc::{}>(tile + {}, vals);\n      }}\n", kind_name, index);
-    }
-    stash += "  };\n";
-    load += fmt::format("    for (int e = threadIdx.x; e < {}; e += {}) {{\n", rows * cols, threads);
-    load += fmt::format("      const int row = e / {0}, col = e % {0};\n", cols);
-    load += "      " + gemm_coords + ";\n";
-    load += fmt::format("      float v = 0.0f;\n      if ({} < {}LL && {} < {}LL) {{\n", row_name, row_limit, col_name, col_limit);
-    em_.begin_block();
-    if (is_a)
-      gm.load_a("m", "k", "batch");
-    else
-      gm.load_b("k", "n", "batch");
-    load += em_.take(8) + "      }\n";
-    load += fmt::format("      tile[{}] = kiln::tc::Element<kiln::tc::{}>::from_float(v);\n    }}\n", index, kind_name);
-    load += "  };\n";
-    return decls + load + stash;
-  };
-  body += loader(true) + loader(false);
+  body += tensor_core_loader(anchor, gm, t, threads, chunk, kind_name, true);
+  body += tensor_core_loader(anchor, gm, t, threads, chunk, kind_name, false);
   body += "  G gemm;\n";
   if (splits == 1) {
     body += fmt::format("  gemm.run(smem, {}, load_a, load_b, stash_a, stash_b);\n", k_tiles);

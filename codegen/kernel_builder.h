@@ -494,6 +494,27 @@ class KernelBuilder {
   std::string split_k_main_loop(const Gemm& gm, const MmaTile& t, int splits, int64_t k_tiles);
 
   void gemm_tensor_core(const ir::Op& anchor, const Gemm& gm, Mma kind);
+  std::vector<Tuning> tensor_core_tuning_space(const Gemm& gm, const MmaTile& t, int64_t k_tiles) const;
+  // An operand's tile as the tensor-core kernel's loaders see it.
+  struct TileOperand {
+    bool is_a = true;
+    std::string x;                    // "a" or "b"
+    int rows = 0, cols = 0;           // the tile in shared memory, cols contiguous
+    std::string row_base, col_base;   // GEMM coordinates of the tile's origin
+    std::string row_name, col_name;   // and of (row, col)
+    std::string index;                // the element's index in shared memory
+    int64_t row_limit = 0, col_limit = 0;
+    std::string gemm_coords;          // declares row_name and col_name
+  };
+  struct TileLoader {
+    std::string decls, load, stash;
+  };
+  TileOperand tensor_core_operand(const Gemm& gm, const MmaTile& t, bool is_a) const;
+  std::string chunk_loader(const TileOperand& o, const ChunkFn& chunk_fn, const std::string& pointer, int threads, int chunk);
+  void run_loader(const ir::Op& anchor, const Gemm& gm, const MmaTile& t, const TileOperand& o, int threads,
+                  const char* kind_name, TileLoader& out);
+  std::string tensor_core_loader(const ir::Op& anchor, const Gemm& gm, const MmaTile& t, int threads, int chunk,
+                                 const char* kind_name, bool is_a);
 
   // ---- Hopper: templates/kiln/wgmma.cuh ----------------------------------------
   // An operand the copy engine can load: a tensor in memory stored as the
