@@ -130,126 +130,94 @@ void KernelBuilder::flash_attention(const ir::Op& op) {
   out_.grid = {static_cast<uint32_t>((sq + bq - 1) / bq), static_cast<uint32_t>(batches * heads), 1};
 }
 
-// Pass 1 finds the row's max and sum, pass 2 forms each probability exactly
-// as the graph defines it (rounded where it says) and accumulates p * v.
-void KernelBuilder::attention() {
-  const ir::Op& last = g_.ops[static_cast<size_t>(k_.anchor)];
-  if (flash_attention_fits(last)) return flash_attention(last);
-  const bool sdpa = last.kind == OpKind::Sdpa;
-  const ir::Tensor& result = g_.result(last);
-  // The pieces: q row source, k per key, score chain, softmax, v.
-  const ir::Op* first_mm = nullptr;
-  const ir::Op* softmax = nullptr;
-  if (!sdpa) {
+// The exact two-pass kernel's view of its ops: an sdpa, or a matmul ->
+// (score ops) -> softmax -> matmul chain, and the sizes it loops over.
+auto KernelBuilder::exact_attention_shape() const -> ExactAttention {
+  ExactAttention a;
+  a.last = &g_.ops[static_cast<size_t>(k_.anchor)];
+  a.sdpa = a.last->kind == OpKind::Sdpa;
+  if (!a.sdpa) {
     for (int32_t oi : k_.ops) {
       const ir::Op& op = g_.ops[static_cast<size_t>(oi)];
-      if (op.kind == OpKind::Matmul && oi != k_.anchor) first_mm = &op;
-      if (op.kind == OpKind::Softmax) softmax = &op;
+      if (op.kind == OpKind::Matmul && oi != k_.anchor) a.first_mm = &op;
+      if (op.kind == OpKind::Softmax) a.softmax = &op;
     }
-    KILN_INTERNAL_CHECK(first_mm && softmax);
+    KILN_INTERNAL_CHECK(a.first_mm && a.softmax);
   }
-  const Shape& out_shape = result.shape;
-  const int64_t sq = out_shape[out_shape.size() - 2], dv = out_shape.back();
-  const Shape batch_shape(out_shape.begin(), out_shape.end() - 2);
-  const int64_t batches = element_count(batch_shape);
-  const int64_t skv = sdpa ? g_.operand(last, 1).shape[2] : g_.operand(last, 0).shape.back();
-  const int64_t dq = sdpa ? g_.operand(last, 0).shape[3] : g_.operand(*first_mm, 0).shape.back();
-  KILN_USER_CHECK(dq <= 1024, "{}: head dimension {} exceeds this attention kernel's limit of 1024", g_.describe(k_.anchor), dq);
-  const int per_thread = static_cast<int>((dv + 127) / 128);
+  const Shape& out_shape = g_.result(*a.last).shape;
+  a.sq = out_shape[out_shape.size() - 2], a.dv = out_shape.back();
+  a.batch_shape = Shape(out_shape.begin(), out_shape.end() - 2);
+  a.batches = element_count(a.batch_shape);
+  a.skv = a.sdpa ? g_.operand(*a.last, 1).shape[2] : g_.operand(*a.last, 0).shape.back();
+  a.dq = a.sdpa ? g_.operand(*a.last, 0).shape[3] : g_.operand(*a.first_mm, 0).shape.back();
+  if (a.sdpa) a.heads_per_kv = g_.operand(*a.last, 0).shape[1] / g_.operand(*a.last, 1).shape[1];
+  a.per_thread = static_cast<int>((a.dv + 127) / 128);
+  return a;
+}
 
-  std::string body = fmt::format("  __shared__ float q_row[{}];\n  __shared__ float p_chunk[128];\n  __shared__ float kiln_scratch[32];\n", dq);
-  body += fmt::format("  for (kiln::i64 line = blockIdx.x; line < {}LL; line += gridDim.x) {{\n", batches * sq);
-  body += fmt::format("    const kiln::i64 batch = line / {}LL, qi = line % {}LL;\n", sq, sq);
-  em_.begin_block();
-  const Coords bc = em_.delinearize("batch", batch_shape);
-  body += em_.take(4);
-  // q row into shared memory.
-  body += fmt::format("    for (kiln::i64 e = threadIdx.x; e < {}LL; e += blockDim.x) {{\n", dq);
-  em_.begin_block();
-  if (sdpa) {
-    em_.emit(fmt::format("q_row[e] = {};", em_.value(last.inputs[0], Coords{bc[0], bc[1], "qi", "e"})));
-  } else {
-    Coords c = broadcast_batch(bc, g_.operand(*first_mm, 0).shape);
-    c.push_back("qi");
-    c.push_back("e");
-    em_.emit(fmt::format("q_row[e] = {};", operand_value(*first_mm, 0, c)));
-  }
-  body += em_.take(6) + "    }\n    __syncthreads();\n";
-
-  // The score of key `j` (a float named by the return value).
-  auto score = [&](const std::string& j) -> std::string {
-    em_.emit("float dot = 0.0f;");
-    if (sdpa) {
-      const int64_t heads = g_.operand(last, 0).shape[1], kv_heads = g_.operand(last, 1).shape[1];
-      em_.emit(fmt::format("const kiln::i64 kvh = {} / {}LL;", bc[1], heads / kv_heads));
-      em_.emit(fmt::format("for (kiln::i64 e = 0; e < {}LL; ++e) {{", dq));
-      em_.begin_block();
-      em_.emit(fmt::format("dot += q_row[e] * {};", em_.value(last.inputs[1], Coords{bc[0], "kvh", j, "e"})));
-      em_.emit("}");
-      em_.begin_block();
-      std::string s = fmt::format("dot * {}", Emitter::float_literal(last.attrs.scale));
-      if (last.inputs.size() > 3) {
-        const ir::Tensor& mask = g_.operand(last, 3);
-        const Coords full{bc[0], bc[1], "qi", j};
-        Coords mc(mask.shape.size());
-        for (size_t d = 0; d < mask.shape.size(); ++d) mc[d] = mask.shape[d] == 1 ? "0" : full[4 - mask.shape.size() + d];
-        const std::string mv = em_.value(last.inputs[3], mc);
-        s = mask.dtype == DType::boolean ? fmt::format("({} != 0.0f ? {} : -kiln::inf())", mv, s) : fmt::format("({} + {})", s, mv);
-      }
-      if (last.attrs.causal) s = fmt::format("({} > qi + {}LL ? -kiln::inf() : {})", j, skv - sq, s);
-      const std::string v = em_.fresh("s");
-      em_.emit(fmt::format("const float {} = {};", v, s));
-      return v;
-    }
-    Coords c = broadcast_batch(bc, g_.operand(*first_mm, 1).shape);
-    c.push_back("e");
-    c.push_back(j);
-    em_.emit(fmt::format("for (kiln::i64 e = 0; e < {}LL; ++e) {{", dq));
+// Emits the score of key `j` for the query row in q_row (batch coordinates
+// `bc`); returns the float that holds it.
+std::string KernelBuilder::exact_attention_score(const ExactAttention& a, const Coords& bc, const std::string& j) {
+  const ir::Op& last = *a.last;
+  em_.emit("float dot = 0.0f;");
+  if (a.sdpa) {
+    em_.emit(fmt::format("const kiln::i64 kvh = {} / {}LL;", bc[1], a.heads_per_kv));
+    em_.emit(fmt::format("for (kiln::i64 e = 0; e < {}LL; ++e) {{", a.dq));
     em_.begin_block();
-    em_.emit(fmt::format("dot += q_row[e] * {};", operand_value(*first_mm, 1, c)));
+    em_.emit(fmt::format("dot += q_row[e] * {};", em_.value(last.inputs[1], Coords{bc[0], "kvh", j, "e"})));
     em_.emit("}");
     em_.begin_block();
-    em_.emit(fmt::format("const float s_raw = {};", em_.rounded(g_.result(*first_mm), "dot")));
-    em_.set_leaf(first_mm->output, "s_raw");
-    Coords sc = bc;
-    sc.push_back("qi");
-    sc.push_back(j);
-    const std::string v = em_.value(softmax->inputs[0], sc);
+    std::string s = fmt::format("dot * {}", Emitter::float_literal(last.attrs.scale));
+    if (last.inputs.size() > 3) {
+      const ir::Tensor& mask = g_.operand(last, 3);
+      const Coords full{bc[0], bc[1], "qi", j};
+      Coords mc(mask.shape.size());
+      for (size_t d = 0; d < mask.shape.size(); ++d) mc[d] = mask.shape[d] == 1 ? "0" : full[4 - mask.shape.size() + d];
+      const std::string mv = em_.value(last.inputs[3], mc);
+      s = mask.dtype == DType::boolean ? fmt::format("({} != 0.0f ? {} : -kiln::inf())", mv, s) : fmt::format("({} + {})", s, mv);
+    }
+    if (last.attrs.causal) s = fmt::format("({} > qi + {}LL ? -kiln::inf() : {})", j, a.skv - a.sq, s);
+    const std::string v = em_.fresh("s");
+    em_.emit(fmt::format("const float {} = {};", v, s));
     return v;
-  };
-  const std::string neg_inf = "(-kiln::inf())";
-  body += "    float row_max = " + neg_inf + ";\n";
-  body += fmt::format("    for (kiln::i64 j = threadIdx.x; j < {}LL; j += blockDim.x) {{\n", skv);
-  em_.begin_block();
-  em_.emit(fmt::format("row_max = kiln::MaxOp::combine(row_max, {});", score("j")));
-  body += em_.take(6) + "    }\n    row_max = kiln::block_reduce<kiln::MaxOp>(row_max, kiln_scratch);\n";
-  body += "    float row_sum = 0.0f;\n";
-  body += fmt::format("    for (kiln::i64 j = threadIdx.x; j < {}LL; j += blockDim.x) {{\n", skv);
-  em_.begin_block();
-  em_.emit(fmt::format("row_sum += expf({} - row_max);", score("j")));
-  body += em_.take(6) + "    }\n    row_sum = kiln::block_reduce<kiln::SumOp>(row_sum, kiln_scratch);\n";
-  // Pass 2: probabilities and p * v.
-  body += fmt::format("    float acc[{}] = {{}};\n", per_thread);
-  body += fmt::format("    for (kiln::i64 j0 = 0; j0 < {}LL; j0 += 128) {{\n", skv);
-  body += "      const kiln::i64 j = j0 + threadIdx.x;\n      float p = 0.0f;\n";
-  body += fmt::format("      if (j < {}LL) {{\n", skv);
-  em_.begin_block();
-  const std::string s = score("j");
-  if (sdpa) {
-    em_.emit(fmt::format("p = {};", Emitter::round_as(g_.operand(last, 2).value_dtype(),
-                                                      fmt::format("expf({} - row_max) / row_sum", s))));
-  } else {
-    em_.emit(fmt::format("p = {};", em_.rounded(g_.result(*softmax), fmt::format("expf({} - row_max) / row_sum", s))));
   }
-  body += em_.take(8) + "      }\n      __syncthreads();\n      p_chunk[threadIdx.x] = p;\n      __syncthreads();\n";
-  body += fmt::format("      for (int jj = 0; jj < 128 && j0 + jj < {}LL; ++jj) {{\n", skv);
-  body += "        const kiln::i64 jk = j0 + jj;\n";
-  body += fmt::format("#pragma unroll\n        for (int t = 0; t < {}; ++t) {{\n", per_thread);
-  body += fmt::format("          const kiln::i64 d = threadIdx.x + t * 128;\n          if (d >= {}LL) break;\n", dv);
+  Coords c = broadcast_batch(bc, g_.operand(*a.first_mm, 1).shape);
+  c.push_back("e");
+  c.push_back(j);
+  em_.emit(fmt::format("for (kiln::i64 e = 0; e < {}LL; ++e) {{", a.dq));
   em_.begin_block();
-  if (sdpa) {
-    const int64_t heads = g_.operand(last, 0).shape[1], kv_heads = g_.operand(last, 1).shape[1];
-    em_.emit(fmt::format("const kiln::i64 kvh2 = {} / {}LL;", bc[1], heads / kv_heads));
+  em_.emit(fmt::format("dot += q_row[e] * {};", operand_value(*a.first_mm, 1, c)));
+  em_.emit("}");
+  em_.begin_block();
+  em_.emit(fmt::format("const float s_raw = {};", em_.rounded(g_.result(*a.first_mm), "dot")));
+  em_.set_leaf(a.first_mm->output, "s_raw");
+  Coords sc = bc;
+  sc.push_back("qi");
+  sc.push_back(j);
+  return em_.value(a.softmax->inputs[0], sc);
+}
+
+// Pass 2: each probability formed exactly as the graph defines it (rounded
+// where it says), 128 keys at a time through shared memory, and p * v.
+std::string KernelBuilder::exact_attention_pass2(const ExactAttention& a, const Coords& bc) {
+  const ir::Op& last = *a.last;
+  std::string body = fmt::format("    float acc[{}] = {{}};\n", a.per_thread);
+  body += fmt::format("    for (kiln::i64 j0 = 0; j0 < {}LL; j0 += 128) {{\n", a.skv);
+  body += "      const kiln::i64 j = j0 + threadIdx.x;\n      float p = 0.0f;\n";
+  body += fmt::format("      if (j < {}LL) {{\n", a.skv);
+  em_.begin_block();
+  const std::string s = exact_attention_score(a, bc, "j");
+  const std::string p = fmt::format("expf({} - row_max) / row_sum", s);
+  em_.emit(fmt::format("p = {};", a.sdpa ? Emitter::round_as(g_.operand(last, 2).value_dtype(), p)
+                                         : em_.rounded(g_.result(*a.softmax), p)));
+  body += em_.take(8) + "      }\n      __syncthreads();\n      p_chunk[threadIdx.x] = p;\n      __syncthreads();\n";
+  body += fmt::format("      for (int jj = 0; jj < 128 && j0 + jj < {}LL; ++jj) {{\n", a.skv);
+  body += "        const kiln::i64 jk = j0 + jj;\n";
+  body += fmt::format("#pragma unroll\n        for (int t = 0; t < {}; ++t) {{\n", a.per_thread);
+  body += fmt::format("          const kiln::i64 d = threadIdx.x + t * 128;\n          if (d >= {}LL) break;\n", a.dv);
+  em_.begin_block();
+  if (a.sdpa) {
+    em_.emit(fmt::format("const kiln::i64 kvh2 = {} / {}LL;", bc[1], a.heads_per_kv));
     em_.emit(fmt::format("acc[t] += p_chunk[jj] * {};", em_.value(last.inputs[2], Coords{bc[0], "kvh2", "jk", "d"})));
   } else {
     Coords c = broadcast_batch(bc, g_.operand(last, 1).shape);
@@ -257,13 +225,56 @@ void KernelBuilder::attention() {
     c.push_back("d");
     em_.emit(fmt::format("acc[t] += p_chunk[jj] * {};", operand_value(last, 1, c)));
   }
-  body += em_.take(10) + "        }\n      }\n    }\n";
+  return body + em_.take(10) + "        }\n      }\n    }\n";
+}
+
+// Pass 1 finds the row's max and sum, pass 2 forms each probability exactly
+// as the graph defines it (rounded where it says) and accumulates p * v.
+void KernelBuilder::attention() {
+  const ir::Op& last = g_.ops[static_cast<size_t>(k_.anchor)];
+  if (flash_attention_fits(last)) return flash_attention(last);
+  const ExactAttention a = exact_attention_shape();
+  const ir::Tensor& result = g_.result(last);
+  KILN_USER_CHECK(a.dq <= 1024, "{}: head dimension {} exceeds this attention kernel's limit of 1024", g_.describe(k_.anchor),
+                  a.dq);
+  std::string body = fmt::format("  __shared__ float q_row[{}];\n  __shared__ float p_chunk[128];\n  __shared__ float kiln_scratch[32];\n",
+                                 a.dq);
+  body += fmt::format("  for (kiln::i64 line = blockIdx.x; line < {}LL; line += gridDim.x) {{\n", a.batches * a.sq);
+  body += fmt::format("    const kiln::i64 batch = line / {}LL, qi = line % {}LL;\n", a.sq, a.sq);
+  em_.begin_block();
+  const Coords bc = em_.delinearize("batch", a.batch_shape);
+  body += em_.take(4);
+  // q row into shared memory.
+  body += fmt::format("    for (kiln::i64 e = threadIdx.x; e < {}LL; e += blockDim.x) {{\n", a.dq);
+  em_.begin_block();
+  if (a.sdpa) {
+    em_.emit(fmt::format("q_row[e] = {};", em_.value(last.inputs[0], Coords{bc[0], bc[1], "qi", "e"})));
+  } else {
+    Coords c = broadcast_batch(bc, g_.operand(*a.first_mm, 0).shape);
+    c.push_back("qi");
+    c.push_back("e");
+    em_.emit(fmt::format("q_row[e] = {};", operand_value(*a.first_mm, 0, c)));
+  }
+  body += em_.take(6) + "    }\n    __syncthreads();\n";
+  // Pass 1.
+  const std::string neg_inf = "(-kiln::inf())";
+  body += "    float row_max = " + neg_inf + ";\n";
+  body += fmt::format("    for (kiln::i64 j = threadIdx.x; j < {}LL; j += blockDim.x) {{\n", a.skv);
+  em_.begin_block();
+  em_.emit(fmt::format("row_max = kiln::MaxOp::combine(row_max, {});", exact_attention_score(a, bc, "j")));
+  body += em_.take(6) + "    }\n    row_max = kiln::block_reduce<kiln::MaxOp>(row_max, kiln_scratch);\n";
+  body += "    float row_sum = 0.0f;\n";
+  body += fmt::format("    for (kiln::i64 j = threadIdx.x; j < {}LL; j += blockDim.x) {{\n", a.skv);
+  em_.begin_block();
+  em_.emit(fmt::format("row_sum += expf({} - row_max);", exact_attention_score(a, bc, "j")));
+  body += em_.take(6) + "    }\n    row_sum = kiln::block_reduce<kiln::SumOp>(row_sum, kiln_scratch);\n";
+  body += exact_attention_pass2(a, bc);
   // Output and epilogue.
-  body += fmt::format("#pragma unroll\n    for (int t = 0; t < {}; ++t) {{\n", per_thread);
-  body += fmt::format("      const kiln::i64 d = threadIdx.x + t * 128;\n      if (d >= {}LL) break;\n", dv);
+  body += fmt::format("#pragma unroll\n    for (int t = 0; t < {}; ++t) {{\n", a.per_thread);
+  body += fmt::format("      const kiln::i64 d = threadIdx.x + t * 128;\n      if (d >= {}LL) break;\n", a.dv);
   em_.begin_block();
   // sdpa: a row whose keys are all masked gives zeros (graph-format.md rule 6).
-  const std::string o = sdpa ? "(row_max == -kiln::inf() ? 0.0f : acc[t])" : "acc[t]";
+  const std::string o = a.sdpa ? "(row_max == -kiln::inf() ? 0.0f : acc[t])" : "acc[t]";
   em_.emit(fmt::format("const float out = {};  // {}", em_.rounded(result, o), result.name));
   em_.set_leaf(last.output, "out");
   Coords oc = bc;
@@ -275,7 +286,7 @@ void KernelBuilder::attention() {
   }
   body += em_.take(6) + "    }\n    __syncthreads();\n  }\n";
   finish(body, 128);
-  out_.grid = {blocks_for(batches * sq, 1), 1, 1};
+  out_.grid = {blocks_for(a.batches * a.sq, 1), 1, 1};
 }
 
 }  // namespace kiln::codegen

@@ -609,6 +609,19 @@ class KernelBuilder {
   // Pass 1 finds the row's max and sum, pass 2 forms each probability exactly
   // as the graph defines it (rounded where it says) and accumulates p * v.
   void attention();
+  // The exact two-pass attention kernel (what flash attention does not take).
+  struct ExactAttention {
+    const ir::Op* last = nullptr;      // the anchor: sdpa, or the p @ v matmul
+    bool sdpa = true;
+    const ir::Op* first_mm = nullptr;  // decomposed: q @ k^T
+    const ir::Op* softmax = nullptr;   // decomposed: the probabilities
+    int64_t sq = 0, skv = 0, dq = 0, dv = 0, batches = 0, heads_per_kv = 1;
+    Shape batch_shape;
+    int per_thread = 1;                // output columns per thread (128 threads)
+  };
+  ExactAttention exact_attention_shape() const;
+  std::string exact_attention_score(const ExactAttention& a, const Coords& bc, const std::string& j);
+  std::string exact_attention_pass2(const ExactAttention& a, const Coords& bc);
 
  private:
   const ir::Graph& g_;
