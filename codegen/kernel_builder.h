@@ -246,6 +246,18 @@ class KernelBuilder {
   // included).
   void column_reduction(const std::vector<const ir::Op*>& reduces, const std::set<ir::TensorId>& post, const Shape& d,
                         const Shape& kept_shape, const Shape& reduced_shape, int64_t inner);
+  struct ColumnLayout {
+    int64_t inner = 0, kept = 0, reduced = 0;
+    std::vector<ir::TensorId> vector_reads;  // read at the reduction's index, contiguous: 16-byte loads
+    int vec = 1, cols = 8, lanes = 32;       // columns per thread, per block; row lanes per block
+    int64_t per_outer = 0, col_blocks = 0, splits = 1, slice = 0;
+  };
+  ColumnLayout column_layout(const ir::Op& first, const Shape& d, const Shape& kept_shape, const Shape& reduced_shape,
+                             int64_t inner) const;
+  std::string column_row_loop(const std::vector<const ir::Op*>& reduces, const std::set<ir::TensorId>& post, const Shape& d,
+                              const Shape& kept_shape, const Shape& reduced_shape, const ColumnLayout& c, bool vectors);
+  std::string column_finish(const std::vector<const ir::Op*>& reduces, const std::set<ir::TensorId>& post,
+                            const ColumnLayout& c, const std::vector<std::string>& partials, const std::string& counter);
 
   void pooling(const ir::Op& pool);
 

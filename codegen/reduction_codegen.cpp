@@ -153,119 +153,137 @@ void KernelBuilder::reduction() {
 // would not fill the GPU. Split partials are combined atomically; the last
 // block of each column block finishes its columns (post-reduction ops
 // included).
-void KernelBuilder::column_reduction(const std::vector<const ir::Op*>& reduces, const std::set<ir::TensorId>& post, const Shape& d,
-                      const Shape& kept_shape, const Shape& reduced_shape, int64_t inner) {
-  const ir::Op& first = *reduces.front();
-  const auto& axes = first.attrs.axes;
-  const int64_t kept = element_count(kept_shape), reduced = element_count(reduced_shape), outer = kept / inner;
-  // Vector sources: tensors read at the reduction's own index, contiguous.
-  std::vector<ir::TensorId> vector_reads;
+// How the column reduction lays its work out: 16-byte loads of the tensors
+// read at the reduction's own index where the inner block is the last axis
+// and its width allows, columns per block a power of two from 8 to 256 so
+// that row lanes x columns is exactly the block, and splits of the reduced
+// axis over gridDim.y until about 1024 blocks run.
+auto KernelBuilder::column_layout(const ir::Op& first, const Shape& d, const Shape& kept_shape, const Shape& reduced_shape,
+                                  int64_t inner) const -> ColumnLayout {
+  ColumnLayout c;
+  c.inner = inner, c.kept = element_count(kept_shape), c.reduced = element_count(reduced_shape);
   int narrowest = 4;
   for (const auto& [id, e] : ext_) {
     const ir::Tensor& t = g_.tensor(id);
     if (t.shape == d && e.strides == contiguous_strides(d) && e.storage != DType::boolean) {
-      vector_reads.push_back(id);
+      c.vector_reads.push_back(id);
       narrowest = std::min(narrowest, byte_size(e.storage));
     }
   }
-  const bool inner_is_last = axes.back() + 2 == static_cast<int64_t>(d.size());
-  const int vec = !vector_reads.empty() && inner_is_last && inner % (16 / narrowest) == 0 ? 16 / narrowest : 1;
-  const int64_t vec_cols = inner / vec;  // threads' column groups per outer index
-  // Columns per block: a power of two from 8 to 256, so that row lanes x columns is exactly the block.
-  const int cols = static_cast<int>(std::clamp<int64_t>(static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(vec_cols))), 8, 256));
-  const int lanes = 256 / cols;
-  const int64_t per_outer = (vec_cols + cols - 1) / cols, col_blocks = outer * per_outer;
-  const int64_t splits = std::clamp<int64_t>((1024 + col_blocks - 1) / col_blocks, 1,
-                                             std::max<int64_t>(1, reduced / (16 * lanes)));
-  const int64_t slice = (reduced + splits - 1) / splits;
-  KILN_USER_CHECK(col_blocks < (int64_t{1} << 31) && splits <= 65535, "{}: too many column blocks for this reduction kernel",
-                  g_.describe(static_cast<int32_t>(k_.ops.front())));
-  std::vector<std::string> partials;
-  std::string counter;
-  if (splits > 1) {
-    for (const ir::Op* r : reduces)
-      partials.push_back(workspace_param(g_.result(*r).name + ".partial", kept, reduce_identity_bits(r->kind), true));
-    counter = workspace_param(g_.result(first).name + ".splits_done", col_blocks, 0, true);
-  }
-  std::string body = fmt::format("  __shared__ float kiln_lanes[{}][{}][{}];\n", reduces.size() * vec, lanes, cols);
-  body += fmt::format("  const int col = threadIdx.x % {}, lane = threadIdx.x / {};\n", cols, cols);
-  body += fmt::format("  const kiln::i64 a = blockIdx.x / {0}LL, c = ((blockIdx.x % {0}LL) * {1} + col) * {2};\n", per_outer, cols,
-                      vec);
-  body += fmt::format("  const kiln::i64 k0 = a * {}LL + c;\n", inner);
-  for (size_t j = 0; j < reduces.size(); ++j)
-    body += fmt::format("  float acc{}[{}];  // {}\n#pragma unroll\n  for (int v = 0; v < {}; ++v) acc{}[v] = {}::identity();\n", j,
-                        vec, g_.result(*reduces[j]).name, vec, j, reduce_functor(reduces[j]->kind));
-  body += fmt::format("  if (c < {}LL) {{\n", inner);
-  body += fmt::format("    const kiln::i64 r_end = min((kiln::i64)(blockIdx.y + 1) * {0}LL, {1}LL);\n", slice, reduced);
-  // The loop over rows; `vectors`: with 16-byte loads.
-  auto row_loop = [&](bool vectors) {
-    std::string out = fmt::format("#pragma unroll 4\n    for (kiln::i64 r = blockIdx.y * {}LL + lane; r < r_end; r += {}) {{\n", slice, lanes);
-    em_.begin_block();
-    const Coords rc = em_.delinearize("r", reduced_shape);
-    auto full_at = [&](const std::string& k) {
-      const Coords kc = em_.delinearize(k, kept_shape);
-      Coords full(d.size());
-      for (size_t i = 0, ki = 0, ri = 0; i < d.size(); ++i)
-        full[i] = std::binary_search(axes.begin(), axes.end(), static_cast<int64_t>(i)) ? rc[ri++] : kc[ki++];
-      return full;
-    };
-    if (vectors) {
-      const Coords base = full_at("k0");
-      for (ir::TensorId t : vector_reads) {
-        const ExternalTensor& e = ext_.at(t);
-        em_.emit(fmt::format("float in{}[{}];  // {}", t, vec, g_.tensor(t).name));
-        em_.emit(fmt::format("kiln::load_vec_{}<{}>({}, {}, in{});", to_string(e.storage), vec, e.pointer,
-                             em_.linearize(base, d), t));
-      }
-      out += em_.take(6);
-    }
-    out += fmt::format("#pragma unroll\n      for (int v = 0; v < {}; ++v) {{\n        const kiln::i64 k = k0 + v;\n", vec);
-    em_.begin_block();
-    const Coords full = full_at("k");
-    if (vectors)
-      for (ir::TensorId t : vector_reads) em_.set_vector_source(t, full, fmt::format("in{}", t), "v");
-    reduction_step(reduces, post, full, d, "acc{}[v]");
-    em_.clear_vector_sources();
-    out += em_.take(8) + "      }\n    }\n";
-    return out;
+  const bool inner_is_last = first.attrs.axes.back() + 2 == static_cast<int64_t>(d.size());
+  c.vec = !c.vector_reads.empty() && inner_is_last && inner % (16 / narrowest) == 0 ? 16 / narrowest : 1;
+  const int64_t vec_cols = inner / c.vec;  // threads' column groups per outer index
+  c.cols = static_cast<int>(std::clamp<int64_t>(static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(vec_cols))), 8, 256));
+  c.lanes = 256 / c.cols;
+  c.per_outer = (vec_cols + c.cols - 1) / c.cols, c.col_blocks = c.kept / inner * c.per_outer;
+  c.splits = std::clamp<int64_t>((1024 + c.col_blocks - 1) / c.col_blocks, 1, std::max<int64_t>(1, c.reduced / (16 * c.lanes)));
+  c.slice = (c.reduced + c.splits - 1) / c.splits;
+  return c;
+}
+
+// The loop over a row lane's rows; `vectors`: with 16-byte loads.
+std::string KernelBuilder::column_row_loop(const std::vector<const ir::Op*>& reduces, const std::set<ir::TensorId>& post,
+                                           const Shape& d, const Shape& kept_shape, const Shape& reduced_shape,
+                                           const ColumnLayout& c, bool vectors) {
+  const auto& axes = reduces.front()->attrs.axes;
+  std::string out = fmt::format("#pragma unroll 4\n    for (kiln::i64 r = blockIdx.y * {}LL + lane; r < r_end; r += {}) {{\n",
+                                c.slice, c.lanes);
+  em_.begin_block();
+  const Coords rc = em_.delinearize("r", reduced_shape);
+  auto full_at = [&](const std::string& k) {
+    const Coords kc = em_.delinearize(k, kept_shape);
+    Coords full(d.size());
+    for (size_t i = 0, ki = 0, ri = 0; i < d.size(); ++i)
+      full[i] = std::binary_search(axes.begin(), axes.end(), static_cast<int64_t>(i)) ? rc[ri++] : kc[ki++];
+    return full;
   };
-  if (vec > 1) {
-    std::string aligned;
-    for (ir::TensorId t : vector_reads) aligned += (aligned.empty() ? "" : " && ") + fmt::format("kiln::aligned16({})", ext_.at(t).pointer);
-    body += fmt::format("    if ({}) {{\n", aligned) + row_loop(true) + "    } else {\n" + row_loop(false) + "    }\n  }\n";
-  } else {
-    body += row_loop(false) + "  }\n";
+  if (vectors) {
+    const Coords base = full_at("k0");
+    for (ir::TensorId t : c.vector_reads) {
+      const ExternalTensor& e = ext_.at(t);
+      em_.emit(fmt::format("float in{}[{}];  // {}", t, c.vec, g_.tensor(t).name));
+      em_.emit(fmt::format("kiln::load_vec_{}<{}>({}, {}, in{});", to_string(e.storage), c.vec, e.pointer, em_.linearize(base, d), t));
+    }
+    out += em_.take(6);
   }
-  // Row lanes -> lane 0.
-  body += fmt::format("#pragma unroll\n  for (int v = 0; v < {}; ++v) {{\n", vec);
-  for (size_t j = 0; j < reduces.size(); ++j) body += fmt::format("    kiln_lanes[{} + v][lane][col] = acc{}[v];\n", j * vec, j);
+  out += fmt::format("#pragma unroll\n      for (int v = 0; v < {}; ++v) {{\n        const kiln::i64 k = k0 + v;\n", c.vec);
+  em_.begin_block();
+  const Coords full = full_at("k");
+  if (vectors)
+    for (ir::TensorId t : c.vector_reads) em_.set_vector_source(t, full, fmt::format("in{}", t), "v");
+  reduction_step(reduces, post, full, d, "acc{}[v]");
+  em_.clear_vector_sources();
+  return out + em_.take(8) + "      }\n    }\n";
+}
+
+// After the rows: row lanes combined into lane 0, then the columns finished
+// (post-reduction ops included), by every block or, split, by the last of
+// each column block's splits after combining their partials atomically.
+std::string KernelBuilder::column_finish(const std::vector<const ir::Op*>& reduces, const std::set<ir::TensorId>& post,
+                                         const ColumnLayout& c, const std::vector<std::string>& partials,
+                                         const std::string& counter) {
+  std::string body = fmt::format("#pragma unroll\n  for (int v = 0; v < {}; ++v) {{\n", c.vec);
+  for (size_t j = 0; j < reduces.size(); ++j) body += fmt::format("    kiln_lanes[{} + v][lane][col] = acc{}[v];\n", j * c.vec, j);
   body += "  }\n  __syncthreads();\n";
-  body += fmt::format("  if (lane == 0 && c < {}LL) {{\n#pragma unroll\n    for (int v = 0; v < {}; ++v) {{\n", inner, vec);
+  body += fmt::format("  if (lane == 0 && c < {}LL) {{\n#pragma unroll\n    for (int v = 0; v < {}; ++v) {{\n", c.inner, c.vec);
   for (size_t j = 0; j < reduces.size(); ++j)
-    body += fmt::format("      for (int l = 1; l < {}; ++l) acc{}[v] = {}::combine(acc{}[v], kiln_lanes[{} + v][l][col]);\n", lanes, j,
-                        reduce_functor(reduces[j]->kind), j, j * vec);
+    body += fmt::format("      for (int l = 1; l < {}; ++l) acc{}[v] = {}::combine(acc{}[v], kiln_lanes[{} + v][l][col]);\n", c.lanes,
+                        j, reduce_functor(reduces[j]->kind), j, j * c.vec);
   auto finish_columns = [&](int indent) {
     em_.begin_block();
     em_.emit("const kiln::i64 k = k0 + v;");
-    return reduction_results(reduces, post, reduced, "acc{}[v]", indent);
+    return reduction_results(reduces, post, c.reduced, "acc{}[v]", indent);
   };
-  if (splits == 1) {
-    body += finish_columns(6) + "    }\n  }\n";
-  } else {
-    for (size_t j = 0; j < reduces.size(); ++j)
-      body += fmt::format("      kiln::atomic_combine({}(), static_cast<float*>({}) + k0 + v, acc{}[v]);\n",
-                          reduce_functor(reduces[j]->kind), partials[j], j);
-    body += "    }\n  }\n  __threadfence();\n  __syncthreads();\n  __shared__ bool kiln_last;\n";
-    body += fmt::format("  if (threadIdx.x == 0) kiln_last = atomicAdd(static_cast<unsigned int*>({}) + blockIdx.x, 1u) == gridDim.y - 1;\n",
-                        counter);
-    body += "  __syncthreads();\n  if (!kiln_last) return;\n  __threadfence();\n";
-    body += fmt::format("  if (lane == 0 && c < {}LL) {{\n#pragma unroll\n    for (int v = 0; v < {}; ++v) {{\n", inner, vec);
-    for (size_t j = 0; j < reduces.size(); ++j)
-      body += fmt::format("      acc{0}[v] = static_cast<volatile float*>({1})[k0 + v];\n", j, partials[j]);
-    body += finish_columns(6) + "    }\n  }\n";
+  if (c.splits == 1) return body + finish_columns(6) + "    }\n  }\n";
+  for (size_t j = 0; j < reduces.size(); ++j)
+    body += fmt::format("      kiln::atomic_combine({}(), static_cast<float*>({}) + k0 + v, acc{}[v]);\n",
+                        reduce_functor(reduces[j]->kind), partials[j], j);
+  body += "    }\n  }\n  __threadfence();\n  __syncthreads();\n  __shared__ bool kiln_last;\n";
+  body += fmt::format("  if (threadIdx.x == 0) kiln_last = atomicAdd(static_cast<unsigned int*>({}) + blockIdx.x, 1u) == gridDim.y - 1;\n",
+                      counter);
+  body += "  __syncthreads();\n  if (!kiln_last) return;\n  __threadfence();\n";
+  body += fmt::format("  if (lane == 0 && c < {}LL) {{\n#pragma unroll\n    for (int v = 0; v < {}; ++v) {{\n", c.inner, c.vec);
+  for (size_t j = 0; j < reduces.size(); ++j)
+    body += fmt::format("      acc{0}[v] = static_cast<volatile float*>({1})[k0 + v];\n", j, partials[j]);
+  return body + finish_columns(6) + "    }\n  }\n";
+}
+
+void KernelBuilder::column_reduction(const std::vector<const ir::Op*>& reduces, const std::set<ir::TensorId>& post, const Shape& d,
+                      const Shape& kept_shape, const Shape& reduced_shape, int64_t inner) {
+  const ir::Op& first = *reduces.front();
+  const ColumnLayout c = column_layout(first, d, kept_shape, reduced_shape, inner);
+  KILN_USER_CHECK(c.col_blocks < (int64_t{1} << 31) && c.splits <= 65535, "{}: too many column blocks for this reduction kernel",
+                  g_.describe(static_cast<int32_t>(k_.ops.front())));
+  std::vector<std::string> partials;
+  std::string counter;
+  if (c.splits > 1) {
+    for (const ir::Op* r : reduces)
+      partials.push_back(workspace_param(g_.result(*r).name + ".partial", c.kept, reduce_identity_bits(r->kind), true));
+    counter = workspace_param(g_.result(first).name + ".splits_done", c.col_blocks, 0, true);
   }
+  std::string body = fmt::format("  __shared__ float kiln_lanes[{}][{}][{}];\n", reduces.size() * c.vec, c.lanes, c.cols);
+  body += fmt::format("  const int col = threadIdx.x % {}, lane = threadIdx.x / {};\n", c.cols, c.cols);
+  body += fmt::format("  const kiln::i64 a = blockIdx.x / {0}LL, c = ((blockIdx.x % {0}LL) * {1} + col) * {2};\n", c.per_outer,
+                      c.cols, c.vec);
+  body += fmt::format("  const kiln::i64 k0 = a * {}LL + c;\n", inner);
+  for (size_t j = 0; j < reduces.size(); ++j)
+    body += fmt::format("  float acc{}[{}];  // {}\n#pragma unroll\n  for (int v = 0; v < {}; ++v) acc{}[v] = {}::identity();\n", j,
+                        c.vec, g_.result(*reduces[j]).name, c.vec, j, reduce_functor(reduces[j]->kind));
+  body += fmt::format("  if (c < {}LL) {{\n", inner);
+  body += fmt::format("    const kiln::i64 r_end = min((kiln::i64)(blockIdx.y + 1) * {0}LL, {1}LL);\n", c.slice, c.reduced);
+  if (c.vec > 1) {
+    std::string aligned;
+    for (ir::TensorId t : c.vector_reads)
+      aligned += (aligned.empty() ? "" : " && ") + fmt::format("kiln::aligned16({})", ext_.at(t).pointer);
+    const std::string vectors = column_row_loop(reduces, post, d, kept_shape, reduced_shape, c, true);
+    const std::string scalars = column_row_loop(reduces, post, d, kept_shape, reduced_shape, c, false);
+    body += fmt::format("    if ({}) {{\n", aligned) + vectors + "    } else {\n" + scalars + "    }\n  }\n";
+  } else {
+    body += column_row_loop(reduces, post, d, kept_shape, reduced_shape, c, false) + "  }\n";
+  }
+  body += column_finish(reduces, post, c, partials, counter);
   finish(body, 256);
-  out_.grid = {static_cast<uint32_t>(col_blocks), static_cast<uint32_t>(splits), 1};
+  out_.grid = {static_cast<uint32_t>(c.col_blocks), static_cast<uint32_t>(c.splits), 1};
 }
 
 void KernelBuilder::pooling(const ir::Op& pool) {
