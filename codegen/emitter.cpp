@@ -40,7 +40,9 @@ std::string Emitter::number_fresh_names(const std::string& source) {
     at = close + 1;
   }
   out.append(source, at);
-  // The names the source spells itself (identifiers outside the marks) must not be any of them.
+  // The names the source spells itself (identifiers outside the marks and
+  // outside comments, which hold the graph's own tensor names) must not be
+  // any of them.
   std::string unmarked;
   at = 0;
   while (at < source.size()) {
@@ -51,6 +53,11 @@ std::string Emitter::number_fresh_names(const std::string& source) {
     at = source.find(kFreshMark, open + 1) + 1;
   }
   for (size_t i = 0; i < unmarked.size();) {
+    if (unmarked.compare(i, 2, "//") == 0) {
+      i = unmarked.find('\n', i);
+      if (i == std::string::npos) break;
+      continue;
+    }
     if (!(std::isalpha(static_cast<unsigned char>(unmarked[i])) || unmarked[i] == '_')) {
       ++i;
       continue;

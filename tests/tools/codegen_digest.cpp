@@ -44,10 +44,7 @@ void print_kernel(const std::string& label, int sm, size_t i, const codegen::Gen
              k.args.size());
 }
 
-// Each kernel as the heuristic makes it, then as every other choice of its
-// tuning space (what the autotuner compiles) makes it.
-void print_digest(const std::string& label, const Graph& graph) {
-  const ir::Plan plan = ir::plan_fusion(ir_of(graph));
+void print_plan_digest(const std::string& label, const Graph& graph, const ir::Plan& plan) {
   for (int sm : {80, 90}) {
     Expected<codegen::GeneratedProgram> program =
         detail::catch_errors([&] { return codegen::generate_program(ir_of(graph), plan, sm); });
@@ -64,6 +61,16 @@ void print_digest(const std::string& label, const Graph& graph) {
         print_kernel(label, sm, i, other.kernels[i]);
       }
     }
+  }
+}
+
+// Each kernel as the heuristic makes it, then as every other choice of its
+// tuning space (what the autotuner compiles) makes it; fused as planned, and
+// one kernel per op (--no-fusion).
+void print_digest(const std::string& graph_label, const Graph& graph) {
+  for (bool fuse : {true, false}) {
+    const ir::Plan plan = ir::plan_fusion(ir_of(graph), {.fuse = fuse});
+    print_plan_digest(fuse ? graph_label : graph_label + " unfused", graph, plan);
   }
 }
 

@@ -592,3 +592,28 @@ TEST(Codegen, EpilogueDecisionsAreReportedPerArch) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+TEST(Codegen, TensorsNamedLikeGeneratedVariablesAreOnlyComments) {
+  // Tensor names reach the source only in comments, so names the emitter
+  // also uses for its variables (c2, v0, ...) are no conflict (the fuzzer's
+  // first find of the renumbering: conv_channel_stats' tensor c2).
+  Graph g = testing::must_parse(R"({"kiln": 1, "inputs": {"v0": {"shape": [4, 8], "dtype": "f32"}, "c1": {"shape": [8], "dtype": "f32"}},
+    "ops": [{"op": "add", "in": ["v0", "c1"], "out": "c2"}, {"op": "exp", "in": ["c2"], "out": "v3"},
+            {"op": "reduce_sum", "in": ["v3"], "out": "l4", "axes": [1]}], "outputs": ["v3", "l4"]})");
+  Graph stats = Graph::load(KILN_SOURCE_DIR "/bench/graphs/anchors/conv_channel_stats.json").value();
+  for (const Graph* graph : {&g, &stats})
+    for (bool fuse : {true, false})
+      for (int sm : {80, 90}) {
+        Expected<codegen::GeneratedProgram> p = detail::catch_errors([&] {
+          return codegen::generate_program(ir_of(*graph), ir::plan_fusion(ir_of(*graph), {.fuse = fuse}), sm);
+        });
+        ASSERT_TRUE(p.ok()) << p.error().message;
+        for (const codegen::GeneratedKernel& k : p->kernels) EXPECT_EQ(k.source.find('\x1f'), std::string::npos);
+      }
+}
+
+}  // namespace
+}  // namespace kiln
