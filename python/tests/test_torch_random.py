@@ -6,10 +6,14 @@ KILN_RANDOM_DEVICE=cuda runs N seeds on the device, starting at
 KILN_RANDOM_FIRST (so several processes can share the seeds out).
 A failing seed is printed, to be kept as a test of its own.
 
-In f32 kiln must match eager within 1e-4. In f16/bf16 both are compared with
-the program evaluated in f64 on the same rounded inputs: kiln keeps f32
-between fused ops where eager rounds after each, so kiln's error may not
-exceed twice eager's (plus one rounding step of the storage dtype)."""
+kiln and eager are both compared with the program evaluated in f64 on the
+same (rounded) inputs: kiln's relative error may not exceed twice eager's
+plus a slack of 1e-5 in f32, one rounding step of the storage dtype in
+f16/bf16 (where kiln keeps f32 between fused ops and eager rounds after
+each). Measuring against eager alone failed well-conditioned-looking seeds
+whose result is a near-cancellation (GPU seeds 2798 and 2799: x - mean over
+rows after two softmaxes and sigmoids), where eager is no closer to the
+exact value than kiln."""
 import os
 import random
 
@@ -67,7 +71,7 @@ def program(seed, dtype=torch.float32):
 COUNT = int(os.environ.get("KILN_RANDOM_PROGRAMS", "40"))
 FIRST = int(os.environ.get("KILN_RANDOM_FIRST", "0"))
 DEVICE = os.environ.get("KILN_RANDOM_DEVICE", "cpu")
-EPSILON = {torch.float32: 2.0 ** -23, torch.float16: 2.0 ** -10, torch.bfloat16: 2.0 ** -7}
+SLACK = {torch.float32: 1e-5, torch.float16: 2.0 ** -10, torch.bfloat16: 2.0 ** -7}
 
 
 def inputs(seed):
@@ -88,8 +92,9 @@ def relative_error(got, want):
 
 
 # Seeds that once failed, run every time: 101 and 613 (on the GPU) were the
-# generator's ill-conditioned programs (see int_roundtrip), not kiln's errors.
-REGRESSIONS = [101, 613]
+# generator's ill-conditioned programs (see int_roundtrip), 2798 and 2799 the
+# old comparison with eager alone (see above); none was kiln's error.
+REGRESSIONS = [101, 613, 2798, 2799]
 
 
 @pytest.mark.parametrize("seed", sorted(set(range(FIRST, FIRST + COUNT)) | set(REGRESSIONS)))
@@ -102,12 +107,8 @@ def test_random_programs_match_eager(seed):
         eager = fn(*args)
         torch._dynamo.reset()
         got = torch.compile(fn, backend="kiln", dynamic=False)(*args)
-        exact = fn(*(a.double().cpu() for a in args)) if dtype != torch.float32 else eager
+        exact = fn(*(a.double().cpu() for a in args))
     assert got.dtype == eager.dtype and got.shape == eager.shape, f"seed {seed}: {got.dtype}{tuple(got.shape)}"
     what = f"seed {seed} ({' -> '.join(names)}, {dtype}, x {tuple(args[0].shape)})"
-    if dtype == torch.float32:
-        err = relative_error(got, eager)
-        assert err < 1e-4, f"{what}: relative error {err}"
-    else:
-        err, eager_err = relative_error(got, exact), relative_error(eager, exact)
-        assert err <= 2 * eager_err + EPSILON[dtype], f"{what}: error {err} against f64, eager's {eager_err}"
+    err, eager_err = relative_error(got, exact), relative_error(eager, exact)
+    assert err <= 2 * eager_err + SLACK[dtype], f"{what}: error {err} against f64, eager's {eager_err}"
