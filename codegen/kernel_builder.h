@@ -7,9 +7,11 @@
 // pools, row statistics), norm_codegen.cpp (persistent and multi-pass
 // normalisations), gemm_codegen.cpp (matmul and conv on tensor cores or
 // SIMT, prologues), epilogue_codegen.cpp (their epilogues: decided, then
-// written), wgmma_codegen.cpp (the Hopper kernel), attention_codegen.cpp (flash attention and
-// the exact two-pass kernel); kernel_builder.cpp holds what they share
-// (parameters, coordinates of writes, the kernel's frame).
+// written), wgmma_codegen.cpp (the Hopper kernel), attention_codegen.cpp
+// (flash attention and the exact two-pass kernel); kernel_builder.cpp holds
+// what they share (parameters, coordinates of writes, the kernel's frame).
+// Generators that decide much build a description first (EpiloguePlan,
+// WgmmaShape, TileOperand, ExactAttention, ColumnLayout), then write.
 #pragma once
 
 #include <fmt/format.h>
