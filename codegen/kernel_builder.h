@@ -238,6 +238,11 @@ class KernelBuilder {
   std::string held_row_chunk(const Chunking& ch, const std::function<void(const Coords&)>& element,
                              std::set<ir::TensorId>* chunked = nullptr);
 
+  std::string row_reduction_body(const std::vector<const ir::Op*>& reduces, const std::set<ir::TensorId>& post, const Shape& d,
+                                 const Coords& kc, const Shape& reduced_shape, const Chunking& ch);
+  std::string row_reduction_combine(const std::vector<const ir::Op*>& reduces, const std::vector<std::string>& partials,
+                                    const std::string& counter, int64_t kept, int64_t splits);
+
   // Reductions over axes outside a contiguous inner block of >= 32
   // elements ([outer, reduced, inner], e.g. per-channel statistics of NHWC):
   // threads own V adjacent inner columns (16-byte loads where the inner

@@ -47,6 +47,57 @@ std::string KernelBuilder::reduction_results(const std::vector<const ir::Op*>& r
   return em_.take(indent);
 }
 
+// The body of a row reduction's loop over the reduced elements r (kept
+// coordinates `kc` declared): each element, or with a chunking (`ch.vec` >
+// 1) V elements of the last axis from 16-byte loads, into the accumulators.
+std::string KernelBuilder::row_reduction_body(const std::vector<const ir::Op*>& reduces, const std::set<ir::TensorId>& post,
+                                              const Shape& d, const Coords& kc, const Shape& reduced_shape, const Chunking& ch) {
+  const auto& axes = reduces.front()->attrs.axes;
+  em_.begin_block();
+  const Coords rc = em_.delinearize("r", reduced_shape);
+  Coords full(d.size());
+  for (size_t i = 0, ki = 0, ri = 0; i < d.size(); ++i)
+    full[i] = std::binary_search(axes.begin(), axes.end(), static_cast<int64_t>(i)) ? rc[ri++] : kc[ki++];
+  if (ch.vec == 1) {
+    reduction_step(reduces, post, full, d, "acc{}");
+    return em_.take(6) + "    }\n";
+  }
+  std::string body = em_.take(6);
+  Coords c = full;
+  c.back() = "(" + full.back() + " + v)";
+  chunk_sources(ch, d, c);
+  reduction_step(reduces, post, c, d, "acc{}");
+  em_.clear_vector_sources();
+  const std::string element = em_.take(0);
+  body += indented(chunk_load_calls(ch, d, full, element), 6);
+  return body + fmt::format("#pragma unroll\n      for (int v = 0; v < {}; ++v) {{\n", ch.vec) + indented(element, 8) +
+         "      }\n    }\n";
+}
+
+// The block's accumulators combined; split (`splits` > 1), each block's
+// partials combined atomically and the last block reading them back. Opens
+// the block in which the results are finished.
+std::string KernelBuilder::row_reduction_combine(const std::vector<const ir::Op*>& reduces, const std::vector<std::string>& partials,
+                                                 const std::string& counter, int64_t kept, int64_t splits) {
+  std::string body;
+  for (size_t j = 0; j < reduces.size(); ++j)
+    body += fmt::format("    acc{0} = kiln::block_reduce<{1}>(acc{0}, kiln_scratch);\n", j, reduce_functor(reduces[j]->kind));
+  if (splits == 1) return body + "    if (threadIdx.x == 0) {\n";
+  body += "    if (threadIdx.x == 0) {\n";
+  for (size_t j = 0; j < reduces.size(); ++j)
+    body += fmt::format("      kiln::atomic_combine({}(), static_cast<float*>({}) + k, acc{});\n",
+                        reduce_functor(reduces[j]->kind), partials[j], j);
+  body += "    }\n  }\n";
+  body += "  __threadfence();\n  __syncthreads();\n  __shared__ bool kiln_last;\n";
+  body += fmt::format("  if (threadIdx.x == 0) kiln_last = atomicAdd(static_cast<unsigned int*>({}), 1u) == "
+                      "gridDim.x * gridDim.y - 1;\n", counter);
+  body += "  __syncthreads();\n  if (!kiln_last) return;\n  __threadfence();\n";
+  body += fmt::format("  for (kiln::i64 k = threadIdx.x; k < {}LL; k += blockDim.x) {{\n", kept);
+  for (size_t j = 0; j < reduces.size(); ++j)
+    body += fmt::format("    const float acc{} = static_cast<volatile float*>({})[k];\n", j, partials[j]);
+  return body + "    {\n";
+}
+
 void KernelBuilder::reduction() {
   const auto reduces = ops_of({ir::OpFamily::Reduce});
   const auto pools = ops_of({ir::OpFamily::Pool});
@@ -100,45 +151,8 @@ void KernelBuilder::reduction() {
                         "r += blockDim.x * {2}) {{\n", slice, reduced, vec);
   else
     body += fmt::format("    for (kiln::i64 r = threadIdx.x * {1}; r < {0}LL; r += blockDim.x * {1}) {{\n", reduced, vec);
-  em_.begin_block();
-  const Coords rc = em_.delinearize("r", reduced_shape);
-  Coords full(d.size());
-  for (size_t i = 0, ki = 0, ri = 0; i < d.size(); ++i)
-    full[i] = std::binary_search(axes.begin(), axes.end(), static_cast<int64_t>(i)) ? rc[ri++] : kc[ki++];
-  if (vec == 1) {
-    reduction_step(reduces, post, full, d, "acc{}");
-    body += em_.take(6) + "    }\n";
-  } else {
-    // A chunk of the row: V elements of the last axis from 16-byte loads.
-    body += em_.take(6);
-    Coords c = full;
-    c.back() = "(" + full.back() + " + v)";
-    chunk_sources(ch, d, c);
-    reduction_step(reduces, post, c, d, "acc{}");
-    em_.clear_vector_sources();
-    const std::string element = em_.take(0);
-    body += indented(chunk_load_calls(ch, d, full, element), 6);
-    body += fmt::format("#pragma unroll\n      for (int v = 0; v < {}; ++v) {{\n", vec) + indented(element, 8) + "      }\n    }\n";
-  }
-  for (size_t j = 0; j < reduces.size(); ++j)
-    body += fmt::format("    acc{0} = kiln::block_reduce<{1}>(acc{0}, kiln_scratch);\n", j, reduce_functor(reduces[j]->kind));
-  if (splits > 1) {
-    body += "    if (threadIdx.x == 0) {\n";
-    for (size_t j = 0; j < reduces.size(); ++j)
-      body += fmt::format("      kiln::atomic_combine({}(), static_cast<float*>({}) + k, acc{});\n",
-                          reduce_functor(reduces[j]->kind), partials[j], j);
-    body += "    }\n  }\n";
-    body += "  __threadfence();\n  __syncthreads();\n  __shared__ bool kiln_last;\n";
-    body += fmt::format("  if (threadIdx.x == 0) kiln_last = atomicAdd(static_cast<unsigned int*>({}), 1u) == "
-                        "gridDim.x * gridDim.y - 1;\n", counter);
-    body += "  __syncthreads();\n  if (!kiln_last) return;\n  __threadfence();\n";
-    body += fmt::format("  for (kiln::i64 k = threadIdx.x; k < {}LL; k += blockDim.x) {{\n", kept);
-    for (size_t j = 0; j < reduces.size(); ++j)
-      body += fmt::format("    const float acc{} = static_cast<volatile float*>({})[k];\n", j, partials[j]);
-    body += "    {\n";
-  } else {
-    body += "    if (threadIdx.x == 0) {\n";
-  }
+  body += row_reduction_body(reduces, post, d, kc, reduced_shape, ch);
+  body += row_reduction_combine(reduces, partials, counter, kept, splits);
   em_.begin_block();
   body += reduction_results(reduces, post, reduced, "acc{}", 6) + "    }\n  }\n";
   finish(body, kThreads);
