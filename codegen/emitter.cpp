@@ -22,6 +22,7 @@ std::string Emitter::number_fresh_names(const std::string& source) {
   std::map<std::string, std::string> numbered;  // marked name -> final name
   std::set<std::string> final_names;
   std::string out;
+  std::string unmarked;  // the source without its marked names (a space in their place)
   size_t at = 0;
   while (at < source.size()) {
     const size_t open = source.find(kFreshMark, at);
@@ -29,6 +30,7 @@ std::string Emitter::number_fresh_names(const std::string& source) {
     const size_t close = source.find(kFreshMark, open + 1);
     KILN_INTERNAL_CHECK(close != std::string::npos);
     out.append(source, at, open - at);
+    unmarked.append(source, at, open - at) += ' ';
     const std::string marked = source.substr(open + 1, close - open - 1);
     auto [it, added] = numbered.try_emplace(marked);
     if (added) {
@@ -40,18 +42,10 @@ std::string Emitter::number_fresh_names(const std::string& source) {
     at = close + 1;
   }
   out.append(source, at);
+  unmarked.append(source, at);
   // The names the source spells itself (identifiers outside the marks and
   // outside comments, which hold the graph's own tensor names) must not be
   // any of them.
-  std::string unmarked;
-  at = 0;
-  while (at < source.size()) {
-    const size_t open = source.find(kFreshMark, at);
-    unmarked.append(source, at, (open == std::string::npos ? source.size() : open) - at);
-    unmarked += ' ';
-    if (open == std::string::npos) break;
-    at = source.find(kFreshMark, open + 1) + 1;
-  }
   for (size_t i = 0; i < unmarked.size();) {
     if (unmarked.compare(i, 2, "//") == 0) {
       i = unmarked.find('\n', i);

@@ -88,19 +88,21 @@ std::vector<HostTensor> interpret(const ir::Graph& g, const std::vector<HostTens
   for (size_t id = 0; id < g.tensors.size(); ++id)
     if (g.tensors[id].kind == ir::TensorKind::Constant) values[id] = Value{{}, {g.tensors[id].constant}};
 
+  std::vector<double> op_work;  // each op's estimated work, for the progress reports
   double total_work = 0, work = 0;
-  for (const ir::Op& op : g.ops) total_work += static_cast<double>(ir::estimated_work(g, op));
+  if (on_op)
+    for (const ir::Op& op : g.ops) total_work += op_work.emplace_back(static_cast<double>(ir::estimated_work(g, op)));
   ReferenceProgress progress{.ops_done = 0, .op_count = g.ops.size(), .work_done = 0};
 
   for (const ir::Op& op : g.ops) {
     reference::Operands operands;
     for (ir::TensorId id : op.inputs) operands.push_back(&*values[static_cast<size_t>(id)]);
     const ir::Tensor& result = g.result(op);
-    const double op_work = static_cast<double>(ir::estimated_work(g, op));
+    const double this_work = on_op ? op_work[progress.ops_done] : 0;
     reference::OpProgress within;
     if (on_op)
       within = reference::OpProgress([&](double share) {
-        progress.work_done = std::min((work + share * op_work) / std::max(total_work, 1.0), 1.0);
+        progress.work_done = std::min((work + share * this_work) / std::max(total_work, 1.0), 1.0);
         on_op(progress);
       });
     Value out{result.shape, evaluate(g, op, operands, within)};
@@ -117,7 +119,7 @@ std::vector<HostTensor> interpret(const ir::Graph& g, const std::vector<HostTens
       if (--readers_left[slot] == 0 && !g.tensor(id).is_output) values[slot].reset();
     }
     if (on_op) {
-      work += op_work;
+      work += this_work;
       ++progress.ops_done;
       progress.work_done = progress.ops_done == g.ops.size() ? 1.0 : std::min(work / std::max(total_work, 1.0), 1.0);
       on_op(progress);
