@@ -1,11 +1,11 @@
 // Attention kernels: flash attention on tensor cores
 // (templates/kiln/attention.cuh) with a score hook for scale, mask and
 // causality; an exact two-pass kernel for f32 and decomposed graphs.
-#include "codegen/kernel_builder.h"
+#include "codegen/attention_generator.h"
 
 namespace kiln::codegen {
 
-auto KernelBuilder::attention_operand(ir::TensorId t) const -> std::optional<AttentionOperand> {
+auto AttentionGenerator::attention_operand(ir::TensorId t) const -> std::optional<AttentionOperand> {
   if (std::optional<ExternalTensor> e = strided_in_memory(t)) return AttentionOperand{*e, g_.tensor(t).shape[1]};
   // t = reshape(expand(reshape(base))): [B,Hkv,S,D] -> [B,Hkv,1,S,D] -> [B,Hkv,n,S,D] -> [B,Hkv*n,S,D]
   auto producer_here = [&](ir::TensorId x, OpKind kind) -> const ir::Op* {
@@ -35,7 +35,7 @@ auto KernelBuilder::attention_operand(ir::TensorId t) const -> std::optional<Att
 // strides express, and k, v through the grouped-query expand), d
 // contiguous, rows and heads 16-byte aligned, head dimension a multiple of
 // 16 up to 256.
-bool KernelBuilder::flash_attention_fits(const ir::Op& op) const {
+bool AttentionGenerator::flash_attention_fits(const ir::Op& op) const {
   if (op.kind != OpKind::Sdpa || sm_ < 80) return false;
   const int64_t d = g_.operand(op, 0).shape[3];
   if (d % 16 != 0 || d > 256) return false;
@@ -58,7 +58,7 @@ bool KernelBuilder::flash_attention_fits(const ir::Op& op) const {
   return true;
 }
 
-void KernelBuilder::flash_attention(const ir::Op& op) {
+void AttentionGenerator::flash_attention(const ir::Op& op) {
   const ir::Tensor& result = g_.result(op);
   const Shape& qs = g_.operand(op, 0).shape;
   const Shape& ks = g_.operand(op, 1).shape;
@@ -132,7 +132,7 @@ void KernelBuilder::flash_attention(const ir::Op& op) {
 
 // The exact two-pass kernel's view of its ops: an sdpa, or a matmul ->
 // (score ops) -> softmax -> matmul chain, and the sizes it loops over.
-auto KernelBuilder::exact_attention_shape() const -> ExactAttention {
+auto AttentionGenerator::exact_attention_shape() const -> ExactAttention {
   ExactAttention a;
   a.last = &g_.ops[static_cast<size_t>(k_.anchor)];
   a.sdpa = a.last->kind == OpKind::Sdpa;
@@ -157,7 +157,7 @@ auto KernelBuilder::exact_attention_shape() const -> ExactAttention {
 
 // Emits the score of key `j` for the query row in q_row (batch coordinates
 // `bc`); returns the float that holds it.
-std::string KernelBuilder::exact_attention_score(const ExactAttention& a, const Coords& bc, const std::string& j) {
+std::string AttentionGenerator::exact_attention_score(const ExactAttention& a, const Coords& bc, const std::string& j) {
   const ir::Op& last = *a.last;
   em_.emit("float dot = 0.0f;");
   if (a.sdpa) {
@@ -199,7 +199,7 @@ std::string KernelBuilder::exact_attention_score(const ExactAttention& a, const 
 
 // Pass 2: each probability formed exactly as the graph defines it (rounded
 // where it says), 128 keys at a time through shared memory, and p * v.
-std::string KernelBuilder::exact_attention_pass2(const ExactAttention& a, const Coords& bc) {
+std::string AttentionGenerator::exact_attention_pass2(const ExactAttention& a, const Coords& bc) {
   const ir::Op& last = *a.last;
   std::string body = fmt::format("    float acc[{}] = {{}};\n", a.per_thread);
   body += fmt::format("    for (kiln::i64 j0 = 0; j0 < {}LL; j0 += 128) {{\n", a.skv);
@@ -230,7 +230,7 @@ std::string KernelBuilder::exact_attention_pass2(const ExactAttention& a, const 
 
 // Pass 1 finds the row's max and sum, pass 2 forms each probability exactly
 // as the graph defines it (rounded where it says) and accumulates p * v.
-void KernelBuilder::attention() {
+void AttentionGenerator::attention() {
   const ir::Op& last = g_.ops[static_cast<size_t>(k_.anchor)];
   if (flash_attention_fits(last)) return flash_attention(last);
   const ExactAttention a = exact_attention_shape();

@@ -20,18 +20,18 @@
 // and across the warp's rows first, one atomic per column and warp; with
 // `carry` (a persistent kernel, registers permitting) the registers carry
 // the partials across the block's tiles while their columns stay the same.
-#include "codegen/kernel_builder.h"
+#include "codegen/gemm_generator.h"
 
 namespace kiln::codegen {
 
-std::vector<const ir::Op*> KernelBuilder::epilogue_reductions() const {
+std::vector<const ir::Op*> GemmGenerator::epilogue_reductions() const {
   std::vector<const ir::Op*> reduces;
   for (const ir::Op* r : ops_of({ir::OpFamily::Reduce}))
     if (writes_.count(r->output)) reduces.push_back(r);
   return reduces;
 }
 
-auto KernelBuilder::decide_epilogue(const ir::Op& anchor, const Gemm& gm, const EpilogueLoops& loops, const Coords& oc,
+auto GemmGenerator::decide_epilogue(const ir::Op& anchor, const Gemm& gm, const EpilogueLoops& loops, const Coords& oc,
                                     const std::vector<const ir::Op*>& reduces) -> EpiloguePlan {
   EpiloguePlan plan;
   const bool tensor_core = loops.fragments;
@@ -90,7 +90,7 @@ auto KernelBuilder::decide_epilogue(const ir::Op& anchor, const Gemm& gm, const 
   return plan;
 }
 
-std::string KernelBuilder::EpiloguePlan::to_string(const ir::Graph& g) const {
+std::string GemmGenerator::EpiloguePlan::to_string(const ir::Graph& g) const {
   std::string s = staged >= 0 ? fmt::format("staged {}", g.tensor(staged).name) : "stores direct";
   for (ir::TensorId r : residuals) s += fmt::format(", residual {}", g.tensor(r).name);
   for (const EpilogueReduction& r : reductions)
@@ -101,7 +101,7 @@ std::string KernelBuilder::EpiloguePlan::to_string(const ir::Graph& g) const {
 
 // The element code's reductions: column reductions into register partials
 // (declared in text.decls), the rest atomically into their workspaces.
-void KernelBuilder::emit_epilogue_reductions(const EpiloguePlan& plan, const std::vector<std::string>& ws, EpilogueText& text) {
+void GemmGenerator::emit_epilogue_reductions(const EpiloguePlan& plan, const std::vector<std::string>& ws, EpilogueText& text) {
   for (size_t r = 0; r < plan.reductions.size(); ++r) {
     const EpilogueReduction& k = plan.reductions[r];
     if (k.column) {
@@ -119,7 +119,7 @@ void KernelBuilder::emit_epilogue_reductions(const EpiloguePlan& plan, const std
 
 // The element code's writes: direct stores, column pairs (stored after the
 // pair's second column), and the staged tensor's pairs into shared memory.
-void KernelBuilder::emit_epilogue_writes(const ir::Op& anchor, const Gemm& gm, const EpilogueLoops& loops, const Coords& oc,
+void GemmGenerator::emit_epilogue_writes(const ir::Op& anchor, const Gemm& gm, const EpilogueLoops& loops, const Coords& oc,
                                          const EpiloguePlan& plan, EpilogueText& text) {
   const bool tensor_core = loops.fragments;
   for (ir::TensorId t : k_.writes) {
@@ -167,7 +167,7 @@ void KernelBuilder::emit_epilogue_writes(const ir::Op& anchor, const Gemm& gm, c
 // from the staging buffer its tensor copy filled (falling back to memory
 // where the pointer is not aligned), the others from memory:
 // (batch, m, n) at (batch * M + m) * N + n.
-void KernelBuilder::load_epilogue_residuals(const Gemm& gm, const EpilogueLoops& loops, const EpiloguePlan& plan,
+void GemmGenerator::load_epilogue_residuals(const Gemm& gm, const EpilogueLoops& loops, const EpiloguePlan& plan,
                                             EpilogueText& text) {
   for (ir::TensorId r : plan.residuals) {
     if (!em_.vector_source_used(r)) continue;
@@ -193,7 +193,7 @@ void KernelBuilder::load_epilogue_residuals(const Gemm& gm, const EpilogueLoops&
 
 // The fragment loops around the element code: rows (two per MMA tile),
 // column pairs, and with a staged tensor the 128-byte column blocks.
-void KernelBuilder::fragment_loops(const Gemm& gm, const EpilogueLoops& loops, const EpiloguePlan& plan,
+void GemmGenerator::fragment_loops(const Gemm& gm, const EpilogueLoops& loops, const EpiloguePlan& plan,
                                    const EpilogueText& text, std::string& open, std::string& close) {
   const int block_columns = plan.staged >= 0 ? 128 / byte_size(storage_dtype(g_.tensor(plan.staged))) : 0;
   open = "#pragma unroll\n  for (int mi = 0; mi < G::kMI; ++mi)\n#pragma unroll\n    for (int half = 0; half < 2; ++half) {\n";
@@ -223,7 +223,7 @@ void KernelBuilder::fragment_loops(const Gemm& gm, const EpilogueLoops& loops, c
 // the other). With a residual, its block comes into the buffer first
 // (loaded one block ahead, the tile's first block before the main loop) and
 // the result replaces it in place.
-void KernelBuilder::staged_column_blocks(const Gemm& gm, const EpiloguePlan& plan, const EpilogueText& text,
+void GemmGenerator::staged_column_blocks(const Gemm& gm, const EpiloguePlan& plan, const EpilogueText& text,
                                          std::string& open, std::string& close, TileLoopCarry& carry) {
   const int block_columns = 128 / byte_size(storage_dtype(g_.tensor(plan.staged)));
   auto coords = [&](const std::string& blk) {
@@ -274,7 +274,7 @@ void KernelBuilder::staged_column_blocks(const Gemm& gm, const EpiloguePlan& pla
 
 // Column partials: across the warp's rows (lanes with equal lane % 4), then
 // one atomic each; `reset`: the registers start again (carried partials).
-std::string KernelBuilder::flush_column_partials(const Gemm& gm, const EpiloguePlan& plan, const EpilogueText& text,
+std::string GemmGenerator::flush_column_partials(const Gemm& gm, const EpiloguePlan& plan, const EpilogueText& text,
                                                  const std::vector<std::string>& ws, bool reset) {
   std::string flush;
   for (const auto& [r, red] : text.column_reduces) {
@@ -295,7 +295,7 @@ std::string KernelBuilder::flush_column_partials(const Gemm& gm, const EpilogueP
 }
 
 // The last block to finish turns the reductions' partials into the results.
-std::string KernelBuilder::finish_epilogue_reductions(const EpiloguePlan& plan, const std::vector<std::string>& ws,
+std::string GemmGenerator::finish_epilogue_reductions(const EpiloguePlan& plan, const std::vector<std::string>& ws,
                                                       const std::string& counter) {
   std::string tail = "  __threadfence();\n  __syncthreads();\n  __shared__ bool kiln_last;\n";
   tail += fmt::format("  if (threadIdx.x == 0) kiln_last = atomicAdd(static_cast<unsigned int*>({}), 1u) == "
@@ -317,7 +317,7 @@ std::string KernelBuilder::finish_epilogue_reductions(const EpiloguePlan& plan, 
 // finish_out: where the last block's finalisation of reductions goes (a
 // kernel that loops over tiles runs it once, after the loop); null: after
 // the loops.
-std::string KernelBuilder::epilogue(const ir::Op& anchor, const Gemm& gm, const EpilogueLoops& loops, const std::string& acc,
+std::string GemmGenerator::epilogue(const ir::Op& anchor, const Gemm& gm, const EpilogueLoops& loops, const std::string& acc,
                                    std::string* finish_out, TileLoopCarry* carry) {
   const bool tensor_core = loops.fragments;
   const ir::Tensor& result = g_.result(anchor);

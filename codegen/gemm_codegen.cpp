@@ -1,32 +1,13 @@
 // Matmul and conv kernels: the tensor-core main loop of templates/kiln/mma.cuh
 // (or f32 SIMT tiles) with this kernel's operand loaders (prologues,
 // implicit im2col) and epilogue (pointwise ops, extra outputs, reductions).
-#include "codegen/kernel_builder.h"
+#include "codegen/gemm_generator.h"
 
 #include <climits>
 
 namespace kiln::codegen {
 
-std::string KernelBuilder::operand_value(const ir::Op& anchor, size_t slot, const Coords& coords) {
-  const std::string v = em_.value(anchor.inputs[slot], coords);
-  if (g_.operand(anchor, slot).value_dtype() != DType::f32) return v;
-  switch (anchor.attrs.precision) {
-    case ir::Precision::tf32: return "kiln::round_tf32(" + v + ")";
-    case ir::Precision::bf16: return "kiln::round_bf16(" + v + ")";
-    case ir::Precision::f16: return "kiln::round_f16(" + v + ")";
-    case ir::Precision::f32: return v;
-  }
-  return v;
-}
-
-Coords KernelBuilder::broadcast_batch(const Coords& batch, const Shape& operand) {
-  const size_t rank = operand.size() - 2;
-  Coords c(rank);
-  for (size_t d = 0; d < rank; ++d) c[d] = operand[d] == 1 ? "0" : batch[batch.size() - rank + d];
-  return c;
-}
-
-auto KernelBuilder::mma_kind(const ir::Op& anchor) const -> std::optional<Mma> {
+auto GemmGenerator::mma_kind(const ir::Op& anchor) const -> std::optional<Mma> {
   if (sm_ < 80) return std::nullopt;
   auto effective = [&](size_t slot) {
     const DType vt = g_.operand(anchor, slot).value_dtype();
@@ -46,7 +27,7 @@ auto KernelBuilder::mma_kind(const ir::Op& anchor) const -> std::optional<Mma> {
   return Mma::tf32;
 }
 
-DType KernelBuilder::mma_storage(Mma kind) {
+DType GemmGenerator::mma_storage(Mma kind) {
   return kind == Mma::bf16 ? DType::bf16 : kind == Mma::f16 ? DType::f16 : DType::f32;
 }
 
@@ -54,7 +35,7 @@ DType KernelBuilder::mma_storage(Mma kind) {
 // transposes and reshapes (x @ w^T reads w in place; a [B, S, D] activation
 // is the [B*S, D] operand it is in memory): its pointer, storage and strides
 // in t's dimension order.
-std::optional<ExternalTensor> KernelBuilder::in_memory(ir::TensorId t) const {
+std::optional<ExternalTensor> GemmGenerator::in_memory(ir::TensorId t) const {
   return strided_in_memory(t, /*transposes_and_reshapes_only=*/true);
 }
 
@@ -62,7 +43,7 @@ std::optional<ExternalTensor> KernelBuilder::in_memory(ir::TensorId t) const {
 // memory (not computed here) stored as the MMA's element type, stride 1
 // along `inner`, every chunk 16-byte aligned given an aligned base
 // pointer (checked at run time).
-std::optional<ExternalTensor> KernelBuilder::chunkable(ir::TensorId t, Mma kind, size_t inner, int64_t chunk) const {
+std::optional<ExternalTensor> GemmGenerator::chunkable(ir::TensorId t, Mma kind, size_t inner, int64_t chunk) const {
   std::optional<ExternalTensor> e = in_memory(t);
   if (!e || e->storage != mma_storage(kind)) return std::nullopt;
   const Shape& shape = g_.tensor(t).shape;
@@ -72,7 +53,7 @@ std::optional<ExternalTensor> KernelBuilder::chunkable(ir::TensorId t, Mma kind,
   return e;
 }
 
-void KernelBuilder::gemm(const ir::Op& anchor, const Gemm& gm) {
+void GemmGenerator::gemm(const ir::Op& anchor, const Gemm& gm) {
   if (const std::optional<Mma> kind = mma_kind(anchor)) {
     if (auto operands = wgmma_operands(anchor, gm, *kind)) return gemm_wgmma(anchor, gm, *kind, *operands);
     return gemm_tensor_core(anchor, gm, *kind);
@@ -82,7 +63,7 @@ void KernelBuilder::gemm(const ir::Op& anchor, const Gemm& gm) {
 
 // f32 operands in full f32 (and GPUs before sm_80): a BM x BN tile per
 // block, 256 threads with 4x4 results each.
-void KernelBuilder::gemm_simt(const ir::Op& anchor, const Gemm& gm) {
+void GemmGenerator::gemm_simt(const ir::Op& anchor, const Gemm& gm) {
   std::string body = fmt::format("  __shared__ float As[{}][{}];\n  __shared__ float Bs[{}][{}];\n", kBK, kBM + 4, kBK, kBN + 4);
   body += "  const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;\n";
   body += fmt::format("  const kiln::i64 m0 = (kiln::i64)blockIdx.y * {}, n0 = (kiln::i64)blockIdx.x * {};\n", kBM, kBN);
@@ -116,7 +97,7 @@ void KernelBuilder::gemm_simt(const ir::Op& anchor, const Gemm& gm) {
   out_.grid = {blocks_for(gm.n, kBN), blocks_for(gm.m, kBM), static_cast<uint32_t>(gm.batches)};
 }
 
-auto KernelBuilder::mma_tile(const Gemm& gm, Mma kind) const -> MmaTile {
+auto GemmGenerator::mma_tile(const Gemm& gm, Mma kind) const -> MmaTile {
   const int bk = kind == Mma::tf32 ? 16 : 32;
   const int64_t big_tiles = ((gm.m + 127) / 128) * ((gm.n + 127) / 128) * gm.batches;
   // 128x128 tiles once they fill most of a GPU's SMs; else 64x64. With
@@ -135,7 +116,7 @@ auto KernelBuilder::mma_tile(const Gemm& gm, Mma kind) const -> MmaTile {
   return {64, 64, bk, 2, 2, 4};
 }
 
-int KernelBuilder::split_k(const Gemm& gm, const MmaTile& t) const {
+int GemmGenerator::split_k(const Gemm& gm, const MmaTile& t) const {
   if (t.warps_m != 1) return 1;  // the few-rows tile only
   for (const ir::Op* r : ops_of({ir::OpFamily::Reduce}))
     if (writes_.count(r->output)) return 1;  // (its last-block finalisation counts whole tiles)
@@ -147,14 +128,14 @@ int KernelBuilder::split_k(const Gemm& gm, const MmaTile& t) const {
   return even_splits(k_tiles, static_cast<int>(splits));
 }
 
-int64_t KernelBuilder::k_slices(const Gemm& gm, int bk) const {
+int64_t GemmGenerator::k_slices(const Gemm& gm, int bk) const {
   const int64_t slices = (gm.k + bk - 1) / bk;
   KILN_USER_CHECK(slices <= INT32_MAX, "{}: K = {} is {} slices of {}, more than the 2^31 - 1 this matmul kernel counts",
                   g_.describe(k_.anchor), gm.k, slices, bk);
   return slices;
 }
 
-int KernelBuilder::even_splits(int64_t k_tiles, int splits) {
+int GemmGenerator::even_splits(int64_t k_tiles, int splits) {
   const int64_t per_split = (k_tiles + splits - 1) / splits;
   return static_cast<int>((k_tiles + per_split - 1) / per_split);  // none empty
 }
@@ -163,7 +144,7 @@ int KernelBuilder::even_splits(int64_t k_tiles, int splits) {
 // heuristic's first: tiles walked 8 rows at a time (4 or 16 the
 // alternatives); the few-row tile's K split as split_k() says, or half,
 // double or none of it.
-std::vector<Tuning> KernelBuilder::tensor_core_tuning_space(const Gemm& gm, const MmaTile& t, int64_t k_tiles) const {
+std::vector<Tuning> GemmGenerator::tensor_core_tuning_space(const Gemm& gm, const MmaTile& t, int64_t k_tiles) const {
   const int heuristic_splits = split_k(gm, t);
   std::vector<Tuning> space;
   std::vector<int> split_choices{heuristic_splits};
@@ -178,7 +159,7 @@ std::vector<Tuning> KernelBuilder::tensor_core_tuning_space(const Gemm& gm, cons
 
 // One operand's tile in shared memory: rows x cols, cols contiguous, and
 // the GEMM coordinates of (row, col).
-auto KernelBuilder::tensor_core_operand(const Gemm& gm, const MmaTile& t, bool is_a) const -> TileOperand {
+auto GemmGenerator::tensor_core_operand(const Gemm& gm, const MmaTile& t, bool is_a) const -> TileOperand {
   TileOperand o;
   o.is_a = is_a;
   o.x = is_a ? "a" : "b";
@@ -193,7 +174,7 @@ auto KernelBuilder::tensor_core_operand(const Gemm& gm, const MmaTile& t, bool i
 }
 
 // The 16-byte asynchronous copies of a plain aligned operand (chunk_fn).
-std::string KernelBuilder::chunk_loader(const TileOperand& o, const ChunkFn& chunk_fn, const std::string& pointer, int threads,
+std::string GemmGenerator::chunk_loader(const TileOperand& o, const ChunkFn& chunk_fn, const std::string& pointer, int threads,
                                         int chunk) {
   std::string load = fmt::format("    if (kiln::aligned16({})) {{\n", pointer);
   load += fmt::format("      for (int c = threadIdx.x; c < {}; c += {}) {{\n", o.rows * o.cols / chunk, threads);
@@ -211,7 +192,7 @@ std::string KernelBuilder::chunk_loader(const TileOperand& o, const ChunkFn& chu
 // `load` reads them 8 at a time into registers (run<id>[i][8], declared in
 // `decls`) and `stash` computes the operand from them and stores it, after
 // the next slice's math.
-void KernelBuilder::run_loader(const ir::Op& anchor, const Gemm& gm, const MmaTile& t, const TileOperand& o, int threads,
+void GemmGenerator::run_loader(const ir::Op& anchor, const Gemm& gm, const MmaTile& t, const TileOperand& o, int threads,
                                const char* kind_name, TileLoader& out) {
   const size_t slot = o.is_a ? 0 : 1;
   const Shape& shape = g_.operand(anchor, slot).shape;
@@ -281,7 +262,7 @@ void KernelBuilder::run_loader(const ir::Op& anchor, const Gemm& gm, const MmaTi
 // aligned tensor; else its inputs 8 at a time into registers (computed and
 // stored after the next slice's math); else, and as the fallback of both,
 // element by element through the emitter.
-std::string KernelBuilder::tensor_core_loader(const ir::Op& anchor, const Gemm& gm, const MmaTile& t, int threads, int chunk,
+std::string GemmGenerator::tensor_core_loader(const ir::Op& anchor, const Gemm& gm, const MmaTile& t, int threads, int chunk,
                                               const char* kind_name, bool is_a) {
   const TileOperand o = tensor_core_operand(gm, t, is_a);
   TileLoader out;
@@ -309,7 +290,7 @@ std::string KernelBuilder::tensor_core_loader(const ir::Op& anchor, const Gemm& 
   return out.decls + out.load + out.stash;
 }
 
-void KernelBuilder::gemm_tensor_core(const ir::Op& anchor, const Gemm& gm, Mma kind) {
+void GemmGenerator::gemm_tensor_core(const ir::Op& anchor, const Gemm& gm, Mma kind) {
   const MmaTile t = mma_tile(gm, kind);
   const int threads = t.warps_m * t.warps_n * 32;
   const int elem = kind == Mma::tf32 ? 4 : 2, chunk = 16 / elem;
@@ -351,7 +332,7 @@ void KernelBuilder::gemm_tensor_core(const ir::Op& anchor, const Gemm& gm, Mma k
 // stores the f32 partial tile in a workspace; the last of a tile's blocks
 // to finish (a counter per tile) sums the partials in split order, so the
 // result does not depend on which block came last, and runs the epilogue.
-std::string KernelBuilder::split_k_main_loop(const Gemm& gm, const MmaTile& t, int splits, int64_t k_tiles) {
+std::string GemmGenerator::split_k_main_loop(const Gemm& gm, const MmaTile& t, int splits, int64_t k_tiles) {
   const int64_t tiles = ((gm.m + t.bm - 1) / t.bm) * ((gm.n + t.bn - 1) / t.bn);
   const int64_t per_split = (k_tiles + splits - 1) / splits, plane = gm.m * gm.n;
   const std::string result = g_.result(g_.ops[static_cast<size_t>(k_.anchor)]).name;
@@ -385,7 +366,7 @@ std::string KernelBuilder::split_k_main_loop(const Gemm& gm, const MmaTile& t, i
   return b;
 }
 
-void KernelBuilder::matmul() {
+void GemmGenerator::matmul() {
   const ir::Op& mm = g_.ops[static_cast<size_t>(k_.anchor)];
   const ir::Tensor& result = g_.result(mm);
   const Shape batch_shape(result.shape.begin(), result.shape.end() - 2);
@@ -470,7 +451,7 @@ void KernelBuilder::matmul() {
 
 // The matmul applies a split layer_norm/rms_norm from its row statistics
 // (the norm, and any pointwise ops after it, are recomputed in its prologue).
-void KernelBuilder::setup_norm_prologue() {
+void GemmGenerator::setup_norm_prologue() {
   for (int32_t oi : k_.recomputed) {
     const ir::Op& norm = g_.ops[static_cast<size_t>(oi)];
     if (norm.kind != OpKind::LayerNorm && norm.kind != OpKind::RmsNorm) continue;
@@ -481,7 +462,7 @@ void KernelBuilder::setup_norm_prologue() {
   }
 }
 
-void KernelBuilder::conv() {
+void GemmGenerator::conv() {
   const ir::Op& cv = g_.ops[static_cast<size_t>(k_.anchor)];
   const ir::Attributes& at = cv.attrs;
   const bool nhwc = at.layout == ir::Layout::NHWC;

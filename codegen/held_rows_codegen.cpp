@@ -13,7 +13,7 @@
 // last pass computes and writes every value over the domain, and one thread
 // the values over the rows. Loads and stores are 16-byte chunks where the
 // tensors allow (chunking()).
-#include "codegen/kernel_builder.h"
+#include "codegen/reduction_generator.h"
 
 namespace kiln::codegen {
 namespace {
@@ -26,7 +26,7 @@ constexpr size_t kMostHeldTensors = 3;
 // The row tensors worth keeping in registers: what the reductions and the
 // ops after them read over the domain, less what is computed cheaply from
 // the rest (no read of a domain-sized tensor from memory).
-std::vector<ir::TensorId> KernelBuilder::held_row_tensors(const std::set<ir::TensorId>& after) const {
+std::vector<ir::TensorId> ReductionGenerator::held_row_tensors(const std::set<ir::TensorId>& after) const {
   const Shape& domain = k_.params.domain;
   const int64_t count = element_count(domain);
   std::vector<ir::TensorId> held;
@@ -65,7 +65,7 @@ std::vector<ir::TensorId> KernelBuilder::held_row_tensors(const std::set<ir::Ten
 // One loop over the row's chunks: coordinates, chunk loads, and the lane
 // loop around the code `element` emits at coordinates c; chunked writes
 // (element_writes) gathered and stored a chunk at a time.
-std::string KernelBuilder::held_row_chunk(const Chunking& ch, const std::function<void(const Coords&)>& element,
+std::string ReductionGenerator::held_row_chunk(const Chunking& ch, const std::function<void(const Coords&)>& element,
                                           std::set<ir::TensorId>* chunked) {
   const Shape& domain = k_.params.domain;
   em_.begin_block();
@@ -90,7 +90,7 @@ std::string KernelBuilder::held_row_chunk(const Chunking& ch, const std::functio
 
 // The decision, before any text: which tensors stay in registers, the
 // chunk width, threads and chunks per thread, and the loop over a row.
-auto KernelBuilder::held_row_layout() const -> HeldRowLayout {
+auto ReductionGenerator::held_row_layout() const -> HeldRowLayout {
   const ir::KernelParams& p = k_.params;
   HeldRowLayout h;
   h.n = p.reduced;
@@ -115,12 +115,12 @@ auto KernelBuilder::held_row_layout() const -> HeldRowLayout {
   return h;
 }
 
-std::string KernelBuilder::HeldRowLayout::slot(const std::string& array) const {
+std::string ReductionGenerator::HeldRowLayout::slot(const std::string& array) const {
   return fmt::format("{}[t * {} + {}]", array, ch.vec, ch.vec > 1 ? "v" : "0");
 }
 
 // The registers' values at coordinates c are leaves of the emitter.
-void KernelBuilder::use_held_row(const HeldRowLayout& h, const Coords& c) {
+void ReductionGenerator::use_held_row(const HeldRowLayout& h, const Coords& c) {
   if (!h.in_registers) return;
   for (size_t i = 0; i < h.held.size(); ++i) em_.set_leaf(h.held[i], h.slot(fmt::format("xs{}", i)), c);
   for (const auto& [t, array] : h.kept) em_.set_leaf(t, h.slot(array), c);
@@ -129,7 +129,7 @@ void KernelBuilder::use_held_row(const HeldRowLayout& h, const Coords& c) {
 // Pass k: reduction r over the row, from registers where it can; a value
 // the pass computes and a later pass reads again (the exp of a softmax:
 // summed, then divided) is kept in registers too, within the budget.
-std::string KernelBuilder::held_row_pass(HeldRowLayout& h, const ir::Op& r, size_t k) {
+std::string ReductionGenerator::held_row_pass(HeldRowLayout& h, const ir::Op& r, size_t k) {
   const std::string functor = reduce_functor(r.kind);
   const ir::TensorId input = r.inputs[0];
   bool read_again = std::find(k_.writes.begin(), k_.writes.end(), input) != k_.writes.end();
@@ -159,7 +159,7 @@ std::string KernelBuilder::held_row_pass(HeldRowLayout& h, const ir::Op& r, size
 
 // After the passes: the values over the rows (one thread), then those over
 // the domain.
-std::string KernelBuilder::held_row_writes(const HeldRowLayout& h) {
+std::string ReductionGenerator::held_row_writes(const HeldRowLayout& h) {
   const Shape& domain = k_.params.domain;
   const int64_t count = element_count(domain);
   std::string body;
@@ -189,7 +189,7 @@ std::string KernelBuilder::held_row_writes(const HeldRowLayout& h) {
   return body + h.loop + indented(held_row_chunk(h.ch, element, &chunked), 6) + "    }\n";
 }
 
-void KernelBuilder::held_rows() {
+void ReductionGenerator::held_rows() {
   HeldRowLayout h = held_row_layout();
   std::string body = "  __shared__ float kiln_scratch[32];\n";
   if (h.ch.vec > 1) body += fmt::format("  const bool kiln_vec = {};\n", h.ch.aligned);

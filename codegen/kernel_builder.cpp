@@ -320,4 +320,29 @@ std::string KernelBuilder::finish(const std::string& body, int threads, const st
   return src;
 }
 
+std::string KernelBuilder::pointer_of(ir::TensorId t) const {
+  for (size_t i = 0; i < out_.args.size(); ++i)
+    if (out_.args[i].tensor == t && out_.args[i].role != KernelArg::Role::Workspace) return "p" + std::to_string(i);
+  KILN_UNREACHABLE("no parameter for a tensor");
+}
+
+std::string KernelBuilder::operand_value(const ir::Op& anchor, size_t slot, const Coords& coords) {
+  const std::string v = em_.value(anchor.inputs[slot], coords);
+  if (g_.operand(anchor, slot).value_dtype() != DType::f32) return v;
+  switch (anchor.attrs.precision) {
+    case ir::Precision::tf32: return "kiln::round_tf32(" + v + ")";
+    case ir::Precision::bf16: return "kiln::round_bf16(" + v + ")";
+    case ir::Precision::f16: return "kiln::round_f16(" + v + ")";
+    case ir::Precision::f32: return v;
+  }
+  return v;
+}
+
+Coords KernelBuilder::broadcast_batch(const Coords& batch, const Shape& operand) {
+  const size_t rank = operand.size() - 2;
+  Coords c(rank);
+  for (size_t d = 0; d < rank; ++d) c[d] = operand[d] == 1 ? "0" : batch[batch.size() - rank + d];
+  return c;
+}
+
 }  // namespace kiln::codegen

@@ -1,6 +1,6 @@
 #include "codegen/kernel_codegen.h"
 
-#include "codegen/kernel_builder.h"
+#include "codegen/generator_registry.h"
 
 namespace kiln::codegen {
 
@@ -21,17 +21,8 @@ GeneratedProgram generate_program(const ir::Graph& g, const ir::Plan& plan, int 
   for (const ir::PlannedKernel& k : plan.kernels) {
     if (k.writes.empty() && k.workspace.empty()) continue;  // computes nothing anyone reads
     const auto wanted = tuning.find(k.id);
-    KernelBuilder b(g, k, state, sm, wanted == tuning.end() ? Tuning{} : wanted->second);
-    switch (k.kind) {
-      case ir::KernelKind::Pointwise:
-      case ir::KernelKind::Copy: b.pointwise(); break;
-      case ir::KernelKind::Reduction: b.reduction(); break;
-      case ir::KernelKind::Norm: b.norm(); break;
-      case ir::KernelKind::Matmul: b.matmul(); break;
-      case ir::KernelKind::Conv: b.conv(); break;
-      case ir::KernelKind::Attention: b.attention(); break;
-    }
-    state.program.kernels.push_back(b.take());
+    const Tuning requested = wanted == tuning.end() ? Tuning{} : wanted->second;
+    state.program.kernels.push_back(generator_for(k.kind).generate({g, k, state, sm, requested}));
     for (ir::TensorId t : k.writes)
       if (!g.tensor(t).is_output) state.program.intermediates.push_back(t);
   }

@@ -1,11 +1,11 @@
 // Normalisation kernels: a row (or group) per block, held in registers when
 // it fits (one read, one write), else re-read once per pass.
-#include "codegen/kernel_builder.h"
+#include "codegen/norm_generator.h"
 
 namespace kiln::codegen {
 
 // Element j of line `line` of a normalisation -> coordinates of its input.
-Coords KernelBuilder::norm_element(const ir::Op& norm, const std::string& j) {
+Coords NormGenerator::norm_element(const ir::Op& norm, const std::string& j) {
   const ir::Tensor& x = g_.operand(norm, 0);
   const ir::KernelParams& p = k_.params;
   const auto axis = static_cast<size_t>(norm.attrs.axis);
@@ -38,7 +38,7 @@ Coords KernelBuilder::norm_element(const ir::Op& norm, const std::string& j) {
 
 // The normalised value of `x` with its parameters, named "y", and the
 // stores of everything the kernel writes at this element.
-std::string KernelBuilder::norm_output(const ir::Op& norm, const Coords& c, const std::string& finale, const Chunking* ch,
+std::string NormGenerator::norm_output(const ir::Op& norm, const Coords& c, const std::string& finale, const Chunking* ch,
                                        std::set<ir::TensorId>* chunked) {
   const auto axis = static_cast<size_t>(norm.attrs.axis);
   std::string e = "(" + finale + ")";
@@ -59,7 +59,7 @@ std::string KernelBuilder::norm_output(const ir::Op& norm, const Coords& c, cons
   return em_.take(0);
 }
 
-auto KernelBuilder::norm_recipe(const ir::Op& norm) -> NormRecipe {
+auto NormGenerator::norm_recipe(const ir::Op& norm) -> NormRecipe {
   const std::string count = Emitter::float_literal(static_cast<float>(k_.params.reduced));
   const std::string eps = Emitter::float_literal(norm.attrs.eps);
   switch (norm.kind) {
@@ -86,7 +86,7 @@ auto KernelBuilder::norm_recipe(const ir::Op& norm) -> NormRecipe {
   KILN_UNREACHABLE("not a normalisation kernel");
 }
 
-void KernelBuilder::norm() {
+void NormGenerator::norm() {
   const ir::Op* norm = nullptr;
   for (int32_t oi : k_.ops)
     if (const ir::Op& op = g_.ops[static_cast<size_t>(oi)];
@@ -171,7 +171,7 @@ void KernelBuilder::norm() {
 
 // Chunks run along the last axis: softmax and layer/rms norms over it,
 // group norms of channels-last tensors whose groups are whole chunks.
-auto KernelBuilder::row_chunking(const ir::Op& norm) -> Chunking {
+auto NormGenerator::row_chunking(const ir::Op& norm) -> Chunking {
   const Shape& xs = g_.operand(norm, 0).shape;
   const bool last_axis = static_cast<size_t>(norm.attrs.axis) + 1 == xs.size();
   const bool softmax = norm.kind == OpKind::Softmax || norm.kind == OpKind::LogSoftmax;
@@ -179,7 +179,7 @@ auto KernelBuilder::row_chunking(const ir::Op& norm) -> Chunking {
   return chunking(xs, norm.kind == OpKind::GroupNorm ? xs.back() / norm.attrs.groups : k_.params.reduced);
 }
 
-auto KernelBuilder::norm_recipe_in_place(const ir::Op& norm, bool& in_place) -> NormRecipe {
+auto NormGenerator::norm_recipe_in_place(const ir::Op& norm, bool& in_place) -> NormRecipe {
   NormRecipe recipe = norm_recipe(norm);
   in_place = norm.kind == OpKind::Softmax &&
              std::find(k_.writes.begin(), k_.writes.end(), norm.inputs[0]) == k_.writes.end();
@@ -197,14 +197,14 @@ auto KernelBuilder::norm_recipe_in_place(const ir::Op& norm, bool& in_place) -> 
 // The chunk of the row starting at element j0 (coordinates once), the
 // chunked tensors' loads, and the lane loop; `lane` is the coordinates'
 // last entry advanced by v (as is where chunks are single elements).
-Coords KernelBuilder::norm_chunk_coords(const ir::Op& norm, const Chunking& ch, Coords& base) {
+Coords NormGenerator::norm_chunk_coords(const ir::Op& norm, const Chunking& ch, Coords& base) {
   base = norm_element(norm, "j0");
   Coords c = base;
   if (ch.vec > 1) c.back() = "(" + base.back() + " + v)";
   return c;
 }
 
-std::string KernelBuilder::norm_chunk_input(const ir::Op& norm, const Chunking& ch, const std::string& slot) {
+std::string NormGenerator::norm_chunk_input(const ir::Op& norm, const Chunking& ch, const std::string& slot) {
   const Shape& shape = g_.operand(norm, 0).shape;
   em_.begin_block();
   Coords base;
@@ -218,7 +218,7 @@ std::string KernelBuilder::norm_chunk_input(const ir::Op& norm, const Chunking& 
   return out + fmt::format("#pragma unroll\n      for (int v = 0; v < {}; ++v) {{\n", ch.vec) + indented(element, 8) + "      }\n";
 }
 
-std::string KernelBuilder::norm_chunk_output(const ir::Op& norm, const Chunking& ch, const std::string& slot,
+std::string NormGenerator::norm_chunk_output(const ir::Op& norm, const Chunking& ch, const std::string& slot,
                                              const std::string& finale, bool slot_holds_input) {
   const Shape& shape = g_.operand(norm, 0).shape;
   em_.begin_block();
@@ -238,7 +238,7 @@ std::string KernelBuilder::norm_chunk_output(const ir::Op& norm, const Chunking&
   return out + indented(chunk_store_calls(ch, chunked, offset), 6);
 }
 
-int KernelBuilder::row_cluster(int64_t n) const {
+int NormGenerator::row_cluster(int64_t n) const {
   constexpr int64_t kTarget = 64 * 1024, kMost = 160 * 1024;  // bytes of a row slice per block
   const int64_t bytes = n * 4;
   if (sm_ < 90) return bytes <= (sm_ == 80 || sm_ == 87 ? kMost : 96 * 1024) ? 1 : 0;  // no clusters: one block
@@ -247,7 +247,7 @@ int KernelBuilder::row_cluster(int64_t n) const {
   return bytes <= kMost * cluster ? cluster : 0;
 }
 
-void KernelBuilder::norm_cluster(const ir::Op& norm, const Chunking& ch, int cluster) {
+void NormGenerator::norm_cluster(const ir::Op& norm, const Chunking& ch, int cluster) {
   const ir::KernelParams& p = k_.params;
   const int64_t lines = p.outer * p.inner, n = p.reduced, vec = ch.vec, chunks = n / vec;
   const int64_t per_block = (chunks + cluster - 1) / cluster;
@@ -304,7 +304,7 @@ void KernelBuilder::norm_cluster(const ir::Op& norm, const Chunking& ch, int clu
 // The row in registers, V elements per chunk: each thread holds `per`
 // chunks (chunk t of a thread starts at element (threadIdx.x + t * threads) * V
 // of the row); loads and stores of 16 bytes; coordinates once per chunk.
-void KernelBuilder::norm_chunked(const ir::Op& norm, const Chunking& ch) {
+void NormGenerator::norm_chunked(const ir::Op& norm, const Chunking& ch) {
   const ir::KernelParams& p = k_.params;
   const int64_t lines = p.outer * p.inner, n = p.reduced, vec = ch.vec, chunks = n / vec;
   bool reuse_exp = false;

@@ -1,10 +1,10 @@
 // Pointwise and copy kernels: a grid-stride loop over the written domain,
 // 16-byte vector loads and stores where every tensor allows, a scalar tail.
-#include "codegen/kernel_builder.h"
+#include "codegen/pointwise_generator.h"
 
 namespace kiln::codegen {
 
-void KernelBuilder::pointwise() {
+void PointwiseGenerator::pointwise() {
   KILN_INTERNAL_CHECK(!k_.writes.empty());
   const Shape domain = g_.tensor(k_.writes.front()).shape;
   const int64_t n = element_count(domain);
@@ -31,7 +31,7 @@ void KernelBuilder::pointwise() {
 // vectorised tensor moves whole 16-byte words), when every written tensor
 // has the domain's shape and a floating storage type, and the domain has
 // some whole chunks.
-int KernelBuilder::vector_width(const Shape& domain) {
+int PointwiseGenerator::vector_width(const Shape& domain) {
   int narrowest = 4;
   for (ir::TensorId t : k_.writes) {
     const ir::Tensor& tensor = g_.tensor(t);
@@ -49,7 +49,7 @@ int KernelBuilder::vector_width(const Shape& domain) {
   return v;
 }
 
-std::string KernelBuilder::vector_loop(const Shape& domain, int vec) {
+std::string PointwiseGenerator::vector_loop(const Shape& domain, int vec) {
   // Tensors read at the domain's own index, contiguous: vector loads.
   std::vector<ir::TensorId> vector_reads;
   for (ir::TensorId t : k_.reads) {
@@ -110,12 +110,6 @@ std::string KernelBuilder::vector_loop(const Shape& domain, int vec) {
                         writes_.at(t), t);
   body += "    }\n  }\n";
   return body;
-}
-
-std::string KernelBuilder::pointer_of(ir::TensorId t) const {
-  for (size_t i = 0; i < out_.args.size(); ++i)
-    if (out_.args[i].tensor == t && out_.args[i].role != KernelArg::Role::Workspace) return "p" + std::to_string(i);
-  KILN_UNREACHABLE("no parameter for a tensor");
 }
 
 }  // namespace kiln::codegen

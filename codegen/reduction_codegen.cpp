@@ -1,14 +1,14 @@
 // Reduction kernels: a block per kept element (split over blocks for few
 // long rows), column reductions for outer axes, pools, and the row
 // statistics of a normalisation that a matmul applies in its prologue.
-#include "codegen/kernel_builder.h"
+#include "codegen/reduction_generator.h"
 
 namespace kiln::codegen {
 
 // One element of the reduced domain at `full`: every accumulator
 // (`acc_format` of reduction j) combines its input there, and the tensors
 // written before the reductions are stored at the same element.
-void KernelBuilder::reduction_step(const std::vector<const ir::Op*>& reduces, const std::set<ir::TensorId>& post,
+void ReductionGenerator::reduction_step(const std::vector<const ir::Op*>& reduces, const std::set<ir::TensorId>& post,
                                    const Coords& full, const Shape& domain, const std::string& acc_format) {
   for (size_t j = 0; j < reduces.size(); ++j) {
     const std::string acc = fmt::format(fmt::runtime(acc_format), j);
@@ -26,7 +26,7 @@ void KernelBuilder::reduction_step(const std::vector<const ir::Op*>& reduces, co
 // kept element's linear index in `k`) and every write after them: means
 // divided, results rounded as the graph says, post-reduction ops at the
 // matching elements.
-std::string KernelBuilder::reduction_results(const std::vector<const ir::Op*>& reduces, const std::set<ir::TensorId>& post,
+std::string ReductionGenerator::reduction_results(const std::vector<const ir::Op*>& reduces, const std::set<ir::TensorId>& post,
                               int64_t reduced, const std::string& acc_format, int indent) {
   for (size_t j = 0; j < reduces.size(); ++j) {
     const ir::Tensor& out = g_.result(*reduces[j]);
@@ -50,7 +50,7 @@ std::string KernelBuilder::reduction_results(const std::vector<const ir::Op*>& r
 // The body of a row reduction's loop over the reduced elements r (kept
 // coordinates `kc` declared): each element, or with a chunking (`ch.vec` >
 // 1) V elements of the last axis from 16-byte loads, into the accumulators.
-std::string KernelBuilder::row_reduction_body(const std::vector<const ir::Op*>& reduces, const std::set<ir::TensorId>& post,
+std::string ReductionGenerator::row_reduction_body(const std::vector<const ir::Op*>& reduces, const std::set<ir::TensorId>& post,
                                               const Shape& d, const Coords& kc, const Shape& reduced_shape, const Chunking& ch) {
   const auto& axes = reduces.front()->attrs.axes;
   em_.begin_block();
@@ -77,7 +77,7 @@ std::string KernelBuilder::row_reduction_body(const std::vector<const ir::Op*>& 
 // The block's accumulators combined; split (`splits` > 1), each block's
 // partials combined atomically and the last block reading them back. Opens
 // the block in which the results are finished.
-std::string KernelBuilder::row_reduction_combine(const std::vector<const ir::Op*>& reduces, const std::vector<std::string>& partials,
+std::string ReductionGenerator::row_reduction_combine(const std::vector<const ir::Op*>& reduces, const std::vector<std::string>& partials,
                                                  const std::string& counter, int64_t kept, int64_t splits) {
   std::string body;
   for (size_t j = 0; j < reduces.size(); ++j)
@@ -98,7 +98,7 @@ std::string KernelBuilder::row_reduction_combine(const std::vector<const ir::Op*
   return body + "    {\n";
 }
 
-void KernelBuilder::reduction() {
+void ReductionGenerator::reduction() {
   const auto reduces = ops_of({ir::OpFamily::Reduce});
   const auto pools = ops_of({ir::OpFamily::Pool});
   if (!pools.empty()) return pooling(*pools.front());
@@ -172,7 +172,7 @@ void KernelBuilder::reduction() {
 // and its width allows, columns per block a power of two from 8 to 256 so
 // that row lanes x columns is exactly the block, and splits of the reduced
 // axis over gridDim.y until about 1024 blocks run.
-auto KernelBuilder::column_layout(const ir::Op& first, const Shape& d, const Shape& kept_shape, const Shape& reduced_shape,
+auto ReductionGenerator::column_layout(const ir::Op& first, const Shape& d, const Shape& kept_shape, const Shape& reduced_shape,
                                   int64_t inner) const -> ColumnLayout {
   ColumnLayout c;
   c.inner = inner, c.kept = element_count(kept_shape), c.reduced = element_count(reduced_shape);
@@ -196,7 +196,7 @@ auto KernelBuilder::column_layout(const ir::Op& first, const Shape& d, const Sha
 }
 
 // The loop over a row lane's rows; `vectors`: with 16-byte loads.
-std::string KernelBuilder::column_row_loop(const std::vector<const ir::Op*>& reduces, const std::set<ir::TensorId>& post,
+std::string ReductionGenerator::column_row_loop(const std::vector<const ir::Op*>& reduces, const std::set<ir::TensorId>& post,
                                            const Shape& d, const Shape& kept_shape, const Shape& reduced_shape,
                                            const ColumnLayout& c, bool vectors) {
   const auto& axes = reduces.front()->attrs.axes;
@@ -233,7 +233,7 @@ std::string KernelBuilder::column_row_loop(const std::vector<const ir::Op*>& red
 // After the rows: row lanes combined into lane 0, then the columns finished
 // (post-reduction ops included), by every block or, split, by the last of
 // each column block's splits after combining their partials atomically.
-std::string KernelBuilder::column_finish(const std::vector<const ir::Op*>& reduces, const std::set<ir::TensorId>& post,
+std::string ReductionGenerator::column_finish(const std::vector<const ir::Op*>& reduces, const std::set<ir::TensorId>& post,
                                          const ColumnLayout& c, const std::vector<std::string>& partials,
                                          const std::string& counter) {
   std::string body = fmt::format("#pragma unroll\n  for (int v = 0; v < {}; ++v) {{\n", c.vec);
@@ -262,7 +262,7 @@ std::string KernelBuilder::column_finish(const std::vector<const ir::Op*>& reduc
   return body + finish_columns(6) + "    }\n  }\n";
 }
 
-void KernelBuilder::column_reduction(const std::vector<const ir::Op*>& reduces, const std::set<ir::TensorId>& post, const Shape& d,
+void ReductionGenerator::column_reduction(const std::vector<const ir::Op*>& reduces, const std::set<ir::TensorId>& post, const Shape& d,
                       const Shape& kept_shape, const Shape& reduced_shape, int64_t inner) {
   const ir::Op& first = *reduces.front();
   const ColumnLayout c = column_layout(first, d, kept_shape, reduced_shape, inner);
@@ -300,7 +300,7 @@ void KernelBuilder::column_reduction(const std::vector<const ir::Op*>& reduces, 
   out_.grid = {static_cast<uint32_t>(c.col_blocks), static_cast<uint32_t>(c.splits), 1};
 }
 
-void KernelBuilder::pooling(const ir::Op& pool) {
+void ReductionGenerator::pooling(const ir::Op& pool) {
   const ir::Tensor& in = g_.operand(pool, 0);
   const ir::Tensor& out = g_.result(pool);
   const ir::Attributes& a = pool.attrs;
@@ -357,7 +357,7 @@ void KernelBuilder::pooling(const ir::Op& pool) {
 
 // The row statistics of a layer_norm/rms_norm whose application is the
 // prologue of a matmul: [rows][2] floats (mean, rstd) in a workspace.
-void KernelBuilder::norm_statistics(const ir::Op& norm) {
+void ReductionGenerator::norm_statistics(const ir::Op& norm) {
   const ir::Tensor& x = g_.operand(norm, 0);
   const int64_t rows = element_count(x.shape) / x.shape.back(), n = x.shape.back();
   const std::string stats = workspace_param(g_.result(norm).name + ".rowstats", rows * 2, 0, false);
@@ -382,7 +382,7 @@ void KernelBuilder::norm_statistics(const ir::Op& norm) {
 
 // A block-wide sum over a last-axis row of x: `update` accumulates into
 // `sum` from `x`; `assign` uses the total.
-std::string KernelBuilder::row_pass(ir::TensorId x, const Shape& shape, int64_t n, const std::string& update,
+std::string ReductionGenerator::row_pass(ir::TensorId x, const Shape& shape, int64_t n, const std::string& update,
                      const std::string& assign) {
   std::string body = "    {\n      float sum = 0.0f;\n";
   body += fmt::format("      for (kiln::i64 j = threadIdx.x; j < {}LL; j += blockDim.x) {{\n", n);

@@ -11,7 +11,7 @@
 // an operand whose pointer is not 16-byte aligned is loaded element by
 // element by the producer warpgroup instead of the copy engine, a result
 // that is not goes out with direct stores instead of bulk tensor stores.
-#include "codegen/kernel_builder.h"
+#include "codegen/gemm_generator.h"
 
 namespace kiln::codegen {
 
@@ -43,7 +43,7 @@ std::string producer_slot(int indent) {
 // epilogue, one tile later in time, finds them there instead of waiting on
 // device memory (H100, 8192 x 8192 x 4096 + residual: the epilogue's
 // 2-byte loads stalled the consumers for about 10 us per tile).
-std::string KernelBuilder::epilogue_prefetch(const ir::Op& anchor, const Gemm& gm, int bn, const std::string& rows,
+std::string GemmGenerator::epilogue_prefetch(const ir::Op& anchor, const Gemm& gm, int bn, const std::string& rows,
                                              const std::set<std::string>& operands) const {
   const Shape& shape = g_.result(anchor).shape;
   if (!gm.column_last || shape.size() < 2) return "";
@@ -63,7 +63,7 @@ std::string KernelBuilder::epilogue_prefetch(const ir::Op& anchor, const Gemm& g
   return out;
 }
 
-auto KernelBuilder::tma_source(const std::optional<ExternalTensor>& e, Mma kind) const -> std::optional<TmaOperand> {
+auto GemmGenerator::tma_source(const std::optional<ExternalTensor>& e, Mma kind) const -> std::optional<TmaOperand> {
   if (!e || e->storage != mma_storage(kind)) return std::nullopt;
   TmaOperand op;
   op.pointer = e->pointer;
@@ -74,7 +74,7 @@ auto KernelBuilder::tma_source(const std::optional<ExternalTensor>& e, Mma kind)
   return op;
 }
 
-auto KernelBuilder::tma_operand(const ir::Op& anchor, size_t slot, Mma kind) const -> std::optional<TmaOperand> {
+auto GemmGenerator::tma_operand(const ir::Op& anchor, size_t slot, Mma kind) const -> std::optional<TmaOperand> {
   if (kind == Mma::tf32) return std::nullopt;
   const std::optional<ExternalTensor> e = in_memory(anchor.inputs[slot]);
   std::optional<TmaOperand> found = tma_source(e, kind);
@@ -124,7 +124,7 @@ auto KernelBuilder::tma_operand(const ir::Op& anchor, size_t slot, Mma kind) con
   return op;
 }
 
-auto KernelBuilder::conv_weight_operand(const ir::Op& anchor, Mma kind) const -> std::optional<TmaOperand> {
+auto GemmGenerator::conv_weight_operand(const ir::Op& anchor, Mma kind) const -> std::optional<TmaOperand> {
   const std::optional<ExternalTensor> e = in_memory(anchor.inputs[1]);
   const Shape& ws = g_.operand(anchor, 1).shape;  // [K, R, S, C]
   if (!e || anchor.attrs.layout != ir::Layout::NHWC || anchor.attrs.groups != 1) return std::nullopt;
@@ -143,7 +143,7 @@ auto KernelBuilder::conv_weight_operand(const ir::Op& anchor, Mma kind) const ->
   return op;
 }
 
-auto KernelBuilder::wgmma_operands(const ir::Op& anchor, const Gemm& gm, Mma kind) const -> std::optional<WgmmaOperands> {
+auto GemmGenerator::wgmma_operands(const ir::Op& anchor, const Gemm& gm, Mma kind) const -> std::optional<WgmmaOperands> {
   if (sm_ != 90 || kind == Mma::tf32) return std::nullopt;
   const int64_t tiles = ((gm.m + 127) / 128) * ((gm.n + 127) / 128) * gm.batches;
   if (tiles < 132 || tiles >= (int64_t{1} << 31)) return std::nullopt;
@@ -160,7 +160,7 @@ auto KernelBuilder::wgmma_operands(const ir::Op& anchor, const Gemm& gm, Mma kin
   return std::nullopt;
 }
 
-std::string KernelBuilder::tensor_map_param(const TmaOperand& op, const std::string& what) {
+std::string GemmGenerator::tensor_map_param(const TmaOperand& op, const std::string& what) {
   const std::string name = "p" + std::to_string(out_.args.size());
   params_.push_back(fmt::format("const __grid_constant__ kiln::TensorMap {}", name));
   param_notes_.push_back("tensor map of " + what);
@@ -175,7 +175,7 @@ std::string KernelBuilder::tensor_map_param(const TmaOperand& op, const std::str
 // still fill the GPU (132 SMs on H100 and H200), else 128 x 128. A
 // gathering producer keeps 128 registers for its row offsets, which leaves
 // the consumers room for 128 columns (64 when the problem has no more).
-std::vector<Tuning> KernelBuilder::wgmma_tuning_space(const Gemm& gm, bool gathered) const {
+std::vector<Tuning> GemmGenerator::wgmma_tuning_space(const Gemm& gm, bool gathered) const {
   const int64_t tiles_m = (gm.m + kWgmmaBM - 1) / kWgmmaBM;
   const int heuristic_bn = gathered ? (gm.n <= 64 ? 64 : 128)
                                     : gm.n > 128 && tiles_m * ((gm.n + 255) / 256) * gm.batches >= 132 ? 256 : 128;
@@ -203,7 +203,7 @@ std::vector<Tuning> KernelBuilder::wgmma_tuning_space(const Gemm& gm, bool gathe
 
 // A producer thread's loads of A's (is_a) or B's slice element by element,
 // for an operand the copy engine cannot load; `guard` opens the block.
-std::string KernelBuilder::wgmma_element_loads(const Gemm& gm, const WgmmaShape& s, bool b_k_major, bool is_a,
+std::string GemmGenerator::wgmma_element_loads(const Gemm& gm, const WgmmaShape& s, bool b_k_major, bool is_a,
                                                const std::string& guard) {
   const std::string tile = is_a ? "a_tile" : "b_tile";
   // One element per iteration, not unrolled (the copy engine's producer has 56 registers).
@@ -248,7 +248,7 @@ std::string copy_coords(const TensorMapSpec& map, const std::string& c0, const s
 }  // namespace
 
 // Thread 0's copies of B's slice (its share, multicast, in a cluster).
-std::string KernelBuilder::wgmma_b_copy(const WgmmaShape& s, const TmaOperand& b, const std::string& map_b) const {
+std::string GemmGenerator::wgmma_b_copy(const WgmmaShape& s, const TmaOperand& b, const std::string& map_b) const {
   std::string b_copy;
   const int bn = s.bn, bk = s.bk, cluster = s.cluster;
   if (cluster == 1 && b.k_major) {
@@ -275,7 +275,7 @@ std::string KernelBuilder::wgmma_b_copy(const WgmmaShape& s, const TmaOperand& b
 
 // The kernel's frame before the warpgroups split: the Gemm type, shared
 // memory and barriers, alignment checks, and how units map to tiles.
-std::string KernelBuilder::wgmma_frame(const Gemm& gm, const WgmmaShape& s, const TmaOperand& a, const TmaOperand& b,
+std::string GemmGenerator::wgmma_frame(const Gemm& gm, const WgmmaShape& s, const TmaOperand& a, const TmaOperand& b,
                                        bool staged) const {
   std::string body;
   body += fmt::format("  typedef kiln::wg::Gemm<{}, {}, kiln::tc::{}, {}, {}{}> G;\n", s.bn, s.stages, s.kind_name,
@@ -308,7 +308,7 @@ std::string KernelBuilder::wgmma_frame(const Gemm& gm, const WgmmaShape& s, cons
 // its share of that operand element by element instead (its registers would
 // not fit in the copy engine's loop: it spilled), thread 0 still copying
 // the other.
-std::string KernelBuilder::wgmma_copy_producer(const WgmmaShape& s, const TmaOperand& a, const std::string& map_a,
+std::string GemmGenerator::wgmma_copy_producer(const WgmmaShape& s, const TmaOperand& a, const std::string& map_a,
                                                const std::string& map_b, const std::string& b_copy, const std::string& warm_l2,
                                                const std::string& a_elements, const std::string& b_elements) const {
   std::string body = "    const bool by_elements = !(tma_a && tma_b);\n";
@@ -342,7 +342,7 @@ std::string KernelBuilder::wgmma_copy_producer(const WgmmaShape& s, const TmaOpe
   return body;
 }
 
-void KernelBuilder::gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind, const WgmmaOperands& operands) {
+void GemmGenerator::gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind, const WgmmaOperands& operands) {
   WgmmaShape s;
   s.gathered = !operands.a;
   TmaOperand a = s.gathered ? TmaOperand{} : *operands.a, b = operands.b;
@@ -430,7 +430,7 @@ void KernelBuilder::gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind, c
 // tap once per slice; cp.async zero-fills padding and rows past M. Thread
 // 0 adds B's copy. An input pointer that is not 16-byte aligned makes
 // every thread load its share of A element by element (`a_elements`).
-std::string KernelBuilder::gathered_producer(const Gemm& gm, int stages, const std::string& map_b, const std::string& a_elements,
+std::string GemmGenerator::gathered_producer(const Gemm& gm, int stages, const std::string& map_b, const std::string& a_elements,
                                              const std::string& b_elements, const std::string& b_copy,
                                              const std::string& warm_l2) {
   const Gemm::ConvGeometry& cv = *gm.conv;

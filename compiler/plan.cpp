@@ -6,13 +6,11 @@ namespace kiln::ir {
 
 std::string_view to_string(KernelKind kind) {
   switch (kind) {
-    case KernelKind::Matmul: return "matmul";
-    case KernelKind::Conv: return "conv";
-    case KernelKind::Attention: return "attention";
-    case KernelKind::Pointwise: return "pointwise";
-    case KernelKind::Reduction: return "reduction";
-    case KernelKind::Norm: return "norm";
-    case KernelKind::Copy: return "copy";
+#define KILN_KERNEL_KIND(e, name) \
+  case KernelKind::e:               \
+    return name;
+#include "compiler/kernel_kinds.def"
+#undef KILN_KERNEL_KIND
   }
   return "?";
 }

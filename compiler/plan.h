@@ -18,7 +18,16 @@
 
 namespace kiln::ir {
 
-enum class KernelKind : uint8_t { Matmul, Conv, Attention, Pointwise, Reduction, Norm, Copy };
+enum class KernelKind : uint8_t {
+#define KILN_KERNEL_KIND(e, name) e,
+#include "compiler/kernel_kinds.def"
+#undef KILN_KERNEL_KIND
+};
+inline constexpr size_t kKernelKindCount = 0
+#define KILN_KERNEL_KIND(e, name) +1
+#include "compiler/kernel_kinds.def"
+#undef KILN_KERNEL_KIND
+    ;
 std::string_view to_string(KernelKind kind);
 
 // How a row-wise kernel (norm, reduction over trailing axes) holds a row.

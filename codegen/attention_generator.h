@@ -1,0 +1,52 @@
+// The generator of attention kernels (attention_codegen.cpp): flash
+// attention on tensor cores (templates/kiln/attention.cuh) and the exact
+// two-pass kernel for what it does not take (f32 or mixed operands,
+// decomposed matmul-softmax-matmul graphs).
+#pragma once
+
+#include "codegen/kernel_builder.h"
+
+namespace kiln::codegen {
+
+class AttentionGenerator : public KernelBuilder {
+ public:
+  using KernelBuilder::KernelBuilder;
+
+  // ---- attention on tensor cores: templates/kiln/attention.cuh -------------------
+  // sdpa with q, k, v in memory as one 16-bit type (through transposes),
+  // d contiguous, head dimension a multiple of 16 up to 256.
+  bool flash_attention_fits(const ir::Op& op) const;
+  // k or v of an sdpa as the flash kernel reads it: a tensor in memory and
+  // its head count; grouped-query heads written as reshape -> expand ->
+  // reshape of a [B, Hkv, S, D] tensor (PyTorch's repeat_kv) read in place.
+  struct AttentionOperand {
+    ExternalTensor memory;
+    int64_t heads = 0;
+  };
+  std::optional<AttentionOperand> attention_operand(ir::TensorId t) const;
+
+  void flash_attention(const ir::Op& op);
+
+  // ---- attention without tensor cores: a block per query row, exact softmax in
+  // two passes (f32 or mixed operands, decomposed matmul-softmax-matmul graphs).
+
+  // Pass 1 finds the row's max and sum, pass 2 forms each probability exactly
+  // as the graph defines it (rounded where it says) and accumulates p * v.
+  void attention();
+  // The exact two-pass attention kernel (what flash attention does not take).
+  struct ExactAttention {
+    const ir::Op* last = nullptr;      // the anchor: sdpa, or the p @ v matmul
+    bool sdpa = true;
+    const ir::Op* first_mm = nullptr;  // decomposed: q @ k^T
+    const ir::Op* softmax = nullptr;   // decomposed: the probabilities
+    int64_t sq = 0, skv = 0, dq = 0, dv = 0, batches = 0, heads_per_kv = 1;
+    Shape batch_shape;
+    int per_thread = 1;                // output columns per thread (128 threads)
+  };
+  ExactAttention exact_attention_shape() const;
+  std::string exact_attention_score(const ExactAttention& a, const Coords& bc, const std::string& j);
+  std::string exact_attention_pass2(const ExactAttention& a, const Coords& bc);
+
+};
+
+}  // namespace kiln::codegen

@@ -1,0 +1,284 @@
+// The generator of matmul and conv kernels: gemm_codegen.cpp (the GEMM view
+// of an anchor, SIMT, mma.sync tensor cores, prologues), wgmma_codegen.cpp
+// (the Hopper kernel: TMA, mbarriers, wgmma), epilogue_codegen.cpp (their
+// epilogues: decided, then written).
+#pragma once
+
+#include "codegen/kernel_builder.h"
+
+namespace kiln::codegen {
+
+class GemmGenerator : public KernelBuilder {
+ public:
+  using KernelBuilder::KernelBuilder;
+
+  // A BM x BN tile per block, 256 threads with 4x4 results each; operands go
+  // through the emitter (prologues, views, strides, precision rounding).
+  static constexpr int kBM = 64, kBN = 64, kBK = 16;
+
+  // The GEMM view of an anchor and how to reach its operands. load_a/load_b
+  // emit statements that set `v` to one operand element (any prologue);
+  // chunk_a/chunk_b, where set, emit statements for a 16-byte chunk of a
+  // plain tensor (`chunk` consecutive elements along the tile's contiguous
+  // dimension) and return {in bounds, element offset from pointer_a/b}.
+  using ChunkFn = std::function<std::pair<std::string, std::string>(const std::string&, const std::string&,
+                                                                    const std::string&)>;
+  struct Gemm {
+    int64_t m, n, k, batches;
+    std::function<void(const std::string& m, const std::string& k, const std::string& batch)> load_a;  // sets `v`
+    std::function<void(const std::string& k, const std::string& n, const std::string& batch)> load_b;
+    // The result's coordinates of GEMM (m, n); with out_row (conv), those
+    // of the row are the variables out_row(m) declares, in scope.
+    std::function<Coords(const std::string& m, const std::string& n, const std::string& batch)> out_coords;
+    std::function<std::string(const std::string& m)> out_row;
+    bool column_last = true;  // the result's last coordinate is the GEMM column (not in an NCHW conv)
+    ChunkFn chunk_a, chunk_b;
+    std::string pointer_a, pointer_b;
+    bool b_k_major = false;  // B's tile is [n][k] (conv weights, B transposed) rather than [k][n]
+    // An NHWC conv (one group) whose input is read in 16-byte chunks
+    // (pointer_a): the Hopper kernel gathers A's rows itself.
+    struct ConvGeometry {
+      int64_t h, w, c, p, q, s;  // input rows, columns, channels; output rows, columns; filter columns
+      int64_t x_strides[3];  // the input's element strides along n, h, w
+      int64_t stride[2], padding[2], dilation[2];
+    };
+    std::optional<ConvGeometry> conv;
+    // Computed operands: emit statements; return the operand's coordinates
+    // at GEMM (m, k) / (k, n) and when they lie inside it (else the value
+    // is 0). *_runs_last: the tile's contiguous dimension runs along the
+    // operand's last dimension in whole runs of 8, so the operand's inputs
+    // can be loaded 8 at a time.
+    std::function<std::pair<Coords, std::string>(const std::string&, const std::string&, const std::string&)> at_a, at_b;
+    bool a_runs_last = false, b_runs_last = false;
+  };
+
+  // Which tensor-core MMA computes this anchor exactly (numerics rule 5), or
+  // nullopt for the f32 SIMT path: bf16 or f16 when both operands are (or
+  // the precision rounds f32 operands to it); tf32 when every operand is
+  // exact in tf32 (16-bit values, or f32 under precision tf32).
+  enum class Mma { bf16, f16, tf32 };
+  std::optional<Mma> mma_kind(const ir::Op& anchor) const;
+  static DType mma_storage(Mma kind);
+
+  // The tensor in device memory that `t` is, seen through this kernel's
+  // transposes (x @ w^T reads w in place): its pointer, storage and strides
+  // in t's dimension order.
+  std::optional<ExternalTensor> in_memory(ir::TensorId t) const;
+  // An operand read as 16-byte chunks along dimension `inner`: a tensor in
+  // memory (not computed here) stored as the MMA's element type, stride 1
+  // along `inner`, every chunk 16-byte aligned given an aligned base
+  // pointer (checked at run time).
+  std::optional<ExternalTensor> chunkable(ir::TensorId t, Mma kind, size_t inner, int64_t chunk) const;
+
+  // Where the epilogue runs: per element of a SIMT tile (`open` declares
+  // m and n, in range, and ends inside the loops that `close` closes), or
+  // over a tensor-core kernel's accumulator fragments (`fragments`; rows
+  // and columns checked only where a tile can pass M or N: without
+  // branches per element the compiler issues the epilogue's loads together;
+  // H100, conv 3x3 bias relu: the bias loads waited one by one, half the
+  // kernel's time).
+  struct EpilogueLoops {
+    std::string open, close;
+    bool fragments = false, check_m = true, check_n = true;
+    // A persistent wgmma kernel's fragments (needs a TileLoopCarry): the
+    // result, where it is written as laid out ([batch..., M, N], 16-bit or
+    // f32, 16-byte rows), goes to shared memory in 128-byte column blocks
+    // and out with bulk tensor stores (runtime fallback: direct stores); a
+    // residual read the same way (an input of the result's shape and type,
+    // dense) comes in by bulk tensor loads into those buffers, one block
+    // ahead. stage_map makes a tensor map parameter, `staged` learns which
+    // tensor is stored.
+    std::function<std::string(ir::TensorId, const TensorMapSpec&)> stage_map;
+    ir::TensorId* staged = nullptr;
+    // Staged column blocks in a loop or unrolled (Tuning::epilogue; 0: by
+    // the element code's cost); `heuristic_loop` learns what that cost
+    // chooses, 0 where there is no choice (nothing staged, or column
+    // partials indexed by the column).
+    int block_loop = 0;
+    int* heuristic_loop = nullptr;
+  };
+  // What a persistent kernel's epilogue keeps across its tile loop: column
+  // partials in registers (at most `registers` floats per thread; a
+  // reduction takes `partials_per_reduction`) and the staging buffers'
+  // state; declarations for before the loop, code for the start of each
+  // tile (before its main loop), the last flush for after the loop.
+  struct TileLoopCarry {
+    int registers = 0, partials_per_reduction = 0;
+    std::string before_loop, tile_start, after_loop;
+  };
+  // The epilogue over every accumulator element `acc`: writes the anchor's
+  // consumers and epilogue reductions (atomics into workspaces, finalised
+  // by the last block, in `finish_out` where given: after a persistent
+  // kernel's tile loop). See epilogue_codegen.cpp for the fragment loops.
+  std::string epilogue(const ir::Op& anchor, const Gemm& gm, const EpilogueLoops& loops, const std::string& acc,
+                       std::string* finish_out = nullptr, TileLoopCarry* carry = nullptr);
+
+  // What an epilogue does, decided before a line of it is written.
+  struct EpilogueReduction {
+    const ir::Op* op = nullptr;
+    Coords input;      // its input's coordinates at the accumulator element
+    Coords kept;       // the coordinates it keeps, and their extents
+    Shape kept_shape;
+    bool column = false;  // keeps only the output column: register partials, one atomic per column and warp
+  };
+  struct EpiloguePlan {
+    std::vector<EpilogueReduction> reductions;
+    ir::TensorId staged = -1;             // stored through shared memory in 128-byte column blocks; -1: none
+    std::vector<ir::TensorId> residuals;  // inputs read at the result's coordinates, in column pairs
+    bool heavy = false;                   // an element takes a library function (erf, exp, ...)
+    bool rollable = false;                // column blocks may run in a loop (something staged, no column partials)
+    bool rolled = false;                  // ... and do
+    // "staged y, residual r, atomics for s, column blocks rolled"
+    std::string to_string(const ir::Graph& g) const;
+  };
+  // The reductions an epilogue finishes (those whose results are needed).
+  std::vector<const ir::Op*> epilogue_reductions() const;
+  // `oc`: the result's coordinates at the accumulator element.
+  EpiloguePlan decide_epilogue(const ir::Op& anchor, const Gemm& gm, const EpilogueLoops& loops, const Coords& oc,
+                               const std::vector<const ir::Op*>& reduces);
+
+ private:
+  // The epilogue's text as its pieces are written (epilogue_codegen.cpp).
+  struct EpilogueText {
+    std::string decls;  // register partials of column reductions
+    std::vector<std::pair<size_t, std::string>> column_reduces;  // reduction, its partials' variable
+    std::string pair_decls, pair_stores;  // column pairs of written tensors
+    std::string staged_map, staged_put;   // the staged tensor's map parameter and alignment check
+    TensorMapSpec staged_map_spec;
+    ir::TensorId residual = -1;  // the residual loaded through the staging buffers
+    std::string residual_map, residual_load;
+  };
+  void emit_epilogue_reductions(const EpiloguePlan& plan, const std::vector<std::string>& ws, EpilogueText& text);
+  void emit_epilogue_writes(const ir::Op& anchor, const Gemm& gm, const EpilogueLoops& loops, const Coords& oc,
+                            const EpiloguePlan& plan, EpilogueText& text);
+  void load_epilogue_residuals(const Gemm& gm, const EpilogueLoops& loops, const EpiloguePlan& plan, EpilogueText& text);
+  void fragment_loops(const Gemm& gm, const EpilogueLoops& loops, const EpiloguePlan& plan, const EpilogueText& text,
+                      std::string& open, std::string& close);
+  void staged_column_blocks(const Gemm& gm, const EpiloguePlan& plan, const EpilogueText& text, std::string& open,
+                            std::string& close, TileLoopCarry& carry);
+  std::string flush_column_partials(const Gemm& gm, const EpiloguePlan& plan, const EpilogueText& text,
+                                    const std::vector<std::string>& ws, bool reset);
+  std::string finish_epilogue_reductions(const EpiloguePlan& plan, const std::vector<std::string>& ws,
+                                         const std::string& counter);
+
+ public:
+
+  void gemm(const ir::Op& anchor, const Gemm& gm);
+
+  // f32 operands in full f32 (and GPUs before sm_80): a BM x BN tile per
+  // block, 256 threads with 4x4 results each.
+  void gemm_simt(const ir::Op& anchor, const Gemm& gm);
+
+  // Tensor cores (templates/kiln/mma.cuh): the template's pipelined main
+  // loop, with this kernel's operand loaders as its hooks.
+  struct MmaTile {
+    int bm, bn, bk, warps_m, warps_n, stages;
+  };
+  MmaTile mma_tile(const Gemm& gm, Mma kind) const;
+  // How many blocks share each tile's K (the few-rows tile when its tiles
+  // alone leave SMs idle; 1: no split).
+  int split_k(const Gemm& gm, const MmaTile& t) const;
+  // The number of splits, none empty, when `k_tiles` slices are shared out about `splits` ways.
+  static int even_splits(int64_t k_tiles, int splits);
+  // The K slices of `bk` a matmul kernel walks: its loops count them in 32-bit ints.
+  int64_t k_slices(const Gemm& gm, int bk) const;
+  std::string split_k_main_loop(const Gemm& gm, const MmaTile& t, int splits, int64_t k_tiles);
+
+  void gemm_tensor_core(const ir::Op& anchor, const Gemm& gm, Mma kind);
+  std::vector<Tuning> tensor_core_tuning_space(const Gemm& gm, const MmaTile& t, int64_t k_tiles) const;
+  // An operand's tile as the tensor-core kernel's loaders see it.
+  struct TileOperand {
+    bool is_a = true;
+    std::string x;                    // "a" or "b"
+    int rows = 0, cols = 0;           // the tile in shared memory, cols contiguous
+    std::string row_base, col_base;   // GEMM coordinates of the tile's origin
+    std::string row_name, col_name;   // and of (row, col)
+    std::string index;                // the element's index in shared memory
+    int64_t row_limit = 0, col_limit = 0;
+    std::string gemm_coords;          // declares row_name and col_name
+  };
+  struct TileLoader {
+    std::string decls, load, stash;
+  };
+  TileOperand tensor_core_operand(const Gemm& gm, const MmaTile& t, bool is_a) const;
+  std::string chunk_loader(const TileOperand& o, const ChunkFn& chunk_fn, const std::string& pointer, int threads, int chunk);
+  void run_loader(const ir::Op& anchor, const Gemm& gm, const MmaTile& t, const TileOperand& o, int threads,
+                  const char* kind_name, TileLoader& out);
+  std::string tensor_core_loader(const ir::Op& anchor, const Gemm& gm, const MmaTile& t, int threads, int chunk,
+                                 const char* kind_name, bool is_a);
+
+  // ---- Hopper: templates/kiln/wgmma.cuh ----------------------------------------
+  // An operand the copy engine can load: a tensor in memory stored as the
+  // MMA's type, contiguous along k (A; B when `k_major`) or n (B), outer
+  // strides multiples of 16 bytes, its batch dims one (or none) or the
+  // result's, collapsible into one stride. The map's box is filled in by
+  // gemm_wgmma.
+  struct TmaOperand {
+    ir::TensorId tensor;
+    std::string pointer;
+    TensorMapSpec map;
+    bool k_major = true;
+  };
+  // A tensor in memory stored as the MMA's type, bound to this kernel: its
+  // pointer and tensor, the map still to fill in.
+  std::optional<TmaOperand> tma_source(const std::optional<ExternalTensor>& e, Mma kind) const;
+  std::optional<TmaOperand> tma_operand(const ir::Op& anchor, size_t slot, Mma kind) const;
+
+  // A conv's weights [K, R, S, C] as B, k-major: one group, contiguous.
+  std::optional<TmaOperand> conv_weight_operand(const ir::Op& anchor, Mma kind) const;
+
+  // A and B when the Hopper kernel takes this anchor: sm_90, 16-bit
+  // operands, a problem that fills the GPU with 128 x 128 tiles, B loaded
+  // by the copy engine and A too (a matmul) or gathered from an NHWC input
+  // (a conv: A is nullopt); else nullopt.
+  struct WgmmaOperands {
+    std::optional<TmaOperand> a;
+    TmaOperand b;
+  };
+  std::optional<WgmmaOperands> wgmma_operands(const ir::Op& anchor, const Gemm& gm, Mma kind) const;
+
+  // The persistent warp-specialised kernel of wgmma.cuh: TMA loads of `a`
+  // (or, without `a`, gm.conv's implicit im2col gathered by the producer
+  // warpgroup) and `b` (element loads when a pointer is not 16-byte
+  // aligned), this kernel's epilogue on the accumulators of each tile.
+  void gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind, const WgmmaOperands& operands);
+  // What gemm_wgmma decides before it writes: tiles, cluster, tile order,
+  // the ring's stages (after the epilogue says whether it stages), the
+  // warpgroups' registers, and the persistent grid's units.
+  struct WgmmaShape {
+    bool gathered = false;  // a conv whose A the producer gathers
+    int bm = 128, bn = 0, bk = 64, cluster = 1, raster = 8, stages = 0, shared_bytes = 0, threads = 384;
+    int producer_registers = 0, consumer_registers = 0;
+    int64_t tiles_n = 0, units_m = 0, units = 0, k_tiles = 0;
+    const char* kind_name = "kBf16";
+  };
+  std::vector<Tuning> wgmma_tuning_space(const Gemm& gm, bool gathered) const;
+  std::string wgmma_frame(const Gemm& gm, const WgmmaShape& s, const TmaOperand& a, const TmaOperand& b, bool staged) const;
+  std::string wgmma_element_loads(const Gemm& gm, const WgmmaShape& s, bool b_k_major, bool is_a, const std::string& guard);
+  std::string wgmma_b_copy(const WgmmaShape& s, const TmaOperand& b, const std::string& map_b) const;
+  std::string wgmma_copy_producer(const WgmmaShape& s, const TmaOperand& a, const std::string& map_a, const std::string& map_b,
+                                  const std::string& b_copy, const std::string& warm_l2, const std::string& a_elements,
+                                  const std::string& b_elements) const;
+
+  // gemm_wgmma's producer warpgroup for a conv: A gathered (implicit
+  // im2col) with cp.async, B as `b_copy` (thread 0's copy-engine loads).
+  std::string gathered_producer(const Gemm& gm, int stages, const std::string& map_b, const std::string& a_elements,
+                                const std::string& b_elements, const std::string& b_copy, const std::string& warm_l2);
+  // Code for a producer at the start of a tile (m0, n0, batch declared):
+  // the tile's rows of the result-shaped tensors the epilogue reads, into
+  // L2; `rows` opens the loop over this thread's rows r (of 128).
+  std::string epilogue_prefetch(const ir::Op& anchor, const Gemm& gm, int bn, const std::string& rows,
+                                const std::set<std::string>& operands) const;
+  std::string tensor_map_param(const TmaOperand& op, const std::string& what);
+
+  void matmul();
+
+  // The matmul applies a split layer_norm/rms_norm from its row statistics
+  // (the norm, and any pointwise ops after it, are recomputed in its prologue).
+  void setup_norm_prologue();
+
+  void conv();
+
+};
+
+}  // namespace kiln::codegen
