@@ -68,35 +68,36 @@ void AttentionGenerator::flash_attention(const ir::Op& op) {
   const int64_t batches = qs[0], heads = qs[1], sq = qs[2], d = qs[3], kv_heads = ka.heads, skv = ks[2];
   const int bq = 64, bkv = d <= 128 ? 64 : 32, threads = bq / 16 * 32;
   const int shared_bytes = (bq * static_cast<int>(d + 8) + 4 * bkv * static_cast<int>(d + 8)) * 2;
+  decided(fmt::format("flash attention (mma.sync): {} query rows x {} keys a tile, {} threads", bq, bkv, threads));
   KILN_USER_CHECK(batches * heads <= 65535, "{}: {} batch x head pairs exceed this attention kernel's grid limit of 65535",
                   g_.describe(k_.anchor), batches * heads);
   std::string body;
-  body += fmt::format("  typedef kiln::tc::FlashAttention<{}, {}, {}, kiln::tc::{}> A;\n", d, bq, bkv,
+  body += fmt::format("typedef kiln::tc::FlashAttention<{}, {}, {}, kiln::tc::{}> A;\n", d, bq, bkv,
                       q.storage == DType::bf16 ? "kBf16" : "kF16");
-  body += fmt::format("  static_assert(A::kSharedBytes == {}, \"shared memory size as launched\");\n", shared_bytes);
-  body += "  extern __shared__ __align__(16) unsigned char kiln_shared[];\n";
-  body += fmt::format("  const kiln::i64 bi = blockIdx.y / {0}LL, hi = blockIdx.y % {0}LL, kvh = hi / {1}LL;\n", heads,
+  body += fmt::format("static_assert(A::kSharedBytes == {}, \"shared memory size as launched\");\n", shared_bytes);
+  body += "extern __shared__ __align__(16) unsigned char kiln_shared[];\n";
+  body += fmt::format("const kiln::i64 bi = blockIdx.y / {0}LL, hi = blockIdx.y % {0}LL, kvh = hi / {1}LL;\n", heads,
                       heads / kv_heads);
-  body += fmt::format("  const int q0 = blockIdx.x * {};\n", bq);
+  body += fmt::format("const int q0 = blockIdx.x * {};\n", bq);
   auto base = [&](const ExternalTensor& e, const std::string& head) {
     const std::string offset = e.offset ? fmt::format(" + {}LL", e.offset) : "";
     return fmt::format("static_cast<const kiln::u16*>({}){} + bi * {}LL + {} * {}LL", e.pointer, offset, e.strides[0], head,
                        e.strides[1]);
   };
-  body += fmt::format("  const kiln::u16* q = {};\n", base(q, "hi"));
-  body += fmt::format("  const kiln::u16* k = {};\n", base(k, "kvh"));
-  body += fmt::format("  const kiln::u16* v = {};\n", base(v, "kvh"));
-  body += fmt::format("  const bool aligned = kiln::aligned16({}) && kiln::aligned16({}) && kiln::aligned16({});\n", q.pointer,
+  body += fmt::format("const kiln::u16* q = {};\n", base(q, "hi"));
+  body += fmt::format("const kiln::u16* k = {};\n", base(k, "kvh"));
+  body += fmt::format("const kiln::u16* v = {};\n", base(v, "kvh"));
+  body += fmt::format("const bool aligned = kiln::aligned16({}) && kiln::aligned16({}) && kiln::aligned16({});\n", q.pointer,
                       k.pointer, v.pointer);
   // Key tiles to visit: a causal mask hides keys past q0 + BQ - 1 + skv - sq.
   if (op.attrs.causal)
-    body += fmt::format("  const int kv_tiles = max(0, min({0}, (int)((q0 + {1} + {2}LL + {3} - 1) / {3})));\n",
+    body += fmt::format("const int kv_tiles = max(0, min({0}, (int)((q0 + {1} + {2}LL + {3} - 1) / {3})));\n",
                         (skv + bkv - 1) / bkv, bq, skv - sq, bkv);
   else
-    body += fmt::format("  const int kv_tiles = {};\n", (skv + bkv - 1) / bkv);
+    body += fmt::format("const int kv_tiles = {};\n", (skv + bkv - 1) / bkv);
   // The score hook: scale, mask, causal.
-  body += "  auto score = [&](float dot, int row, int key) -> float {\n";
-  body += "    const kiln::i64 qi = q0 + row, kj = key;\n";
+  body += "auto score = [&](float dot, int row, int key) -> float {\n";
+  body += "const kiln::i64 qi = q0 + row, kj = key;\n";
   em_.begin_block();
   std::string sc = fmt::format("dot * {}", Emitter::float_literal(op.attrs.scale));
   if (op.inputs.size() > 3) {
@@ -110,12 +111,12 @@ void AttentionGenerator::flash_attention(const ir::Op& op) {
   }
   if (op.attrs.causal) sc = fmt::format("(kj > qi + {}LL ? -kiln::inf() : {})", skv - sq, sc);
   em_.emit(fmt::format("return {};", sc));
-  body += em_.take(4) + "  };\n";
-  body += "  A fa;\n";
-  body += fmt::format("  fa.run(reinterpret_cast<kiln::u16*>(kiln_shared), q, {}LL, q0, {}, k, {}LL, v, {}LL, {}, kv_tiles, aligned, score);\n",
+  body += em_.take() + "};\n";
+  body += "A fa;\n";
+  body += fmt::format("fa.run(reinterpret_cast<kiln::u16*>(kiln_shared), q, {}LL, q0, {}, k, {}LL, v, {}LL, {}, kv_tiles, aligned, score);\n",
                       q.strides[2], sq, k.strides[2], v.strides[2], skv);
-  body += "#pragma unroll\n  for (int dn = 0; dn < A::kDN; ++dn)\n#pragma unroll\n    for (int e = 0; e < 4; ++e) {\n";
-  body += fmt::format("      const kiln::i64 qi = q0 + A::acc_row(e), d = A::acc_col(dn, e);\n      if (qi >= {}LL) continue;\n", sq);
+  body += "#pragma unroll\nfor (int dn = 0; dn < A::kDN; ++dn)\n#pragma unroll\nfor (int e = 0; e < 4; ++e) {\n";
+  body += fmt::format("const kiln::i64 qi = q0 + A::acc_row(e), d = A::acc_col(dn, e);\nif (qi >= {}LL) continue;\n", sq);
   em_.begin_block();
   em_.emit(fmt::format("const float out = {};  // {}", em_.rounded(result, "fa.out(dn, e)"), result.name));
   em_.set_leaf(op.output, "out");
@@ -124,7 +125,7 @@ void AttentionGenerator::flash_attention(const ir::Op& op) {
     const Coords tc = write_coords(op.output, oc, t);
     em_.emit(store(t, em_.linearize(tc, g_.tensor(t).shape), em_.value(t, tc)) + "  // " + g_.tensor(t).name);
   }
-  body += em_.take(6) + "    }\n";
+  body += em_.take() + "}\n";
   finish(body, threads, "", "#include \"kiln/attention.cuh\"\n");
   out_.shared_bytes = static_cast<uint32_t>(shared_bytes);
   out_.grid = {static_cast<uint32_t>((sq + bq - 1) / bq), static_cast<uint32_t>(batches * heads), 1};
@@ -201,20 +202,20 @@ std::string AttentionGenerator::exact_attention_score(const ExactAttention& a, c
 // where it says), 128 keys at a time through shared memory, and p * v.
 std::string AttentionGenerator::exact_attention_pass2(const ExactAttention& a, const Coords& bc) {
   const ir::Op& last = *a.last;
-  std::string body = fmt::format("    float acc[{}] = {{}};\n", a.per_thread);
-  body += fmt::format("    for (kiln::i64 j0 = 0; j0 < {}LL; j0 += 128) {{\n", a.skv);
-  body += "      const kiln::i64 j = j0 + threadIdx.x;\n      float p = 0.0f;\n";
-  body += fmt::format("      if (j < {}LL) {{\n", a.skv);
+  std::string body = fmt::format("float acc[{}] = {{}};\n", a.per_thread);
+  body += fmt::format("for (kiln::i64 j0 = 0; j0 < {}LL; j0 += 128) {{\n", a.skv);
+  body += "const kiln::i64 j = j0 + threadIdx.x;\nfloat p = 0.0f;\n";
+  body += fmt::format("if (j < {}LL) {{\n", a.skv);
   em_.begin_block();
   const std::string s = exact_attention_score(a, bc, "j");
   const std::string p = fmt::format("expf({} - row_max) / row_sum", s);
   em_.emit(fmt::format("p = {};", a.sdpa ? Emitter::round_as(g_.operand(last, 2).value_dtype(), p)
                                          : em_.rounded(g_.result(*a.softmax), p)));
-  body += em_.take(8) + "      }\n      __syncthreads();\n      p_chunk[threadIdx.x] = p;\n      __syncthreads();\n";
-  body += fmt::format("      for (int jj = 0; jj < 128 && j0 + jj < {}LL; ++jj) {{\n", a.skv);
-  body += "        const kiln::i64 jk = j0 + jj;\n";
-  body += fmt::format("#pragma unroll\n        for (int t = 0; t < {}; ++t) {{\n", a.per_thread);
-  body += fmt::format("          const kiln::i64 d = threadIdx.x + t * 128;\n          if (d >= {}LL) break;\n", a.dv);
+  body += em_.take() + "}\n__syncthreads();\np_chunk[threadIdx.x] = p;\n__syncthreads();\n";
+  body += fmt::format("for (int jj = 0; jj < 128 && j0 + jj < {}LL; ++jj) {{\n", a.skv);
+  body += "const kiln::i64 jk = j0 + jj;\n";
+  body += fmt::format("#pragma unroll\nfor (int t = 0; t < {}; ++t) {{\n", a.per_thread);
+  body += fmt::format("const kiln::i64 d = threadIdx.x + t * 128;\nif (d >= {}LL) break;\n", a.dv);
   em_.begin_block();
   if (a.sdpa) {
     em_.emit(fmt::format("const kiln::i64 kvh2 = {} / {}LL;", bc[1], a.heads_per_kv));
@@ -225,7 +226,7 @@ std::string AttentionGenerator::exact_attention_pass2(const ExactAttention& a, c
     c.push_back("d");
     em_.emit(fmt::format("acc[t] += p_chunk[jj] * {};", operand_value(last, 1, c)));
   }
-  return body + em_.take(10) + "        }\n      }\n    }\n";
+  return body + em_.take() + "}\n}\n}\n";
 }
 
 // Pass 1 finds the row's max and sum, pass 2 forms each probability exactly
@@ -234,18 +235,19 @@ void AttentionGenerator::attention() {
   const ir::Op& last = g_.ops[static_cast<size_t>(k_.anchor)];
   if (flash_attention_fits(last)) return flash_attention(last);
   const ExactAttention a = exact_attention_shape();
+  decided(fmt::format("exact two-pass attention: a block per query row, {} output columns a thread", a.per_thread));
   const ir::Tensor& result = g_.result(last);
   KILN_USER_CHECK(a.dq <= 1024, "{}: head dimension {} exceeds this attention kernel's limit of 1024", g_.describe(k_.anchor),
                   a.dq);
-  std::string body = fmt::format("  __shared__ float q_row[{}];\n  __shared__ float p_chunk[128];\n  __shared__ float kiln_scratch[32];\n",
+  std::string body = fmt::format("__shared__ float q_row[{}];\n__shared__ float p_chunk[128];\n__shared__ float kiln_scratch[32];\n",
                                  a.dq);
-  body += fmt::format("  for (kiln::i64 line = blockIdx.x; line < {}LL; line += gridDim.x) {{\n", a.batches * a.sq);
-  body += fmt::format("    const kiln::i64 batch = line / {}LL, qi = line % {}LL;\n", a.sq, a.sq);
+  body += fmt::format("for (kiln::i64 line = blockIdx.x; line < {}LL; line += gridDim.x) {{\n", a.batches * a.sq);
+  body += fmt::format("const kiln::i64 batch = line / {}LL, qi = line % {}LL;\n", a.sq, a.sq);
   em_.begin_block();
   const Coords bc = em_.delinearize("batch", a.batch_shape);
-  body += em_.take(4);
+  body += em_.take();
   // q row into shared memory.
-  body += fmt::format("    for (kiln::i64 e = threadIdx.x; e < {}LL; e += blockDim.x) {{\n", a.dq);
+  body += fmt::format("for (kiln::i64 e = threadIdx.x; e < {}LL; e += blockDim.x) {{\n", a.dq);
   em_.begin_block();
   if (a.sdpa) {
     em_.emit(fmt::format("q_row[e] = {};", em_.value(last.inputs[0], Coords{bc[0], bc[1], "qi", "e"})));
@@ -255,23 +257,23 @@ void AttentionGenerator::attention() {
     c.push_back("e");
     em_.emit(fmt::format("q_row[e] = {};", operand_value(*a.first_mm, 0, c)));
   }
-  body += em_.take(6) + "    }\n    __syncthreads();\n";
+  body += em_.take() + "}\n__syncthreads();\n";
   // Pass 1.
   const std::string neg_inf = "(-kiln::inf())";
-  body += "    float row_max = " + neg_inf + ";\n";
-  body += fmt::format("    for (kiln::i64 j = threadIdx.x; j < {}LL; j += blockDim.x) {{\n", a.skv);
+  body += "float row_max = " + neg_inf + ";\n";
+  body += fmt::format("for (kiln::i64 j = threadIdx.x; j < {}LL; j += blockDim.x) {{\n", a.skv);
   em_.begin_block();
   em_.emit(fmt::format("row_max = kiln::MaxOp::combine(row_max, {});", exact_attention_score(a, bc, "j")));
-  body += em_.take(6) + "    }\n    row_max = kiln::block_reduce<kiln::MaxOp>(row_max, kiln_scratch);\n";
-  body += "    float row_sum = 0.0f;\n";
-  body += fmt::format("    for (kiln::i64 j = threadIdx.x; j < {}LL; j += blockDim.x) {{\n", a.skv);
+  body += em_.take() + "}\nrow_max = kiln::block_reduce<kiln::MaxOp>(row_max, kiln_scratch);\n";
+  body += "float row_sum = 0.0f;\n";
+  body += fmt::format("for (kiln::i64 j = threadIdx.x; j < {}LL; j += blockDim.x) {{\n", a.skv);
   em_.begin_block();
   em_.emit(fmt::format("row_sum += expf({} - row_max);", exact_attention_score(a, bc, "j")));
-  body += em_.take(6) + "    }\n    row_sum = kiln::block_reduce<kiln::SumOp>(row_sum, kiln_scratch);\n";
+  body += em_.take() + "}\nrow_sum = kiln::block_reduce<kiln::SumOp>(row_sum, kiln_scratch);\n";
   body += exact_attention_pass2(a, bc);
   // Output and epilogue.
-  body += fmt::format("#pragma unroll\n    for (int t = 0; t < {}; ++t) {{\n", a.per_thread);
-  body += fmt::format("      const kiln::i64 d = threadIdx.x + t * 128;\n      if (d >= {}LL) break;\n", a.dv);
+  body += fmt::format("#pragma unroll\nfor (int t = 0; t < {}; ++t) {{\n", a.per_thread);
+  body += fmt::format("const kiln::i64 d = threadIdx.x + t * 128;\nif (d >= {}LL) break;\n", a.dv);
   em_.begin_block();
   // sdpa: a row whose keys are all masked gives zeros (graph-format.md rule 6).
   const std::string o = a.sdpa ? "(row_max == -kiln::inf() ? 0.0f : acc[t])" : "acc[t]";
@@ -284,7 +286,7 @@ void AttentionGenerator::attention() {
     const Coords tc = write_coords(last.output, oc, t);
     em_.emit(store(t, em_.linearize(tc, g_.tensor(t).shape), em_.value(t, tc)) + "  // " + g_.tensor(t).name);
   }
-  body += em_.take(6) + "    }\n    __syncthreads();\n  }\n";
+  body += em_.take() + "}\n__syncthreads();\n}\n";
   finish(body, 128);
   out_.grid = {blocks_for(a.batches * a.sq, 1), 1, 1};
 }

@@ -11,9 +11,9 @@ namespace kiln::codegen {
 Emitter::Emitter(const ir::Graph& g, std::set<int32_t> ops, std::map<ir::TensorId, ExternalTensor> externals)
     : g_(g), ops_(std::move(ops)), externals_(std::move(externals)) {}
 
-std::string Emitter::take(int indent) {
+std::string Emitter::take() {
   std::string out;
-  for (const std::string& line : lines_) out += std::string(static_cast<size_t>(indent), ' ') + line + "\n";
+  for (const std::string& line : lines_) out += line + "\n";
   lines_.clear();
   return out;
 }
@@ -224,12 +224,10 @@ std::string Emitter::concat(const ir::Op& op, const Coords& coords) {
     lines_.push_back(i == 0 ? fmt::format("if ({}) {{", condition)
                             : last ? std::string("} else {") : fmt::format("}} else if ({}) {{", condition));
     const std::map<std::string, std::string> memo = memo_;
-    const size_t first_line = lines_.size();
     Coords c = coords;
     if (offset != 0) c[axis] = fmt::format("({} - {})", coords[axis], offset);
     const std::string in = value(op.inputs[i], c);
     lines_.push_back(fmt::format("{} = {};", v, in));
-    for (size_t l = first_line; l < lines_.size(); ++l) lines_[l] = "  " + lines_[l];
     memo_ = memo;
     offset += size;
   }

@@ -61,8 +61,9 @@ class Emitter {
 
   // Starts a new scope: values memoised so far are no longer visible.
   void begin_block() { memo_.clear(); }
-  // The statements emitted since the last take(), indented.
-  std::string take(int indent);
+  // The statements emitted since the last take(), a line each (the kernel's
+  // CodeWriter lays them out).
+  std::string take();
   // Emits a statement of the caller's own.
   void emit(const std::string& line) { lines_.push_back(line); }
   // A new variable name: `prefix` and a number, marked (kFreshMark on both

@@ -106,7 +106,7 @@ void GemmGenerator::emit_epilogue_reductions(const EpiloguePlan& plan, const std
     const EpilogueReduction& k = plan.reductions[r];
     if (k.column) {
       const std::string functor = reduce_functor(k.op->kind), red = fmt::format("red{}", r);
-      text.decls += fmt::format("  float {0}[G::kNI][2];\n#pragma unroll\n  for (int ni = 0; ni < G::kNI; ++ni) {0}[ni][0] = {0}[ni][1] = "
+      text.decls += fmt::format("float {0}[G::kNI][2];\n#pragma unroll\nfor (int ni = 0; ni < G::kNI; ++ni) {0}[ni][0] = {0}[ni][1] = "
                                 "{1}::identity();\n", red, functor);
       em_.emit(fmt::format("{0}[ni][e & 1] = {1}::combine({0}[ni][e & 1], {2});", red, functor, em_.value(k.op->inputs[0], k.input)));
       text.column_reduces.emplace_back(r, red);
@@ -172,8 +172,8 @@ void GemmGenerator::load_epilogue_residuals(const Gemm& gm, const EpilogueLoops&
   for (ir::TensorId r : plan.residuals) {
     if (!em_.vector_source_used(r)) continue;
     const ExternalTensor& e = ext_.at(r);
-    std::string from_memory = "for (int c = 0; c < 2; ++c) {\n  const kiln::i64 n = n0 + G::acc_col(ni, 2 * half + c);\n";
-    from_memory += fmt::format("  residual{}[c] = {}kiln::load_{}({}, (batch * {}LL + m) * {}LL + n);\n}}\n", r,
+    std::string from_memory = "for (int c = 0; c < 2; ++c) {\nconst kiln::i64 n = n0 + G::acc_col(ni, 2 * half + c);\n";
+    from_memory += fmt::format("residual{}[c] = {}kiln::load_{}({}, (batch * {}LL + m) * {}LL + n);\n}}\n", r,
                                loops.check_n ? fmt::format("n >= {}LL ? 0.0f : ", gm.n) : "", to_string(e.storage), e.pointer, gm.m,
                                gm.n);
     text.residual_load += fmt::format("float residual{}[2];  // {}\n", r, g_.tensor(r).name);
@@ -187,7 +187,7 @@ void GemmGenerator::load_epilogue_residuals(const Gemm& gm, const EpilogueLoops&
     text.residual_load += fmt::format("if (residual_tma) kiln::get_pair_{}(staging + G::staging_offset(G::acc_row(mi, 2 * half) & 63, "
                                       "(G::acc_col(ni, 2 * half) - blk * {}) * {}), residual{});\nelse\n",
                                       to_string(e.storage), 128 / bytes, bytes, r);
-    text.residual_load += indented(from_memory, 2);
+    text.residual_load += from_memory;
   }
 }
 
@@ -196,25 +196,25 @@ void GemmGenerator::load_epilogue_residuals(const Gemm& gm, const EpilogueLoops&
 void GemmGenerator::fragment_loops(const Gemm& gm, const EpilogueLoops& loops, const EpiloguePlan& plan,
                                    const EpilogueText& text, std::string& open, std::string& close) {
   const int block_columns = plan.staged >= 0 ? 128 / byte_size(storage_dtype(g_.tensor(plan.staged))) : 0;
-  open = "#pragma unroll\n  for (int mi = 0; mi < G::kMI; ++mi)\n#pragma unroll\n    for (int half = 0; half < 2; ++half) {\n";
-  open += "      const kiln::i64 m = m0 + G::acc_row(mi, 2 * half);\n";
-  if (loops.check_m) open += fmt::format("      if (m >= {}LL) continue;\n", gm.m);
-  if (gm.out_row) open += "      " + gm.out_row("m") + "\n";
+  open = "#pragma unroll\nfor (int mi = 0; mi < G::kMI; ++mi)\n#pragma unroll\nfor (int half = 0; half < 2; ++half) {\n";
+  open += "const kiln::i64 m = m0 + G::acc_row(mi, 2 * half);\n";
+  if (loops.check_m) open += fmt::format("if (m >= {}LL) continue;\n", gm.m);
+  if (gm.out_row) open += gm.out_row("m") + "\n";
   if (plan.staged >= 0)
-    open += fmt::format("#pragma unroll\n      for (int nj = 0; nj < {}; ++nj) {{\n        const int ni = blk * {} + nj;\n",
+    open += fmt::format("#pragma unroll\nfor (int nj = 0; nj < {}; ++nj) {{\nconst int ni = blk * {} + nj;\n",
                         block_columns / 8, block_columns / 8);
   else
-    open += "#pragma unroll\n      for (int ni = 0; ni < G::kNI; ++ni) {\n";
-  open += indented(text.pair_decls + text.residual_load, 8);
-  open += "#pragma unroll\n        for (int c = 0; c < 2; ++c) {\n          const int e = 2 * half + c;\n";
-  open += "          const kiln::i64 n = n0 + G::acc_col(ni, e);\n";
-  if (loops.check_n) open += fmt::format("          if (n >= {}LL) continue;\n", gm.n);
-  close = "        }\n";
+    open += "#pragma unroll\nfor (int ni = 0; ni < G::kNI; ++ni) {\n";
+  open += text.pair_decls + text.residual_load;
+  open += "#pragma unroll\nfor (int c = 0; c < 2; ++c) {\nconst int e = 2 * half + c;\n";
+  open += "const kiln::i64 n = n0 + G::acc_col(ni, e);\n";
+  if (loops.check_n) open += fmt::format("if (n >= {}LL) continue;\n", gm.n);
+  close = "}\n";
   if (!text.pair_stores.empty() && loops.check_n)
-    close += fmt::format("        if (n0 + G::acc_col(ni, 2 * half) < {}LL) {{\n", gm.n) + indented(text.pair_stores, 10) + "        }\n";
+    close += fmt::format("if (n0 + G::acc_col(ni, 2 * half) < {}LL) {{\n", gm.n) + text.pair_stores + "}\n";
   else
-    close += indented(text.pair_stores, 8);
-  close += "      }\n    }\n";
+    close += text.pair_stores;
+  close += "}\n}\n";
 }
 
 // The staged tensor's column blocks around the fragment loops. Each consumer
@@ -236,40 +236,38 @@ void GemmGenerator::staged_column_blocks(const Gemm& gm, const EpiloguePlan& pla
                            coords(blk));
   };
   const std::string blocks = fmt::format("G::kNI * 8 / {}", block_columns);
-  std::string pre = fmt::format("#pragma unroll{}\n  for (int blk = 0; blk < {}; ++blk) {{\n", plan.rolled ? " 1" : "", blocks);
+  std::string pre = fmt::format("#pragma unroll{}\nfor (int blk = 0; blk < {}; ++blk) {{\n", plan.rolled ? " 1" : "", blocks);
   if (plan.rolled)
-    pre += fmt::format("    float block_acc[G::kMI][{0}][4];\n    kiln::tc::column_block<{0}>(gemm.acc, blk, block_acc);\n",
+    pre += fmt::format("float block_acc[G::kMI][{0}][4];\nkiln::tc::column_block<{0}>(gemm.acc, blk, block_acc);\n",
                        block_columns / 8);
-  pre += "    const int turn = staging_turn++ & 1;\n";
-  pre += "    unsigned char* const staging = G::staging(smem, consumer, turn);\n";
+  pre += "const int turn = staging_turn++ & 1;\n";
+  pre += "unsigned char* const staging = G::staging(smem, consumer, turn);\n";
   if (text.residual >= 0) {
-    pre += fmt::format("    if (residual_tma) {{\n      if ((threadIdx.x & 127) == 0 && blk + 1 < {}) {{\n", blocks);
-    pre += "        kiln::wg::bulk_wait_read<0>();  // the last block's store has read the other buffer\n";
-    pre += indented(load_residual("(blk + 1)", "turn ^ 1"), 8) + "      }\n";
-    pre += "      kiln::wg::bar_wait(G::staging_loaded(smem, consumer, turn), (staging_phases >> turn) & 1);\n";
-    pre += "      staging_phases ^= 1 << turn;\n    } else ";
-  } else {
-    pre += "    ";
+    pre += fmt::format("if (residual_tma) {{\nif ((threadIdx.x & 127) == 0 && blk + 1 < {}) {{\n", blocks);
+    pre += "kiln::wg::bulk_wait_read<0>();  // the last block's store has read the other buffer\n";
+    pre += load_residual("(blk + 1)", "turn ^ 1") + "}\n";
+    pre += "kiln::wg::bar_wait(G::staging_loaded(smem, consumer, turn), (staging_phases >> turn) & 1);\n";
+    pre += "staging_phases ^= 1 << turn;\n} else ";
   }
-  pre += "if (staged) {\n      if ((threadIdx.x & 127) == 0) kiln::wg::bulk_wait_read<1>();\n";
-  pre += "      kiln::wg::named_sync(2 + consumer, 128);\n    }\n";
-  std::string post = "    if (staged) {\n      kiln::wg::fence_async_shared();\n      kiln::wg::named_sync(2 + consumer, 128);\n";
-  post += fmt::format("      if ((threadIdx.x & 127) == 0) {{\n        kiln::wg::tma_store(&{}, staging, {});\n", text.staged_map,
+  pre += "if (staged) {\nif ((threadIdx.x & 127) == 0) kiln::wg::bulk_wait_read<1>();\n";
+  pre += "kiln::wg::named_sync(2 + consumer, 128);\n}\n";
+  std::string post = "if (staged) {\nkiln::wg::fence_async_shared();\nkiln::wg::named_sync(2 + consumer, 128);\n";
+  post += fmt::format("if ((threadIdx.x & 127) == 0) {{\nkiln::wg::tma_store(&{}, staging, {});\n", text.staged_map,
                       coords("blk"));
-  post += "        kiln::wg::bulk_commit();\n      }\n    }\n  }\n";
-  open = pre + indented(open, 2);
-  close = indented(close, 2) + post;
-  carry.before_loop += "  const int consumer = (threadIdx.x >> 7) - 1;\n";
-  carry.before_loop += fmt::format("  const bool staged = {};\n  int staging_turn = 0;\n", text.staged_put);
+  post += "kiln::wg::bulk_commit();\n}\n}\n}\n";
+  open = pre + open;
+  close = close + post;
+  carry.before_loop += "const int consumer = (threadIdx.x >> 7) - 1;\n";
+  carry.before_loop += fmt::format("const bool staged = {};\nint staging_turn = 0;\n", text.staged_put);
   if (text.residual >= 0) {
-    carry.before_loop += fmt::format("  const bool residual_tma = staged && kiln::aligned16({});  // {}\n",
+    carry.before_loop += fmt::format("const bool residual_tma = staged && kiln::aligned16({});  // {}\n",
                                      ext_.at(text.residual).pointer, g_.tensor(text.residual).name);
-    carry.before_loop += "  int staging_phases = 0;  // of each buffer's `loaded` barrier\n";
+    carry.before_loop += "int staging_phases = 0;  // of each buffer's `loaded` barrier\n";
     carry.tile_start += "if (residual_tma && (threadIdx.x & 127) == 0) {  // the first block of the residual\n";
-    carry.tile_start += "  kiln::wg::bulk_wait_read<0>();  // the last tile's stores have read both buffers\n";
-    carry.tile_start += indented(load_residual("0", "staging_turn & 1"), 2) + "}\n";
+    carry.tile_start += "kiln::wg::bulk_wait_read<0>();  // the last tile's stores have read both buffers\n";
+    carry.tile_start += load_residual("0", "staging_turn & 1") + "}\n";
   }
-  carry.after_loop += "  if (staged && (threadIdx.x & 127) == 0) kiln::wg::bulk_wait_all();  // the last stores landed\n";
+  carry.after_loop += "if (staged && (threadIdx.x & 127) == 0) kiln::wg::bulk_wait_all();  // the last stores landed\n";
 }
 
 // Column partials: across the warp's rows (lanes with equal lane % 4), then
@@ -279,17 +277,17 @@ std::string GemmGenerator::flush_column_partials(const Gemm& gm, const EpilogueP
   std::string flush;
   for (const auto& [r, red] : text.column_reduces) {
     const std::string functor = reduce_functor(plan.reductions[r].op->kind);
-    flush += "#pragma unroll\n  for (int ni = 0; ni < G::kNI; ++ni)\n#pragma unroll\n    for (int c = 0; c < 2; ++c) {\n";
-    flush += fmt::format("      float v = {}[ni][c];\n", red);
-    if (reset) flush += fmt::format("      {}[ni][c] = {}::identity();\n", red, functor);
-    flush += fmt::format("      for (int lanes = 4; lanes < 32; lanes <<= 1) v = {}::combine(v, __shfl_xor_sync(0xffffffffu, v, lanes));\n",
+    flush += "#pragma unroll\nfor (int ni = 0; ni < G::kNI; ++ni)\n#pragma unroll\nfor (int c = 0; c < 2; ++c) {\n";
+    flush += fmt::format("float v = {}[ni][c];\n", red);
+    if (reset) flush += fmt::format("{}[ni][c] = {}::identity();\n", red, functor);
+    flush += fmt::format("for (int lanes = 4; lanes < 32; lanes <<= 1) v = {}::combine(v, __shfl_xor_sync(0xffffffffu, v, lanes));\n",
                          functor);
-    flush += fmt::format("      const kiln::i64 n = n0 + G::acc_col(ni, c);\n      if ((threadIdx.x & 31) >= 4 || n >= {}LL) continue;\n",
+    flush += fmt::format("const kiln::i64 n = n0 + G::acc_col(ni, c);\nif ((threadIdx.x & 31) >= 4 || n >= {}LL) continue;\n",
                          gm.n);
     em_.begin_block();
     const Coords column = gm.out_coords("m0", "n", "batch");
     em_.emit(fmt::format("kiln::atomic_combine({}(), static_cast<float*>({}) + {}, v);", functor, ws[r], column.back()));
-    flush += em_.take(6) + "    }\n";
+    flush += em_.take() + "}\n";
   }
   return flush;
 }
@@ -297,10 +295,10 @@ std::string GemmGenerator::flush_column_partials(const Gemm& gm, const EpilogueP
 // The last block to finish turns the reductions' partials into the results.
 std::string GemmGenerator::finish_epilogue_reductions(const EpiloguePlan& plan, const std::vector<std::string>& ws,
                                                       const std::string& counter) {
-  std::string tail = "  __threadfence();\n  __syncthreads();\n  __shared__ bool kiln_last;\n";
-  tail += fmt::format("  if (threadIdx.x == 0) kiln_last = atomicAdd(static_cast<unsigned int*>({}), 1u) == "
+  std::string tail = "__threadfence();\n__syncthreads();\n__shared__ bool kiln_last;\n";
+  tail += fmt::format("if (threadIdx.x == 0) kiln_last = atomicAdd(static_cast<unsigned int*>({}), 1u) == "
                       "gridDim.x * gridDim.y * gridDim.z - 1;\n", counter);
-  tail += "  __syncthreads();\n  if (kiln_last) {\n    __threadfence();\n";
+  tail += "__syncthreads();\nif (kiln_last) {\n__threadfence();\n";
   for (size_t r = 0; r < plan.reductions.size(); ++r) {
     const ir::Op& op = *plan.reductions[r].op;
     const ir::Tensor& out = g_.result(op);
@@ -308,10 +306,10 @@ std::string GemmGenerator::finish_epilogue_reductions(const EpiloguePlan& plan, 
     const int64_t reduced = element_count(g_.operand(op, 0).shape) / count;
     std::string v = fmt::format("static_cast<volatile float*>({})[o]", ws[r]);
     if (op.kind == OpKind::ReduceMean) v = fmt::format("({} / {})", v, Emitter::float_literal(static_cast<float>(reduced)));
-    tail += fmt::format("    for (kiln::i64 o = threadIdx.x; o < {}LL; o += blockDim.x) {}  // {}\n", count,
+    tail += fmt::format("for (kiln::i64 o = threadIdx.x; o < {}LL; o += blockDim.x) {}  // {}\n", count,
                         store(op.output, "o", em_.rounded(out, v)), out.name);
   }
-  return tail + "  }\n";
+  return tail + "}\n";
 }
 
 // finish_out: where the last block's finalisation of reductions goes (a
@@ -331,7 +329,7 @@ std::string GemmGenerator::epilogue(const ir::Op& anchor, const Gemm& gm, const 
   if (gm.out_row && !tensor_core) em_.emit(gm.out_row("m"));  // (the fragment loops declare it per row)
   const Coords oc = gm.out_coords("m", "n", "batch");  // (a conv's emits the output channel)
   const EpiloguePlan plan = decide_epilogue(anchor, gm, loops, oc, reduces);
-  out_.decisions = "epilogue: " + plan.to_string(g_);
+  decided("epilogue: " + plan.to_string(g_));
   if (loops.heuristic_loop) *loops.heuristic_loop = plan.rollable ? (plan.heavy ? Tuning::kRolled : Tuning::kUnrolled) : 0;
 
   EpilogueText text;
@@ -341,7 +339,7 @@ std::string GemmGenerator::epilogue(const ir::Op& anchor, const Gemm& gm, const 
   emit_epilogue_reductions(plan, ws, text);
   emit_epilogue_writes(anchor, gm, loops, oc, plan, text);
   load_epilogue_residuals(gm, loops, plan, text);
-  const std::string elements = em_.take(tensor_core ? (plan.staged >= 0 ? 12 : 10) : 6);
+  const std::string elements = em_.take();
   em_.clear_vector_sources();
 
   std::string open = loops.open, close = loops.close;
@@ -358,13 +356,13 @@ std::string GemmGenerator::epilogue(const ir::Op& anchor, const Gemm& gm, const 
   std::string body;
   if (carrying) {
     // Partials of the columns [n0, n0 + BN) of one batch, until a tile of other columns comes.
-    carry->before_loop += text.decls + "  kiln::i64 carried_n0 = -1, carried_batch = -1;\n";
-    carry->before_loop += "  auto flush_columns = [&](kiln::i64 n0, kiln::i64 batch) {\n" + indented(flush, 2) + "  };\n";
-    body += "  if (carried_n0 != n0 || carried_batch != batch) {\n";
-    body += "    if (carried_n0 >= 0) flush_columns(carried_n0, carried_batch);\n";
-    body += "    carried_n0 = n0, carried_batch = batch;\n  }\n";
+    carry->before_loop += text.decls + "kiln::i64 carried_n0 = -1, carried_batch = -1;\n";
+    carry->before_loop += "auto flush_columns = [&](kiln::i64 n0, kiln::i64 batch) {\n" + flush + "};\n";
+    body += "if (carried_n0 != n0 || carried_batch != batch) {\n";
+    body += "if (carried_n0 >= 0) flush_columns(carried_n0, carried_batch);\n";
+    body += "carried_n0 = n0, carried_batch = batch;\n}\n";
     body += open + elements + close;
-    carry->after_loop += "  if (carried_n0 >= 0) flush_columns(carried_n0, carried_batch);\n";
+    carry->after_loop += "if (carried_n0 >= 0) flush_columns(carried_n0, carried_batch);\n";
   } else {
     body += text.decls + open + elements + close + flush;
   }

@@ -64,35 +64,36 @@ void GemmGenerator::gemm(const ir::Op& anchor, const Gemm& gm) {
 // f32 operands in full f32 (and GPUs before sm_80): a BM x BN tile per
 // block, 256 threads with 4x4 results each.
 void GemmGenerator::gemm_simt(const ir::Op& anchor, const Gemm& gm) {
-  std::string body = fmt::format("  __shared__ float As[{}][{}];\n  __shared__ float Bs[{}][{}];\n", kBK, kBM + 4, kBK, kBN + 4);
-  body += "  const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;\n";
-  body += fmt::format("  const kiln::i64 m0 = (kiln::i64)blockIdx.y * {}, n0 = (kiln::i64)blockIdx.x * {};\n", kBM, kBN);
-  body += "  const kiln::i64 batch = blockIdx.z;\n";
-  body += "  float acc[4][4] = {};\n";
-  body += fmt::format("  for (kiln::i64 k0 = 0; k0 < {}LL; k0 += {}) {{\n", gm.k, kBK);
-  body += fmt::format("    for (int e = tid; e < {}; e += 256) {{\n", kBM * kBK);
-  body += fmt::format("      const kiln::i64 m = m0 + e / {0}, k = k0 + e % {0};\n      float v = 0.0f;\n", kBK);
-  body += fmt::format("      if (m < {}LL && k < {}LL) {{\n", gm.m, gm.k);
+  decided(fmt::format("SIMT f32 {}x{}x{} tiles", kBM, kBN, kBK));
+  std::string body = fmt::format("__shared__ float As[{}][{}];\n__shared__ float Bs[{}][{}];\n", kBK, kBM + 4, kBK, kBN + 4);
+  body += "const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;\n";
+  body += fmt::format("const kiln::i64 m0 = (kiln::i64)blockIdx.y * {}, n0 = (kiln::i64)blockIdx.x * {};\n", kBM, kBN);
+  body += "const kiln::i64 batch = blockIdx.z;\n";
+  body += "float acc[4][4] = {};\n";
+  body += fmt::format("for (kiln::i64 k0 = 0; k0 < {}LL; k0 += {}) {{\n", gm.k, kBK);
+  body += fmt::format("for (int e = tid; e < {}; e += 256) {{\n", kBM * kBK);
+  body += fmt::format("const kiln::i64 m = m0 + e / {0}, k = k0 + e % {0};\nfloat v = 0.0f;\n", kBK);
+  body += fmt::format("if (m < {}LL && k < {}LL) {{\n", gm.m, gm.k);
   em_.begin_block();
   gm.load_a("m", "k", "batch");
-  body += em_.take(8) + "      }\n";
-  body += fmt::format("      As[e % {}][e / {}] = v;\n    }}\n", kBK, kBK);
-  body += fmt::format("    for (int e = tid; e < {}; e += 256) {{\n", kBN * kBK);
-  body += fmt::format("      const kiln::i64 k = k0 + e / {0}, n = n0 + e % {0};\n      float v = 0.0f;\n", kBN);
-  body += fmt::format("      if (k < {}LL && n < {}LL) {{\n", gm.k, gm.n);
+  body += em_.take() + "}\n";
+  body += fmt::format("As[e % {}][e / {}] = v;\n}}\n", kBK, kBK);
+  body += fmt::format("for (int e = tid; e < {}; e += 256) {{\n", kBN * kBK);
+  body += fmt::format("const kiln::i64 k = k0 + e / {0}, n = n0 + e % {0};\nfloat v = 0.0f;\n", kBN);
+  body += fmt::format("if (k < {}LL && n < {}LL) {{\n", gm.k, gm.n);
   em_.begin_block();
   gm.load_b("k", "n", "batch");
-  body += em_.take(8) + "      }\n";
-  body += fmt::format("      Bs[e / {}][e % {}] = v;\n    }}\n", kBN, kBN);
-  body += "    __syncthreads();\n";
-  body += fmt::format("#pragma unroll\n    for (int kk = 0; kk < {}; ++kk) {{\n", kBK);
-  body += "      float a[4], b[4];\n#pragma unroll\n      for (int i = 0; i < 4; ++i) a[i] = As[kk][ty * 4 + i], b[i] = Bs[kk][tx * 4 + i];\n";
-  body += "#pragma unroll\n      for (int i = 0; i < 4; ++i)\n#pragma unroll\n        for (int j = 0; j < 4; ++j) acc[i][j] += a[i] * b[j];\n";
-  body += "    }\n    __syncthreads();\n  }\n";
-  const std::string open = "#pragma unroll\n  for (int i = 0; i < 4; ++i)\n#pragma unroll\n    for (int j = 0; j < 4; ++j) {\n"
-                           "      const kiln::i64 m = m0 + ty * 4 + i, n = n0 + tx * 4 + j;\n" +
-                           fmt::format("      if (m >= {}LL || n >= {}LL) continue;\n", gm.m, gm.n);
-  body += epilogue(anchor, gm, {open, "    }\n"}, "acc[i][j]");
+  body += em_.take() + "}\n";
+  body += fmt::format("Bs[e / {}][e % {}] = v;\n}}\n", kBN, kBN);
+  body += "__syncthreads();\n";
+  body += fmt::format("#pragma unroll\nfor (int kk = 0; kk < {}; ++kk) {{\n", kBK);
+  body += "float a[4], b[4];\n#pragma unroll\nfor (int i = 0; i < 4; ++i) a[i] = As[kk][ty * 4 + i], b[i] = Bs[kk][tx * 4 + i];\n";
+  body += "#pragma unroll\nfor (int i = 0; i < 4; ++i)\n#pragma unroll\nfor (int j = 0; j < 4; ++j) acc[i][j] += a[i] * b[j];\n";
+  body += "}\n__syncthreads();\n}\n";
+  const std::string open = "#pragma unroll\nfor (int i = 0; i < 4; ++i)\n#pragma unroll\nfor (int j = 0; j < 4; ++j) {\n"
+                           "const kiln::i64 m = m0 + ty * 4 + i, n = n0 + tx * 4 + j;\n" +
+                           fmt::format("if (m >= {}LL || n >= {}LL) continue;\n", gm.m, gm.n);
+  body += epilogue(anchor, gm, {open, "}\n"}, "acc[i][j]");
   finish(body, 256);
   out_.grid = {blocks_for(gm.n, kBN), blocks_for(gm.m, kBM), static_cast<uint32_t>(gm.batches)};
 }
@@ -176,16 +177,16 @@ auto GemmGenerator::tensor_core_operand(const Gemm& gm, const MmaTile& t, bool i
 // The 16-byte asynchronous copies of a plain aligned operand (chunk_fn).
 std::string GemmGenerator::chunk_loader(const TileOperand& o, const ChunkFn& chunk_fn, const std::string& pointer, int threads,
                                         int chunk) {
-  std::string load = fmt::format("    if (kiln::aligned16({})) {{\n", pointer);
-  load += fmt::format("      for (int c = threadIdx.x; c < {}; c += {}) {{\n", o.rows * o.cols / chunk, threads);
-  load += fmt::format("        const int row = c / {0}, col = (c % {0}) * {1};\n", o.cols / chunk, chunk);
-  load += "        " + o.gemm_coords + ";\n";
+  std::string load = fmt::format("if (kiln::aligned16({})) {{\n", pointer);
+  load += fmt::format("for (int c = threadIdx.x; c < {}; c += {}) {{\n", o.rows * o.cols / chunk, threads);
+  load += fmt::format("const int row = c / {0}, col = (c % {0}) * {1};\n", o.cols / chunk, chunk);
+  load += o.gemm_coords + ";\n";
   em_.begin_block();
   const auto [valid, offset] = o.is_a ? chunk_fn("m", "k", "batch") : chunk_fn("k", "n", "batch");
   em_.emit(fmt::format("const bool ok = {};", valid));
   em_.emit(fmt::format("kiln::tc::cp_async16(tile + {}, static_cast<const T*>({}) + (ok ? {} : 0), ok);", o.index, pointer,
                        offset));
-  return load + em_.take(8) + "      }\n      return;\n    }\n";
+  return load + em_.take() + "}\nreturn;\n}\n";
 }
 
 // A computed operand whose inputs run along its last dimension, contiguous:
@@ -210,10 +211,10 @@ void GemmGenerator::run_loader(const ir::Op& anchor, const Gemm& gm, const MmaTi
   KILN_INTERNAL_CHECK(per_thread * 8 * threads == o.rows * o.cols);
   std::string aligned = "true";
   for (ir::TensorId id : runs) {
-    out.decls += fmt::format("  float run{}[{}][8];  // {}\n", id, per_thread, g_.tensor(id).name);
+    out.decls += fmt::format("float run{}[{}][8];  // {}\n", id, per_thread, g_.tensor(id).name);
     aligned += fmt::format(" && kiln::aligned16({})", ext_.at(id).pointer);
   }
-  out.decls += fmt::format("  const bool runs_{} = {};\n", o.x, aligned);
+  out.decls += fmt::format("const bool runs_{} = {};\n", o.x, aligned);
   auto at = [&]() { return o.is_a ? gm.at_a("m", "k", "batch") : gm.at_b("k", "n", "batch"); };
   auto run_coords = [&](ir::TensorId id, const Coords& c) {
     const Shape& ts = g_.tensor(id).shape;
@@ -222,25 +223,25 @@ void GemmGenerator::run_loader(const ir::Op& anchor, const Gemm& gm, const MmaTi
     return tc;
   };
   const std::string chunk_header =
-      fmt::format("#pragma unroll\n      for (int i = 0; i < {}; ++i) {{\n", per_thread) +
-      fmt::format("        const int row = (threadIdx.x + i * {0}) / {1}, col = ((threadIdx.x + i * {0}) % {1}) * 8;\n", threads,
+      fmt::format("#pragma unroll\nfor (int i = 0; i < {}; ++i) {{\n", per_thread) +
+      fmt::format("const int row = (threadIdx.x + i * {0}) / {1}, col = ((threadIdx.x + i * {0}) % {1}) * 8;\n", threads,
                   o.cols / 8);
-  out.load += fmt::format("    if (runs_{}) {{\n", o.x) + chunk_header + "        " + o.gemm_coords + ";\n";
+  out.load += fmt::format("if (runs_{}) {{\n", o.x) + chunk_header + o.gemm_coords + ";\n";
   em_.begin_block();
   {
     const auto [coords, valid] = at();
     em_.emit(fmt::format("if ({}) {{", valid));
     for (ir::TensorId id : runs) {
       const ExternalTensor& e = ext_.at(id);
-      em_.emit(fmt::format("  kiln::load_vec_{}<8>({}, {}, run{}[i]);", to_string(e.storage), e.pointer,
+      em_.emit(fmt::format("kiln::load_vec_{}<8>({}, {}, run{}[i]);", to_string(e.storage), e.pointer,
                            em_.offset_of(e, g_.tensor(id).shape, run_coords(id, coords)), id));
     }
     em_.emit("}");
   }
-  out.load += em_.take(8) + "      }\n      return;\n    }\n";
-  out.stash += fmt::format("    if (!runs_{}) return;\n    const kiln::i64 k0 = (kiln::i64)kt * {};\n", o.x, t.bk) + chunk_header;
-  out.stash += "        float vals[8];\n#pragma unroll\n        for (int j = 0; j < 8; ++j) {\n";
-  out.stash += fmt::format("          const kiln::i64 {} = {} + row, {} = {} + col + j;\n", o.row_name, o.row_base, o.col_name,
+  out.load += em_.take() + "}\nreturn;\n}\n";
+  out.stash += fmt::format("if (!runs_{}) return;\nconst kiln::i64 k0 = (kiln::i64)kt * {};\n", o.x, t.bk) + chunk_header;
+  out.stash += "float vals[8];\n#pragma unroll\nfor (int j = 0; j < 8; ++j) {\n";
+  out.stash += fmt::format("const kiln::i64 {} = {} + row, {} = {} + col + j;\n", o.row_name, o.row_base, o.col_name,
                            o.col_base);
   em_.begin_block();
   {
@@ -248,13 +249,13 @@ void GemmGenerator::run_loader(const ir::Op& anchor, const Gemm& gm, const MmaTi
     for (ir::TensorId id : runs) em_.set_vector_source(id, run_coords(id, coords), fmt::format("run{}[i]", id), "j");
     em_.emit("float v = 0.0f;");
     em_.emit(fmt::format("if ({}) {{", valid));
-    em_.emit("  v = " + operand_value(anchor, slot, coords) + ";");
+    em_.emit("v = " + operand_value(anchor, slot, coords) + ";");
     em_.emit("}");
     em_.emit("vals[j] = v;");
     em_.clear_vector_sources();
   }
-  out.stash += em_.take(10) + "        }\n";
-  out.stash += fmt::format("        kiln::tc::store_chunk8<kiln::tc::{}>(tile + {}, vals);\n      }}\n", kind_name, o.index);
+  out.stash += em_.take() + "}\n";
+  out.stash += fmt::format("kiln::tc::store_chunk8<kiln::tc::{}>(tile + {}, vals);\n}}\n", kind_name, o.index);
 }
 
 // One loader per operand (load_a/b, and stash_a/b for operands computed
@@ -266,32 +267,33 @@ std::string GemmGenerator::tensor_core_loader(const ir::Op& anchor, const Gemm& 
                                               const char* kind_name, bool is_a) {
   const TileOperand o = tensor_core_operand(gm, t, is_a);
   TileLoader out;
-  out.load = fmt::format("  auto load_{} = [&](T* tile, int kt) {{\n", o.x);
-  out.load += fmt::format("    const kiln::i64 k0 = (kiln::i64)kt * {};\n", t.bk);
-  out.stash = fmt::format("  auto stash_{} = [&](T* tile, int kt) {{\n", o.x);
+  out.load = fmt::format("auto load_{} = [&](T* tile, int kt) {{\n", o.x);
+  out.load += fmt::format("const kiln::i64 k0 = (kiln::i64)kt * {};\n", t.bk);
+  out.stash = fmt::format("auto stash_{} = [&](T* tile, int kt) {{\n", o.x);
   if (const ChunkFn& chunk_fn = is_a ? gm.chunk_a : gm.chunk_b)
     out.load += chunk_loader(o, chunk_fn, is_a ? gm.pointer_a : gm.pointer_b, threads, chunk);
   else if (is_a ? gm.a_runs_last : gm.b_runs_last)
     run_loader(anchor, gm, t, o, threads, kind_name, out);
-  out.stash += "  };\n";
-  out.load += fmt::format("    for (int e = threadIdx.x; e < {}; e += {}) {{\n", o.rows * o.cols, threads);
-  out.load += fmt::format("      const int row = e / {0}, col = e % {0};\n", o.cols);
-  out.load += "      " + o.gemm_coords + ";\n";
-  out.load += fmt::format("      float v = 0.0f;\n      if ({} < {}LL && {} < {}LL) {{\n", o.row_name, o.row_limit, o.col_name,
+  out.stash += "};\n";
+  out.load += fmt::format("for (int e = threadIdx.x; e < {}; e += {}) {{\n", o.rows * o.cols, threads);
+  out.load += fmt::format("const int row = e / {0}, col = e % {0};\n", o.cols);
+  out.load += o.gemm_coords + ";\n";
+  out.load += fmt::format("float v = 0.0f;\nif ({} < {}LL && {} < {}LL) {{\n", o.row_name, o.row_limit, o.col_name,
                           o.col_limit);
   em_.begin_block();
   if (is_a)
     gm.load_a("m", "k", "batch");
   else
     gm.load_b("k", "n", "batch");
-  out.load += em_.take(8) + "      }\n";
-  out.load += fmt::format("      tile[{}] = kiln::tc::Element<kiln::tc::{}>::from_float(v);\n    }}\n", o.index, kind_name);
-  out.load += "  };\n";
+  out.load += em_.take() + "}\n";
+  out.load += fmt::format("tile[{}] = kiln::tc::Element<kiln::tc::{}>::from_float(v);\n}}\n", o.index, kind_name);
+  out.load += "};\n";
   return out.decls + out.load + out.stash;
 }
 
 void GemmGenerator::gemm_tensor_core(const ir::Op& anchor, const Gemm& gm, Mma kind) {
   const MmaTile t = mma_tile(gm, kind);
+  decided(fmt::format("mma.sync {}x{}x{}, {}x{} warps, {} stages", t.bm, t.bn, t.bk, t.warps_m, t.warps_n, t.stages));
   const int threads = t.warps_m * t.warps_n * 32;
   const int elem = kind == Mma::tf32 ? 4 : 2, chunk = 16 / elem;
   const char* kind_name = kind == Mma::bf16 ? "kBf16" : kind == Mma::f16 ? "kF16" : "kTf32";
@@ -305,20 +307,20 @@ void GemmGenerator::gemm_tensor_core(const ir::Op& anchor, const Gemm& gm, Mma k
                   "{}: {} x {} tiles in {} batches exceed this matmul kernel's grid limits", g_.describe(k_.anchor), tiles_m,
                   tiles_n, gm.batches);
   std::string body;
-  body += fmt::format("  typedef kiln::tc::Gemm<{}, {}, {}, {}, {}, {}, kiln::tc::{}, {}> G;\n", t.bm, t.bn, t.bk, t.warps_m,
+  body += fmt::format("typedef kiln::tc::Gemm<{}, {}, {}, {}, {}, {}, kiln::tc::{}, {}> G;\n", t.bm, t.bn, t.bk, t.warps_m,
                       t.warps_n, t.stages, kind_name, gm.b_k_major ? "true" : "false");
-  body += fmt::format("  static_assert(G::kSharedBytes == {}, \"shared memory size as launched\");\n", shared_bytes);
-  body += "  typedef G::T T;\n  extern __shared__ __align__(16) unsigned char kiln_shared[];\n";
-  body += "  T* smem = reinterpret_cast<T*>(kiln_shared);\n";
-  body += "  int tile_m, tile_n;\n";
-  body += fmt::format("  kiln::tc::swizzled_tile(blockIdx.x, {}, {}, {}, tile_m, tile_n);\n", tiles_m, tiles_n, choice.raster);
-  body += fmt::format("  const kiln::i64 m0 = (kiln::i64)tile_m * {}, n0 = (kiln::i64)tile_n * {};\n", t.bm, t.bn);
-  body += "  const kiln::i64 batch = blockIdx.z;\n";
+  body += fmt::format("static_assert(G::kSharedBytes == {}, \"shared memory size as launched\");\n", shared_bytes);
+  body += "typedef G::T T;\nextern __shared__ __align__(16) unsigned char kiln_shared[];\n";
+  body += "T* smem = reinterpret_cast<T*>(kiln_shared);\n";
+  body += "int tile_m, tile_n;\n";
+  body += fmt::format("kiln::tc::swizzled_tile(blockIdx.x, {}, {}, {}, tile_m, tile_n);\n", tiles_m, tiles_n, choice.raster);
+  body += fmt::format("const kiln::i64 m0 = (kiln::i64)tile_m * {}, n0 = (kiln::i64)tile_n * {};\n", t.bm, t.bn);
+  body += "const kiln::i64 batch = blockIdx.z;\n";
   body += tensor_core_loader(anchor, gm, t, threads, chunk, kind_name, true);
   body += tensor_core_loader(anchor, gm, t, threads, chunk, kind_name, false);
-  body += "  G gemm;\n";
+  body += "G gemm;\n";
   if (splits == 1) {
-    body += fmt::format("  gemm.run(smem, {}, load_a, load_b, stash_a, stash_b);\n", k_tiles);
+    body += fmt::format("gemm.run(smem, {}, load_a, load_b, stash_a, stash_b);\n", k_tiles);
   } else {
     body += split_k_main_loop(gm, t, splits, k_tiles);
   }
@@ -339,30 +341,30 @@ std::string GemmGenerator::split_k_main_loop(const Gemm& gm, const MmaTile& t, i
   const std::string partials = workspace_param(result + ".split_partials", splits * gm.batches * plane, 0, false);
   const std::string arrived = workspace_param(result + ".splits_arrived", tiles * gm.batches, 0, true);
   std::string b;
-  b += fmt::format("  const int k_first = blockIdx.y * {};\n", per_split);
-  b += "  auto load_a_split = [&](T* tile, int kt) { load_a(tile, k_first + kt); };\n";
-  b += "  auto load_b_split = [&](T* tile, int kt) { load_b(tile, k_first + kt); };\n";
-  b += "  auto stash_a_split = [&](T* tile, int kt) { stash_a(tile, k_first + kt); };\n";
-  b += "  auto stash_b_split = [&](T* tile, int kt) { stash_b(tile, k_first + kt); };\n";
-  b += fmt::format("  gemm.run(smem, min({}, {} - k_first), load_a_split, load_b_split, stash_a_split, stash_b_split);\n",
+  b += fmt::format("const int k_first = blockIdx.y * {};\n", per_split);
+  b += "auto load_a_split = [&](T* tile, int kt) { load_a(tile, k_first + kt); };\n";
+  b += "auto load_b_split = [&](T* tile, int kt) { load_b(tile, k_first + kt); };\n";
+  b += "auto stash_a_split = [&](T* tile, int kt) { stash_a(tile, k_first + kt); };\n";
+  b += "auto stash_b_split = [&](T* tile, int kt) { stash_b(tile, k_first + kt); };\n";
+  b += fmt::format("gemm.run(smem, min({}, {} - k_first), load_a_split, load_b_split, stash_a_split, stash_b_split);\n",
                    per_split, k_tiles);
   // Partial (split, batch) is the plane of M x N floats at that index.
   auto each_element = [&](const std::string& what) {
-    std::string loop = "#pragma unroll\n  for (int mi = 0; mi < G::kMI; ++mi)\n#pragma unroll\n";
-    loop += "    for (int ni = 0; ni < G::kNI; ++ni)\n#pragma unroll\n      for (int e = 0; e < 4; ++e) {\n";
-    loop += "        const kiln::i64 m = m0 + G::acc_row(mi, e), n = n0 + G::acc_col(ni, e);\n";
-    loop += fmt::format("        if (m >= {}LL || n >= {}LL) continue;\n", gm.m, gm.n);
-    loop += fmt::format("        const kiln::i64 at = batch * {}LL + m * {}LL + n;\n", plane, gm.n);
-    return loop + what + "      }\n";
+    std::string loop = "#pragma unroll\nfor (int mi = 0; mi < G::kMI; ++mi)\n#pragma unroll\n";
+    loop += "for (int ni = 0; ni < G::kNI; ++ni)\n#pragma unroll\nfor (int e = 0; e < 4; ++e) {\n";
+    loop += "const kiln::i64 m = m0 + G::acc_row(mi, e), n = n0 + G::acc_col(ni, e);\n";
+    loop += fmt::format("if (m >= {}LL || n >= {}LL) continue;\n", gm.m, gm.n);
+    loop += fmt::format("const kiln::i64 at = batch * {}LL + m * {}LL + n;\n", plane, gm.n);
+    return loop + what + "}\n";
   };
-  b += fmt::format("  float* const partials = static_cast<float*>({});\n", partials);
-  b += each_element(fmt::format("        partials[blockIdx.y * {}LL + at] = gemm.acc[mi][ni][e];\n", gm.batches * plane));
-  b += "  __threadfence();\n  __syncthreads();\n  __shared__ bool kiln_split_last;\n";
-  b += fmt::format("  if (threadIdx.x == 0) kiln_split_last = atomicAdd(static_cast<unsigned int*>({}) + batch * {} + blockIdx.x, 1u) "
+  b += fmt::format("float* const partials = static_cast<float*>({});\n", partials);
+  b += each_element(fmt::format("partials[blockIdx.y * {}LL + at] = gemm.acc[mi][ni][e];\n", gm.batches * plane));
+  b += "__threadfence();\n__syncthreads();\n__shared__ bool kiln_split_last;\n";
+  b += fmt::format("if (threadIdx.x == 0) kiln_split_last = atomicAdd(static_cast<unsigned int*>({}) + batch * {} + blockIdx.x, 1u) "
                    "== {}u;\n", arrived, tiles, splits - 1);
-  b += "  __syncthreads();\n  if (!kiln_split_last) return;\n  __threadfence();\n";
-  b += each_element(fmt::format("        float sum = 0.0f;\n        for (int s = 0; s < {}; ++s) sum += __ldcg(partials + s * {}LL + at);\n"
-                                "        gemm.acc[mi][ni][e] = sum;\n", splits, gm.batches * plane));
+  b += "__syncthreads();\nif (!kiln_split_last) return;\n__threadfence();\n";
+  b += each_element(fmt::format("float sum = 0.0f;\nfor (int s = 0; s < {}; ++s) sum += __ldcg(partials + s * {}LL + at);\n"
+                                "gemm.acc[mi][ni][e] = sum;\n", splits, gm.batches * plane));
   return b;
 }
 

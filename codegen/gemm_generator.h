@@ -251,6 +251,8 @@ class GemmGenerator : public KernelBuilder {
     int producer_registers = 0, consumer_registers = 0;
     int64_t tiles_n = 0, units_m = 0, units = 0, k_tiles = 0;
     const char* kind_name = "kBf16";
+    // "wgmma 128x128x64, A by TMA, cluster 2, 6 stages, registers 56/224"
+    std::string to_string() const;
   };
   std::vector<Tuning> wgmma_tuning_space(const Gemm& gm, bool gathered) const;
   std::string wgmma_frame(const Gemm& gm, const WgmmaShape& s, const TmaOperand& a, const TmaOperand& b, bool staged) const;

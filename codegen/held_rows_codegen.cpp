@@ -75,16 +75,16 @@ std::string ReductionGenerator::held_row_chunk(const Chunking& ch, const std::fu
   const std::string offset = em_.linearize(base, domain);
   Coords c = base;
   if (ch.vec > 1) c.back() = "(" + base.back() + " + v)";
-  std::string out = em_.take(0);
+  std::string out = em_.take();
   chunk_sources(ch, domain, c);
   std::set<ir::TensorId> stores;
   element(c);
   em_.clear_vector_sources();
-  const std::string code = em_.take(0);
+  const std::string code = em_.take();
   if (ch.vec == 1) return out + code;
   if (chunked) stores = *chunked;
   out += chunk_load_calls(ch, domain, base, code) + chunk_store_arrays(ch, stores);
-  out += fmt::format("#pragma unroll\nfor (int v = 0; v < {}; ++v) {{\n", ch.vec) + indented(code, 2) + "}\n";
+  out += fmt::format("#pragma unroll\nfor (int v = 0; v < {}; ++v) {{\n", ch.vec) + code + "}\n";
   return out + chunk_store_calls(ch, stores, offset);
 }
 
@@ -109,9 +109,9 @@ auto ReductionGenerator::held_row_layout() const -> HeldRowLayout {
                   : 512;
   h.per = (chunks + h.threads - 1) / h.threads;
   h.loop = h.in_registers
-               ? fmt::format("#pragma unroll\n    for (int t = 0; t < {0}; ++t) {{\n      const int j0 = (threadIdx.x + t * {1}) * {2};\n"
-                             "      if (j0 >= {3}) continue;\n", h.per, h.threads, h.ch.vec, h.n)
-               : fmt::format("    for (int j0 = threadIdx.x * {0}; j0 < {1}; j0 += {2}) {{\n", h.ch.vec, h.n, h.threads * h.ch.vec);
+               ? fmt::format("#pragma unroll\nfor (int t = 0; t < {0}; ++t) {{\nconst int j0 = (threadIdx.x + t * {1}) * {2};\n"
+                             "if (j0 >= {3}) continue;\n", h.per, h.threads, h.ch.vec, h.n)
+               : fmt::format("for (int j0 = threadIdx.x * {0}; j0 < {1}; j0 += {2}) {{\n", h.ch.vec, h.n, h.threads * h.ch.vec);
   return h;
 }
 
@@ -139,19 +139,18 @@ std::string ReductionGenerator::held_row_pass(HeldRowLayout& h, const ir::Op& r,
   const bool keep = h.in_registers && h.after.count(input) && h.held.size() + h.kept.size() < kMostHeldTensors && read_again;
   const std::string keep_array = fmt::format("ys{}", k);
   std::string body;
-  if (keep) body += fmt::format("    float {}[{}];  // {}\n", keep_array, h.per * h.ch.vec, g_.tensor(input).name);
-  body += fmt::format("    float stat{};  // {}\n    {{\n      float acc = {}::identity();\n", k, g_.result(r).name, functor);
-  body += h.loop + indented(held_row_chunk(h.ch, [&](const Coords& c) {
+  if (keep) body += fmt::format("float {}[{}];  // {}\n", keep_array, h.per * h.ch.vec, g_.tensor(input).name);
+  body += fmt::format("float stat{};  // {}\n{{\nfloat acc = {}::identity();\n", k, g_.result(r).name, functor);
+  body += h.loop + held_row_chunk(h.ch, [&](const Coords& c) {
                               use_held_row(h, c);
                               const std::string x = em_.value(input, c);
                               em_.emit(fmt::format("acc = {}::combine(acc, {});", functor, x));
                               if (keep) em_.emit(fmt::format("{} = {};", h.slot(keep_array), x));
-                            }),
-                            6) + "    }\n";
+                            }) + "}\n";
   if (keep) h.kept.emplace_back(input, keep_array);
   std::string v = "acc";
   if (r.kind == OpKind::ReduceMean) v = fmt::format("acc / {}", Emitter::float_literal(static_cast<float>(h.n)));
-  body += fmt::format("      acc = kiln::block_reduce<{}>(acc, kiln_scratch);\n      stat{} = {};\n    }}\n", functor, k,
+  body += fmt::format("acc = kiln::block_reduce<{}>(acc, kiln_scratch);\nstat{} = {};\n}}\n", functor, k,
                       em_.rounded(g_.result(r), v));
   em_.set_leaf(r.output, fmt::format("stat{}", k));
   return body;
@@ -170,7 +169,7 @@ std::string ReductionGenerator::held_row_writes(const HeldRowLayout& h) {
     const Coords rc = em_.delinearize("line", shape);
     em_.emit(store(t, em_.linearize(rc, shape), em_.value(t, rc)) + "  // " + g_.tensor(t).name);
   }
-  if (const std::string rows = em_.take(6); !rows.empty()) body += "    if (threadIdx.x == 0) {\n" + rows + "    }\n";
+  if (const std::string rows = em_.take(); !rows.empty()) body += "if (threadIdx.x == 0) {\n" + rows + "}\n";
   std::set<ir::TensorId> chunked;
   const auto element = [&](const Coords& c) {
     use_held_row(h, c);
@@ -186,25 +185,26 @@ std::string ReductionGenerator::held_row_writes(const HeldRowLayout& h) {
       }
     }
   };
-  return body + h.loop + indented(held_row_chunk(h.ch, element, &chunked), 6) + "    }\n";
+  return body + h.loop + held_row_chunk(h.ch, element, &chunked) + "}\n";
 }
 
 void ReductionGenerator::held_rows() {
   HeldRowLayout h = held_row_layout();
-  std::string body = "  __shared__ float kiln_scratch[32];\n";
-  if (h.ch.vec > 1) body += fmt::format("  const bool kiln_vec = {};\n", h.ch.aligned);
-  body += fmt::format("  for (kiln::i64 line = blockIdx.x; line < {}LL; line += gridDim.x) {{\n", k_.params.outer);
+  decided(fmt::format("held rows: {} passes, {}, {} threads, {}-element chunks", h.reduces.size(),
+                      h.in_registers ? "the row in registers" : "each pass re-reads the row", h.threads, h.ch.vec));
+  std::string body = "__shared__ float kiln_scratch[32];\n";
+  if (h.ch.vec > 1) body += fmt::format("const bool kiln_vec = {};\n", h.ch.aligned);
+  body += fmt::format("for (kiln::i64 line = blockIdx.x; line < {}LL; line += gridDim.x) {{\n", k_.params.outer);
   if (h.in_registers && !h.held.empty()) {  // the row's inputs, read once
     for (size_t i = 0; i < h.held.size(); ++i)
-      body += fmt::format("    float xs{}[{}];  // {}\n", i, h.per * h.ch.vec, g_.tensor(h.held[i]).name);
-    body += h.loop + indented(held_row_chunk(h.ch, [&](const Coords& c) {
+      body += fmt::format("float xs{}[{}];  // {}\n", i, h.per * h.ch.vec, g_.tensor(h.held[i]).name);
+    body += h.loop + held_row_chunk(h.ch, [&](const Coords& c) {
                                 for (size_t i = 0; i < h.held.size(); ++i)
                                   em_.emit(fmt::format("{} = {};", h.slot(fmt::format("xs{}", i)), em_.value(h.held[i], c)));
-                              }),
-                              6) + "    }\n";
+                              }) + "}\n";
   }
   for (size_t k = 0; k < h.reduces.size(); ++k) body += held_row_pass(h, *h.reduces[k], k);  // in graph order
-  body += held_row_writes(h) + "    __syncthreads();\n  }\n";
+  body += held_row_writes(h) + "__syncthreads();\n}\n";
   for (ir::TensorId t : h.held) em_.clear_leaf(t);
   for (const auto& [t, array] : h.kept) em_.clear_leaf(t);
   finish(body, h.threads);

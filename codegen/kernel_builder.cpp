@@ -311,9 +311,9 @@ std::string KernelBuilder::finish(const std::string& body, int threads, const st
   const std::string bounds = min_blocks_per_sm_ ? fmt::format("{}, {}", threads, min_blocks_per_sm_) : std::to_string(threads);
   src += fmt::format("extern \"C\" __global__ void {}__launch_bounds__({}) kiln_kernel(", kernel_attributes_, bounds);
   for (size_t i = 0; i < params_.size(); ++i)
-    src += fmt::format("\n    {}{}  // {}", params_[i], i + 1 < params_.size() ? "," : "", param_notes_[i]);
+    src += fmt::format("\n{}{}  // {}", params_[i], i + 1 < params_.size() ? "," : "", param_notes_[i]);
   src += "\n) {\n" + shared + body + "}\n";
-  src = Emitter::number_fresh_names(src);
+  src = Emitter::number_fresh_names(CodeWriter::lay_out(src));
   out_.source = src;
   out_.canonical = drop_comment_lines(src);
   out_.block = {static_cast<uint32_t>(threads), 1, 1};

@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "codegen/code_writer.h"
 #include "codegen/emitter.h"
 #include "codegen/kernel_codegen.h"
 #include "compiler/error.h"
@@ -70,18 +71,6 @@ inline std::string drop_comment_lines(const std::string& source) {
     // Trailing comments name tensors: drop them too.
     if (const size_t c = line.find("  // "); c != std::string::npos) line.resize(c);
     out += line + "\n";
-  }
-  return out;
-}
-
-// `text` with every line indented by `spaces`.
-inline std::string indented(const std::string& text, int spaces) {
-  std::string out;
-  for (size_t at = 0; at < text.size();) {
-    size_t end = text.find('\n', at);
-    if (end == std::string::npos) end = text.size();
-    out += std::string(static_cast<size_t>(spaces), ' ') + text.substr(at, end - at) + "\n";
-    at = end + 1;
   }
   return out;
 }
@@ -141,6 +130,15 @@ class KernelBuilder {
                      const std::string& includes = "");
 
   GeneratedKernel take() { return std::move(out_); }
+
+  // Records what the generator decided, in words (GeneratedKernel::decisions,
+  // printed by `kiln dump --stage plan --arch`): "mma.sync 128x128x32 ...".
+  // `before_the_rest`: a shape decided after its parts (the Hopper kernel's
+  // ring after its epilogue) still reads first.
+  void decided(const std::string& what, bool before_the_rest = false) {
+    const std::string rest = out_.decisions;
+    out_.decisions = before_the_rest ? what + (rest.empty() ? "" : "; " + rest) : rest + (rest.empty() ? "" : "; ") + what;
+  }
 
   // The choice to build with: the requested one where `space` (the
   // heuristic's choice first) holds it, else the heuristic's. Records both

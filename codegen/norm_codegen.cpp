@@ -56,7 +56,7 @@ std::string NormGenerator::norm_output(const ir::Op& norm, const Coords& c, cons
   em_.set_leaf(norm.output, "y");
   std::set<ir::TensorId> none;
   element_writes(norm.output, c, ch ? *ch : Chunking{}, chunked ? *chunked : none);
-  return em_.take(0);
+  return em_.take();
 }
 
 auto NormGenerator::norm_recipe(const ir::Op& norm) -> NormRecipe {
@@ -105,65 +105,58 @@ void NormGenerator::norm() {
   // Registers bound it: at most 512 threads (128 registers each) holding at
   // most 32 values each (the planner's Block bound, 16384).
   const bool persistent = fits;
-  std::string body = "  __shared__ float kiln_scratch[32];\n";
-  body += fmt::format("  for (kiln::i64 line = blockIdx.x; line < {}LL; line += gridDim.x) {{\n", lines);
-  body += "    float stat0 = 0.0f, stat1 = 0.0f;\n";
+  decided(persistent ? "rows in registers, element by element" : "two passes over each row");
+  std::string body = "__shared__ float kiln_scratch[32];\n";
+  body += fmt::format("for (kiln::i64 line = blockIdx.x; line < {}LL; line += gridDim.x) {{\n", lines);
+  body += "float stat0 = 0.0f, stat1 = 0.0f;\n";
   int threads = kThreads;
   if (persistent) {
     // The row lives in registers: one read, statistics from registers, one write.
     threads = static_cast<int>(std::clamp<int64_t>(std::bit_ceil(static_cast<uint64_t>((n + 15) / 16)), 32, 512));
     const int64_t per = (n + threads - 1) / threads;
-    body += fmt::format("    float xs[{}];\n#pragma unroll\n    for (int t = 0; t < {}; ++t) {{\n", per, per);
-    body += fmt::format("      const kiln::i64 j = threadIdx.x + t * {}LL;\n      xs[t] = 0.0f;\n      if (j < {}LL) {{\n", threads, n);
+    body += fmt::format("float xs[{}];\n#pragma unroll\nfor (int t = 0; t < {}; ++t) {{\n", per, per);
+    body += fmt::format("const kiln::i64 j = threadIdx.x + t * {}LL;\nxs[t] = 0.0f;\nif (j < {}LL) {{\n", threads, n);
     em_.begin_block();
     const Coords c = norm_element(*norm, "j");
     em_.emit(fmt::format("xs[t] = {};", em_.value(norm->inputs[0], c)));
-    body += em_.take(8) + "      }\n    }\n";
+    body += em_.take() + "}\n}\n";
     for (const auto& [init, functor, update, finish] : recipe.passes) {
-      body += fmt::format("    {{\n      float acc = {};\n#pragma unroll\n      for (int t = 0; t < {}; ++t) {{\n", init, per);
-      body += fmt::format("        if (threadIdx.x + t * {}LL >= {}LL) continue;\n        const float x = xs[t];\n        {}\n      }}\n",
+      body += fmt::format("{{\nfloat acc = {};\n#pragma unroll\nfor (int t = 0; t < {}; ++t) {{\n", init, per);
+      body += fmt::format("if (threadIdx.x + t * {}LL >= {}LL) continue;\nconst float x = xs[t];\n{}\n}}\n",
                           threads, n, update);
-      body += fmt::format("      acc = kiln::block_reduce<{}>(acc, kiln_scratch);\n      {}\n    }}\n", functor, finish);
+      body += fmt::format("acc = kiln::block_reduce<{}>(acc, kiln_scratch);\n{}\n}}\n", functor, finish);
     }
-    body += fmt::format("#pragma unroll\n    for (int t = 0; t < {}; ++t) {{\n", per);
-    body += fmt::format("      const kiln::i64 j = threadIdx.x + t * {}LL;\n      if (j >= {}LL) continue;\n", threads, n);
+    body += fmt::format("#pragma unroll\nfor (int t = 0; t < {}; ++t) {{\n", per);
+    body += fmt::format("const kiln::i64 j = threadIdx.x + t * {}LL;\nif (j >= {}LL) continue;\n", threads, n);
     em_.begin_block();
     const Coords c2 = norm_element(*norm, "j");
     em_.emit("const float x = xs[t];");
     em_.set_leaf(norm->inputs[0], "x", c2);
-    body += em_.take(6);
+    body += em_.take();
     std::string out = norm_output(*norm, c2, recipe.finale);
     em_.clear_leaf(norm->inputs[0]);
-    for (size_t at = 0; at < out.size();) {  // indent
-      const size_t end = out.find('\n', at);
-      body += "      " + out.substr(at, end - at) + "\n";
-      at = end + 1;
-    }
-    body += "    }\n    __syncthreads();\n  }\n";
+    body += out;
+    body += "}\n__syncthreads();\n}\n";
   } else {
     // Too long to keep on chip: every pass re-reads the row.
     for (const auto& [init, functor, update, finish] : recipe.passes) {
-      body += fmt::format("    {{\n      float acc = {};\n", init);
-      body += fmt::format("      for (kiln::i64 j = threadIdx.x; j < {}LL; j += blockDim.x) {{\n", n);
+      body += fmt::format("{{\nfloat acc = {};\n", init);
+      body += fmt::format("for (kiln::i64 j = threadIdx.x; j < {}LL; j += blockDim.x) {{\n", n);
       em_.begin_block();
       const Coords c = norm_element(*norm, "j");
       em_.emit(fmt::format("const float x = {};", em_.value(norm->inputs[0], c)));
       em_.emit(update);
-      body += em_.take(8) + "      }\n";
-      body += fmt::format("      acc = kiln::block_reduce<{}>(acc, kiln_scratch);\n      {}\n    }}\n", functor, finish);
+      body += em_.take() + "}\n";
+      body += fmt::format("acc = kiln::block_reduce<{}>(acc, kiln_scratch);\n{}\n}}\n", functor, finish);
     }
-    body += fmt::format("    for (kiln::i64 j = threadIdx.x; j < {}LL; j += blockDim.x) {{\n", n);
+    body += fmt::format("for (kiln::i64 j = threadIdx.x; j < {}LL; j += blockDim.x) {{\n", n);
     em_.begin_block();
     const Coords c = norm_element(*norm, "j");
     em_.emit(fmt::format("const float x = {};", em_.value(norm->inputs[0], c)));
-    body += em_.take(6);
+    body += em_.take();
     const std::string out = norm_output(*norm, c, recipe.finale);
-    for (size_t at = 0; at < out.size();) {
-      const size_t end = out.find('\n', at);
-      body += "      " + out.substr(at, end - at) + "\n";
-      at = end + 1;
-    }
-    body += "    }\n  }\n";
+    body += out;
+    body += "}\n}\n";
   }
   finish(body, threads);
   out_.grid = {blocks_for(lines, 1), 1, 1};
@@ -209,13 +202,13 @@ std::string NormGenerator::norm_chunk_input(const ir::Op& norm, const Chunking& 
   em_.begin_block();
   Coords base;
   const Coords c = norm_chunk_coords(norm, ch, base);
-  std::string out = em_.take(6);
+  std::string out = em_.take();
   chunk_sources(ch, shape, c);
   em_.emit(fmt::format("{} = {};", slot, em_.value(norm.inputs[0], c)));
   em_.clear_vector_sources();
-  const std::string element = em_.take(0);
-  out += indented(chunk_load_calls(ch, shape, base, element), 6);
-  return out + fmt::format("#pragma unroll\n      for (int v = 0; v < {}; ++v) {{\n", ch.vec) + indented(element, 8) + "      }\n";
+  const std::string element = em_.take();
+  out += chunk_load_calls(ch, shape, base, element);
+  return out + fmt::format("#pragma unroll\nfor (int v = 0; v < {}; ++v) {{\n", ch.vec) + element + "}\n";
 }
 
 std::string NormGenerator::norm_chunk_output(const ir::Op& norm, const Chunking& ch, const std::string& slot,
@@ -225,17 +218,17 @@ std::string NormGenerator::norm_chunk_output(const ir::Op& norm, const Chunking&
   Coords base;
   const Coords c = norm_chunk_coords(norm, ch, base);
   const std::string offset = em_.linearize(base, shape);
-  std::string out = em_.take(6);
+  std::string out = em_.take();
   chunk_sources(ch, shape, c);
   em_.emit(fmt::format("const float x = {};", slot));
   if (slot_holds_input) em_.set_leaf(norm.inputs[0], "x", c);
   std::set<ir::TensorId> chunked;
-  const std::string element = em_.take(0) + norm_output(norm, c, finale, &ch, &chunked);
+  const std::string element = em_.take() + norm_output(norm, c, finale, &ch, &chunked);
   em_.clear_leaf(norm.inputs[0]);
   em_.clear_vector_sources();
-  out += indented(chunk_load_calls(ch, shape, base, element), 6) + indented(chunk_store_arrays(ch, chunked), 6);
-  out += fmt::format("#pragma unroll\n      for (int v = 0; v < {}; ++v) {{\n", ch.vec) + indented(element, 8) + "      }\n";
-  return out + indented(chunk_store_calls(ch, chunked, offset), 6);
+  out += chunk_load_calls(ch, shape, base, element) + chunk_store_arrays(ch, chunked);
+  out += fmt::format("#pragma unroll\nfor (int v = 0; v < {}; ++v) {{\n", ch.vec) + element + "}\n";
+  return out + chunk_store_calls(ch, chunked, offset);
 }
 
 int NormGenerator::row_cluster(int64_t n) const {
@@ -251,51 +244,52 @@ void NormGenerator::norm_cluster(const ir::Op& norm, const Chunking& ch, int clu
   const ir::KernelParams& p = k_.params;
   const int64_t lines = p.outer * p.inner, n = p.reduced, vec = ch.vec, chunks = n / vec;
   const int64_t per_block = (chunks + cluster - 1) / cluster;
+  decided(fmt::format("rows in the shared memory of a {}-block cluster, {}-element chunks", cluster, vec));
   bool reuse_exp = false;
   const NormRecipe recipe = norm_recipe_in_place(norm, reuse_exp);
   const int threads = static_cast<int>(std::clamp<int64_t>(std::bit_ceil(static_cast<uint64_t>((per_block + 3) / 4)), 32, 512));
   if (cluster > 1) kernel_attributes_ = fmt::format("__cluster_dims__({}, 1, 1) ", cluster);
-  std::string body = "  extern __shared__ __align__(16) float kiln_row[];\n  __shared__ float kiln_scratch[32];\n";
-  body += fmt::format("  const bool kiln_vec = {};\n", ch.aligned);
+  std::string body = "extern __shared__ __align__(16) float kiln_row[];\n__shared__ float kiln_scratch[32];\n";
+  body += fmt::format("const bool kiln_vec = {};\n", ch.aligned);
   if (cluster > 1) {
-    body += "  __shared__ float kiln_partial[2];\n  const unsigned rank = kiln::cluster_rank();\n";
-    body += fmt::format("  const int first = rank * {}, count = min({}, {} - first);  // this block's chunks\n", per_block,
+    body += "__shared__ float kiln_partial[2];\nconst unsigned rank = kiln::cluster_rank();\n";
+    body += fmt::format("const int first = rank * {}, count = min({}, {} - first);  // this block's chunks\n", per_block,
                         per_block, chunks);
   } else {
-    body += fmt::format("  const int first = 0, count = {};\n", chunks);
+    body += fmt::format("const int first = 0, count = {};\n", chunks);
   }
-  body += fmt::format("  for (kiln::i64 line = blockIdx.x / {0}; line < {1}LL; line += gridDim.x / {0}) {{\n", cluster, lines);
-  body += "    float stat0 = 0.0f, stat1 = 0.0f;\n";
+  body += fmt::format("for (kiln::i64 line = blockIdx.x / {0}; line < {1}LL; line += gridDim.x / {0}) {{\n", cluster, lines);
+  body += "float stat0 = 0.0f, stat1 = 0.0f;\n";
   // Each thread's chunks: a loop with a trip count known here, unrolled so
   // that its loads are in flight together.
   const int64_t iterations = (per_block + threads - 1) / threads;
-  const std::string loop_head = fmt::format("{}\n    for (int it = 0; it < {}; ++it) {{\n"
-                                            "      const int q = threadIdx.x + it * {};\n      if (q >= count) continue;\n",
+  const std::string loop_head = fmt::format("{}\nfor (int it = 0; it < {}; ++it) {{\n"
+                                            "const int q = threadIdx.x + it * {};\nif (q >= count) continue;\n",
                                             iterations <= 4 ? "#pragma unroll" : "#pragma unroll 4", iterations, threads);
-  const std::string chunk_loop = loop_head + fmt::format("      const int j0 = (first + q) * {};\n", vec);
+  const std::string chunk_loop = loop_head + fmt::format("const int j0 = (first + q) * {};\n", vec);
   // Load: this block's slice of the row into shared memory.
   body += chunk_loop;
-  body += norm_chunk_input(norm, ch, fmt::format("kiln_row[q * {} + v]", vec)) + "    }\n";
+  body += norm_chunk_input(norm, ch, fmt::format("kiln_row[q * {} + v]", vec)) + "}\n";
   // Statistics: the block's part, then the cluster's.
   for (size_t pass = 0; pass < recipe.passes.size(); ++pass) {
     const auto& [init, functor, update, finish] = recipe.passes[pass];
-    body += fmt::format("    {{\n      float acc = {};\n", init) + loop_head;
-    body += fmt::format("#pragma unroll\n        for (int v = 0; v < {}; ++v) {{\n          float& x = kiln_row[q * {} + v];\n"
-                        "          {}\n        }}\n      }}\n", vec, vec, update);
-    body += fmt::format("      acc = kiln::block_reduce<{}>(acc, kiln_scratch);\n", functor);
+    body += fmt::format("{{\nfloat acc = {};\n", init) + loop_head;
+    body += fmt::format("#pragma unroll\nfor (int v = 0; v < {}; ++v) {{\nfloat& x = kiln_row[q * {} + v];\n"
+                        "{}\n}}\n}}\n", vec, vec, update);
+    body += fmt::format("acc = kiln::block_reduce<{}>(acc, kiln_scratch);\n", functor);
     if (cluster > 1) {
-      body += fmt::format("      if (threadIdx.x == 0) kiln_partial[{}] = acc;\n      kiln::cluster_sync();\n", pass);
-      body += fmt::format("      acc = kiln::cluster_load(&kiln_partial[{}], 0);\n", pass);
-      body += fmt::format("      for (unsigned r = 1; r < {}; ++r) acc = {}::combine(acc, kiln::cluster_load(&kiln_partial[{}], r));\n",
+      body += fmt::format("if (threadIdx.x == 0) kiln_partial[{}] = acc;\nkiln::cluster_sync();\n", pass);
+      body += fmt::format("acc = kiln::cluster_load(&kiln_partial[{}], 0);\n", pass);
+      body += fmt::format("for (unsigned r = 1; r < {}; ++r) acc = {}::combine(acc, kiln::cluster_load(&kiln_partial[{}], r));\n",
                           cluster, functor, pass);
     }
-    body += fmt::format("      {}\n    }}\n", finish);
+    body += fmt::format("{}\n}}\n", finish);
   }
   // Output.
   body += chunk_loop;
-  body += norm_chunk_output(norm, ch, fmt::format("kiln_row[q * {} + v]", vec), recipe.finale, !reuse_exp) + "    }\n";
+  body += norm_chunk_output(norm, ch, fmt::format("kiln_row[q * {} + v]", vec), recipe.finale, !reuse_exp) + "}\n";
   // The partials of this line are read by every block before the next line overwrites them.
-  body += cluster > 1 ? "    kiln::cluster_sync();\n  }\n" : "  }\n";
+  body += cluster > 1 ? "kiln::cluster_sync();\n}\n" : "}\n";
   finish(body, threads);
   out_.shared_bytes = static_cast<uint32_t>(per_block * vec * 4);
   out_.grid = {static_cast<uint32_t>(std::min<int64_t>(lines, int64_t{1} << 20) * cluster), 1, 1};
@@ -307,6 +301,7 @@ void NormGenerator::norm_cluster(const ir::Op& norm, const Chunking& ch, int clu
 void NormGenerator::norm_chunked(const ir::Op& norm, const Chunking& ch) {
   const ir::KernelParams& p = k_.params;
   const int64_t lines = p.outer * p.inner, n = p.reduced, vec = ch.vec, chunks = n / vec;
+  decided(fmt::format("rows in registers, {}-element chunks", vec));
   bool reuse_exp = false;
   const NormRecipe recipe = norm_recipe_in_place(norm, reuse_exp);
   // About two chunks per thread (measured on H100 against one and four: 16-byte loads
@@ -314,29 +309,29 @@ void NormGenerator::norm_chunked(const ir::Op& norm, const Chunking& ch) {
   const int threads = static_cast<int>(std::clamp<int64_t>(std::bit_ceil(static_cast<uint64_t>((chunks + 1) / 2)), 32, 512));
   const int64_t per = (chunks + threads - 1) / threads;
   const std::string chunk_start = fmt::format("const int j0 = (threadIdx.x + t * {}) * {};", threads, vec);
-  std::string body = "  __shared__ float kiln_scratch[32];\n";
-  body += fmt::format("  const bool kiln_vec = {};\n", ch.aligned);
-  body += fmt::format("  for (kiln::i64 line = blockIdx.x; line < {}LL; line += gridDim.x) {{\n", lines);
-  body += "    float stat0 = 0.0f, stat1 = 0.0f;\n";
-  body += fmt::format("    float xs[{}];\n", per * vec);
+  std::string body = "__shared__ float kiln_scratch[32];\n";
+  body += fmt::format("const bool kiln_vec = {};\n", ch.aligned);
+  body += fmt::format("for (kiln::i64 line = blockIdx.x; line < {}LL; line += gridDim.x) {{\n", lines);
+  body += "float stat0 = 0.0f, stat1 = 0.0f;\n";
+  body += fmt::format("float xs[{}];\n", per * vec);
   // Load: one chunk of every chunked input, then x at each of its elements.
-  body += fmt::format("#pragma unroll\n    for (int t = 0; t < {}; ++t) {{\n      {}\n", per, chunk_start);
-  body += fmt::format("      if (j0 >= {}) {{\n#pragma unroll\n        for (int v = 0; v < {}; ++v) xs[t * {} + v] = 0.0f;\n"
-                      "        continue;\n      }}\n", n, vec, vec);
-  body += norm_chunk_input(norm, ch, fmt::format("xs[t * {} + v]", vec)) + "    }\n";
+  body += fmt::format("#pragma unroll\nfor (int t = 0; t < {}; ++t) {{\n{}\n", per, chunk_start);
+  body += fmt::format("if (j0 >= {}) {{\n#pragma unroll\nfor (int v = 0; v < {}; ++v) xs[t * {} + v] = 0.0f;\n"
+                      "continue;\n}}\n", n, vec, vec);
+  body += norm_chunk_input(norm, ch, fmt::format("xs[t * {} + v]", vec)) + "}\n";
   // Statistics from registers.
   for (const auto& [init, functor, update, finish] : recipe.passes) {
-    body += fmt::format("    {{\n      float acc = {};\n#pragma unroll\n      for (int t = 0; t < {}; ++t) {{\n", init, per);
-    body += fmt::format("        if ((threadIdx.x + t * {}) * {} >= {}) continue;\n", threads, vec, n);
-    body += fmt::format("#pragma unroll\n        for (int v = 0; v < {}; ++v) {{\n          float& x = xs[t * {} + v];\n"
-                        "          {}\n        }}\n      }}\n", vec, vec, update);
-    body += fmt::format("      acc = kiln::block_reduce<{}>(acc, kiln_scratch);\n      {}\n    }}\n", functor, finish);
+    body += fmt::format("{{\nfloat acc = {};\n#pragma unroll\nfor (int t = 0; t < {}; ++t) {{\n", init, per);
+    body += fmt::format("if ((threadIdx.x + t * {}) * {} >= {}) continue;\n", threads, vec, n);
+    body += fmt::format("#pragma unroll\nfor (int v = 0; v < {}; ++v) {{\nfloat& x = xs[t * {} + v];\n"
+                        "{}\n}}\n}}\n", vec, vec, update);
+    body += fmt::format("acc = kiln::block_reduce<{}>(acc, kiln_scratch);\n{}\n}}\n", functor, finish);
   }
   // Output: parameters a chunk at a time, every write of the element.
-  body += fmt::format("#pragma unroll\n    for (int t = 0; t < {}; ++t) {{\n      {}\n      if (j0 >= {}) continue;\n", per,
+  body += fmt::format("#pragma unroll\nfor (int t = 0; t < {}; ++t) {{\n{}\nif (j0 >= {}) continue;\n", per,
                       chunk_start, n);
   body += norm_chunk_output(norm, ch, fmt::format("xs[t * {} + v]", vec), recipe.finale, !reuse_exp);
-  body += "    }\n    __syncthreads();\n  }\n";
+  body += "}\n__syncthreads();\n}\n";
   finish(body, threads);
   out_.grid = {blocks_for(lines, 1), 1, 1};
 }

@@ -8,21 +8,26 @@ void PointwiseGenerator::pointwise() {
   KILN_INTERNAL_CHECK(!k_.writes.empty());
   const Shape domain = g_.tensor(k_.writes.front()).shape;
   const int64_t n = element_count(domain);
-  std::string body = fmt::format("  const kiln::i64 n = {}LL;\n", n);
   const int vec = vector_width(domain);
-  if (vec > 1) body += vector_loop(domain, vec);
+  CodeWriter w;
+  w.line("const kiln::i64 n = {}LL;", n);
+  if (vec > 1) w.lines(vector_loop(domain, vec));
   // The scalar loop: everything when not vectorised, else the tail (and any
   // call whose pointers are not 16-byte aligned).
-  body += vec > 1 ? "  const kiln::i64 first = kiln_vector_done ? (n / " + std::to_string(vec) + "LL) * " + std::to_string(vec) + "LL : 0;\n"
-                  : "  const kiln::i64 first = 0;\n";
-  body += "  for (kiln::i64 i = first + (kiln::i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (kiln::i64)gridDim.x * blockDim.x) {\n";
-  em_.begin_block();
-  for (ir::TensorId t : k_.writes) {
-    const Coords c = em_.delinearize("i", g_.tensor(t).shape);
-    em_.emit(store(t, "i", em_.value(t, c)) + "  // " + g_.tensor(t).name);
-  }
-  body += em_.take(4) + "  }\n";
-  finish(body, kThreads);
+  if (vec > 1)
+    w.line("const kiln::i64 first = kiln_vector_done ? (n / {0}LL) * {0}LL : 0;", vec);
+  else
+    w.line("const kiln::i64 first = 0;");
+  w.block("for (kiln::i64 i = first + (kiln::i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (kiln::i64)gridDim.x * blockDim.x)", [&] {
+    em_.begin_block();
+    for (ir::TensorId t : k_.writes) {
+      const Coords c = em_.delinearize("i", g_.tensor(t).shape);
+      em_.emit(store(t, "i", em_.value(t, c)) + "  // " + g_.tensor(t).name);
+    }
+    w.lines(em_.take());
+  });
+  decided(vec > 1 ? fmt::format("{}-element vectors, scalar tail", vec) : "scalar elements");
+  finish(w.take(), kThreads);
   out_.grid = {blocks_for(vec > 1 ? n / vec : n, kThreads), 1, 1};
 }
 
@@ -74,42 +79,45 @@ std::string PointwiseGenerator::vector_loop(const Shape& domain, int vec) {
   for (ir::TensorId t : k_.writes) pointers.push_back(writes_.at(t));
   std::string aligned;
   for (const std::string& p : pointers) aligned += (aligned.empty() ? "" : " && ") + fmt::format("kiln::aligned16({})", p);
-  std::string body = fmt::format("  const bool kiln_vector_done = {};\n  if (kiln_vector_done) {{\n", aligned.empty() ? "true" : aligned);
-  body += fmt::format("    for (kiln::i64 i0 = ((kiln::i64)blockIdx.x * blockDim.x + threadIdx.x) * {0}LL; i0 + {0}LL <= n; "
-                      "i0 += (kiln::i64)gridDim.x * blockDim.x * {0}LL) {{\n", vec);
-  if (!broadcasts.loads.empty()) body += "      const bool kiln_vec = true;  // aligned: checked above\n";
-  em_.begin_block();
-  Coords base;
-  if (chunk_in_row) base = em_.delinearize("i0", domain);
-  for (ir::TensorId t : vector_reads) {
-    const ir::Tensor& tensor = g_.tensor(t);
-    const DType st = tensor.kind == ir::TensorKind::Input ? tensor.dtype : storage_dtype(tensor);
-    em_.emit(fmt::format("float in{}[{}];  // {}", t, vec, tensor.name));
-    em_.emit(fmt::format("kiln::load_vec_{}<{}>({}, i0, in{});", to_string(st), vec, pointer_of(t), t));
-  }
-  for (ir::TensorId t : k_.writes) em_.emit(fmt::format("float out{}[{}];", t, vec));
-  body += em_.take(6);
-  em_.begin_block();
-  Coords c;
-  if (chunk_in_row) {
-    c = base;
-    c.back() = "(" + base.back() + " + v)";
-  } else {
-    em_.emit("const kiln::i64 i = i0 + v;");
-    c = em_.delinearize("i", domain);
-  }
-  for (ir::TensorId t : vector_reads) em_.set_vector_source(t, c, fmt::format("in{}", t), "v");
-  chunk_sources(broadcasts, domain, c);
-  for (ir::TensorId t : k_.writes) em_.emit(fmt::format("out{}[v] = {};  // {}", t, em_.value(t, c), g_.tensor(t).name));
-  em_.clear_vector_sources();
-  const std::string element = em_.take(0);
-  if (chunk_in_row) body += indented(chunk_load_calls(broadcasts, domain, base, element), 6);
-  body += fmt::format("#pragma unroll\n      for (int v = 0; v < {}; ++v) {{\n", vec) + indented(element, 8) + "      }\n";
-  for (ir::TensorId t : k_.writes)
-    body += fmt::format("      kiln::store_vec_{}<{}>({}, i0, out{});\n", to_string(storage_dtype(g_.tensor(t))), vec,
-                        writes_.at(t), t);
-  body += "    }\n  }\n";
-  return body;
+  CodeWriter w;
+  w.line("const bool kiln_vector_done = {};", aligned.empty() ? "true" : aligned);
+  w.block("if (kiln_vector_done)", [&] {
+    w.block(fmt::format("for (kiln::i64 i0 = ((kiln::i64)blockIdx.x * blockDim.x + threadIdx.x) * {0}LL; i0 + {0}LL <= n; "
+                        "i0 += (kiln::i64)gridDim.x * blockDim.x * {0}LL)", vec), [&] {
+      if (!broadcasts.loads.empty()) w.line("const bool kiln_vec = true;  // aligned: checked above");
+      em_.begin_block();
+      Coords base;
+      if (chunk_in_row) base = em_.delinearize("i0", domain);
+      for (ir::TensorId t : vector_reads) {
+        const ir::Tensor& tensor = g_.tensor(t);
+        const DType st = tensor.kind == ir::TensorKind::Input ? tensor.dtype : storage_dtype(tensor);
+        em_.emit(fmt::format("float in{}[{}];  // {}", t, vec, tensor.name));
+        em_.emit(fmt::format("kiln::load_vec_{}<{}>({}, i0, in{});", to_string(st), vec, pointer_of(t), t));
+      }
+      for (ir::TensorId t : k_.writes) em_.emit(fmt::format("float out{}[{}];", t, vec));
+      w.lines(em_.take());
+      em_.begin_block();
+      Coords c;
+      if (chunk_in_row) {
+        c = base;
+        c.back() = "(" + base.back() + " + v)";
+      } else {
+        em_.emit("const kiln::i64 i = i0 + v;");
+        c = em_.delinearize("i", domain);
+      }
+      for (ir::TensorId t : vector_reads) em_.set_vector_source(t, c, fmt::format("in{}", t), "v");
+      chunk_sources(broadcasts, domain, c);
+      for (ir::TensorId t : k_.writes) em_.emit(fmt::format("out{}[v] = {};  // {}", t, em_.value(t, c), g_.tensor(t).name));
+      em_.clear_vector_sources();
+      const std::string element = em_.take();
+      if (chunk_in_row) w.lines(chunk_load_calls(broadcasts, domain, base, element));
+      w.line("#pragma unroll");
+      w.block(fmt::format("for (int v = 0; v < {}; ++v)", vec), [&] { w.lines(element); });
+      for (ir::TensorId t : k_.writes)
+        w.line("kiln::store_vec_{}<{}>({}, i0, out{});", to_string(storage_dtype(g_.tensor(t))), vec, writes_.at(t), t);
+    });
+  });
+  return w.take();
 }
 
 }  // namespace kiln::codegen

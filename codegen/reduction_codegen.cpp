@@ -27,7 +27,7 @@ void ReductionGenerator::reduction_step(const std::vector<const ir::Op*>& reduce
 // divided, results rounded as the graph says, post-reduction ops at the
 // matching elements.
 std::string ReductionGenerator::reduction_results(const std::vector<const ir::Op*>& reduces, const std::set<ir::TensorId>& post,
-                              int64_t reduced, const std::string& acc_format, int indent) {
+                              int64_t reduced, const std::string& acc_format) {
   for (size_t j = 0; j < reduces.size(); ++j) {
     const ir::Tensor& out = g_.result(*reduces[j]);
     std::string v = fmt::format(fmt::runtime(acc_format), j);
@@ -44,7 +44,7 @@ std::string ReductionGenerator::reduction_results(const std::vector<const ir::Op
     KILN_INTERNAL_CHECK(tc.has_value());
     em_.emit(store(t, em_.linearize(*tc, g_.tensor(t).shape), em_.value(t, *tc)) + "  // " + g_.tensor(t).name);
   }
-  return em_.take(indent);
+  return em_.take();
 }
 
 // The body of a row reduction's loop over the reduced elements r (kept
@@ -60,18 +60,18 @@ std::string ReductionGenerator::row_reduction_body(const std::vector<const ir::O
     full[i] = std::binary_search(axes.begin(), axes.end(), static_cast<int64_t>(i)) ? rc[ri++] : kc[ki++];
   if (ch.vec == 1) {
     reduction_step(reduces, post, full, d, "acc{}");
-    return em_.take(6) + "    }\n";
+    return em_.take() + "}\n";
   }
-  std::string body = em_.take(6);
+  std::string body = em_.take();
   Coords c = full;
   c.back() = "(" + full.back() + " + v)";
   chunk_sources(ch, d, c);
   reduction_step(reduces, post, c, d, "acc{}");
   em_.clear_vector_sources();
-  const std::string element = em_.take(0);
-  body += indented(chunk_load_calls(ch, d, full, element), 6);
-  return body + fmt::format("#pragma unroll\n      for (int v = 0; v < {}; ++v) {{\n", ch.vec) + indented(element, 8) +
-         "      }\n    }\n";
+  const std::string element = em_.take();
+  body += chunk_load_calls(ch, d, full, element);
+  return body + fmt::format("#pragma unroll\nfor (int v = 0; v < {}; ++v) {{\n", ch.vec) + element +
+         "}\n}\n";
 }
 
 // The block's accumulators combined; split (`splits` > 1), each block's
@@ -81,21 +81,21 @@ std::string ReductionGenerator::row_reduction_combine(const std::vector<const ir
                                                  const std::string& counter, int64_t kept, int64_t splits) {
   std::string body;
   for (size_t j = 0; j < reduces.size(); ++j)
-    body += fmt::format("    acc{0} = kiln::block_reduce<{1}>(acc{0}, kiln_scratch);\n", j, reduce_functor(reduces[j]->kind));
-  if (splits == 1) return body + "    if (threadIdx.x == 0) {\n";
-  body += "    if (threadIdx.x == 0) {\n";
+    body += fmt::format("acc{0} = kiln::block_reduce<{1}>(acc{0}, kiln_scratch);\n", j, reduce_functor(reduces[j]->kind));
+  if (splits == 1) return body + "if (threadIdx.x == 0) {\n";
+  body += "if (threadIdx.x == 0) {\n";
   for (size_t j = 0; j < reduces.size(); ++j)
-    body += fmt::format("      kiln::atomic_combine({}(), static_cast<float*>({}) + k, acc{});\n",
+    body += fmt::format("kiln::atomic_combine({}(), static_cast<float*>({}) + k, acc{});\n",
                         reduce_functor(reduces[j]->kind), partials[j], j);
-  body += "    }\n  }\n";
-  body += "  __threadfence();\n  __syncthreads();\n  __shared__ bool kiln_last;\n";
-  body += fmt::format("  if (threadIdx.x == 0) kiln_last = atomicAdd(static_cast<unsigned int*>({}), 1u) == "
+  body += "}\n}\n";
+  body += "__threadfence();\n__syncthreads();\n__shared__ bool kiln_last;\n";
+  body += fmt::format("if (threadIdx.x == 0) kiln_last = atomicAdd(static_cast<unsigned int*>({}), 1u) == "
                       "gridDim.x * gridDim.y - 1;\n", counter);
-  body += "  __syncthreads();\n  if (!kiln_last) return;\n  __threadfence();\n";
-  body += fmt::format("  for (kiln::i64 k = threadIdx.x; k < {}LL; k += blockDim.x) {{\n", kept);
+  body += "__syncthreads();\nif (!kiln_last) return;\n__threadfence();\n";
+  body += fmt::format("for (kiln::i64 k = threadIdx.x; k < {}LL; k += blockDim.x) {{\n", kept);
   for (size_t j = 0; j < reduces.size(); ++j)
-    body += fmt::format("    const float acc{} = static_cast<volatile float*>({})[k];\n", j, partials[j]);
-  return body + "    {\n";
+    body += fmt::format("const float acc{} = static_cast<volatile float*>({})[k];\n", j, partials[j]);
+  return body + "{\n";
 }
 
 void ReductionGenerator::reduction() {
@@ -129,6 +129,7 @@ void ReductionGenerator::reduction() {
   // Reduced axes that end the shape are read a chunk at a time.
   const Chunking ch = contiguous_axes && inner == 1 ? chunking(d, d.back()) : Chunking{};
   const int64_t vec = ch.vec;
+  decided(fmt::format("rows: a block per kept element, {}-element chunks, {} splits", vec, splits));
   const int64_t slice = (reduced + splits * vec - 1) / (splits * vec) * vec;
   std::vector<std::string> partials;
   std::string counter;
@@ -137,24 +138,24 @@ void ReductionGenerator::reduction() {
       partials.push_back(workspace_param(g_.result(*r).name + ".partial", kept, reduce_identity_bits(r->kind), true));
     counter = workspace_param(g_.result(first).name + ".splits_done", 1, 0, true);
   }
-  std::string body = "  __shared__ float kiln_scratch[32];\n";
-  if (vec > 1) body += fmt::format("  const bool kiln_vec = {};\n", ch.aligned);
-  body += fmt::format("  for (kiln::i64 k = blockIdx.x; k < {}LL; k += gridDim.x) {{\n", kept);
+  std::string body = "__shared__ float kiln_scratch[32];\n";
+  if (vec > 1) body += fmt::format("const bool kiln_vec = {};\n", ch.aligned);
+  body += fmt::format("for (kiln::i64 k = blockIdx.x; k < {}LL; k += gridDim.x) {{\n", kept);
   const Coords kc = em_.delinearize("k", kept_shape);
   for (size_t j = 0; j < reduces.size(); ++j)
     em_.emit(fmt::format("float acc{} = {}::identity();  // {}", j, reduce_functor(reduces[j]->kind),
                          g_.result(*reduces[j]).name));
-  body += em_.take(4);
+  body += em_.take();
   body += vec > 1 ? "#pragma unroll 4\n" : "";
   if (splits > 1)
-    body += fmt::format("    for (kiln::i64 r = blockIdx.y * {0}LL + threadIdx.x * {2}; r < min((kiln::i64)(blockIdx.y + 1) * {0}LL, {1}LL); "
+    body += fmt::format("for (kiln::i64 r = blockIdx.y * {0}LL + threadIdx.x * {2}; r < min((kiln::i64)(blockIdx.y + 1) * {0}LL, {1}LL); "
                         "r += blockDim.x * {2}) {{\n", slice, reduced, vec);
   else
-    body += fmt::format("    for (kiln::i64 r = threadIdx.x * {1}; r < {0}LL; r += blockDim.x * {1}) {{\n", reduced, vec);
+    body += fmt::format("for (kiln::i64 r = threadIdx.x * {1}; r < {0}LL; r += blockDim.x * {1}) {{\n", reduced, vec);
   body += row_reduction_body(reduces, post, d, kc, reduced_shape, ch);
   body += row_reduction_combine(reduces, partials, counter, kept, splits);
   em_.begin_block();
-  body += reduction_results(reduces, post, reduced, "acc{}", 6) + "    }\n  }\n";
+  body += reduction_results(reduces, post, reduced, "acc{}") + "}\n}\n";
   finish(body, kThreads);
   out_.grid = {blocks_for(kept, 1), static_cast<uint32_t>(splits), 1};
 }
@@ -200,7 +201,7 @@ std::string ReductionGenerator::column_row_loop(const std::vector<const ir::Op*>
                                            const Shape& d, const Shape& kept_shape, const Shape& reduced_shape,
                                            const ColumnLayout& c, bool vectors) {
   const auto& axes = reduces.front()->attrs.axes;
-  std::string out = fmt::format("#pragma unroll 4\n    for (kiln::i64 r = blockIdx.y * {}LL + lane; r < r_end; r += {}) {{\n",
+  std::string out = fmt::format("#pragma unroll 4\nfor (kiln::i64 r = blockIdx.y * {}LL + lane; r < r_end; r += {}) {{\n",
                                 c.slice, c.lanes);
   em_.begin_block();
   const Coords rc = em_.delinearize("r", reduced_shape);
@@ -218,16 +219,16 @@ std::string ReductionGenerator::column_row_loop(const std::vector<const ir::Op*>
       em_.emit(fmt::format("float in{}[{}];  // {}", t, c.vec, g_.tensor(t).name));
       em_.emit(fmt::format("kiln::load_vec_{}<{}>({}, {}, in{});", to_string(e.storage), c.vec, e.pointer, em_.linearize(base, d), t));
     }
-    out += em_.take(6);
+    out += em_.take();
   }
-  out += fmt::format("#pragma unroll\n      for (int v = 0; v < {}; ++v) {{\n        const kiln::i64 k = k0 + v;\n", c.vec);
+  out += fmt::format("#pragma unroll\nfor (int v = 0; v < {}; ++v) {{\nconst kiln::i64 k = k0 + v;\n", c.vec);
   em_.begin_block();
   const Coords full = full_at("k");
   if (vectors)
     for (ir::TensorId t : c.vector_reads) em_.set_vector_source(t, full, fmt::format("in{}", t), "v");
   reduction_step(reduces, post, full, d, "acc{}[v]");
   em_.clear_vector_sources();
-  return out + em_.take(8) + "      }\n    }\n";
+  return out + em_.take() + "}\n}\n";
 }
 
 // After the rows: row lanes combined into lane 0, then the columns finished
@@ -236,36 +237,38 @@ std::string ReductionGenerator::column_row_loop(const std::vector<const ir::Op*>
 std::string ReductionGenerator::column_finish(const std::vector<const ir::Op*>& reduces, const std::set<ir::TensorId>& post,
                                          const ColumnLayout& c, const std::vector<std::string>& partials,
                                          const std::string& counter) {
-  std::string body = fmt::format("#pragma unroll\n  for (int v = 0; v < {}; ++v) {{\n", c.vec);
-  for (size_t j = 0; j < reduces.size(); ++j) body += fmt::format("    kiln_lanes[{} + v][lane][col] = acc{}[v];\n", j * c.vec, j);
-  body += "  }\n  __syncthreads();\n";
-  body += fmt::format("  if (lane == 0 && c < {}LL) {{\n#pragma unroll\n    for (int v = 0; v < {}; ++v) {{\n", c.inner, c.vec);
+  std::string body = fmt::format("#pragma unroll\nfor (int v = 0; v < {}; ++v) {{\n", c.vec);
+  for (size_t j = 0; j < reduces.size(); ++j) body += fmt::format("kiln_lanes[{} + v][lane][col] = acc{}[v];\n", j * c.vec, j);
+  body += "}\n__syncthreads();\n";
+  body += fmt::format("if (lane == 0 && c < {}LL) {{\n#pragma unroll\nfor (int v = 0; v < {}; ++v) {{\n", c.inner, c.vec);
   for (size_t j = 0; j < reduces.size(); ++j)
-    body += fmt::format("      for (int l = 1; l < {}; ++l) acc{}[v] = {}::combine(acc{}[v], kiln_lanes[{} + v][l][col]);\n", c.lanes,
+    body += fmt::format("for (int l = 1; l < {}; ++l) acc{}[v] = {}::combine(acc{}[v], kiln_lanes[{} + v][l][col]);\n", c.lanes,
                         j, reduce_functor(reduces[j]->kind), j, j * c.vec);
-  auto finish_columns = [&](int indent) {
+  auto finish_columns = [&] {
     em_.begin_block();
     em_.emit("const kiln::i64 k = k0 + v;");
-    return reduction_results(reduces, post, c.reduced, "acc{}[v]", indent);
+    return reduction_results(reduces, post, c.reduced, "acc{}[v]");
   };
-  if (c.splits == 1) return body + finish_columns(6) + "    }\n  }\n";
+  if (c.splits == 1) return body + finish_columns() + "}\n}\n";
   for (size_t j = 0; j < reduces.size(); ++j)
-    body += fmt::format("      kiln::atomic_combine({}(), static_cast<float*>({}) + k0 + v, acc{}[v]);\n",
+    body += fmt::format("kiln::atomic_combine({}(), static_cast<float*>({}) + k0 + v, acc{}[v]);\n",
                         reduce_functor(reduces[j]->kind), partials[j], j);
-  body += "    }\n  }\n  __threadfence();\n  __syncthreads();\n  __shared__ bool kiln_last;\n";
-  body += fmt::format("  if (threadIdx.x == 0) kiln_last = atomicAdd(static_cast<unsigned int*>({}) + blockIdx.x, 1u) == gridDim.y - 1;\n",
+  body += "}\n}\n__threadfence();\n__syncthreads();\n__shared__ bool kiln_last;\n";
+  body += fmt::format("if (threadIdx.x == 0) kiln_last = atomicAdd(static_cast<unsigned int*>({}) + blockIdx.x, 1u) == gridDim.y - 1;\n",
                       counter);
-  body += "  __syncthreads();\n  if (!kiln_last) return;\n  __threadfence();\n";
-  body += fmt::format("  if (lane == 0 && c < {}LL) {{\n#pragma unroll\n    for (int v = 0; v < {}; ++v) {{\n", c.inner, c.vec);
+  body += "__syncthreads();\nif (!kiln_last) return;\n__threadfence();\n";
+  body += fmt::format("if (lane == 0 && c < {}LL) {{\n#pragma unroll\nfor (int v = 0; v < {}; ++v) {{\n", c.inner, c.vec);
   for (size_t j = 0; j < reduces.size(); ++j)
-    body += fmt::format("      acc{0}[v] = static_cast<volatile float*>({1})[k0 + v];\n", j, partials[j]);
-  return body + finish_columns(6) + "    }\n  }\n";
+    body += fmt::format("acc{0}[v] = static_cast<volatile float*>({1})[k0 + v];\n", j, partials[j]);
+  return body + finish_columns() + "}\n}\n";
 }
 
 void ReductionGenerator::column_reduction(const std::vector<const ir::Op*>& reduces, const std::set<ir::TensorId>& post, const Shape& d,
                       const Shape& kept_shape, const Shape& reduced_shape, int64_t inner) {
   const ir::Op& first = *reduces.front();
   const ColumnLayout c = column_layout(first, d, kept_shape, reduced_shape, inner);
+  decided(fmt::format("columns: a block of {} column threads ({}-element vectors) x {} row lanes, {} splits", c.cols, c.vec,
+                      c.lanes, c.splits));
   KILN_USER_CHECK(c.col_blocks < (int64_t{1} << 31) && c.splits <= 65535, "{}: too many column blocks for this reduction kernel",
                   g_.describe(static_cast<int32_t>(k_.ops.front())));
   std::vector<std::string> partials;
@@ -275,25 +278,25 @@ void ReductionGenerator::column_reduction(const std::vector<const ir::Op*>& redu
       partials.push_back(workspace_param(g_.result(*r).name + ".partial", c.kept, reduce_identity_bits(r->kind), true));
     counter = workspace_param(g_.result(first).name + ".splits_done", c.col_blocks, 0, true);
   }
-  std::string body = fmt::format("  __shared__ float kiln_lanes[{}][{}][{}];\n", reduces.size() * c.vec, c.lanes, c.cols);
-  body += fmt::format("  const int col = threadIdx.x % {}, lane = threadIdx.x / {};\n", c.cols, c.cols);
-  body += fmt::format("  const kiln::i64 a = blockIdx.x / {0}LL, c = ((blockIdx.x % {0}LL) * {1} + col) * {2};\n", c.per_outer,
+  std::string body = fmt::format("__shared__ float kiln_lanes[{}][{}][{}];\n", reduces.size() * c.vec, c.lanes, c.cols);
+  body += fmt::format("const int col = threadIdx.x % {}, lane = threadIdx.x / {};\n", c.cols, c.cols);
+  body += fmt::format("const kiln::i64 a = blockIdx.x / {0}LL, c = ((blockIdx.x % {0}LL) * {1} + col) * {2};\n", c.per_outer,
                       c.cols, c.vec);
-  body += fmt::format("  const kiln::i64 k0 = a * {}LL + c;\n", inner);
+  body += fmt::format("const kiln::i64 k0 = a * {}LL + c;\n", inner);
   for (size_t j = 0; j < reduces.size(); ++j)
-    body += fmt::format("  float acc{}[{}];  // {}\n#pragma unroll\n  for (int v = 0; v < {}; ++v) acc{}[v] = {}::identity();\n", j,
+    body += fmt::format("float acc{}[{}];  // {}\n#pragma unroll\nfor (int v = 0; v < {}; ++v) acc{}[v] = {}::identity();\n", j,
                         c.vec, g_.result(*reduces[j]).name, c.vec, j, reduce_functor(reduces[j]->kind));
-  body += fmt::format("  if (c < {}LL) {{\n", inner);
-  body += fmt::format("    const kiln::i64 r_end = min((kiln::i64)(blockIdx.y + 1) * {0}LL, {1}LL);\n", c.slice, c.reduced);
+  body += fmt::format("if (c < {}LL) {{\n", inner);
+  body += fmt::format("const kiln::i64 r_end = min((kiln::i64)(blockIdx.y + 1) * {0}LL, {1}LL);\n", c.slice, c.reduced);
   if (c.vec > 1) {
     std::string aligned;
     for (ir::TensorId t : c.vector_reads)
       aligned += (aligned.empty() ? "" : " && ") + fmt::format("kiln::aligned16({})", ext_.at(t).pointer);
     const std::string vectors = column_row_loop(reduces, post, d, kept_shape, reduced_shape, c, true);
     const std::string scalars = column_row_loop(reduces, post, d, kept_shape, reduced_shape, c, false);
-    body += fmt::format("    if ({}) {{\n", aligned) + vectors + "    } else {\n" + scalars + "    }\n  }\n";
+    body += fmt::format("if ({}) {{\n", aligned) + vectors + "} else {\n" + scalars + "}\n}\n";
   } else {
-    body += column_row_loop(reduces, post, d, kept_shape, reduced_shape, c, false) + "  }\n";
+    body += column_row_loop(reduces, post, d, kept_shape, reduced_shape, c, false) + "}\n";
   }
   body += column_finish(reduces, post, c, partials, counter);
   finish(body, 256);
@@ -301,6 +304,7 @@ void ReductionGenerator::column_reduction(const std::vector<const ir::Op*>& redu
 }
 
 void ReductionGenerator::pooling(const ir::Op& pool) {
+  decided("a thread per pooled element");
   const ir::Tensor& in = g_.operand(pool, 0);
   const ir::Tensor& out = g_.result(pool);
   const ir::Attributes& a = pool.attrs;
@@ -308,23 +312,23 @@ void ReductionGenerator::pooling(const ir::Op& pool) {
   const bool is_max = pool.kind == OpKind::MaxPool2d;
   const int64_t h = nhwc ? in.shape[1] : in.shape[2], w = nhwc ? in.shape[2] : in.shape[3];
   const int64_t count = element_count(out.shape);
-  std::string body = fmt::format("  for (kiln::i64 i = (kiln::i64)blockIdx.x * blockDim.x + threadIdx.x; i < {}LL; "
+  std::string body = fmt::format("for (kiln::i64 i = (kiln::i64)blockIdx.x * blockDim.x + threadIdx.x; i < {}LL; "
                                  "i += (kiln::i64)gridDim.x * blockDim.x) {{\n", count);
   const Coords oc = em_.delinearize("i", out.shape);
   const std::string &n = oc[0], &c = nhwc ? oc[3] : oc[1], &p = nhwc ? oc[1] : oc[2], &q = nhwc ? oc[2] : oc[3];
   em_.emit(fmt::format("float acc = {};", is_max ? "kiln::MaxOp::identity()" : "0.0f"));
   em_.emit("int inside = 0;");
-  body += em_.take(4);
-  body += fmt::format("    for (int dr = 0; dr < {}; ++dr) for (int ds = 0; ds < {}; ++ds) {{\n", a.kernel[0], a.kernel[1]);
-  body += fmt::format("      const kiln::i64 hi = {} * {}LL - {}LL + dr, wi = {} * {}LL - {}LL + ds;\n", p, a.stride[0],
+  body += em_.take();
+  body += fmt::format("for (int dr = 0; dr < {}; ++dr) for (int ds = 0; ds < {}; ++ds) {{\n", a.kernel[0], a.kernel[1]);
+  body += fmt::format("const kiln::i64 hi = {} * {}LL - {}LL + dr, wi = {} * {}LL - {}LL + ds;\n", p, a.stride[0],
                       a.padding[0], q, a.stride[1], a.padding[1]);
-  body += fmt::format("      if (hi < 0 || hi >= {}LL || wi < 0 || wi >= {}LL) continue;\n", h, w);
+  body += fmt::format("if (hi < 0 || hi >= {}LL || wi < 0 || wi >= {}LL) continue;\n", h, w);
   em_.begin_block();
   const Coords ic = nhwc ? Coords{n, "hi", "wi", c} : Coords{n, c, "hi", "wi"};
   const std::string v = em_.value(pool.inputs[0], ic);
   em_.emit(is_max ? fmt::format("acc = kiln::MaxOp::combine(acc, {});", v) : fmt::format("acc += {};", v));
   em_.emit("++inside;");
-  body += em_.take(6) + "    }\n";
+  body += em_.take() + "}\n";
   em_.begin_block();
   const std::string div = a.count_include_pad ? Emitter::float_literal(static_cast<float>(a.kernel[0] * a.kernel[1]))
                                               : "(float)inside";
@@ -336,18 +340,18 @@ void ReductionGenerator::pooling(const ir::Op& pool) {
     const Coords tc = write_coords(pool.output, oc, t);
     em_.emit(store(t, em_.linearize(tc, g_.tensor(t).shape), em_.value(t, tc)) + "  // " + g_.tensor(t).name);
   }
-  body += em_.take(4) + "  }\n";
+  body += em_.take() + "}\n";
   // Tensors the kernel computes before the pool (its input's space, not
   // the pool's output's): every element, in a loop of their own.
   for (ir::TensorId t : k_.writes) {
     if (post.count(t)) continue;
     const int64_t n = element_count(g_.tensor(t).shape);
-    body += fmt::format("  for (kiln::i64 i = (kiln::i64)blockIdx.x * blockDim.x + threadIdx.x; i < {}LL; "
+    body += fmt::format("for (kiln::i64 i = (kiln::i64)blockIdx.x * blockDim.x + threadIdx.x; i < {}LL; "
                         "i += (kiln::i64)gridDim.x * blockDim.x) {{\n", n);
     em_.begin_block();
     const Coords tc = em_.delinearize("i", g_.tensor(t).shape);
     em_.emit(store(t, "i", em_.value(t, tc)) + "  // " + g_.tensor(t).name);
-    body += em_.take(4) + "  }\n";
+    body += em_.take() + "}\n";
   }
   finish(body, kThreads);
   int64_t widest = count;
@@ -358,24 +362,25 @@ void ReductionGenerator::pooling(const ir::Op& pool) {
 // The row statistics of a layer_norm/rms_norm whose application is the
 // prologue of a matmul: [rows][2] floats (mean, rstd) in a workspace.
 void ReductionGenerator::norm_statistics(const ir::Op& norm) {
+  decided("row statistics (mean, rstd) for a matmul prologue");
   const ir::Tensor& x = g_.operand(norm, 0);
   const int64_t rows = element_count(x.shape) / x.shape.back(), n = x.shape.back();
   const std::string stats = workspace_param(g_.result(norm).name + ".rowstats", rows * 2, 0, false);
   const bool rms = norm.kind == OpKind::RmsNorm;
   const std::string count = Emitter::float_literal(static_cast<float>(n));
-  std::string body = "  __shared__ float kiln_scratch[32];\n";
-  body += fmt::format("  float* stats = static_cast<float*>({});\n", stats);
-  body += fmt::format("  for (kiln::i64 row = blockIdx.x; row < {}LL; row += gridDim.x) {{\n", rows);
-  body += "    float mean = 0.0f, var = 0.0f;\n";
+  std::string body = "__shared__ float kiln_scratch[32];\n";
+  body += fmt::format("float* stats = static_cast<float*>({});\n", stats);
+  body += fmt::format("for (kiln::i64 row = blockIdx.x; row < {}LL; row += gridDim.x) {{\n", rows);
+  body += "float mean = 0.0f, var = 0.0f;\n";
   if (rms) {
     body += row_pass(norm.inputs[0], x.shape, n, "sum += x * x;", fmt::format("var = sum / {};", count));
   } else {
     body += row_pass(norm.inputs[0], x.shape, n, "sum += x;", fmt::format("mean = sum / {};", count));
     body += row_pass(norm.inputs[0], x.shape, n, "sum += (x - mean) * (x - mean);", fmt::format("var = sum / {};", count));
   }
-  body += fmt::format("    if (threadIdx.x == 0) {{ stats[2 * row] = mean; stats[2 * row + 1] = 1.0f / sqrtf(var + {}); }}\n",
+  body += fmt::format("if (threadIdx.x == 0) {{ stats[2 * row] = mean; stats[2 * row + 1] = 1.0f / sqrtf(var + {}); }}\n",
                       Emitter::float_literal(norm.attrs.eps));
-  body += "  }\n";
+  body += "}\n";
   finish(body, kThreads);
   out_.grid = {blocks_for(rows, 1), 1, 1};
 }
@@ -384,14 +389,14 @@ void ReductionGenerator::norm_statistics(const ir::Op& norm) {
 // `sum` from `x`; `assign` uses the total.
 std::string ReductionGenerator::row_pass(ir::TensorId x, const Shape& shape, int64_t n, const std::string& update,
                      const std::string& assign) {
-  std::string body = "    {\n      float sum = 0.0f;\n";
-  body += fmt::format("      for (kiln::i64 j = threadIdx.x; j < {}LL; j += blockDim.x) {{\n", n);
+  std::string body = "{\nfloat sum = 0.0f;\n";
+  body += fmt::format("for (kiln::i64 j = threadIdx.x; j < {}LL; j += blockDim.x) {{\n", n);
   em_.begin_block();
   em_.emit(fmt::format("const kiln::i64 e = row * {}LL + j;", n));
   em_.emit(fmt::format("const float x = {};", em_.value(x, em_.delinearize("e", shape))));
   em_.emit(update);
-  body += em_.take(8) + "      }\n";
-  body += "      sum = kiln::block_reduce<kiln::SumOp>(sum, kiln_scratch);\n      " + assign + "\n    }\n";
+  body += em_.take() + "}\n";
+  body += "sum = kiln::block_reduce<kiln::SumOp>(sum, kiln_scratch);\n" + assign + "\n}\n";
   return body;
 }
 

@@ -23,7 +23,7 @@ class ReductionGenerator : public KernelBuilder {
   // divided, results rounded as the graph says, post-reduction ops at the
   // matching elements.
   std::string reduction_results(const std::vector<const ir::Op*>& reduces, const std::set<ir::TensorId>& post,
-                                int64_t reduced, const std::string& acc_format, int indent);
+                                int64_t reduced, const std::string& acc_format);
 
   // ---- reductions (block per kept element) ----------------------------------------
 
@@ -68,7 +68,7 @@ class ReductionGenerator : public KernelBuilder {
   struct ColumnLayout {
     int64_t inner = 0, kept = 0, reduced = 0;
     std::vector<ir::TensorId> vector_reads;  // read at the reduction's index, contiguous: 16-byte loads
-    int vec = 1, cols = 8, lanes = 32;       // columns per thread, per block; row lanes per block
+    int vec = 1, cols = 8, lanes = 32;       // columns per thread; column threads and row lanes per block
     int64_t per_outer = 0, col_blocks = 0, splits = 1, slice = 0;
   };
   ColumnLayout column_layout(const ir::Op& first, const Shape& d, const Shape& kept_shape, const Shape& reduced_shape,

@@ -23,15 +23,15 @@ constexpr int kSharedLimit = 227 * 1024;  // sm_90's dynamic shared memory per b
 // The producer's loop over its block's tiles (open: the tile's m0, n0 and
 // batch are declared) and the start of each slot: wait until the
 // consumers have handed it back; its tiles and first k.
-std::string producer_tile_loop(int indent) {
-  return indented("for (int unit = first_unit; unit < units; unit += unit_step) {\n"
-                  "  kiln::i64 m0, n0, batch;\n  tile_at(unit, m0, n0, batch);", indent);
+std::string producer_tile_loop() {
+  return "for (int unit = first_unit; unit < units; unit += unit_step) {\n"
+         "kiln::i64 m0, n0, batch;\ntile_at(unit, m0, n0, batch);\n";
 }
-std::string producer_slot(int indent) {
-  return indented("kiln::wg::bar_wait(G::empty(smem) + ring.stage, ring.phase ^ 1);\n"
-                  "G::T* const a_tile = G::a_tile(smem, ring.stage);\n"
-                  "G::T* const b_tile = G::b_tile(smem, ring.stage);\n"
-                  "const kiln::i64 k0 = (kiln::i64)kt * G::kBK;", indent);
+std::string producer_slot() {
+  return "kiln::wg::bar_wait(G::empty(smem) + ring.stage, ring.phase ^ 1);\n"
+         "G::T* const a_tile = G::a_tile(smem, ring.stage);\n"
+         "G::T* const b_tile = G::b_tile(smem, ring.stage);\n"
+         "const kiln::i64 k0 = (kiln::i64)kt * G::kBK;\n";
 }
 
 
@@ -54,11 +54,11 @@ std::string GemmGenerator::epilogue_prefetch(const ir::Op& anchor, const Gemm& g
         e.storage == DType::boolean || (gm.n * bytes) % 16 != 0)
       continue;
     out += fmt::format("if (kiln::aligned16({})) {{  // {}\n", e.pointer, g_.tensor(id).name);
-    out += fmt::format("  const kiln::u32 bytes = (kiln::u32)(min((kiln::i64){}, {}LL - n0) * {});\n", bn, gm.n, bytes);
-    out += fmt::format("#pragma unroll 1\n  {} {{\n", rows);
-    out += fmt::format("    if (m0 + r < {}LL) kiln::wg::prefetch_l2(static_cast<const char*>({}) + ((batch * {}LL + m0 + r) * {}LL + n0) * {}, bytes);\n",
+    out += fmt::format("const kiln::u32 bytes = (kiln::u32)(min((kiln::i64){}, {}LL - n0) * {});\n", bn, gm.n, bytes);
+    out += fmt::format("#pragma unroll 1\n{} {{\n", rows);
+    out += fmt::format("if (m0 + r < {}LL) kiln::wg::prefetch_l2(static_cast<const char*>({}) + ((batch * {}LL + m0 + r) * {}LL + n0) * {}, bytes);\n",
                        gm.m, e.pointer, gm.m, gm.n, bytes);
-    out += "  }\n}\n";
+    out += "}\n}\n";
   }
   return out;
 }
@@ -208,32 +208,32 @@ std::string GemmGenerator::wgmma_element_loads(const Gemm& gm, const WgmmaShape&
   const std::string tile = is_a ? "a_tile" : "b_tile";
   // One element per iteration, not unrolled (the copy engine's producer has 56 registers).
   auto loop_open = [&](int elements) {
-    return fmt::format("        {}{{\n#pragma unroll 1\n        for (int e = threadIdx.x; e < {}; e += 128) {{\n", guard, elements);
+    return fmt::format("{}{{\n#pragma unroll 1\nfor (int e = threadIdx.x; e < {}; e += 128) {{\n", guard, elements);
   };
   std::string out;
   if (is_a) {
     out += loop_open(s.bm * s.bk);
-    out += "          const int row = e >> 6, col = e & 63;\n";
-    out += "          const kiln::i64 m = m0 + row, k = k0 + col;\n";
-    out += fmt::format("          float v = 0.0f;\n          if (m < {}LL && k < {}LL) {{\n", gm.m, gm.k);
+    out += "const int row = e >> 6, col = e & 63;\n";
+    out += "const kiln::i64 m = m0 + row, k = k0 + col;\n";
+    out += fmt::format("float v = 0.0f;\nif (m < {}LL && k < {}LL) {{\n", gm.m, gm.k);
     em_.begin_block();
     gm.load_a("m", "k", "batch");
-    out += em_.take(12) + "          }\n";
-    out += fmt::format("          {}[G::a_index(row, col)] = kiln::tc::Element<kiln::tc::{}>::from_float(v);\n        }}\n        }}\n",
+    out += em_.take() + "}\n";
+    out += fmt::format("{}[G::a_index(row, col)] = kiln::tc::Element<kiln::tc::{}>::from_float(v);\n}}\n}}\n",
                        tile, s.kind_name);
     return out;
   }
   out += loop_open(s.bn * s.bk);
   if (b_k_major)
-    out += "          const int nn = e >> 6, kk = e & 63;\n";
+    out += "const int nn = e >> 6, kk = e & 63;\n";
   else
-    out += fmt::format("          const int nn = e % {0}, kk = e / {0};\n", s.bn);
-  out += "          const kiln::i64 k = k0 + kk, n = n0 + nn;\n";
-  out += fmt::format("          float v = 0.0f;\n          if (k < {}LL && n < {}LL) {{\n", gm.k, gm.n);
+    out += fmt::format("const int nn = e % {0}, kk = e / {0};\n", s.bn);
+  out += "const kiln::i64 k = k0 + kk, n = n0 + nn;\n";
+  out += fmt::format("float v = 0.0f;\nif (k < {}LL && n < {}LL) {{\n", gm.k, gm.n);
   em_.begin_block();
   gm.load_b("k", "n", "batch");
-  out += em_.take(12) + "          }\n";
-  out += fmt::format("          {}[G::b_index(kk, nn)] = kiln::tc::Element<kiln::tc::{}>::from_float(v);\n        }}\n        }}\n", tile,
+  out += em_.take() + "}\n";
+  out += fmt::format("{}[G::b_index(kk, nn)] = kiln::tc::Element<kiln::tc::{}>::from_float(v);\n}}\n}}\n", tile,
                      s.kind_name);
   return out;
 }
@@ -255,8 +255,8 @@ std::string GemmGenerator::wgmma_b_copy(const WgmmaShape& s, const TmaOperand& b
     b_copy += fmt::format("if (tma_b) kiln::wg::tma_load(b_tile, &{}, full, {});\n", map_b, copy_coords(b.map, "k0", "n0"));
   } else if (cluster == 1) {
     b_copy += "if (tma_b)\n";
-    b_copy += fmt::format("  for (int j = 0; j < {}; ++j)\n", bn / 64);
-    b_copy += fmt::format("    kiln::wg::tma_load(b_tile + j * {}, &{}, full, {});\n", 64 * bk, map_b,
+    b_copy += fmt::format("for (int j = 0; j < {}; ++j)\n", bn / 64);
+    b_copy += fmt::format("kiln::wg::tma_load(b_tile + j * {}, &{}, full, {});\n", 64 * bk, map_b,
                           copy_coords(b.map, "(n0 + 64 * j)", "k0"));
   } else if (b.k_major) {
     b_copy += "// This block's share of B's rows, into every block of the cluster.\n";
@@ -266,8 +266,8 @@ std::string GemmGenerator::wgmma_b_copy(const WgmmaShape& s, const TmaOperand& b
     const int per_block = bn / 64 / cluster;
     b_copy += "// This block's share of B's 64-column blocks, into every block of the cluster.\n";
     b_copy += "if (tma_b)\n";
-    b_copy += fmt::format("  for (int j = rank * {0}; j < rank * {0} + {0}; ++j)\n", per_block);
-    b_copy += fmt::format("    kiln::wg::tma_multicast(b_tile + j * {}, &{}, full, {}, {});\n", 64 * bk, map_b,
+    b_copy += fmt::format("for (int j = rank * {0}; j < rank * {0} + {0}; ++j)\n", per_block);
+    b_copy += fmt::format("kiln::wg::tma_multicast(b_tile + j * {}, &{}, full, {}, {});\n", 64 * bk, map_b,
                           (1 << cluster) - 1, copy_coords(b.map, "(n0 + 64 * j)", "k0"));
   }
   return b_copy;
@@ -278,28 +278,28 @@ std::string GemmGenerator::wgmma_b_copy(const WgmmaShape& s, const TmaOperand& b
 std::string GemmGenerator::wgmma_frame(const Gemm& gm, const WgmmaShape& s, const TmaOperand& a, const TmaOperand& b,
                                        bool staged) const {
   std::string body;
-  body += fmt::format("  typedef kiln::wg::Gemm<{}, {}, kiln::tc::{}, {}, {}{}> G;\n", s.bn, s.stages, s.kind_name,
+  body += fmt::format("typedef kiln::wg::Gemm<{}, {}, kiln::tc::{}, {}, {}{}> G;\n", s.bn, s.stages, s.kind_name,
                       b.k_major ? "true" : "false", s.cluster,
                       staged ? (s.gathered ? ", true, true" : ", false, true") : (s.gathered ? ", true" : ""));
-  body += fmt::format("  static_assert(G::kSharedBytes == {}, \"shared memory size as launched\");\n", s.shared_bytes);
-  body += "  extern __shared__ __align__(1024) unsigned char kiln_shared_raw[];\n";
-  body += "  unsigned char* const smem = G::base(kiln_shared_raw);\n";
-  body += "  G::init_barriers(smem);\n";
+  body += fmt::format("static_assert(G::kSharedBytes == {}, \"shared memory size as launched\");\n", s.shared_bytes);
+  body += "extern __shared__ __align__(1024) unsigned char kiln_shared_raw[];\n";
+  body += "unsigned char* const smem = G::base(kiln_shared_raw);\n";
+  body += "G::init_barriers(smem);\n";
   if (s.gathered)
-    body += fmt::format("  const bool chunks_a = kiln::aligned16({}), tma_b = kiln::aligned16({});\n", gm.pointer_a, b.pointer);
+    body += fmt::format("const bool chunks_a = kiln::aligned16({}), tma_b = kiln::aligned16({});\n", gm.pointer_a, b.pointer);
   else
-    body += fmt::format("  const bool tma_a = kiln::aligned16({}), tma_b = kiln::aligned16({});\n", a.pointer, b.pointer);
-  body += fmt::format("  const int units_m = {}, tiles_n = {}, units = {}, k_tiles = {};\n", s.units_m, s.tiles_n, s.units,
+    body += fmt::format("const bool tma_a = kiln::aligned16({}), tma_b = kiln::aligned16({});\n", a.pointer, b.pointer);
+  body += fmt::format("const int units_m = {}, tiles_n = {}, units = {}, k_tiles = {};\n", s.units_m, s.tiles_n, s.units,
                       s.k_tiles);
-  body += fmt::format("  const int rank = (int)G::rank(), first_unit = blockIdx.x / {0}, unit_step = gridDim.x / {0};\n",
+  body += fmt::format("const int rank = (int)G::rank(), first_unit = blockIdx.x / {0}, unit_step = gridDim.x / {0};\n",
                       s.cluster);
   body += "  // A unit is the cluster's tile rows (one per block) at one tile column of one batch; units walk\n";
   body += fmt::format("  // groups of {} unit rows column by column for L2 reuse.\n", s.raster);
-  body += "  auto tile_at = [&](int unit, kiln::i64& m0, kiln::i64& n0, kiln::i64& batch) {\n";
-  body += "    int um, tn;\n";
-  body += "    batch = unit / (units_m * tiles_n);\n";
-  body += fmt::format("    kiln::tc::swizzled_tile(unit % (units_m * tiles_n), units_m, tiles_n, {}, um, tn);\n", s.raster);
-  body += fmt::format("    m0 = ((kiln::i64)um * {} + rank) * {}, n0 = (kiln::i64)tn * {};\n  }};\n", s.cluster, s.bm, s.bn);
+  body += "auto tile_at = [&](int unit, kiln::i64& m0, kiln::i64& n0, kiln::i64& batch) {\n";
+  body += "int um, tn;\n";
+  body += "batch = unit / (units_m * tiles_n);\n";
+  body += fmt::format("kiln::tc::swizzled_tile(unit % (units_m * tiles_n), units_m, tiles_n, {}, um, tn);\n", s.raster);
+  body += fmt::format("m0 = ((kiln::i64)um * {} + rank) * {}, n0 = (kiln::i64)tn * {};\n}};\n", s.cluster, s.bm, s.bn);
   return body;
 }
 
@@ -311,9 +311,9 @@ std::string GemmGenerator::wgmma_frame(const Gemm& gm, const WgmmaShape& s, cons
 std::string GemmGenerator::wgmma_copy_producer(const WgmmaShape& s, const TmaOperand& a, const std::string& map_a,
                                                const std::string& map_b, const std::string& b_copy, const std::string& warm_l2,
                                                const std::string& a_elements, const std::string& b_elements) const {
-  std::string body = "    const bool by_elements = !(tma_a && tma_b);\n";
-  body += "    if (threadIdx.x == 0) {\n";
-  body += fmt::format("      if (tma_a) kiln::wg::prefetch_map(&{});\n      if (tma_b) kiln::wg::prefetch_map(&{});\n    }}\n",
+  std::string body = "const bool by_elements = !(tma_a && tma_b);\n";
+  body += "if (threadIdx.x == 0) {\n";
+  body += fmt::format("if (tma_a) kiln::wg::prefetch_map(&{});\nif (tma_b) kiln::wg::prefetch_map(&{});\n}}\n",
                       map_a, map_b);
   auto copies = [&](bool both) {
     std::string c = "kiln::wg::u64* const full = G::full(smem) + ring.stage;\n";
@@ -323,23 +323,28 @@ std::string GemmGenerator::wgmma_copy_producer(const WgmmaShape& s, const TmaOpe
                      copy_coords(a.map, "k0", "m0"));
     return c + b_copy;
   };
-  body += "    if (!by_elements && threadIdx.x == 0) {\n";
-  body += fmt::format("      kiln::wg::Ring<{}> ring;\n", s.stages);
-  body += producer_tile_loop(6);
-  body += indented(warm_l2, 8);
-  body += "        for (int kt = 0; kt < k_tiles; ++kt, ring.advance()) {\n";
-  body += producer_slot(10);
-  body += indented(copies(true), 10);
-  body += "        }\n      }\n    } else if (by_elements) {\n";
-  body += fmt::format("      kiln::wg::Ring<{}> ring;\n", s.stages);
-  body += producer_tile_loop(6);
-  body += "        for (int kt = 0; kt < k_tiles; ++kt, ring.advance()) {\n";
-  body += producer_slot(10);
-  body += indented(a_elements + b_elements, 2);
-  body += "          kiln::wg::fence_async_shared();\n          kiln::wg::named_sync(1, 128);\n";
-  body += "          if (threadIdx.x == 0) {\n" + indented(copies(false), 12) + "          }\n";
-  body += "        }\n      }\n    }\n";
+  body += "if (!by_elements && threadIdx.x == 0) {\n";
+  body += fmt::format("kiln::wg::Ring<{}> ring;\n", s.stages);
+  body += producer_tile_loop();
+  body += warm_l2;
+  body += "for (int kt = 0; kt < k_tiles; ++kt, ring.advance()) {\n";
+  body += producer_slot();
+  body += copies(true);
+  body += "}\n}\n} else if (by_elements) {\n";
+  body += fmt::format("kiln::wg::Ring<{}> ring;\n", s.stages);
+  body += producer_tile_loop();
+  body += "for (int kt = 0; kt < k_tiles; ++kt, ring.advance()) {\n";
+  body += producer_slot();
+  body += a_elements + b_elements;
+  body += "kiln::wg::fence_async_shared();\nkiln::wg::named_sync(1, 128);\n";
+  body += "if (threadIdx.x == 0) {\n" + copies(false) + "}\n";
+  body += "}\n}\n}\n";
   return body;
+}
+
+std::string GemmGenerator::WgmmaShape::to_string() const {
+  return fmt::format("wgmma {}x{}x{}, A {}, cluster {}, {} stages, registers {}/{}", bm, bn, bk,
+                     gathered ? "gathered" : "by TMA", cluster, stages, producer_registers, consumer_registers);
 }
 
 void GemmGenerator::gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind, const WgmmaOperands& operands) {
@@ -381,6 +386,7 @@ void GemmGenerator::gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind, c
   const int stage_bytes = (s.bm + s.bn) * s.bk * 2, staging_bytes = staged >= 0 ? 4 * 64 * 128 + 4 * 8 : 0;
   s.stages = std::min(8, (kSharedLimit - 1024 - 8 * 16 - staging_bytes) / stage_bytes);
   s.shared_bytes = 1024 + s.stages * stage_bytes + staging_bytes + 2 * s.stages * 8;
+  decided(s.to_string(), /*before_the_rest=*/true);
   min_blocks_per_sm_ = 1;  // setmaxnreg needs the register cap at entry
   if (s.cluster > 1) kernel_attributes_ = fmt::format("__cluster_dims__({}, 1, 1) ", s.cluster);
 
@@ -389,8 +395,8 @@ void GemmGenerator::gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind, c
   // Thread 0 (the copy engine's producer) or each producer thread (gathering) warms L2 for the epilogue.
   const std::string warm_l2 = epilogue_prefetch(anchor, gm, s.bn, s.gathered ? "for (int r = threadIdx.x; r < 128; r += 128)" : "for (int r = 0; r < 128; ++r)",
                                                 {gm.pointer_a, a.pointer, b.pointer});
-  body += "  if (threadIdx.x < 128) {\n";
-  body += fmt::format("    kiln::wg::registers_down<{}>();\n", s.producer_registers);
+  body += "if (threadIdx.x < 128) {\n";
+  body += fmt::format("kiln::wg::registers_down<{}>();\n", s.producer_registers);
   // B's element loads are written before A's: the emitter numbers its
   // variables in the order it meets them, and this is the order the kernels
   // in existing caches were written in (an unsequenced pair of calls once
@@ -402,21 +408,21 @@ void GemmGenerator::gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind, c
   else
     body += wgmma_copy_producer(s, a, map_a, map_b, b_copy, warm_l2, a_elements, b_elements);
   // The consumer warpgroups.
-  body += "  } else {\n";
-  body += fmt::format("    kiln::wg::registers_up<{}>();\n", s.consumer_registers);
-  body += "    G gemm;\n";
-  body += fmt::format("    kiln::wg::Ring<{}> ring;\n", s.stages);
-  body += indented(carry.before_loop, 2);
-  body += "    for (int unit = first_unit; unit < units; unit += unit_step) {\n";
-  body += "      kiln::i64 m0, n0, batch;\n      tile_at(unit, m0, n0, batch);\n";
-  body += indented(carry.tile_start, 6);
-  body += "      gemm.mma_tile(smem, ring, k_tiles);\n";
-  body += indented(tile_epilogue, 4);
-  body += "    }\n";
-  body += indented(carry.after_loop, 2);
-  body += "  }\n";
+  body += "} else {\n";
+  body += fmt::format("kiln::wg::registers_up<{}>();\n", s.consumer_registers);
+  body += "G gemm;\n";
+  body += fmt::format("kiln::wg::Ring<{}> ring;\n", s.stages);
+  body += carry.before_loop;
+  body += "for (int unit = first_unit; unit < units; unit += unit_step) {\n";
+  body += "kiln::i64 m0, n0, batch;\ntile_at(unit, m0, n0, batch);\n";
+  body += carry.tile_start;
+  body += "gemm.mma_tile(smem, ring, k_tiles);\n";
+  body += tile_epilogue;
+  body += "}\n";
+  body += carry.after_loop;
+  body += "}\n";
   body += finalise;
-  body += "  G::finish();\n";
+  body += "G::finish();\n";
   finish(body, s.threads, "", "#include \"kiln/wgmma.cuh\"\n");
   out_.shared_bytes = static_cast<uint32_t>(s.shared_bytes);
   out_.grid = {static_cast<uint32_t>(s.units * s.cluster), 1, 1};
@@ -435,50 +441,50 @@ std::string GemmGenerator::gathered_producer(const Gemm& gm, int stages, const s
                                              const std::string& warm_l2) {
   const Gemm::ConvGeometry& cv = *gm.conv;
   std::string out;
-  out += "    if (threadIdx.x == 0 && tma_b) kiln::wg::prefetch_map(&" + map_b + ");\n";
-  out += fmt::format("    const G::T* const x = static_cast<const G::T*>({});\n", gm.pointer_a);
-  out += "    const int chunk_row = threadIdx.x >> 3, chunk_col = (threadIdx.x & 7) * 8;\n";
-  out += fmt::format("    kiln::wg::Ring<{}> ring;\n", stages);
-  out += producer_tile_loop(4);
-  out += indented(warm_l2, 6);
-  out += "      // Each row's output pixel (n, p, q) reads input rows from `top` and columns from `left`,\n";
-  out += "      // at `pixel` (the element offset of input (n, top, left), channel 0); rows past M read nothing.\n";
-  out += "      kiln::i64 pixel[8];\n      int top[8], left[8];\n";
-  out += "#pragma unroll\n      for (int i = 0; i < 8; ++i) {\n";
-  out += "        const int m = (int)m0 + chunk_row + 16 * i;\n";
-  out += fmt::format("        const int ni = m / {0}, pq = m - ni * {0}, pi = pq / {1}, qi = pq - pi * {1};\n", cv.p * cv.q, cv.q);
-  out += fmt::format("        top[i] = m < {} ? pi * {} - {} : -(1 << 29);\n", gm.m, cv.stride[0], cv.padding[0]);
-  out += fmt::format("        left[i] = qi * {} - {};\n", cv.stride[1], cv.padding[1]);
-  out += fmt::format("        pixel[i] = (kiln::i64)ni * {}LL + (kiln::i64)top[i] * {}LL + (kiln::i64)left[i] * {}LL;\n",
+  out += "if (threadIdx.x == 0 && tma_b) kiln::wg::prefetch_map(&" + map_b + ");\n";
+  out += fmt::format("const G::T* const x = static_cast<const G::T*>({});\n", gm.pointer_a);
+  out += "const int chunk_row = threadIdx.x >> 3, chunk_col = (threadIdx.x & 7) * 8;\n";
+  out += fmt::format("kiln::wg::Ring<{}> ring;\n", stages);
+  out += producer_tile_loop();
+  out += warm_l2;
+  out += "// Each row's output pixel (n, p, q) reads input rows from `top` and columns from `left`,\n";
+  out += "// at `pixel` (the element offset of input (n, top, left), channel 0); rows past M read nothing.\n";
+  out += "kiln::i64 pixel[8];\nint top[8], left[8];\n";
+  out += "#pragma unroll\nfor (int i = 0; i < 8; ++i) {\n";
+  out += "const int m = (int)m0 + chunk_row + 16 * i;\n";
+  out += fmt::format("const int ni = m / {0}, pq = m - ni * {0}, pi = pq / {1}, qi = pq - pi * {1};\n", cv.p * cv.q, cv.q);
+  out += fmt::format("top[i] = m < {} ? pi * {} - {} : -(1 << 29);\n", gm.m, cv.stride[0], cv.padding[0]);
+  out += fmt::format("left[i] = qi * {} - {};\n", cv.stride[1], cv.padding[1]);
+  out += fmt::format("pixel[i] = (kiln::i64)ni * {}LL + (kiln::i64)top[i] * {}LL + (kiln::i64)left[i] * {}LL;\n",
                      cv.x_strides[0], cv.x_strides[1], cv.x_strides[2]);
-  out += "      }\n";
-  out += "      for (int kt = 0; kt < k_tiles; ++kt, ring.advance()) {\n";
-  out += producer_slot(8);
-  out += "        kiln::wg::u64* const full = G::full(smem) + ring.stage;\n";
-  out += "        if (chunks_a) {\n";
-  out += "          // This thread's column: filter tap (ri, si), channel ci.\n";
-  out += "          const int k = kt * 64 + chunk_col, tap = k / " + std::to_string(cv.c) + ", ci = k - tap * " +
+  out += "}\n";
+  out += "for (int kt = 0; kt < k_tiles; ++kt, ring.advance()) {\n";
+  out += producer_slot();
+  out += "kiln::wg::u64* const full = G::full(smem) + ring.stage;\n";
+  out += "if (chunks_a) {\n";
+  out += "// This thread's column: filter tap (ri, si), channel ci.\n";
+  out += "const int k = kt * 64 + chunk_col, tap = k / " + std::to_string(cv.c) + ", ci = k - tap * " +
          std::to_string(cv.c) + ";\n";
-  out += fmt::format("          const int ri = tap / {0}, si = tap - ri * {0}, dh = ri * {1}, dw = si * {2};\n", cv.s,
+  out += fmt::format("const int ri = tap / {0}, si = tap - ri * {0}, dh = ri * {1}, dw = si * {2};\n", cv.s,
                      cv.dilation[0], cv.dilation[1]);
-  out += fmt::format("          const kiln::i64 tap_offset = (kiln::i64)dh * {}LL + (kiln::i64)dw * {}LL + ci;\n", cv.x_strides[1],
+  out += fmt::format("const kiln::i64 tap_offset = (kiln::i64)dh * {}LL + (kiln::i64)dw * {}LL + ci;\n", cv.x_strides[1],
                      cv.x_strides[2]);
-  out += "#pragma unroll\n          for (int i = 0; i < 8; ++i) {\n";
-  out += fmt::format("            const bool ok = k < {} && (unsigned)(top[i] + dh) < {}u && (unsigned)(left[i] + dw) < {}u;\n",
+  out += "#pragma unroll\nfor (int i = 0; i < 8; ++i) {\n";
+  out += fmt::format("const bool ok = k < {} && (unsigned)(top[i] + dh) < {}u && (unsigned)(left[i] + dw) < {}u;\n",
                      gm.k, cv.h, cv.w);
-  out += "            kiln::tc::cp_async16(a_tile + G::a_index(chunk_row + 16 * i, chunk_col), x + (ok ? pixel[i] + tap_offset : 0), ok);\n";
-  out += "          }\n";
-  out += "          kiln::wg::cp_async_arrive(full);\n";
-  out += "        } else {\n";
-  out += indented(a_elements, 2);
-  out += "        }\n";
+  out += "kiln::tc::cp_async16(a_tile + G::a_index(chunk_row + 16 * i, chunk_col), x + (ok ? pixel[i] + tap_offset : 0), ok);\n";
+  out += "}\n";
+  out += "kiln::wg::cp_async_arrive(full);\n";
+  out += "} else {\n";
+  out += a_elements;
+  out += "}\n";
   out += b_elements;
-  out += "        if (!chunks_a || !tma_b) kiln::wg::fence_async_shared();\n";
-  out += "        if (threadIdx.x == 0) {\n";
-  out += "          kiln::wg::bar_arrive_expect(full, tma_b ? G::kBBytes : 0);\n";
-  out += indented(b_copy, 10);
-  out += "        } else {\n          kiln::wg::bar_arrive(full);\n        }\n";
-  out += "      }\n    }\n";
+  out += "if (!chunks_a || !tma_b) kiln::wg::fence_async_shared();\n";
+  out += "if (threadIdx.x == 0) {\n";
+  out += "kiln::wg::bar_arrive_expect(full, tma_b ? G::kBBytes : 0);\n";
+  out += b_copy;
+  out += "} else {\nkiln::wg::bar_arrive(full);\n}\n";
+  out += "}\n}\n";
   return out;
 }
 

@@ -1,4 +1,7 @@
-// Autotuning: `kiln compile --autotune`, CompileOptions::autotune.
+// Autotuning: `kiln compile --autotune`, CompileOptions::autotune. A step
+// before the pipeline's compile: it asks the pipeline for each kernel's
+// alternatives and for the candidates' executables, times them, records the
+// winners, and returns them; the caller compiles with them (Executable::compile).
 //
 // Expects: a graph and options whose arch is the GPU present's.
 // Guarantees: every kernel whose generator offers alternatives
@@ -10,32 +13,24 @@
 // down as it warms slows all candidates alike; a candidate's time is the
 // median of its rounds. The heuristic's choice stays unless another is at
 // least 1% faster. The winners and every trial are recorded in the cache
-// (tuning_record.h), and the returned Executable is built with them; its
-// report lists the trials. Fails with CompileOrDevice without a GPU of the
-// arch.
+// (tuning_record.h). Fails with CompileOrDevice without a GPU of the arch.
 #pragma once
 
-#include "codegen/kernel_codegen.h"
+#include <string>
+#include <vector>
+
 #include "codegen/tuning.h"
-#include "compiler/graph_hash.h"
-#include "compiler/plan.h"
 #include "kiln/executable.h"
-#include "runtime/pipeline.h"
+#include "runtime/tuning_record.h"
 
-namespace kiln {
+namespace kiln::runtime {
 
-namespace runtime {
+struct TunedProgram {
+  std::string arch;               // the GPU's, which the choices were measured on
+  codegen::ProgramTuning choice;  // the winners, by plan kernel
+  std::vector<MeasuredTrial> trials;
+};
 
-Expected<Executable> autotune(const Graph& graph, const CompileOptions& options);
+Expected<TunedProgram> autotune(const Graph& graph, const CompileOptions& options);
 
-// The choices recorded for a program in the cache at `cache_dir` (empty
-// when none or the cache is unusable), remembered by this process;
-// remember_tuning() replaces them (after an autotuning run).
-codegen::ProgramTuning recorded_tuning(const std::string& cache_dir, const ir::Hash128& program_key);
-void remember_tuning(const std::string& cache_dir, const ir::Hash128& program_key, const codegen::ProgramTuning& tuning);
-// Forgets what this process read, so that the next compile reads the
-// records again (after another process autotuned).
-void forget_recorded_tunings();
-
-}  // namespace runtime
-}  // namespace kiln
+}  // namespace kiln::runtime

@@ -30,9 +30,18 @@ size_t Executable::kernel_count() const { return impl_->program().kernels.size()
 size_t Executable::workspace_bytes() const { return impl_->workspace_bytes; }
 
 Expected<Executable> Executable::compile(const Graph& graph, const CompileOptions& options) {
-  if (options.autotune) return runtime::autotune(graph, options);
-  Expected<std::unique_ptr<Impl>> impl = runtime::compile_program(graph, options, nullptr);
+  if (!options.autotune) return runtime::compile_executable(graph, options, nullptr);
+  // Autotuning measures the choices; the pipeline compiles with them.
+  Expected<runtime::TunedProgram> tuned = runtime::autotune(graph, options);
+  if (!tuned) return tuned.error();
+  CompileOptions chosen = options;
+  chosen.arch = tuned->arch;
+  chosen.autotune = false;
+  Expected<std::unique_ptr<Impl>> impl = runtime::compile_program(graph, chosen, &tuned->choice);
   if (!impl) return impl.error();
+  for (KernelReport& r : (*impl)->reports)
+    for (const runtime::MeasuredTrial& t : tuned->trials)
+      if (t.kernel == r.kernel) r.trials.push_back({t.tuning.to_string(), t.milliseconds});
   return Executable(std::move(*impl));
 }
 

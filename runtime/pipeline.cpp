@@ -17,12 +17,12 @@
 #include "compiler/plan_verifier.h"
 #include "compiler/planner/planner.h"
 #include "kiln/options.h"
-#include "runtime/autotune.h"
 #include "runtime/cache_dir.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/kernel_cache.h"
 #include "runtime/log.h"
 #include "runtime/nvrtc.h"
+#include "runtime/tuning_record.h"
 
 namespace kiln::runtime {
 namespace {
@@ -153,100 +153,146 @@ std::string target_arch(const CompileOptions& options) {
   return device_arch(std::max(options.device, 0)).value_or("sm_90");
 }
 
-Expected<std::unique_ptr<Executable::Impl>> compile_program(const Graph& graph, const CompileOptions& options,
-                                                            const codegen::ProgramTuning* chosen) {
-  const auto start = std::chrono::steady_clock::now();
-  auto elapsed = [&] { return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count(); };
-  const std::shared_ptr<const Options> settings = current_options();
-  auto impl = std::make_unique<Executable::Impl>(graph, target_arch(options));
-  impl->device = options.device;
-  const std::string& arch = impl->arch;
-  if (std::string problem = arch_problem(arch); !problem.empty()) return Error{ErrorCode::InvalidInput, problem};
-  const bool use_cache = options.use_cache && settings->use_cache;
-  const std::string cache_dir = options.cache_dir.empty() ? settings->cache_dir : options.cache_dir;
-  const ir::Hash128 program_key = runtime::program_key(graph.to_json(), arch, options.fuse);
-  // Tile choices: the caller's, else those an autotuning run recorded for
-  // this program. They are part of the program's identity.
-  const codegen::ProgramTuning tuning =
-      chosen ? *chosen : use_cache ? recorded_tuning(cache_dir, program_key) : codegen::ProgramTuning{};
-  const ir::Hash128 recipe_key = tuned_program_key(program_key, tuning);
-  auto report_of = [&](const codegen::GeneratedKernel& k, const std::string& kind, const std::string& key) {
+namespace {
+
+// One compile's settings and keys, fixed before any step runs.
+struct CompileJob {
+  CompileJob(const Graph& g, const CompileOptions& o) : graph(g), options(o) {}
+  const Graph& graph;
+  const CompileOptions& options;
+  std::shared_ptr<const Options> settings = current_options();
+  std::string arch, cache_dir;
+  bool use_cache = false, dumping = false;
+  ir::Hash128 program_key, recipe_key;  // the graph's; with the tuning, the compiled program's
+  codegen::ProgramTuning tuning;
+  std::optional<KernelCache> disk;  // when the cache folder is usable
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+
+  double elapsed_ms() const {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  }
+  // A kernel's report (cache hit until it is compiled).
+  KernelReport report_of(const codegen::GeneratedKernel& k, const std::string& kind, const std::string& key) const {
     KernelReport r{.kernel = k.plan_kernel, .kind = kind, .key = key, .cache_hit = true, .milliseconds = 0,
                    .tuning = k.tuning.to_string(), .tuned = false, .trials = {}};
     // (a recorded choice the generator did not accept was not used)
     const auto wanted = tuning.find(k.plan_kernel);
     r.tuned = wanted != tuning.end() && wanted->second == k.tuning;
     return r;
-  };
-  auto finish = [&](std::shared_ptr<const Compiled> c, bool hit) {
-    impl->compiled = std::move(c);
-    if (hit)
-      for (size_t i = 0; i < impl->program().kernels.size(); ++i) {
-        impl->reports.push_back(report_of(impl->program().kernels[i], impl->compiled->recipe.kernel_kinds[i],
-                                          impl->compiled->recipe.kernel_keys[i]));
-        impl->reports.back().milliseconds = elapsed();
-      }
-    impl->resolve();
-    return std::move(impl);
-  };
-
-  const bool dumping = !settings->dump.empty();
-  // 1. This process compiled it already.
-  if (!dumping)
-    if (std::shared_ptr<const Compiled> c = find_in_memory(recipe_key)) return finish(std::move(c), true);
-  // 2. The disk has its recipe and every cubin.
-  std::optional<KernelCache> disk;
-  if (use_cache) {
-    if (Status safe = secure_cache_dir(cache_dir); safe) {
-      disk.emplace(cache_dir);
-    } else {
-      static std::once_flag warned;  // once per process: every compile would say the same
-      std::call_once(warned, [&] { detail::warn(safe.error().message + "; compiling in memory"); });
-    }
   }
-  if (disk && !dumping)
-    if (std::optional<ProgramRecipe> recipe = load_recipe(cache_dir, recipe_key, ir_of(graph).tensors.size()))
-      if (std::shared_ptr<Compiled> c = load_from_disk(*disk, std::move(*recipe))) {
-        remember_program(recipe_key, c);
-        return finish(std::move(c), true);
-      }
-  // 3. Plan, generate, and compile (or find) each kernel.
-  Expected<Planned> planned = plan_and_generate(graph, options.fuse, arch, tuning);
-  if (!planned) return planned.error();
+};
+
+// Settings, keys and the tile choices: the caller's, else those an
+// autotuning run recorded for this program (part of the program's identity).
+CompileJob make_job(const Graph& graph, const CompileOptions& options, const codegen::ProgramTuning* chosen) {
+  CompileJob job(graph, options);
+  job.arch = target_arch(options);
+  job.use_cache = options.use_cache && job.settings->use_cache;
+  job.cache_dir = options.cache_dir.empty() ? job.settings->cache_dir : options.cache_dir;
+  job.dumping = !job.settings->dump.empty();
+  job.program_key = runtime::program_key(graph.to_json(), job.arch, options.fuse);
+  job.tuning = chosen ? *chosen : job.use_cache ? recorded_tuning(job.cache_dir, job.program_key) : codegen::ProgramTuning{};
+  job.recipe_key = tuned_program_key(job.program_key, job.tuning);
+  return job;
+}
+
+// The disk cache, when its folder is safe to use (else a warning, once per process).
+void open_disk_cache(CompileJob& job) {
+  if (!job.use_cache) return;
+  if (Status safe = secure_cache_dir(job.cache_dir); safe) {
+    job.disk.emplace(job.cache_dir);
+  } else {
+    static std::once_flag warned;  // every compile would say the same
+    std::call_once(warned, [&] { detail::warn(safe.error().message + "; compiling in memory"); });
+  }
+}
+
+// The program from this process's memory or the disk (its recipe and every
+// cubin), or nullptr. Dumps need planning and codegen, so they skip both.
+std::shared_ptr<const Compiled> cached_program(const CompileJob& job) {
+  if (job.dumping) return nullptr;
+  if (std::shared_ptr<const Compiled> c = find_in_memory(job.recipe_key)) return c;
+  if (!job.disk) return nullptr;
+  std::optional<ProgramRecipe> recipe = load_recipe(job.cache_dir, job.recipe_key, ir_of(job.graph).tensors.size());
+  if (!recipe) return nullptr;
+  std::shared_ptr<Compiled> c = load_from_disk(*job.disk, std::move(*recipe));
+  if (c) remember_program(job.recipe_key, c);
+  return c;
+}
+
+// Each generated kernel's cubin (memory, disk or NVRTC), with its report.
+Expected<std::shared_ptr<Compiled>> compile_kernels(const CompileJob& job, Planned& planned, Executable::Impl& impl) {
   auto c = std::make_shared<Compiled>();
-  c->recipe.program = std::move(planned->program);
-  c->recipe.graph_name = graph.name();
-  if (dumping) write_dumps(*settings, graph, planned->plan, c->recipe.program, arch, recipe_key);
-  const KernelJob job{graph, arch, disk ? &*disk : nullptr, options.fail_if_compiling || settings->fail_if_compiling};
+  c->recipe.program = std::move(planned.program);
+  c->recipe.graph_name = job.graph.name();
+  if (job.dumping) write_dumps(*job.settings, job.graph, planned.plan, c->recipe.program, job.arch, job.recipe_key);
+  const KernelJob kernel_job{job.graph, job.arch, job.disk ? &*job.disk : nullptr,
+                             job.options.fail_if_compiling || job.settings->fail_if_compiling};
   for (codegen::GeneratedKernel& k : c->recipe.program.kernels) {
     const auto kernel_start = std::chrono::steady_clock::now();
-    const std::string kind(ir::to_string(planned->plan.kernels[static_cast<size_t>(k.plan_kernel)].kind));
-    KernelReport report = report_of(k, kind, "");
-    Expected<std::string> cubin = kernel_cubin(job, k, report);
+    const std::string kind(ir::to_string(planned.plan.kernels[static_cast<size_t>(k.plan_kernel)].kind));
+    KernelReport report = job.report_of(k, kind, "");
+    Expected<std::string> cubin = kernel_cubin(kernel_job, k, report);
     if (!cubin) return cubin.error();
     report.milliseconds = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - kernel_start).count();
     c->cubins.push_back(std::move(*cubin));
     c->recipe.kernel_keys.push_back(report.key);
     c->recipe.kernel_kinds.push_back(report.kind);
-    impl->reports.push_back(std::move(report));
+    impl.reports.push_back(std::move(report));
     k.source.clear();  // not needed to launch
     k.canonical.clear();
   }
-  if (disk) {
-    store_recipe(cache_dir, recipe_key, c->recipe);
-    int64_t program_bytes = 0;
-    for (const std::string& cubin : c->cubins) program_bytes += static_cast<int64_t>(cubin.size());
-    if (disk->evict(settings->cache_max_bytes) > 0 && program_bytes > settings->cache_max_bytes) {
-      static std::once_flag warned;  // once per process
-      std::call_once(warned, [&] {
-        detail::warn(fmt::format("the kernel cache's size limit ({}, KILN_CACHE_MAX_BYTES) is smaller than this graph's "
-                                 "kernels ({}): the cache keeps none of them",
-                                 human_bytes(settings->cache_max_bytes), human_bytes(program_bytes)));
-      });
-    }
+  return c;
+}
+
+// The recipe to disk, and the cache back within its size limit.
+void store_program(const CompileJob& job, const Compiled& c) {
+  if (!job.disk) return;
+  store_recipe(job.cache_dir, job.recipe_key, c.recipe);
+  int64_t program_bytes = 0;
+  for (const std::string& cubin : c.cubins) program_bytes += static_cast<int64_t>(cubin.size());
+  const int64_t limit = job.settings->cache_max_bytes;
+  if (job.disk->evict(limit) > 0 && program_bytes > limit) {
+    static std::once_flag warned;  // once per process
+    std::call_once(warned, [&] {
+      detail::warn(fmt::format("the kernel cache's size limit ({}, KILN_CACHE_MAX_BYTES) is smaller than this graph's "
+                               "kernels ({}): the cache keeps none of them",
+                               human_bytes(limit), human_bytes(program_bytes)));
+    });
   }
-  remember_program(recipe_key, c);
-  return finish(std::move(c), false);
+}
+
+}  // namespace
+
+Expected<std::unique_ptr<Executable::Impl>> compile_program(const Graph& graph, const CompileOptions& options,
+                                                            const codegen::ProgramTuning* chosen) {
+  CompileJob job = make_job(graph, options, chosen);
+  if (std::string problem = arch_problem(job.arch); !problem.empty()) return Error{ErrorCode::InvalidInput, problem};
+  auto impl = std::make_unique<Executable::Impl>(graph, job.arch);
+  impl->device = options.device;
+  // 1, 2. This process compiled it already, or the disk holds its recipe and every cubin.
+  open_disk_cache(job);
+  if (std::shared_ptr<const Compiled> c = cached_program(job)) {
+    impl->compiled = std::move(c);
+    for (size_t i = 0; i < impl->program().kernels.size(); ++i) {
+      impl->reports.push_back(job.report_of(impl->program().kernels[i], impl->compiled->recipe.kernel_kinds[i],
+                                            impl->compiled->recipe.kernel_keys[i]));
+      impl->reports.back().milliseconds = job.elapsed_ms();
+    }
+    impl->resolve();
+    return impl;
+  }
+  // 3. Plan, verify, generate.
+  Expected<Planned> planned = plan_and_generate(graph, options.fuse, job.arch, job.tuning);
+  if (!planned) return planned.error();
+  // 4. Each kernel from memory, disk or NVRTC; 5. the recipe stored, the cache kept to its limit.
+  Expected<std::shared_ptr<Compiled>> c = compile_kernels(job, *planned, *impl);
+  if (!c) return c.error();
+  store_program(job, **c);
+  remember_program(job.recipe_key, *c);
+  impl->compiled = std::move(*c);
+  impl->resolve();
+  return impl;
 }
 
 Expected<Executable> compile_executable(const Graph& graph, const CompileOptions& options,

@@ -3,6 +3,8 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <map>
+#include <mutex>
 
 #include "runtime/cache_dir.h"
 #include "runtime/remote_cache.h"
@@ -10,6 +12,40 @@
 namespace kiln::runtime {
 
 using json = nlohmann::json;
+
+namespace {
+
+std::mutex tuning_mutex;
+// Recorded choices by (cache directory, program key), as this process last read or wrote them.
+std::map<std::pair<std::string, ir::Hash128>, codegen::ProgramTuning>& tuning_memory() {
+  static std::map<std::pair<std::string, ir::Hash128>, codegen::ProgramTuning> memory;
+  return memory;
+}
+
+}  // namespace
+
+codegen::ProgramTuning recorded_tuning(const std::string& cache_dir, const ir::Hash128& program_key) {
+  {
+    std::lock_guard<std::mutex> lock(tuning_mutex);
+    if (auto it = tuning_memory().find({cache_dir, program_key}); it != tuning_memory().end()) return it->second;
+  }
+  codegen::ProgramTuning tuning;
+  if (secure_cache_dir(cache_dir))  // (an unsafe directory is reported by the compile that uses it)
+    if (std::optional<TuningRecord> r = load_tuning(cache_dir, program_key)) tuning = r->choice;
+  std::lock_guard<std::mutex> lock(tuning_mutex);
+  tuning_memory()[{cache_dir, program_key}] = tuning;
+  return tuning;
+}
+
+void remember_tuning(const std::string& cache_dir, const ir::Hash128& program_key, const codegen::ProgramTuning& tuning) {
+  std::lock_guard<std::mutex> lock(tuning_mutex);
+  tuning_memory()[{cache_dir, program_key}] = tuning;
+}
+
+void forget_recorded_tunings() {
+  std::lock_guard<std::mutex> lock(tuning_mutex);
+  tuning_memory().clear();
+}
 
 std::string tuning_to_text(const TuningRecord& r) {
   json doc;

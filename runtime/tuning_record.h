@@ -44,4 +44,13 @@ std::vector<std::pair<std::string, TuningRecord>> list_tunings(const std::string
                                                                std::vector<std::string>* problems = nullptr,
                                                                bool remove_bad = false);
 
+// The choices recorded for a program in the cache at `cache_dir` (empty
+// when none or the cache is unusable), remembered by this process;
+// remember_tuning() replaces them (after an autotuning run).
+codegen::ProgramTuning recorded_tuning(const std::string& cache_dir, const ir::Hash128& program_key);
+void remember_tuning(const std::string& cache_dir, const ir::Hash128& program_key, const codegen::ProgramTuning& tuning);
+// Forgets what this process read, so that the next compile reads the
+// records again (after another process autotuned).
+void forget_recorded_tunings();
+
 }  // namespace kiln::runtime

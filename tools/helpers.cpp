@@ -9,7 +9,7 @@
 
 #include "compiler/graph_internal.h"
 #include "compiler/error.h"
-#include "runtime/autotune.h"
+#include "runtime/tuning_record.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/kernel_cache.h"
 #include "runtime/program_cache.h"

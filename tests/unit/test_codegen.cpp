@@ -572,8 +572,8 @@ TEST(Pathological, RowsFarTooLongForOneBlockStillCompile) {
 namespace kiln {
 namespace {
 
-TEST(Codegen, EpilogueDecisionsAreReportedPerArch) {
-  // conv + bias + residual + relu with channel statistics: on sm_90 the result
+TEST(Codegen, DecisionsAreReportedPerArch) {
+  // The kernel's shape, then its epilogue. conv + bias + residual + relu with channel statistics: on sm_90 the result
   // goes out through shared memory with the residual loaded into the same
   // buffers, the statistics as per-column register partials; sm_80 stores
   // directly and keeps the same column partials.
@@ -581,13 +581,17 @@ TEST(Codegen, EpilogueDecisionsAreReportedPerArch) {
   auto decisions = [&](int sm) {
     return codegen::generate_program(ir_of(g), ir::plan_fusion(ir_of(g)), sm).kernels.at(0).decisions;
   };
-  EXPECT_EQ(decisions(90), "epilogue: staged c, residual x, column partials for s, column partials for ss");
-  EXPECT_EQ(decisions(80), "epilogue: stores direct, column partials for s, column partials for ss");
+  EXPECT_EQ(decisions(90),
+            "wgmma 128x128x64, A gathered, cluster 2, 6 stages, registers 128/184; "
+            "epilogue: staged c, residual x, column partials for s, column partials for ss");
+  EXPECT_EQ(decisions(80),
+            "mma.sync 128x128x64, 2x2 warps, 3 stages; epilogue: stores direct, column partials for s, column partials for ss");
   // A library function per element (erf GELU) rolls the staged column blocks.
   Graph gelu = Graph::load(KILN_SOURCE_DIR "/examples/matmul/hopper_matmul_bias_gelu.json").value();
   const codegen::GeneratedKernel k =
       codegen::generate_program(ir_of(gelu), ir::plan_fusion(ir_of(gelu)), 90).kernels.at(0);
-  EXPECT_EQ(k.decisions, "epilogue: staged y, column blocks rolled");
+  EXPECT_EQ(k.decisions,
+            "wgmma 128x128x64, A by TMA, cluster 2, 6 stages, registers 56/224; epilogue: staged y, column blocks rolled");
 }
 
 }  // namespace
