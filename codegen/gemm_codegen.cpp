@@ -411,44 +411,46 @@ void GemmGenerator::matmul() {
     return std::pair(c, fmt::format("{} < {}LL && {} < {}LL", k, gm.k, n, gm.n));
   };
   gm.a_runs_last = gm.k % 8 == 0;
-  if (const std::optional<Mma> kind = mma_kind(mm)) {
-    const int64_t chunk = *kind == Mma::tf32 ? 4 : 8;
-    const Shape& as = g_.operand(mm, 0).shape;
-    const Shape& bs = g_.operand(mm, 1).shape;
-    auto at = [&](const Shape& shape, const std::string& batch, const std::string& row, const std::string& col) {
-      Coords c = broadcast_batch(batch_coords(batch), shape);
-      c.push_back(row);
-      c.push_back(col);
-      return c;
-    };
-    auto in_range = [&](const std::string& x, const std::string& y) {
-      return fmt::format("{} < {}LL && {} < {}LL", x, gm.m, y, gm.k);
-    };
-    if (const std::optional<ExternalTensor> e = chunkable(mm.inputs[0], *kind, as.size() - 1, chunk)) {
-      gm.pointer_a = e->pointer;
-      gm.chunk_a = [this, e = *e, as, at, in_range](const std::string& m, const std::string& k, const std::string& batch) {
-        return std::pair(in_range(m, k), em_.offset_of(e, as, at(as, batch, m, k)));
-      };
-    }
-    auto b_range = [&](const std::string& k, const std::string& n) {
-      return fmt::format("{} < {}LL && {} < {}LL", k, gm.k, n, gm.n);
-    };
-    if (const std::optional<ExternalTensor> e = chunkable(mm.inputs[1], *kind, bs.size() - 1, chunk)) {
-      gm.pointer_b = e->pointer;
-      gm.chunk_b = [this, e = *e, bs, at, b_range](const std::string& k, const std::string& n, const std::string& batch) {
-        return std::pair(b_range(k, n), em_.offset_of(e, bs, at(bs, batch, k, n)));
-      };
-    } else if (const std::optional<ExternalTensor> e = chunkable(mm.inputs[1], *kind, bs.size() - 2, chunk)) {
-      gm.b_k_major = true;  // B is stored transposed ([n][k] in memory)
-      gm.pointer_b = e->pointer;
-      gm.chunk_b = [this, e = *e, bs, at, b_range](const std::string& k, const std::string& n, const std::string& batch) {
-        return std::pair(b_range(k, n), em_.offset_of(e, bs, at(bs, batch, k, n)));
-      };
-    }
-  }
+  if (const std::optional<Mma> kind = mma_kind(mm)) matmul_chunks(mm, *kind, batch_shape, gm);
   gm.b_runs_last = !gm.b_k_major && gm.n % 8 == 0;
   setup_norm_prologue();
   gemm(mm, gm);
+}
+
+// A matmul's operands that the tensor-core kernels can read as 16-byte
+// chunks: A along k; B along n, or along k where B is stored transposed.
+void GemmGenerator::matmul_chunks(const ir::Op& mm, Mma kind, const Shape& batch_shape, Gemm& gm) {
+  const int64_t chunk = kind == Mma::tf32 ? 4 : 8;
+  const Shape& as = g_.operand(mm, 0).shape;
+  const Shape& bs = g_.operand(mm, 1).shape;
+  const int64_t m = gm.m, n = gm.n, k = gm.k;
+  auto at = [this, batch_shape](const Shape& shape, const std::string& batch, const std::string& row, const std::string& col) {
+    Coords c = broadcast_batch(em_.delinearize(batch, batch_shape), shape);
+    c.push_back(row);
+    c.push_back(col);
+    return c;
+  };
+  auto in_range = [m, k](const std::string& x, const std::string& y) { return fmt::format("{} < {}LL && {} < {}LL", x, m, y, k); };
+  if (const std::optional<ExternalTensor> e = chunkable(mm.inputs[0], kind, as.size() - 1, chunk)) {
+    gm.pointer_a = e->pointer;
+    gm.chunk_a = [this, e = *e, as, at, in_range](const std::string& m, const std::string& k, const std::string& batch) {
+      return std::pair(in_range(m, k), em_.offset_of(e, as, at(as, batch, m, k)));
+    };
+  }
+  auto b_range = [n, k](const std::string& kk, const std::string& nn) {
+    return fmt::format("{} < {}LL && {} < {}LL", kk, k, nn, n);
+  };
+  std::optional<ExternalTensor> e = chunkable(mm.inputs[1], kind, bs.size() - 1, chunk);
+  if (!e) {
+    e = chunkable(mm.inputs[1], kind, bs.size() - 2, chunk);
+    gm.b_k_major = e.has_value();  // B is stored transposed ([n][k] in memory)
+  }
+  if (e) {
+    gm.pointer_b = e->pointer;
+    gm.chunk_b = [this, e = *e, bs, at, b_range](const std::string& k, const std::string& n, const std::string& batch) {
+      return std::pair(b_range(k, n), em_.offset_of(e, bs, at(bs, batch, k, n)));
+    };
+  }
 }
 
 // The matmul applies a split layer_norm/rms_norm from its row statistics
@@ -484,7 +486,7 @@ void GemmGenerator::conv() {
                   g_.describe(k_.anchor), gm.k);
   // Implicit im2col: GEMM row m is output pixel (ni, pi, qi); GEMM k is
   // (ri, si, ci), ci fastest.
-  auto input_pixel = [&](const std::string& m, const std::string& kk, const std::string& g) {
+  const ConvIndex input_pixel = [&](const std::string& m, const std::string& kk, const std::string& g) {
     em_.emit(fmt::format("const kiln::i64 ni = {0} / {1}LL, pi = ({0} / {2}LL) % {3}LL, qi = {0} % {2}LL;", m, p * q, q, p));
     em_.emit(fmt::format("const kiln::i64 ri = {0} / {1}LL, si = ({0} / {2}LL) % {3}LL, ci = {4} * {2}LL + {0} % {2}LL;", kk,
                          s * cg, cg, s, g));
@@ -492,7 +494,7 @@ void GemmGenerator::conv() {
                          at.padding[0], at.dilation[0], at.stride[1], at.padding[1], at.dilation[1]));
     return fmt::format("hi >= 0 && hi < {}LL && wi >= 0 && wi < {}LL", h, w);
   };
-  auto filter_tap = [&](const std::string& kk, const std::string& nn, const std::string& g) {
+  const ConvTap filter_tap = [&](const std::string& kk, const std::string& nn, const std::string& g) {
     em_.emit(fmt::format("const kiln::i64 ri = {0} / {1}LL, si = ({0} / {2}LL) % {3}LL, ci = {0} % {2}LL;", kk, s * cg, cg, s));
     em_.emit(fmt::format("const kiln::i64 ko = {} * {}LL + {};", g, kg, nn));
     return nhwc ? Coords{"ko", "ri", "si", "ci"} : Coords{"ko", "ci", "ri", "si"};
@@ -526,29 +528,39 @@ void GemmGenerator::conv() {
   // B's tile is [k-out][ri, si, ci]: the weights' own order in NHWC.
   gm.b_k_major = true;
   const std::optional<Mma> kind = mma_kind(cv);
-  const int64_t chunk = kind == Mma::tf32 ? 4 : 8;
-  if (kind && nhwc && cg % chunk == 0) {
-    if (const std::optional<ExternalTensor> e = chunkable(cv.inputs[0], *kind, 3, chunk)) {
-      gm.pointer_a = e->pointer;
-      if (at.groups == 1)
-        gm.conv = Gemm::ConvGeometry{h, w, c, p, q, s, {e->strides[0], e->strides[1], e->strides[2]},
-                                     {at.stride[0], at.stride[1]}, {at.padding[0], at.padding[1]},
-                                     {at.dilation[0], at.dilation[1]}};
-      gm.chunk_a = [&, e = *e](const std::string& m, const std::string& kk, const std::string& g) {
-        const std::string inside = input_pixel(m, kk, g);
-        return std::pair(fmt::format("{} < {}LL && {} < {}LL && {}", m, gm.m, kk, gm.k, inside),
-                         em_.offset_of(e, xs, Coords{"ni", "hi", "wi", "ci"}));
-      };
-    }
-    if (const std::optional<ExternalTensor> e = chunkable(cv.inputs[1], *kind, 3, chunk)) {
-      gm.pointer_b = e->pointer;
-      gm.chunk_b = [&, e = *e](const std::string& kk, const std::string& nn, const std::string& g) {
-        const Coords wc = filter_tap(kk, nn, g);
-        return std::pair(fmt::format("{} < {}LL && {} < {}LL", kk, gm.k, nn, gm.n), em_.offset_of(e, ws, wc));
-      };
-    }
-  }
+  if (kind && nhwc && cg % (*kind == Mma::tf32 ? 4 : 8) == 0) conv_chunks(cv, *kind, input_pixel, filter_tap, gm);
   gemm(cv, gm);
+}
+
+// An NHWC conv's operands that the tensor-core kernels can read as 16-byte
+// chunks along the channels; one group's input also gives the Hopper
+// kernel its geometry, so that it gathers A's rows itself.
+void GemmGenerator::conv_chunks(const ir::Op& cv, Mma kind, const ConvIndex& input_pixel, const ConvTap& filter_tap,
+                                Gemm& gm) {
+  const ir::Attributes& at = cv.attrs;
+  const Shape& xs = g_.operand(cv, 0).shape;
+  const Shape& ws = g_.operand(cv, 1).shape;
+  const Shape& os = g_.result(cv).shape;
+  const int64_t chunk = kind == Mma::tf32 ? 4 : 8, m = gm.m, n = gm.n, k = gm.k;
+  if (const std::optional<ExternalTensor> e = chunkable(cv.inputs[0], kind, 3, chunk)) {
+    gm.pointer_a = e->pointer;
+    if (at.groups == 1)
+      gm.conv = Gemm::ConvGeometry{xs[1], xs[2], xs[3], os[1], os[2], ws[2], {e->strides[0], e->strides[1], e->strides[2]},
+                                   {at.stride[0], at.stride[1]}, {at.padding[0], at.padding[1]},
+                                   {at.dilation[0], at.dilation[1]}};
+    gm.chunk_a = [this, &input_pixel, e = *e, xs, m, k](const std::string& mm, const std::string& kk, const std::string& g) {
+      const std::string inside = input_pixel(mm, kk, g);
+      return std::pair(fmt::format("{} < {}LL && {} < {}LL && {}", mm, m, kk, k, inside),
+                       em_.offset_of(e, xs, Coords{"ni", "hi", "wi", "ci"}));
+    };
+  }
+  if (const std::optional<ExternalTensor> e = chunkable(cv.inputs[1], kind, 3, chunk)) {
+    gm.pointer_b = e->pointer;
+    gm.chunk_b = [this, &filter_tap, e = *e, ws, n, k](const std::string& kk, const std::string& nn, const std::string& g) {
+      const Coords wc = filter_tap(kk, nn, g);
+      return std::pair(fmt::format("{} < {}LL && {} < {}LL", kk, k, nn, n), em_.offset_of(e, ws, wc));
+    };
+  }
 }
 
 }  // namespace kiln::codegen

@@ -255,6 +255,7 @@ class GemmGenerator : public KernelBuilder {
     std::string to_string() const;
   };
   std::vector<Tuning> wgmma_tuning_space(const Gemm& gm, bool gathered) const;
+  std::string wgmma_consumers(const WgmmaShape& s, const TileLoopCarry& carry, const std::string& tile_epilogue);
   std::string wgmma_frame(const Gemm& gm, const WgmmaShape& s, const TmaOperand& a, const TmaOperand& b, bool staged) const;
   std::string wgmma_element_loads(const Gemm& gm, const WgmmaShape& s, bool b_k_major, bool is_a, const std::string& guard);
   std::string wgmma_b_copy(const WgmmaShape& s, const TmaOperand& b, const std::string& map_b) const;
@@ -274,12 +275,19 @@ class GemmGenerator : public KernelBuilder {
   std::string tensor_map_param(const TmaOperand& op, const std::string& what);
 
   void matmul();
+  void matmul_chunks(const ir::Op& mm, Mma kind, const Shape& batch_shape, Gemm& gm);
 
   // The matmul applies a split layer_norm/rms_norm from its row statistics
   // (the norm, and any pointwise ops after it, are recomputed in its prologue).
   void setup_norm_prologue();
 
   void conv();
+  // A conv's implicit im2col: declares (ni, hi, wi, ci) of GEMM (m, k) in
+  // group g, returns when that input pixel lies inside the image; and
+  // declares the filter tap of GEMM (k, n), returning the weight's coordinates.
+  using ConvIndex = std::function<std::string(const std::string& m, const std::string& k, const std::string& g)>;
+  using ConvTap = std::function<Coords(const std::string& k, const std::string& n, const std::string& g)>;
+  void conv_chunks(const ir::Op& cv, Mma kind, const ConvIndex& input_pixel, const ConvTap& filter_tap, Gemm& gm);
 
 };
 

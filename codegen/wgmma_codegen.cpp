@@ -407,26 +407,32 @@ void GemmGenerator::gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind, c
     body += gathered_producer(gm, s.stages, map_b, a_elements, b_elements, b_copy, warm_l2);
   else
     body += wgmma_copy_producer(s, a, map_a, map_b, b_copy, warm_l2, a_elements, b_elements);
-  // The consumer warpgroups.
-  body += "} else {\n";
-  body += fmt::format("kiln::wg::registers_up<{}>();\n", s.consumer_registers);
-  body += "G gemm;\n";
-  body += fmt::format("kiln::wg::Ring<{}> ring;\n", s.stages);
-  body += carry.before_loop;
-  body += "for (int unit = first_unit; unit < units; unit += unit_step) {\n";
-  body += "kiln::i64 m0, n0, batch;\ntile_at(unit, m0, n0, batch);\n";
-  body += carry.tile_start;
-  body += "gemm.mma_tile(smem, ring, k_tiles);\n";
-  body += tile_epilogue;
-  body += "}\n";
-  body += carry.after_loop;
-  body += "}\n";
+  body += "} else {\n" + wgmma_consumers(s, carry, tile_epilogue) + "}\n";
   body += finalise;
   body += "G::finish();\n";
   finish(body, s.threads, "", "#include \"kiln/wgmma.cuh\"\n");
   out_.shared_bytes = static_cast<uint32_t>(s.shared_bytes);
   out_.grid = {static_cast<uint32_t>(s.units * s.cluster), 1, 1};
   out_.persistent_group = static_cast<uint32_t>(s.cluster);
+}
+
+// The consumer warpgroups: each tile's main loop on the ring, then its
+// epilogue, with what the epilogue carries across tiles around the loop.
+std::string GemmGenerator::wgmma_consumers(const WgmmaShape& s, const TileLoopCarry& carry, const std::string& tile_epilogue) {
+  CodeWriter w;
+  w.line("kiln::wg::registers_up<{}>();", s.consumer_registers);
+  w.line("G gemm;");
+  w.line("kiln::wg::Ring<{}> ring;", s.stages);
+  w.lines(carry.before_loop);
+  w.block("for (int unit = first_unit; unit < units; unit += unit_step)", [&] {
+    w.line("kiln::i64 m0, n0, batch;");
+    w.line("tile_at(unit, m0, n0, batch);");
+    w.lines(carry.tile_start);
+    w.line("gemm.mma_tile(smem, ring, k_tiles);");
+    w.lines(tile_epilogue);
+  });
+  w.lines(carry.after_loop);
+  return w.take();
 }
 
 // The producer warpgroup of a conv (gm.conv): each thread gathers one

@@ -204,6 +204,59 @@ TensorId GraphConstructor::resolve_operand(const DeclaredOperand& operand, const
   return it->second;
 }
 
+// Scalars only in pointwise ops; bool values only where the catalogue reads them.
+void GraphConstructor::check_operand_types(OpKind kind, const std::vector<const Tensor*>& operands,
+                                           const std::string& where) const {
+  const OpInfo& info = op_info(kind);
+  for (size_t i = 0; i < operands.size(); ++i) {
+    const Tensor& t = *operands[i];
+    if (t.kind == TensorKind::Constant)
+      KILN_USER_CHECK(is_pointwise(info.family), "{}: input {} is a scalar constant; scalars may "
+                      "only be operands of pointwise ops", where, i);
+    const bool condition = info.family == OpFamily::Select && i == 0;
+    if (condition) {
+      KILN_USER_CHECK(t.dtype == DType::boolean, "{}: the condition {} must be bool", where,
+                      describe_tensor(t));
+    } else if (t.dtype == DType::boolean) {
+      // Views and concatenations move bool values as they are; their results are bool.
+      KILN_USER_CHECK(kind == OpKind::Cast || (kind == OpKind::Sdpa && i == 3) || info.family == OpFamily::View ||
+                          info.family == OpFamily::Concat,
+                      "{}: input {} {} is bool; bool values may only be read as where's condition, "
+                      "by cast, as sdpa's mask, or through views and concat (cast it first)",
+                      where, i, describe_tensor(t));
+    }
+  }
+}
+
+// The op's attributes, each known to its op and given once; the set of those given.
+AttrSet GraphConstructor::read_attrs(const OpDeclaration& decl, const OpInfo& info, Attributes& attrs,
+                                     const std::string& where) const {
+  AttrSet given = 0;
+  for (const auto& [key_name, value] : decl.attrs) {
+    std::optional<AttrKey> key = find_attr(key_name);
+    KILN_USER_CHECK(key && (info.attrs & attr_bit(*key)), "{}: unknown attribute {} ({})", where,
+                    detail::quoted(key_name), accepted_attrs(info));
+    KILN_USER_CHECK(!(given & attr_bit(*key)), "{}: attribute '{}' is given twice", where, key_name);
+    given |= attr_bit(*key);
+    set_attr(attrs, *key, value, where);
+  }
+  return given;
+}
+
+// A declared result dtype: bool for comparisons, and only for them and cast; cast needs one.
+void GraphConstructor::check_declared_dtype(const OpDeclaration& decl, OpKind kind, const std::string& where) const {
+  const bool compare = op_info(kind).family == OpFamily::Compare;
+  if (decl.dtype) {
+    if (compare)
+      KILN_USER_CHECK(*decl.dtype == DType::boolean, "{}: a comparison's dtype must be bool, got {}",
+                      where, to_string(*decl.dtype));
+    else
+      KILN_USER_CHECK(*decl.dtype != DType::boolean || kind == OpKind::Cast,
+                      "{}: dtype bool is only for comparisons and cast", where);
+  }
+  KILN_USER_CHECK(kind != OpKind::Cast || decl.dtype, "{}: cast requires a dtype", where);
+}
+
 TensorId GraphConstructor::add_op(const OpDeclaration& decl) {
   KILN_USER_CHECK(!outputs_set_, "ops cannot be added after the outputs are set");
   const int32_t index = static_cast<int32_t>(graph_.ops.size());
@@ -235,45 +288,11 @@ TensorId GraphConstructor::add_op(const OpDeclaration& decl) {
   for (const DeclaredOperand& d : decl.in) op.inputs.push_back(resolve_operand(d, where));
   for (TensorId id : op.inputs) operands.push_back(&graph_.tensor(id));
 
-  for (size_t i = 0; i < operands.size(); ++i) {
-    const Tensor& t = *operands[i];
-    if (t.kind == TensorKind::Constant)
-      KILN_USER_CHECK(is_pointwise(info.family), "{}: input {} is a scalar constant; scalars may "
-                      "only be operands of pointwise ops", where, i);
-    const bool condition = info.family == OpFamily::Select && i == 0;
-    if (condition) {
-      KILN_USER_CHECK(t.dtype == DType::boolean, "{}: the condition {} must be bool", where,
-                      describe_tensor(t));
-    } else if (t.dtype == DType::boolean) {
-      // Views and concatenations move bool values as they are; their results are bool.
-      KILN_USER_CHECK(*kind == OpKind::Cast || (*kind == OpKind::Sdpa && i == 3) || info.family == OpFamily::View ||
-                          info.family == OpFamily::Concat,
-                      "{}: input {} {} is bool; bool values may only be read as where's condition, "
-                      "by cast, as sdpa's mask, or through views and concat (cast it first)",
-                      where, i, describe_tensor(t));
-    }
-  }
+  check_operand_types(*kind, operands, where);
 
-  AttrSet given = 0;
-  for (const auto& [key_name, value] : decl.attrs) {
-    std::optional<AttrKey> key = find_attr(key_name);
-    KILN_USER_CHECK(key && (info.attrs & attr_bit(*key)), "{}: unknown attribute {} ({})", where,
-                    detail::quoted(key_name), accepted_attrs(info));
-    KILN_USER_CHECK(!(given & attr_bit(*key)), "{}: attribute '{}' is given twice", where, key_name);
-    given |= attr_bit(*key);
-    set_attr(op.attrs, *key, value, where);
-  }
+  const AttrSet given = read_attrs(decl, info, op.attrs, where);
 
-  const bool compare = info.family == OpFamily::Compare;
-  if (decl.dtype) {
-    if (compare)
-      KILN_USER_CHECK(*decl.dtype == DType::boolean, "{}: a comparison's dtype must be bool, got {}",
-                      where, to_string(*decl.dtype));
-    else
-      KILN_USER_CHECK(*decl.dtype != DType::boolean || *kind == OpKind::Cast,
-                      "{}: dtype bool is only for comparisons and cast", where);
-  }
-  KILN_USER_CHECK(*kind != OpKind::Cast || decl.dtype, "{}: cast requires a dtype", where);
+  check_declared_dtype(decl, *kind, where);
 
   InferredResult result = infer_result(*kind, operands, op.attrs, given, where);
   Tensor out;

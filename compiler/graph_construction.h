@@ -51,6 +51,9 @@ class GraphConstructor {
  private:
   TensorId add_tensor(Tensor tensor);
   TensorId resolve_operand(const DeclaredOperand& operand, const std::string& where);
+  void check_operand_types(OpKind kind, const std::vector<const Tensor*>& operands, const std::string& where) const;
+  AttrSet read_attrs(const OpDeclaration& decl, const OpInfo& info, Attributes& attrs, const std::string& where) const;
+  void check_declared_dtype(const OpDeclaration& decl, OpKind kind, const std::string& where) const;
 
   Graph graph_;
   std::map<std::string, TensorId, std::less<>> names_;

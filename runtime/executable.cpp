@@ -297,8 +297,11 @@ Status Executable::Impl::tensor_maps(runtime::DeviceState& st, size_t kernel, co
   return {};
 }
 
-Status Executable::launch(const BoundArgs& args, void* workspace, void* stream_handle) const {
-  const Impl& x = *impl_;
+namespace {
+
+// A launch's bindings: as many as the graph has, none null, a workspace
+// where one is needed, and an output that is a strided input bound to it.
+Status check_bindings(const Executable::Impl& x, const BoundArgs& args, const void* workspace) {
   if (args.inputs.size() != x.input_names.size() || args.outputs.size() != x.output_names.size())
     return Error{ErrorCode::InvalidInput, fmt::format("launch: {} inputs and {} outputs bound; graph {} has {} and {}",
                                                       args.inputs.size(), args.outputs.size(), detail::quoted(x.graph.name()),
@@ -307,16 +310,24 @@ Status Executable::launch(const BoundArgs& args, void* workspace, void* stream_h
     if (!args.inputs[i]) return Error{ErrorCode::InvalidInput, fmt::format("binding '{}': null pointer", x.input_names[i])};
   for (size_t i = 0; i < args.outputs.size(); ++i)
     if (!args.outputs[i]) return Error{ErrorCode::InvalidInput, fmt::format("binding '{}': null pointer", x.output_names[i])};
-  const auto scratch = reinterpret_cast<CUdeviceptr>(workspace);
-  if (x.workspace_bytes > 0 && (!workspace || scratch % kWorkspaceAlignment != 0))
+  if (x.workspace_bytes > 0 && (!workspace || reinterpret_cast<uintptr_t>(workspace) % Executable::kWorkspaceAlignment != 0))
     return Error{ErrorCode::InvalidInput,
                  fmt::format("launch: graph {} needs a workspace of {} bytes, {}-byte aligned (workspace_bytes()); {}",
-                             detail::quoted(x.graph.name()), x.workspace_bytes, kWorkspaceAlignment, workspace ? "this one is not aligned" : "none given")};
+                             detail::quoted(x.graph.name()), x.workspace_bytes, Executable::kWorkspaceAlignment, workspace ? "this one is not aligned" : "none given")};
   for (size_t o = 0; o < x.output_is_input.size(); ++o)
     if (const int i = x.output_is_input[o]; i >= 0 && args.outputs[o] != args.inputs[static_cast<size_t>(i)] &&
                                             !x.input_contiguous[static_cast<size_t>(i)])
       return Error{ErrorCode::InvalidInput, fmt::format("output '{}' is the strided input '{}': bind the same buffer to both",
                                                         x.output_names[o], x.input_names[static_cast<size_t>(i)])};
+  return {};
+}
+
+}  // namespace
+
+Status Executable::launch(const BoundArgs& args, void* workspace, void* stream_handle) const {
+  const Impl& x = *impl_;
+  if (Status s = check_bindings(x, args, workspace); !s) return s;
+  const auto scratch = reinterpret_cast<CUdeviceptr>(workspace);
   const auto stream = static_cast<CUstream>(stream_handle);
   Expected<LaunchScope> scope = launch_scope(stream, x.device);
   if (!scope) return scope.error();

@@ -630,8 +630,32 @@ class Planner {
 
   // ---- step 4 --------------------------------------------------------------
   Plan finish() {
-    // Reads: operands produced outside the group; writes: what others read.
-    std::vector<std::set<TensorId>> reads(groups_.size()), writes(groups_.size());
+    std::vector<std::set<TensorId>> reads, writes;
+    memory_traffic(reads, writes);
+    const std::vector<int> order = kernel_order(reads);
+    Plan plan;
+    plan.fused = options_.fuse;
+    std::map<int, int> kernel_of;
+    for (int id : order) {
+      kernel_of[id] = static_cast<int>(plan.kernels.size());
+      plan.kernels.push_back(planned_kernel(group(id), kernel_of[id], reads[static_cast<size_t>(id)],
+                                            writes[static_cast<size_t>(id)]));
+    }
+    for (const PlannedKernel& k : plan.kernels)
+      for (TensorId t : k.reads) {
+        const int from = owner_[static_cast<size_t>(t)];
+        if (from < 0) continue;
+        Boundary b{t, kernel_of[from], k.id, boundary_reason(t, k)};
+        plan.boundaries.push_back(std::move(b));
+      }
+    return plan;
+  }
+
+  // Per group: the tensors it reads from memory (operands produced outside
+  // it) and those it writes (what other groups read, and graph outputs).
+  void memory_traffic(std::vector<std::set<TensorId>>& reads, std::vector<std::set<TensorId>>& writes) const {
+    reads.assign(groups_.size(), {});
+    writes.assign(groups_.size(), {});
     for (const Group& gr : groups_) {
       if (!gr.alive) continue;
       for (int32_t oi : gr.ops)
@@ -657,8 +681,11 @@ class Planner {
       else if (tensor.kind == TensorKind::OpResult && owner_[t] >= 0)
         writes[static_cast<size_t>(owner_[t])].insert(static_cast<TensorId>(t));
     }
+  }
 
-    // Order: Kahn over "reads what the other writes", earliest op first.
+  // The live groups in execution order: Kahn over "reads what the other
+  // writes" (and the norm-statistics edges), earliest op first.
+  std::vector<int> kernel_order(const std::vector<std::set<TensorId>>& reads) {
     std::vector<int> alive;
     for (const Group& gr : groups_)
       if (gr.alive) alive.push_back(gr.id);
@@ -686,40 +713,29 @@ class Planner {
         if (--indegree[next] == 0) ready.push(next);
     }
     KILN_INTERNAL_CHECK(order.size() == alive.size());  // the grouping is acyclic
+    return order;
+  }
 
-    Plan plan;
-    plan.fused = options_.fuse;
-    std::map<int, int> kernel_of;
-    for (int id : order) {
-      const Group& gr = group(id);
-      PlannedKernel k;
-      k.id = static_cast<int>(plan.kernels.size());
-      kernel_of[id] = k.id;
-      k.kind = gr.kind;
-      if (k.kind == KernelKind::Pointwise && std::all_of(gr.ops.begin(), gr.ops.end(), [&](int32_t oi) {
-            return is_view(g_.ops[static_cast<size_t>(oi)].kind);
-          }))
-        k.kind = KernelKind::Copy;
-      k.anchor = gr.anchor;
-      k.ops.assign(gr.ops.begin(), gr.ops.end());
-      k.recomputed.assign(gr.recomputed.begin(), gr.recomputed.end());
-      k.reads.assign(reads[static_cast<size_t>(id)].begin(), reads[static_cast<size_t>(id)].end());
-      k.writes.assign(writes[static_cast<size_t>(id)].begin(), writes[static_cast<size_t>(id)].end());
-      k.params = planner::params_for(g_, gr);
-      if ((k.kind == KernelKind::Pointwise || k.kind == KernelKind::Copy) && !k.writes.empty())
-        k.params.domain = g_.tensor(k.writes.front()).shape;  // iterate over what is written
-      k.notes = gr.notes;
-      k.workspace = gr.workspace;
-      plan.kernels.push_back(std::move(k));
-    }
-    for (const PlannedKernel& k : plan.kernels)
-      for (TensorId t : k.reads) {
-        const int from = owner_[static_cast<size_t>(t)];
-        if (from < 0) continue;
-        Boundary b{t, kernel_of[from], k.id, boundary_reason(t, k)};
-        plan.boundaries.push_back(std::move(b));
-      }
-    return plan;
+  PlannedKernel planned_kernel(const Group& gr, int id, const std::set<TensorId>& reads,
+                               const std::set<TensorId>& writes) const {
+    PlannedKernel k;
+    k.id = id;
+    k.kind = gr.kind;
+    if (k.kind == KernelKind::Pointwise && std::all_of(gr.ops.begin(), gr.ops.end(), [&](int32_t oi) {
+          return is_view(g_.ops[static_cast<size_t>(oi)].kind);
+        }))
+      k.kind = KernelKind::Copy;
+    k.anchor = gr.anchor;
+    k.ops.assign(gr.ops.begin(), gr.ops.end());
+    k.recomputed.assign(gr.recomputed.begin(), gr.recomputed.end());
+    k.reads.assign(reads.begin(), reads.end());
+    k.writes.assign(writes.begin(), writes.end());
+    k.params = planner::params_for(g_, gr);
+    if ((k.kind == KernelKind::Pointwise || k.kind == KernelKind::Copy) && !k.writes.empty())
+      k.params.domain = g_.tensor(k.writes.front()).shape;  // iterate over what is written
+    k.notes = gr.notes;
+    k.workspace = gr.workspace;
+    return k;
   }
 
   std::string boundary_reason(TensorId t, const PlannedKernel& k) const {

@@ -143,103 +143,107 @@ RowStrategy row_strategy(int64_t elements) {
   return RowStrategy::TwoPass;
 }
 
+namespace {
+
+int64_t product(const Shape& s, size_t begin, size_t end) {
+  int64_t v = 1;
+  for (size_t i = begin; i < end; ++i) v *= s[i];
+  return v;
+}
+
+// Anchors: the GEMM view (conv: implicit GEMM per group; attention: one
+// (batch, head) per GEMM batch, decomposed or sdpa).
+void anchor_params(const Graph& g, const Group& group, KernelParams& p) {
+  const Op& op = g.ops[static_cast<size_t>(group.anchor)];
+  const Shape& out = g.result(op).shape;
+  p.epilogue_reductions = group.kind == KernelKind::Attention ? 0 : group.epilogue_reductions;
+  if (group.kind == KernelKind::Matmul) {
+    const Shape& a = g.operand(op, 0).shape;
+    p.batch = product(out, 0, out.size() - 2);
+    p.m = out[out.size() - 2];
+    p.n = out[out.size() - 1];
+    p.k = a[a.size() - 1];
+  } else if (group.kind == KernelKind::Conv) {
+    const Shape& w = g.operand(op, 1).shape;
+    const bool nhwc = op.attrs.layout == Layout::NHWC;
+    p.batch = op.attrs.groups;
+    p.m = out[0] * (nhwc ? out[1] * out[2] : out[2] * out[3]);
+    p.n = (nhwc ? out[3] : out[1]) / op.attrs.groups;
+    p.k = w[1] * w[2] * w[3];
+  } else if (op.kind == OpKind::Sdpa) {
+    const Shape& q = g.operand(op, 0).shape;
+    p.batch = q[0] * q[1];
+    p.m = q[2];
+    p.n = g.operand(op, 1).shape[2];
+    p.k = q[3];
+  } else {  // decomposed attention: the anchor is matmul(p, v)
+    const Shape& probs = g.operand(op, 0).shape;
+    p.batch = product(probs, 0, probs.size() - 2);
+    p.m = probs[probs.size() - 2];
+    p.n = probs[probs.size() - 1];
+    p.k = g.operand(op, 1).shape.back();
+  }
+}
+
+void reduction_params(const Graph& g, const Group& group, KernelParams& p) {
+  if (group.norm_op >= 0) {  // row statistics of a normalisation
+    const Op& op = g.ops[static_cast<size_t>(group.norm_op)];
+    const Shape& x = g.operand(op, 0).shape;
+    p.domain = x;
+    p.outer = product(x, 0, static_cast<size_t>(op.attrs.axis));
+    p.reduced = product(x, static_cast<size_t>(op.attrs.axis), x.size());
+    p.row = row_strategy(p.reduced);
+  } else if (!group.pooling && !group.reduce_axes.empty()) {
+    // [outer, reduced, inner] when the reduced axes are contiguous;
+    // otherwise reduced = their product and outer the rest.
+    const auto& axes = group.reduce_axes;
+    const bool contiguous = axes.back() - axes.front() + 1 == static_cast<int64_t>(axes.size());
+    p.reduced = 1;
+    for (int64_t a : axes) p.reduced *= group.domain[static_cast<size_t>(a)];
+    if (contiguous) {
+      p.outer = product(group.domain, 0, static_cast<size_t>(axes.front()));
+      p.inner = product(group.domain, static_cast<size_t>(axes.back()) + 1, group.domain.size());
+    } else {
+      p.outer = element_count(group.domain) / p.reduced;
+      p.inner = 1;
+    }
+    p.row = row_strategy(p.reduced);
+    p.holds_rows = group.holds_rows;
+  }
+}
+
+void norm_params(const Graph& g, const Group& group, KernelParams& p) {
+  const Op& op = g.ops[static_cast<size_t>(group.norm_op)];
+  const Shape& x = g.operand(op, 0).shape;
+  p.domain = x;
+  const auto axis = static_cast<size_t>(op.attrs.axis);
+  if (op.kind == OpKind::Softmax || op.kind == OpKind::LogSoftmax) {
+    p.outer = product(x, 0, axis);
+    p.reduced = x[axis];
+    p.inner = product(x, axis + 1, x.size());
+  } else if (op.kind == OpKind::GroupNorm) {
+    p.outer = x[0] * op.attrs.groups;
+    p.reduced = element_count(x) / p.outer;
+  } else {
+    p.outer = product(x, 0, axis);
+    p.reduced = product(x, axis, x.size());
+  }
+  p.row = row_strategy(p.reduced);
+}
+
+}  // namespace
+
 KernelParams params_for(const Graph& g, const Group& group) {
   KernelParams p;
   p.domain = group.domain;
-  auto product = [](const Shape& s, size_t begin, size_t end) {
-    int64_t v = 1;
-    for (size_t i = begin; i < end; ++i) v *= s[i];
-    return v;
-  };
   switch (group.kind) {
-    case KernelKind::Matmul: {
-      const Op& op = g.ops[static_cast<size_t>(group.anchor)];
-      const Shape& out = g.result(op).shape;
-      const Shape& a = g.operand(op, 0).shape;
-      p.batch = product(out, 0, out.size() - 2);
-      p.m = out[out.size() - 2];
-      p.n = out[out.size() - 1];
-      p.k = a[a.size() - 1];
-      p.epilogue_reductions = group.epilogue_reductions;
-      break;
-    }
-    case KernelKind::Conv: {
-      const Op& op = g.ops[static_cast<size_t>(group.anchor)];
-      const Shape& out = g.result(op).shape;
-      const Shape& w = g.operand(op, 1).shape;
-      const bool nhwc = op.attrs.layout == Layout::NHWC;
-      p.batch = op.attrs.groups;
-      p.m = out[0] * (nhwc ? out[1] * out[2] : out[2] * out[3]);
-      p.n = (nhwc ? out[3] : out[1]) / op.attrs.groups;
-      p.k = w[1] * w[2] * w[3];
-      p.epilogue_reductions = group.epilogue_reductions;
-      break;
-    }
-    case KernelKind::Attention: {
-      const Op& op = g.ops[static_cast<size_t>(group.anchor)];
-      if (op.kind == OpKind::Sdpa) {
-        const Shape& q = g.operand(op, 0).shape;
-        p.batch = q[0] * q[1];
-        p.m = q[2];
-        p.n = g.operand(op, 1).shape[2];
-        p.k = q[3];
-      } else {  // decomposed: the anchor is matmul(p, v)
-        const Shape& probs = g.operand(op, 0).shape;
-        p.batch = product(probs, 0, probs.size() - 2);
-        p.m = probs[probs.size() - 2];
-        p.n = probs[probs.size() - 1];
-        p.k = g.operand(op, 1).shape.back();
-      }
-      break;
-    }
-    case KernelKind::Reduction:
-      if (group.norm_op >= 0) {  // row statistics of a normalisation
-        const Op& op = g.ops[static_cast<size_t>(group.norm_op)];
-        const Shape& x = g.operand(op, 0).shape;
-        p.domain = x;
-        p.outer = product(x, 0, static_cast<size_t>(op.attrs.axis));
-        p.reduced = product(x, static_cast<size_t>(op.attrs.axis), x.size());
-        p.row = row_strategy(p.reduced);
-      } else if (!group.pooling && !group.reduce_axes.empty()) {
-        // [outer, reduced, inner] when the reduced axes are contiguous;
-        // otherwise reduced = their product and outer the rest.
-        const auto& axes = group.reduce_axes;
-        const bool contiguous = axes.back() - axes.front() + 1 == static_cast<int64_t>(axes.size());
-        p.reduced = 1;
-        for (int64_t a : axes) p.reduced *= group.domain[static_cast<size_t>(a)];
-        if (contiguous) {
-          p.outer = product(group.domain, 0, static_cast<size_t>(axes.front()));
-          p.inner = product(group.domain, static_cast<size_t>(axes.back()) + 1, group.domain.size());
-        } else {
-          p.outer = element_count(group.domain) / p.reduced;
-          p.inner = 1;
-        }
-        p.row = row_strategy(p.reduced);
-        p.holds_rows = group.holds_rows;
-      }
-      break;
-    case KernelKind::Norm: {
-      const Op& op = g.ops[static_cast<size_t>(group.norm_op)];
-      const Shape& x = g.operand(op, 0).shape;
-      p.domain = x;
-      const auto axis = static_cast<size_t>(op.attrs.axis);
-      if (op.kind == OpKind::Softmax || op.kind == OpKind::LogSoftmax) {
-        p.outer = product(x, 0, axis);
-        p.reduced = x[axis];
-        p.inner = product(x, axis + 1, x.size());
-      } else if (op.kind == OpKind::GroupNorm) {
-        p.outer = x[0] * op.attrs.groups;
-        p.reduced = element_count(x) / p.outer;
-      } else {
-        p.outer = product(x, 0, axis);
-        p.reduced = product(x, axis, x.size());
-      }
-      p.row = row_strategy(p.reduced);
-      break;
-    }
+    case KernelKind::Matmul:
+    case KernelKind::Conv:
+    case KernelKind::Attention: anchor_params(g, group, p); break;
+    case KernelKind::Reduction: reduction_params(g, group, p); break;
+    case KernelKind::Norm: norm_params(g, group, p); break;
     case KernelKind::Pointwise:
-    case KernelKind::Copy:
-      break;
+    case KernelKind::Copy: break;
   }
   return p;
 }

@@ -6,14 +6,17 @@
 # RANDOM random graph for sm_80 and sm_90. Exit 0: byte-identical.
 # With --up-to-names, kernels that differ only in the emitter's variable
 # names count as identical (tests/tools/same_up_to_names.py): the proof for
-# a change of naming alone.
+# a change of naming alone. With --up-to-layout, kernels that differ only in
+# the whitespace that starts their lines (tests/tools/same_up_to_layout.py):
+# the proof for a change of CodeWriter::lay_out alone.
 #
-#   tests/tools/codegen_identical.sh [--up-to-names] BASE [RANDOM]   (default 1000)
+#   tests/tools/codegen_identical.sh [--up-to-names | --up-to-layout] BASE [RANDOM]   (default 1000)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-up_to_names=0
+up_to_names=0 up_to_layout=0
 [[ ${1:-} == --up-to-names ]] && { up_to_names=1; shift; }
-base=${1:?usage: codegen_identical.sh [--up-to-names] BASE [RANDOM]}
+[[ ${1:-} == --up-to-layout ]] && { up_to_layout=1; shift; }
+base=${1:?usage: codegen_identical.sh [--up-to-names | --up-to-layout] BASE [RANDOM]}
 count=${2:-1000}
 work=$(mktemp -d)
 trap 'git -C "$root" worktree remove --force "$work/base" >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
@@ -41,6 +44,9 @@ if diff -u "$work/base.txt" "$work/tree.txt" >"$work/diff.txt"; then
   echo "byte-identical: $lines kernels (examples, bench graphs, $count random graphs; sm_80 and sm_90), digest $(xxhsum "$work/tree.txt" 2>/dev/null | cut -d' ' -f1 || md5sum "$work/tree.txt" | cut -d' ' -f1)"
 elif [[ $up_to_names == 1 ]] && python3 "$root/tests/tools/same_up_to_names.py" "$work/base.txt.sources" "$work/tree.txt.sources"; then
   echo "identical up to variable names: $lines kernels (examples, bench graphs, $count random graphs; sm_80 and sm_90)"
+elif [[ $up_to_layout == 1 ]] && python3 "$root/tests/tools/same_up_to_layout.py" "$work/base.txt.sources" "$work/tree.txt.sources" &&
+  diff <(sed 's/ [0-9a-f]\{16\} / /' "$work/base.txt") <(sed 's/ [0-9a-f]\{16\} / /' "$work/tree.txt") >/dev/null; then
+  echo "identical up to layout (launch shapes identical): $lines kernels (examples, bench graphs, $count random graphs; sm_80 and sm_90)"
 else
   echo "DIFFERENT from $base: $(grep -c '^-[^-]' "$work/diff.txt") kernels"
   grep '^[-+][^-+]' "$work/diff.txt" | head -20 || true
