@@ -1,0 +1,82 @@
+"""Each benchmark graph as a PyTorch user writes it: tensors in their storage
+dtype, torch's own ops (F.layer_norm, F.rms_norm, torch.softmax, F.gelu,
+F.scaled_dot_product_attention), convolutions on channels-last tensors with
+cuDNN's autotuner on (set by run_bench.py). These are the primary baselines
+of bench/run_bench.py, eager and under torch.compile.
+
+A graph stored NHWC ([N, H, W, C], weights [K, R, S, C]) is what PyTorch calls
+a channels-last NCHW tensor: `cl` gives PyTorch's view of the same memory, no
+copy. Norms written out by hand upcast to f32 as model code does (Llama's
+RMSNorm). Each function takes the graph's inputs by name and returns its
+outputs in the graph's order.
+
+    NATIVE[graph_name](inputs) -> tuple of tensors
+"""
+import torch
+import torch.nn.functional as F
+
+BF16 = torch.bfloat16
+
+
+def cl(x):
+    """A [N, H, W, C] tensor (or [K, R, S, C] weights) as PyTorch's channels-last [N, C, H, W]."""
+    return x.permute(0, 3, 1, 2)
+
+
+def layer_norm_written_out(x, w, b):
+    xf = x.float()
+    mean = xf.mean(-1, keepdim=True)
+    c = xf - mean
+    var = (c * c).mean(-1, keepdim=True)
+    return ((c * torch.rsqrt(var + 1e-5)) * w + b).to(BF16)
+
+
+def rms_norm_as_llama_writes_it(x, w):
+    xf = x.float()
+    var = xf.pow(2).mean(-1, keepdim=True)
+    return w * (xf * torch.rsqrt(var + 1e-6)).to(BF16)
+
+
+def softmax_written_out(x):
+    xf = x.float()
+    e = torch.exp(xf - xf.amax(-1, keepdim=True))
+    return (e / e.sum(-1, keepdim=True)).to(BF16)
+
+
+def channel_stats(c):
+    return c, c.sum((0, 2, 3)), (c * c).sum((0, 2, 3))
+
+
+NATIVE = {
+    # memory-bound
+    "add_layer_norm": lambda i: (F.layer_norm(i["x"] + i["r"], (i["x"].shape[-1],), i["w"], i["b"]),),
+    "bn_stats": lambda i: (i["x"].sum((0, 1, 2)), (i["x"] * i["x"]).sum((0, 1, 2))),
+    "gelu_chain": lambda i: (F.gelu(i["x"] * i["s"] + i["t"]),),
+    "group_norm_silu": lambda i: (F.silu(F.group_norm(cl(i["x"]), 32, i["w"], i["b"])),),
+    "layer_norm": lambda i: (F.layer_norm(i["x"], (i["x"].shape[-1],), i["w"], i["b"]),),
+    "layer_norm_written_out": lambda i: (layer_norm_written_out(i["x"], i["w"], i["b"]),),
+    "long_row_softmax": lambda i: (torch.softmax(i["x"], -1),),
+    "reduce_sum_first": lambda i: (i["x"].sum(0),),
+    "reduce_sum_last": lambda i: (i["x"].sum(1),),
+    "rms_norm": lambda i: (F.rms_norm(i["x"], (i["x"].shape[-1],), i["w"], eps=1e-6),),
+    "rms_norm_written_out": lambda i: (rms_norm_as_llama_writes_it(i["x"], i["w"]),),
+    "softmax": lambda i: (torch.softmax(i["x"], -1),),
+    "softmax_scale_mask": lambda i: (torch.softmax(i["x"] * 0.125 + i["mask"], -1),),
+    "softmax_written_out": lambda i: (softmax_written_out(i["x"]),),
+    # anchors
+    "batched_matmul_scale": lambda i: (torch.bmm(i["a"], i["b"]) * 0.125,),
+    "conv1x1": lambda i: (F.conv2d(cl(i["x"]), cl(i["w"])),),
+    "conv3x3_bias_relu": lambda i: (F.relu(F.conv2d(cl(i["x"]), cl(i["w"]), i["b"], padding=1)),),
+    "conv3x3_stride2": lambda i: (F.conv2d(cl(i["x"]), cl(i["w"]), stride=2, padding=1),),
+    "conv_bias_residual_relu": lambda i: (F.relu(F.conv2d(cl(i["x"]), cl(i["w"]), i["b"], padding=1) + cl(i["r"])),),
+    "conv_bn_relu": lambda i: (F.relu(F.batch_norm(F.conv2d(cl(i["x"]), cl(i["w"]), padding=1), i["mean"], i["var"],
+                                                   i["gamma"], i["beta"], training=False)),),
+    "conv_channel_stats": lambda i: channel_stats(F.conv2d(cl(i["x"]), cl(i["w"]), padding=1)),
+    "matmul_bias_gelu": lambda i: (F.gelu(i["a"] @ i["w"] + i["b"]),),
+    "matmul_bias_residual_relu": lambda i: (F.relu(i["a"] @ i["w"] + i["b"] + i["r"]),),
+    "matmul_plain": lambda i: (i["a"] @ i["w"],),
+    "rms_norm_matmul": lambda i: (F.rms_norm(i["x"], (i["x"].shape[-1],), i["g"], eps=1e-6) @ i["w"],),
+    "sdpa_causal": lambda i: (F.scaled_dot_product_attention(i["q"], i["k"], i["v"], is_causal=True),),
+    "sdpa_gqa": lambda i: (F.scaled_dot_product_attention(i["q"], i["k"], i["v"], enable_gqa=True),),
+    "skinny_matmul": lambda i: (i["a"] @ i["w"],),
+}
