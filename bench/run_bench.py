@@ -20,7 +20,8 @@ operands already in memory) through cuBLAS or cuDNN, the vendor's rate for
 that shape; where the vendor has one fused call for the whole graph
 (cuBLASLt bias+GELU/ReLU epilogues, cuDNN conv+bias(+residual)+ReLU), that
 too; kiln's fused and unfused plan (`kiln bench --json`). Times are medians
-of CUDA-event timings after warm-up. Memory-bound graphs are compared with
+of CUDA-event timings after warm-up, PyTorch's recorded back to back as
+kiln's are (median_ms). Memory-bound graphs are compared with
 the copy ceiling (bytes = each input read once + each output written once),
 anchor graphs with the cuBLAS rate.
 """
@@ -39,18 +40,21 @@ import torch_graph  # noqa: E402
 
 
 def median_ms(fn, warmup=3, runs=20):
+    """The median of `runs` calls, each between two CUDA events, recorded back
+    to back with no synchronisation between calls: the queue stays full, so
+    the host's time per call (Python, dynamo's guards) overlaps the previous
+    call's kernels, as in `kiln bench` (runtime/bench.h) and in a model that
+    calls one op after another."""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(runs):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(runs)]
+    for start, stop in events:
         start.record()
         fn()
         stop.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(stop))
-    times.sort()
+    torch.cuda.synchronize()
+    times = sorted(start.elapsed_time(stop) for start, stop in events)
     return times[len(times) // 2]
 
 

@@ -4,17 +4,19 @@ random arrays given to an executable, each either rejected with a
 BindingError or run right."""
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import kiln
 
-# An independent evaluation of some of the catalogue's ops (float64 here,
-# compared at f32 tolerance).
+# An independent evaluation of some of the catalogue's ops, in float64 and,
+# op by op, in float32: kiln must be as near the float64 value as float32
+# arithmetic itself gets (a row sum multiplied back in can grow a value to
+# 1e3, and cos of it loses 1e-4 to f32 rounding alone: hypothesis found one).
 UNARY = {
     "neg": np.negative, "abs": np.abs, "relu": lambda x: np.maximum(x, 0), "tanh": np.tanh,
     "sigmoid": lambda x: 1 / (1 + np.exp(-x)), "sin": np.sin, "cos": np.cos,
-}  # (bounded or linear: chains of them stay finite in f32, so f32 and f64 agree to rounding)
+}
 BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "maximum": np.maximum, "minimum": np.minimum}
 
 shapes = st.lists(st.integers(1, 5), min_size=1, max_size=4)
@@ -30,6 +32,8 @@ def programs(draw):
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(programs(), st.integers(0, 2 ** 31 - 1))
+@example(([1, 3], [("abs", 0, False), ("abs", 0, False), ("cos", 0, True), ("abs", 3, True), ("abs", 0, False),
+                   ("abs", 0, False), ("abs", 704, True), ("cos", 7, False)]), 0)  # cos(1290): f32 is 3.7e-4 off
 def test_random_graphs_match_an_independent_evaluation(program, seed):
     shape, steps = program
     rng = np.random.default_rng(seed)
@@ -38,20 +42,26 @@ def test_random_graphs_match_an_independent_evaluation(program, seed):
     values = {x.name: rng.standard_normal(shape).astype(np.float32)}
     handles = [x]
     reference = {x.name: values[x.name].astype(np.float64)}
+    in_f32 = {x.name: values[x.name]}
+
+    def both(name, f, *operands):  # the float64 and the float32 evaluation of one op
+        reference[name] = f(*(reference[o] for o in operands))
+        in_f32[name] = np.asarray(f(*(in_f32[o] for o in operands)), dtype=np.float32)
+
     for op, pick, use_reduce in steps:
         a = handles[pick % len(handles)]
         if op in UNARY:
             t = getattr(b, op)(a)
-            reference[t.name] = UNARY[op](reference[a.name])
+            both(t.name, UNARY[op], a.name)
         else:
             c = handles[(pick // 7) % len(handles)]
             t = getattr(b, op)(a, c)
-            reference[t.name] = BINARY[op](reference[a.name], reference[c.name])
+            both(t.name, BINARY[op], a.name, c.name)
         if use_reduce and len(shape) > 1:  # a row sum read back by every element of its row
             r = b.reduce_sum(t, axes=[len(shape) - 1], keepdims=True)
-            reference[r.name] = reference[t.name].sum(axis=-1, keepdims=True)
+            both(r.name, lambda v: v.sum(axis=-1, keepdims=True), t.name)
             scaled = b.mul(t, r)
-            reference[scaled.name] = reference[t.name] * reference[r.name]
+            both(scaled.name, np.multiply, t.name, r.name)
             t = scaled
         handles.append(t)
     out = handles[-1]
@@ -61,8 +71,11 @@ def test_random_graphs_match_an_independent_evaluation(program, seed):
     want = reference[out.name]
     assert got.shape == want.shape
     scale = max(np.abs(want).max(), 1.0)
-    assert np.allclose(got, want, rtol=1e-4, atol=1e-4 * scale, equal_nan=True)
-
+    f32_error = np.abs(in_f32[out.name] - want)
+    with np.errstate(invalid="ignore"):
+        far = ~(np.abs(got - want) <= 1e-4 * scale + 1e-4 * np.abs(want) + 4 * f32_error)
+    far &= ~(np.isnan(got) & np.isnan(want))
+    assert not far.any(), f"kiln {got[far][:4]}, float64 {want[far][:4]}, float32 {in_f32[out.name][far][:4]}"
 
 DTYPES = [np.float32, np.float16, np.float64, np.int32, np.bool_]
 
