@@ -43,6 +43,11 @@ def softmax_written_out(x):
     return (e / e.sum(-1, keepdim=True)).to(BF16)
 
 
+def residual_rms_norm(a, w, r, g):  # a Llama layer's o_proj, residual and RMSNorm
+    h = r + a @ w
+    return h, rms_norm_as_llama_writes_it(h, g)
+
+
 def channel_stats(c):
     return c, c.sum((0, 2, 3)), (c * c).sum((0, 2, 3))
 
@@ -75,6 +80,7 @@ NATIVE = {
     "matmul_bias_gelu": lambda i: (F.gelu(i["a"] @ i["w"] + i["b"]),),
     "matmul_bias_residual_relu": lambda i: (F.relu(i["a"] @ i["w"] + i["b"] + i["r"]),),
     "matmul_plain": lambda i: (i["a"] @ i["w"],),
+    "residual_rms_norm_after_matmul": lambda i: residual_rms_norm(i["a"], i["w"], i["r"], i["g"]),
     "rms_norm_matmul": lambda i: (F.rms_norm(i["x"], (i["x"].shape[-1],), i["g"], eps=1e-6) @ i["w"],),
     "sdpa_causal": lambda i: (F.scaled_dot_product_attention(i["q"], i["k"], i["v"], is_causal=True),),
     "sdpa_gqa": lambda i: (F.scaled_dot_product_attention(i["q"], i["k"], i["v"], enable_gqa=True),),

@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "compiler/error.h"
+#include "compiler/memory_budget.h"
 #include "compiler/planner/strategies.h"
 
 namespace kiln::ir {
@@ -27,6 +28,8 @@ using planner::Group;
 using planner::Verdict;
 
 bool is_view(OpKind k) { return op_info(k).family == OpFamily::View; }
+// batch_norm is the inference form: a per-channel affine map, read like any pointwise op.
+bool pointwise_like(OpKind k) { return is_pointwise(k) || k == OpKind::BatchNorm; }
 bool is_anchor(OpKind k) {
   const OpFamily f = op_info(k).family;
   return f == OpFamily::Matmul || f == OpFamily::Conv || f == OpFamily::Attention;
@@ -43,6 +46,7 @@ class Planner {
     if (options_.fuse) {
       absorb_prologues();
       split_norm_prologues();
+      recompute_cheap_producers();
     }
     place_output_views();
     return finish();
@@ -593,6 +597,146 @@ class Planner {
       a.workspace.push_back(stats);
       norm_stat_edges_.emplace_back(n.id, a.id);
     }
+  }
+
+  // ---- step 3b: recompute instead of materialise ---------------------------
+  // A value a kernel writes only for other kernels, computed in its kernel by
+  // cheap pointwise ops (cost Free or Cheap) from tensors in memory anyway
+  // (what the kernel reads, graph outputs it writes), is recomputed by every
+  // kernel that reads it, when each such reader reads it only in pointwise
+  // ops and the inputs it then reads are no more bytes than the value: its
+  // readers read no more than before, and its kernel writes it no more (a
+  // kernel left with nothing to write is gone). The Llama residual + RMSNorm
+  // is the case: rsqrt(mean + eps) over [rows, 1], read by the multiply over
+  // [rows, hidden], is recomputed there from the mean; and the f32 cast of
+  // the residual sum, read from the bf16 sum that is written anyway.
+  void recompute_cheap_producers() {
+    std::set<TensorId> output_sources;
+    for (TensorId t : g_.outputs) output_sources.insert(source(t));
+    // The readers of each value: (group, op) pairs outside its group.
+    std::map<TensorId, std::vector<std::pair<int, int32_t>>> readers;
+    for (const Group& gr : groups_) {
+      if (!gr.alive) continue;
+      for (int32_t oi : gr.ops)
+        for (TensorId t : g_.ops[static_cast<size_t>(oi)].inputs) {
+          const TensorId s = source(t);
+          const int from = owner_[static_cast<size_t>(s)];
+          if (from >= 0 && from != gr.id) readers[s].push_back({gr.id, oi});
+        }
+    }
+    std::map<int, std::set<int32_t>> copied;  // producing group -> its ops now computed by readers
+    for (const auto& [t, users] : readers) {
+      const int gid = owner_[static_cast<size_t>(t)];
+      if (output_sources.count(t) || !group(gid).alive) continue;
+      std::set<TensorId> leaves;
+      std::string why_not;
+      const std::optional<std::set<int32_t>> cone = recompute_cone(group(gid), t, output_sources, leaves, why_not);
+      int64_t leaf_bytes = 0;
+      for (TensorId leaf : leaves) leaf_bytes += stored_bytes(g_.tensor(leaf));
+      if (cone && leaf_bytes > stored_bytes(g_.tensor(t))) {
+        std::vector<std::string> leaf_names;
+        for (TensorId leaf : leaves) leaf_names.push_back(fmt::format("'{}'", g_.tensor(leaf).name));
+        why_not = fmt::format("recomputing it would read {} ({}) instead of {}", fmt::join(leaf_names, ", "),
+                              human_bytes(leaf_bytes), human_bytes(stored_bytes(g_.tensor(t))));
+      }
+      if (!why_not.empty()) {
+        for (auto [rid, oi] : users)
+          if (auto it = reasons_.find({t, oi}); it != reasons_.end()) it->second += "; not recomputed here: " + why_not;
+        continue;
+      }
+      std::set<int> into;
+      bool ok = true;
+      for (auto [rid, oi] : users) {
+        const Group& r = group(rid);
+        ok = ok && pointwise_like(g_.ops[static_cast<size_t>(oi)].kind) && r.kind != KernelKind::Attention &&
+             !r.holds_rows && !full(rid, cone->size());
+        into.insert(rid);
+      }
+      if (!ok) continue;
+      std::vector<std::string> names, leaf_names;
+      for (int32_t oi : *cone) names.push_back(fmt::format("'{}'", g_.result(g_.ops[static_cast<size_t>(oi)]).name));
+      for (TensorId leaf : leaves) leaf_names.push_back(fmt::format("'{}'", g_.tensor(leaf).name));
+      for (int32_t oi : *cone)  // why the leaves cross memory into the readers
+        for (TensorId in : g_.ops[static_cast<size_t>(oi)].inputs)
+          if (leaves.count(in))
+            reasons_.emplace(std::make_pair(source(in), oi),
+                             fmt::format("read to recompute {} in this kernel, cheaper than reading '{}'",
+                                         fmt::join(names, ", "), g_.tensor(t).name));
+      for (int rid : into) {
+        Group& r = group(rid);
+        r.ops.insert(cone->begin(), cone->end());
+        r.recomputed.insert(cone->begin(), cone->end());
+        for (TensorId leaf : leaves)
+          if (const int from = owner_[static_cast<size_t>(leaf)]; from >= 0 && from != rid) succ_[static_cast<size_t>(from)].insert(rid);
+        r.notes.push_back(fmt::format("recomputes {} from {} ({}) instead of reading '{}' ({})", fmt::join(names, ", "),
+                                      fmt::join(leaf_names, ", "), human_bytes(leaf_bytes), g_.tensor(t).name,
+                                      human_bytes(stored_bytes(g_.tensor(t)))));
+      }
+      group(gid).recomputed.insert(cone->begin(), cone->end());
+      copied[gid].insert(cone->begin(), cone->end());
+    }
+    // A kernel whose every op is now computed by its readers, and which
+    // writes no graph output, has nothing left to do.
+    for (const auto& [gid, ops] : copied) {
+      Group& gr = group(gid);
+      const bool all_copied = std::all_of(gr.ops.begin(), gr.ops.end(), [&](int32_t oi) {
+        return ops.count(oi) || (is_view(g_.ops[static_cast<size_t>(oi)].kind) && !output_sources.count(g_.ops[static_cast<size_t>(oi)].output));
+      });
+      const bool writes_output = std::any_of(gr.ops.begin(), gr.ops.end(), [&](int32_t oi) {
+        return output_sources.count(g_.ops[static_cast<size_t>(oi)].output) > 0;
+      });
+      if (!all_copied || writes_output || gr.anchor >= 0 || !gr.workspace.empty()) continue;
+      for (auto& next : succ_) next.erase(gid);
+      succ_[static_cast<size_t>(gid)].clear();
+      gr.alive = false;
+    }
+    // An op left in one kernel is computed there alone, not recomputed.
+    std::map<int32_t, int> kernels_of;
+    for (const Group& gr : groups_)
+      if (gr.alive)
+        for (int32_t oi : gr.recomputed) kernels_of[oi] += 0;
+    for (const Group& gr : groups_)
+      if (gr.alive)
+        for (auto& [oi, n] : kernels_of) n += static_cast<int>(gr.ops.count(oi));
+    for (Group& gr : groups_)
+      if (gr.alive)
+        for (const auto& [oi, n] : kernels_of)
+          if (n == 1) gr.recomputed.erase(oi);
+  }
+
+  // The ops of group `gr` that compute `t` from tensors that stay in memory
+  // (what the group reads from other kernels or the caller, and graph
+  // outputs), collected with those tensors in `leaves`; nullopt, and why in
+  // `why_not`, when one of them is not a cheap pointwise op.
+  std::optional<std::set<int32_t>> recompute_cone(const Group& gr, TensorId t, const std::set<TensorId>& output_sources,
+                                                  std::set<TensorId>& leaves, std::string& why_not) const {
+    std::set<int32_t> cone;
+    std::vector<TensorId> todo{t};
+    while (!todo.empty()) {
+      const TensorId v = todo.back();
+      todo.pop_back();
+      const Tensor& tensor = g_.tensor(v);
+      if (tensor.kind == TensorKind::Constant) continue;
+      const bool here = tensor.kind == TensorKind::OpResult && gr.ops.count(tensor.producer);
+      if (!here || (v != t && output_sources.count(v))) {
+        leaves.insert(v);
+        continue;
+      }
+      const Op& op = g_.ops[static_cast<size_t>(tensor.producer)];
+      if (!is_view(op.kind) && (!is_pointwise(op.kind) || op_info(op.kind).cost == OpCost::Heavy)) {
+        why_not = fmt::format("'{}' is computed by {}, {}", tensor.name, op_name(op.kind),
+                              is_pointwise(op.kind) ? "too costly to compute again for every element that reads it"
+                                                    : "not a pointwise op");
+        return std::nullopt;
+      }
+      if (!cone.insert(tensor.producer).second) continue;
+      for (TensorId in : op.inputs) todo.push_back(in);
+    }
+    return cone;
+  }
+
+  int64_t stored_bytes(const Tensor& t) const {
+    return element_count(t.shape) * byte_size(t.kind == TensorKind::Input ? t.dtype : t.value_dtype());
   }
 
   // ---- graph outputs that are views ----------------------------------------

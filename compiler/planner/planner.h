@@ -16,6 +16,14 @@
 //     operand is applied while the anchor loads it; a layer_norm/rms_norm
 //     whose only result is a matmul's A becomes a row-statistics kernel plus
 //     the normalisation applied in the matmul's prologue;
+//  3b. recompute instead of materialise: a value a kernel writes only for
+//     other kernels, made by cheap pointwise ops (ops.def's cost Free or
+//     Cheap) from tensors in memory anyway, is computed again by each kernel
+//     that reads it in pointwise ops, when the inputs it then reads are no
+//     more bytes than the value (its readers read no more than before, its
+//     kernel writes it no more; a kernel left with nothing to write goes).
+//     The plan notes what each kernel recomputes, and a boundary that stays
+//     says why it is not recomputed (a costly op, more bytes to read);
 //  4. order the kernels; record reads, writes and the reasons for boundaries.
 //
 // A worked example, x -> conv2d -> add(b) -> relu -> y:

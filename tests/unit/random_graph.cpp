@@ -113,8 +113,12 @@ class Generator {
             add(r, widest(x.dtype, y.dtype), x.shape);
             return;
           }
-        const Value y = new_input(broadcastable(x.shape), random_float_dtype());
+        Value y = new_input(broadcastable(x.shape), random_float_dtype());
         values_.push_back(y);
+        if (chance(0.3)) {  // a cheap op on the broadcast operand: its own small domain (the planner recomputes it)
+          static const char* cheap[] = {"neg", "abs", "square"};
+          y = add(b_.op(cheap[pick(0, 2)], {y.t}), y.dtype, y.shape);
+        }
         r = b_.op(op, chance(0.5) ? std::vector<Operand>{x.t, y.t} : std::vector<Operand>{y.t, x.t});
         add(r, widest(x.dtype, y.dtype), x.shape);
         return;

@@ -257,7 +257,7 @@ TEST(Planner, DoneWhenPatternsAreOneKernelEach) {
 }
 
 TEST(Planner, RandomGraphsGiveValidPlans) {
-  int kernels_fused = 0, kernels_unfused = 0, graphs = 0;
+  int kernels_fused = 0, kernels_unfused = 0, graphs = 0, recomputing = 0;
   for (uint64_t seed = 1; seed <= 3000; ++seed) {
     Graph g = testing::random_graph(seed);
     for (bool fuse : {true, false}) {
@@ -266,11 +266,17 @@ TEST(Planner, RandomGraphsGiveValidPlans) {
       ASSERT_EQ(problem, "") << "seed " << seed << (fuse ? "" : " (no fusion)") << "\n"
                              << g.to_json() << "\n" << ir::plan_to_text(ir_of(g), p);
       (fuse ? kernels_fused : kernels_unfused) += static_cast<int>(p.kernels.size());
+      if (fuse && std::any_of(p.kernels.begin(), p.kernels.end(), [](const ir::PlannedKernel& k) {
+            return std::any_of(k.notes.begin(), k.notes.end(), [](const std::string& n) { return n.starts_with("recomputes "); });
+          }))
+        ++recomputing;
     }
     ++graphs;
   }
   EXPECT_EQ(graphs, 3000);
   EXPECT_LT(kernels_fused, kernels_unfused);  // fusion does something
+  EXPECT_GT(recomputing, 50);                  // the invariants cover recomputed producers (115 of 3000)
+  RecordProperty("graphs_recomputing", recomputing);
   RecordProperty("kernels_fused", kernels_fused);
   RecordProperty("kernels_unfused", kernels_unfused);
 }
