@@ -55,8 +55,13 @@ auto GemmGenerator::decide_epilogue(const ir::Op& anchor, const Gemm& gm, const 
         break;
       }
     }
+    // (The anchor's own operands are read by the main loop, not here.)
+    std::set<ir::TensorId> read_here;
+    for (int32_t oi : k_.ops)
+      if (oi != k_.anchor)
+        for (ir::TensorId in : g_.ops[static_cast<size_t>(oi)].inputs) read_here.insert(in);
     for (const auto& [id, e] : ext_) {
-      if (plan.staged >= 0 && !writes_.count(id) && g_.tensor(id).shape == result_shape &&
+      if (plan.staged >= 0 && read_here.count(id) && !writes_.count(id) && g_.tensor(id).shape == result_shape &&
           e.strides == contiguous_strides(result_shape) && e.storage == storage_dtype(g_.tensor(plan.staged)))
         plan.residuals.push_back(id);
     }
@@ -69,6 +74,11 @@ auto GemmGenerator::decide_epilogue(const ir::Op& anchor, const Gemm& gm, const 
       if (!std::binary_search(k.op->attrs.axes.begin(), k.op->attrs.axes.end(), static_cast<int64_t>(d)))
         k.kept.push_back(k.input[d]), k.kept_shape.push_back(in_shape[d]);
     k.column = tensor_core && gm.column_last && k.kept.size() == 1 && k.kept[0] == oc.back();
+    // Reduced along the output row alone (RMSNorm's mean of squares after a
+    // matmul): the fragments' quads hold whole rows of the tile.
+    // (An unbatched matmul's row is m; a conv's, the pixel out_row declares.)
+    k.row = tensor_core && gm.column_last && (gm.batches == 1 || gm.out_row) && k.input == oc &&
+            k.op->attrs.axes.size() == 1 && k.op->attrs.axes[0] == static_cast<int64_t>(in_shape.size()) - 1;
   }
   // Staged column blocks in a loop that is not unrolled where an element
   // takes a library function (erf, exp, tanh, ...): unrolled over a 128 x
@@ -94,7 +104,8 @@ std::string GemmGenerator::EpiloguePlan::to_string(const ir::Graph& g) const {
   std::string s = staged >= 0 ? fmt::format("staged {}", g.tensor(staged).name) : "stores direct";
   for (ir::TensorId r : residuals) s += fmt::format(", residual {}", g.tensor(r).name);
   for (const EpilogueReduction& r : reductions)
-    s += fmt::format(", {} {}", r.column ? "column partials for" : "atomics for", g.result(*r.op).name);
+    s += fmt::format(", {} {}", r.column ? "column partials for" : r.row ? "row partials for" : "atomics for",
+                     g.result(*r.op).name);
   if (rollable) s += rolled ? ", column blocks rolled" : ", column blocks unrolled";
   return s;
 }
@@ -110,6 +121,18 @@ void GemmGenerator::emit_epilogue_reductions(const EpiloguePlan& plan, const std
                                 "{1}::identity();\n", red, functor);
       em_.emit(fmt::format("{0}[ni][e & 1] = {1}::combine({0}[ni][e & 1], {2});", red, functor, em_.value(k.op->inputs[0], k.input)));
       text.column_reduces.emplace_back(r, red);
+      continue;
+    }
+    if (k.row) {
+      const std::string functor = reduce_functor(k.op->kind), red = fmt::format("rowred{}", r);
+      text.row_decls += fmt::format("float {0}[G::kMI][2];\n#pragma unroll\nfor (int mi = 0; mi < G::kMI; ++mi) {0}[mi][0] = {0}[mi][1] = "
+                                    "{1}::identity();\n", red, functor);
+      em_.emit(fmt::format("{0}[mi][half] = {1}::combine({0}[mi][half], {2});", red, functor, em_.value(k.op->inputs[0], k.input)));
+      text.row_flush += fmt::format("{{\nfloat v = {0}[mi][half];\n"
+                                    "v = {1}::combine(v, __shfl_xor_sync(0xffffffffu, v, 1));\n"
+                                    "v = {1}::combine(v, __shfl_xor_sync(0xffffffffu, v, 2));\n"
+                                    "if ((threadIdx.x & 3) == 0 && in_rows) kiln::atomic_combine({1}(), static_cast<float*>({2}) + {3}, v);\n}}\n",
+                                    red, functor, ws[r], em_.linearize(k.kept, k.kept_shape));
       continue;
     }
     em_.emit(fmt::format("kiln::atomic_combine({}(), static_cast<float*>({}) + {}, {});", reduce_functor(k.op->kind), ws[r],
@@ -350,6 +373,14 @@ std::string GemmGenerator::epilogue(const ir::Op& anchor, const Gemm& gm, const 
       staged_column_blocks(gm, plan, text, open, close, *carry);
     }
   }
+  // Row partials: per tile, flushed once its fragments are done (a quad's
+  // lanes hold the row's columns: two shuffles, then one atomic a row).
+  std::string row_flush;
+  if (!text.row_flush.empty())
+    row_flush = "#pragma unroll\nfor (int mi = 0; mi < G::kMI; ++mi)\n#pragma unroll\nfor (int half = 0; half < 2; ++half) {\n"
+                "const kiln::i64 m = m0 + G::acc_row(mi, 2 * half);\n" +
+                fmt::format("const bool in_rows = {};\n", loops.check_m ? fmt::format("m < {}LL", gm.m) : "true") +
+                (gm.out_row ? gm.out_row("m") + "\n" : "") + text.row_flush + "}\n";
   const bool carrying = carry && !text.column_reduces.empty() &&
                         static_cast<int>(text.column_reduces.size()) * carry->partials_per_reduction <= carry->registers;
   const std::string flush = flush_column_partials(gm, plan, text, ws, carrying);
@@ -361,10 +392,10 @@ std::string GemmGenerator::epilogue(const ir::Op& anchor, const Gemm& gm, const 
     body += "if (carried_n0 != n0 || carried_batch != batch) {\n";
     body += "if (carried_n0 >= 0) flush_columns(carried_n0, carried_batch);\n";
     body += "carried_n0 = n0, carried_batch = batch;\n}\n";
-    body += open + elements + close;
+    body += text.row_decls + open + elements + close + row_flush;
     carry->after_loop += "if (carried_n0 >= 0) flush_columns(carried_n0, carried_batch);\n";
   } else {
-    body += text.decls + open + elements + close + flush;
+    body += text.decls + text.row_decls + open + elements + close + row_flush + flush;
   }
   if (!plan.reductions.empty()) (finish_out ? *finish_out : body) += finish_epilogue_reductions(plan, ws, counter);
   return body;

@@ -120,6 +120,7 @@ class GemmGenerator : public KernelBuilder {
     Coords kept;       // the coordinates it keeps, and their extents
     Shape kept_shape;
     bool column = false;  // keeps only the output column: register partials, one atomic per column and warp
+    bool row = false;     // keeps only the output row: register partials, one atomic per row, warp and tile
   };
   struct EpiloguePlan {
     std::vector<EpilogueReduction> reductions;
@@ -142,6 +143,7 @@ class GemmGenerator : public KernelBuilder {
   struct EpilogueText {
     std::string decls;  // register partials of column reductions
     std::vector<std::pair<size_t, std::string>> column_reduces;  // reduction, its partials' variable
+    std::string row_decls, row_flush;  // register partials of row reductions: before a tile's fragments, after
     std::string pair_decls, pair_stores;  // column pairs of written tensors
     std::string staged_map, staged_put;   // the staged tensor's map parameter and alignment check
     TensorMapSpec staged_map_spec;

@@ -573,17 +573,16 @@ namespace kiln {
 namespace {
 
 TEST(Codegen, DecisionsAreReportedPerArch) {
-  // The kernel's shape, then its epilogue. conv + bias + residual + relu with channel statistics: on sm_90 the result
-  // goes out through shared memory with the residual loaded into the same
-  // buffers, the statistics as per-column register partials; sm_80 stores
-  // directly and keeps the same column partials.
+  // The kernel's shape, then its epilogue. conv with channel statistics: on sm_90 the result goes out through shared
+  // memory, the statistics as per-column register partials; sm_80 stores directly and keeps the same column
+  // partials. A reduction along the row (RMSNorm's mean of squares after a matmul) keeps row partials.
   Graph g = Graph::load(KILN_SOURCE_DIR "/bench/graphs/anchors/conv_channel_stats.json").value();
   auto decisions = [&](int sm) {
     return codegen::generate_program(ir_of(g), ir::plan_fusion(ir_of(g)), sm).kernels.at(0).decisions;
   };
   EXPECT_EQ(decisions(90),
             "wgmma 128x128x64, A gathered, cluster 2, 6 stages, registers 128/184; "
-            "epilogue: staged c, residual x, column partials for s, column partials for ss");
+            "epilogue: staged c, column partials for s, column partials for ss");  // (x, the conv's input, is no residual)
   EXPECT_EQ(decisions(80),
             "mma.sync 128x128x64, 2x2 warps, 3 stages; epilogue: stores direct, column partials for s, column partials for ss");
   // A library function per element (erf GELU) rolls the staged column blocks.
@@ -592,6 +591,10 @@ TEST(Codegen, DecisionsAreReportedPerArch) {
       codegen::generate_program(ir_of(gelu), ir::plan_fusion(ir_of(gelu)), 90).kernels.at(0);
   EXPECT_EQ(k.decisions,
             "wgmma 128x128x64, A by TMA, cluster 2, 6 stages, registers 56/224; epilogue: staged y, column blocks rolled");
+  Graph rms = Graph::load(KILN_SOURCE_DIR "/examples/matmul/hopper_residual_rms_norm.json").value();
+  EXPECT_EQ(codegen::generate_program(ir_of(rms), ir::plan_fusion(ir_of(rms)), 90).kernels.at(0).decisions,
+            "wgmma 128x128x64, A by TMA, cluster 2, 6 stages, registers 56/224; "
+            "epilogue: staged h, residual r, row partials for ms, column blocks unrolled");
 }
 
 }  // namespace
