@@ -145,8 +145,14 @@ auto GemmGenerator::conv_weight_operand(const ir::Op& anchor, Mma kind) const ->
 
 auto GemmGenerator::wgmma_operands(const ir::Op& anchor, const Gemm& gm, Mma kind) const -> std::optional<WgmmaOperands> {
   if (sm_ != 90 || kind == Mma::tf32) return std::nullopt;
-  const int64_t tiles = ((gm.m + 127) / 128) * ((gm.n + 127) / 128) * gm.batches;
-  if (tiles < 132 || tiles >= (int64_t{1} << 31)) return std::nullopt;
+  // Enough 128 x 128 tiles to fill the GPU; or fewer, each long in K over
+  // at least 8 tile rows (a deep conv of ResNet-50: 52 tiles of K = 4608):
+  // a wgmma tile's rate per SM beats the 64 x 64 mma.sync tiles that would
+  // cover every SM (H100, 3x3 conv 7x7x512 -> 512 at batch 32: 41 TFLOP/s
+  // on mma.sync). Few rows (decode) keep mma.sync and its K split.
+  const int64_t tiles_m = (gm.m + 127) / 128, tiles = tiles_m * ((gm.n + 127) / 128) * gm.batches;
+  const bool long_tiles = tiles >= 32 && tiles_m >= 8 && gm.k >= 1024;
+  if ((tiles < 132 && !long_tiles) || tiles >= (int64_t{1} << 31)) return std::nullopt;
   if (anchor.kind == OpKind::Matmul) {
     std::optional<TmaOperand> a = tma_operand(anchor, 0, kind), b = tma_operand(anchor, 1, kind);
     if (!a || !b) return std::nullopt;
