@@ -3,8 +3,9 @@ batch 32, channels-last bf16, each as kiln graph conv2d + bias + relu (what an
 inference model with its batch norms folded runs), against cuDNN in the same
 run: the conv alone (F.conv2d on channels-last tensors,
 torch.backends.cudnn.benchmark on) and cuDNN's own conv + bias + relu
-(torch.cudnn_convolution_relu). The geometric mean over shapes, and weighted
-by how often ResNet-50 runs each shape.
+(torch.cudnn_convolution_relu), both timed by CUDA-graph replay (the
+kernels' GPU time, as `kiln bench` times kiln's). The geometric mean over
+shapes, and weighted by how often ResNet-50 runs each shape.
 
     python3 bench/resnet50_convs.py KILN_BINARY [--json OUT.json]
 """
@@ -19,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run_bench import median_ms  # noqa: E402
+from run_bench import graph_ms  # noqa: E402
 
 N = 32
 # (input size, in channels, out channels, filter, stride, padding, times ResNet-50 runs it)
@@ -62,8 +63,8 @@ def main():
         x = torch.randn(N, c, h, h, device="cuda", dtype=torch.bfloat16).to(memory_format=torch.channels_last)
         w = torch.randn(k, c, r, r, device="cuda", dtype=torch.bfloat16).to(memory_format=torch.channels_last)
         b = torch.randn(k, device="cuda", dtype=torch.bfloat16)
-        alone = median_ms(lambda: F.conv2d(x, w, stride=stride, padding=pad), runs=50)
-        fused = median_ms(lambda: torch.cudnn_convolution_relu(x, w, b, [stride, stride], [pad, pad], [1, 1], 1), runs=50)
+        alone = graph_ms(lambda: F.conv2d(x, w, stride=stride, padding=pad))
+        fused = graph_ms(lambda: torch.cudnn_convolution_relu(x, w, b, [stride, stride], [pad, pad], [1, 1], 1))
         p = (h + 2 * pad - r) // stride + 1
         flops = 2 * N * p * p * k * c * r * r
         kr = kiln_ms[path]
