@@ -86,6 +86,9 @@ if [[ ${KILN_SKIP_ANCHOR_BENCH:-0} != 1 ]]; then
   section "autotune (kiln compile --autotune over the anchor graphs: candidates, times, winners)"
   timeout 400 build-gpu/bin/kiln compile --autotune bench/graphs/anchors/*.json >"$out/autotune.log" 2>&1 || status=1
   grep -E "^\S|tiles|<- chosen" "$out/autotune.log"
+  section "ResNet-50's convolutions against cuDNN (batch 32, channels-last bf16, vendor kernels by graph replay)"
+  timeout 240 python3 bench/resnet50_convs.py build-gpu/bin/kiln --json "$out/resnet50.json" 2>"$out/resnet50.log" || {
+    status=1; tail -20 "$out/resnet50.log"; }
   section "anchor benchmarks (matmul, conv, attention; torch.compile max-autotune for matmul graphs)"
   timeout 480 python3 bench/run_bench.py build-gpu/bin/kiln bench/graphs/anchors/*.json --json "$out/bench-anchors.json" \
     2>"$out/bench-anchors.log" || { status=1; tail -20 "$out/bench-anchors.log"; }

@@ -613,7 +613,13 @@ class Planner {
   void recompute_cheap_producers() {
     std::set<TensorId> output_sources;
     for (TensorId t : g_.outputs) output_sources.insert(source(t));
-    // The readers of each value: (group, op) pairs outside its group.
+    std::map<int, std::set<int32_t>> copied;  // producing group -> its ops now computed by readers
+    for (const auto& [t, users] : readers_outside_producers()) recompute_in_readers(t, users, output_sources, copied);
+    drop_emptied_groups(copied, output_sources);
+  }
+
+  // The readers of each value: (group, op) pairs outside its group.
+  std::map<TensorId, std::vector<std::pair<int, int32_t>>> readers_outside_producers() const {
     std::map<TensorId, std::vector<std::pair<int, int32_t>>> readers;
     for (const Group& gr : groups_) {
       if (!gr.alive) continue;
@@ -624,59 +630,67 @@ class Planner {
           if (from >= 0 && from != gr.id) readers[s].push_back({gr.id, oi});
         }
     }
-    std::map<int, std::set<int32_t>> copied;  // producing group -> its ops now computed by readers
-    for (const auto& [t, users] : readers) {
-      const int gid = owner_[static_cast<size_t>(t)];
-      if (output_sources.count(t) || !group(gid).alive) continue;
-      std::set<TensorId> leaves;
-      std::string why_not;
-      const std::optional<std::set<int32_t>> cone = recompute_cone(group(gid), t, output_sources, leaves, why_not);
-      int64_t leaf_bytes = 0;
-      for (TensorId leaf : leaves) leaf_bytes += stored_bytes(g_.tensor(leaf));
-      if (cone && leaf_bytes > stored_bytes(g_.tensor(t))) {
-        std::vector<std::string> leaf_names;
-        for (TensorId leaf : leaves) leaf_names.push_back(fmt::format("'{}'", g_.tensor(leaf).name));
-        why_not = fmt::format("recomputing it would read {} ({}) instead of {}", fmt::join(leaf_names, ", "),
-                              human_bytes(leaf_bytes), human_bytes(stored_bytes(g_.tensor(t))));
-      }
-      if (!why_not.empty()) {
-        for (auto [rid, oi] : users)
-          if (auto it = reasons_.find({t, oi}); it != reasons_.end()) it->second += "; not recomputed here: " + why_not;
-        continue;
-      }
-      std::set<int> into;
-      bool ok = true;
-      for (auto [rid, oi] : users) {
-        const Group& r = group(rid);
-        ok = ok && pointwise_like(g_.ops[static_cast<size_t>(oi)].kind) && r.kind != KernelKind::Attention &&
-             !r.holds_rows && !full(rid, cone->size());
-        into.insert(rid);
-      }
-      if (!ok) continue;
-      std::vector<std::string> names, leaf_names;
-      for (int32_t oi : *cone) names.push_back(fmt::format("'{}'", g_.result(g_.ops[static_cast<size_t>(oi)]).name));
+    return readers;
+  }
+
+  // Recomputes `t` in every one of its readers if the rule above allows;
+  // else adds why not to the boundary's reason.
+  void recompute_in_readers(TensorId t, const std::vector<std::pair<int, int32_t>>& users,
+                            const std::set<TensorId>& output_sources, std::map<int, std::set<int32_t>>& copied) {
+    const int gid = owner_[static_cast<size_t>(t)];
+    if (output_sources.count(t) || !group(gid).alive) return;
+    std::set<TensorId> leaves;
+    std::string why_not;
+    const std::optional<std::set<int32_t>> cone = recompute_cone(group(gid), t, output_sources, leaves, why_not);
+    int64_t leaf_bytes = 0;
+    for (TensorId leaf : leaves) leaf_bytes += stored_bytes(g_.tensor(leaf));
+    if (cone && leaf_bytes > stored_bytes(g_.tensor(t))) {
+      std::vector<std::string> leaf_names;
       for (TensorId leaf : leaves) leaf_names.push_back(fmt::format("'{}'", g_.tensor(leaf).name));
-      for (int32_t oi : *cone)  // why the leaves cross memory into the readers
-        for (TensorId in : g_.ops[static_cast<size_t>(oi)].inputs)
-          if (leaves.count(in))
-            reasons_.emplace(std::make_pair(source(in), oi),
-                             fmt::format("read to recompute {} in this kernel, cheaper than reading '{}'",
-                                         fmt::join(names, ", "), g_.tensor(t).name));
-      for (int rid : into) {
-        Group& r = group(rid);
-        r.ops.insert(cone->begin(), cone->end());
-        r.recomputed.insert(cone->begin(), cone->end());
-        for (TensorId leaf : leaves)
-          if (const int from = owner_[static_cast<size_t>(leaf)]; from >= 0 && from != rid) succ_[static_cast<size_t>(from)].insert(rid);
-        r.notes.push_back(fmt::format("recomputes {} from {} ({}) instead of reading '{}' ({})", fmt::join(names, ", "),
-                                      fmt::join(leaf_names, ", "), human_bytes(leaf_bytes), g_.tensor(t).name,
-                                      human_bytes(stored_bytes(g_.tensor(t)))));
-      }
-      group(gid).recomputed.insert(cone->begin(), cone->end());
-      copied[gid].insert(cone->begin(), cone->end());
+      why_not = fmt::format("recomputing it would read {} ({}) instead of {}", fmt::join(leaf_names, ", "),
+                            human_bytes(leaf_bytes), human_bytes(stored_bytes(g_.tensor(t))));
     }
-    // A kernel whose every op is now computed by its readers, and which
-    // writes no graph output, has nothing left to do.
+    if (!why_not.empty()) {
+      for (auto [rid, oi] : users)
+        if (auto it = reasons_.find({t, oi}); it != reasons_.end()) it->second += "; not recomputed here: " + why_not;
+      return;
+    }
+    std::set<int> into;
+    bool ok = true;
+    for (auto [rid, oi] : users) {
+      const Group& r = group(rid);
+      ok = ok && pointwise_like(g_.ops[static_cast<size_t>(oi)].kind) && r.kind != KernelKind::Attention &&
+           !r.holds_rows && !full(rid, cone->size());
+      into.insert(rid);
+    }
+    if (!ok) return;
+    std::vector<std::string> names, leaf_names;
+    for (int32_t oi : *cone) names.push_back(fmt::format("'{}'", g_.result(g_.ops[static_cast<size_t>(oi)]).name));
+    for (TensorId leaf : leaves) leaf_names.push_back(fmt::format("'{}'", g_.tensor(leaf).name));
+    for (int32_t oi : *cone)  // why the leaves cross memory into the readers
+      for (TensorId in : g_.ops[static_cast<size_t>(oi)].inputs)
+        if (leaves.count(in))
+          reasons_.emplace(std::make_pair(source(in), oi),
+                           fmt::format("read to recompute {} in this kernel, cheaper than reading '{}'",
+                                       fmt::join(names, ", "), g_.tensor(t).name));
+    for (int rid : into) {
+      Group& r = group(rid);
+      r.ops.insert(cone->begin(), cone->end());
+      r.recomputed.insert(cone->begin(), cone->end());
+      for (TensorId leaf : leaves)
+        if (const int from = owner_[static_cast<size_t>(leaf)]; from >= 0 && from != rid) succ_[static_cast<size_t>(from)].insert(rid);
+      r.notes.push_back(fmt::format("recomputes {} from {} ({}) instead of reading '{}' ({})", fmt::join(names, ", "),
+                                    fmt::join(leaf_names, ", "), human_bytes(leaf_bytes), g_.tensor(t).name,
+                                    human_bytes(stored_bytes(g_.tensor(t)))));
+    }
+    group(gid).recomputed.insert(cone->begin(), cone->end());
+    copied[gid].insert(cone->begin(), cone->end());
+  }
+
+  // A kernel whose every op is now computed by its readers, and which writes
+  // no graph output, has nothing left to do; an op left in one kernel is
+  // computed there alone, not recomputed.
+  void drop_emptied_groups(const std::map<int, std::set<int32_t>>& copied, const std::set<TensorId>& output_sources) {
     for (const auto& [gid, ops] : copied) {
       Group& gr = group(gid);
       const bool all_copied = std::all_of(gr.ops.begin(), gr.ops.end(), [&](int32_t oi) {
@@ -690,7 +704,6 @@ class Planner {
       succ_[static_cast<size_t>(gid)].clear();
       gr.alive = false;
     }
-    // An op left in one kernel is computed there alone, not recomputed.
     std::map<int32_t, int> kernels_of;
     for (const Group& gr : groups_)
       if (gr.alive)
