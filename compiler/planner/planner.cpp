@@ -47,6 +47,7 @@ class Planner {
       absorb_prologues();
       split_norm_prologues();
       recompute_cheap_producers();
+      fuse_horizontally();
     }
     place_output_views();
     return finish();
@@ -750,6 +751,62 @@ class Planner {
 
   int64_t stored_bytes(const Tensor& t) const {
     return element_count(t.shape) * byte_size(t.kind == TensorKind::Input ? t.dtype : t.value_dtype());
+  }
+
+  // ---- step 3c: horizontal fusion -----------------------------------------
+  // Kernels with no path between them (neither reads what the other writes,
+  // directly or through a third) over the same domain become one: pointwise
+  // kernels over one shape, reductions of one shape over the same axes. One
+  // launch and one pass of indexing instead of two; bytes are unchanged. At
+  // most kMaxHorizontalChecks dependency searches, for graphs of thousands
+  // of kernels.
+  static constexpr int kMaxHorizontalChecks = 4096;
+  void fuse_horizontally() {
+    std::map<std::string, std::vector<int>> buckets;  // same kind and domain, in op order
+    for (const Group& gr : groups_)
+      if (const std::optional<std::string> key = horizontal_key(gr)) buckets[*key].push_back(gr.id);
+    int checks = 0;
+    for (auto& [key, ids] : buckets)
+      for (size_t i = 0; i < ids.size(); ++i) {
+        if (!group(ids[i]).alive) continue;
+        for (size_t j = i + 1; j < ids.size() && checks < kMaxHorizontalChecks; ++j) {
+          Group& a = group(ids[i]);
+          Group& b = group(ids[j]);
+          if (!b.alive || full(a.id, b.ops.size())) continue;
+          ++checks;
+          if (depends(a.id, b.id) || depends(b.id, a.id)) continue;
+          a.notes.push_back(fmt::format("fused horizontally with the kernel of {} (the same domain, independent)",
+                                        written_names(b)));
+          for (int32_t oi : b.ops) a.ops.insert(oi);
+          for (int32_t oi : b.recomputed) a.recomputed.insert(oi);
+          for (auto& [t, st] : b.stage) {
+            a.stage[t] = st;
+            if (owner_[static_cast<size_t>(t)] == b.id) owner_[static_cast<size_t>(t)] = a.id;
+          }
+          a.notes.insert(a.notes.end(), b.notes.begin(), b.notes.end());
+          retire(b.id, a.id);
+        }
+      }
+  }
+
+  // Groups that may fuse horizontally share this key; nullopt for the rest
+  // (anchors, norms, pools, held rows, row statistics, views alone).
+  std::optional<std::string> horizontal_key(const Group& gr) const {
+    if (!gr.alive || gr.anchor >= 0 || gr.norm_op >= 0 || gr.pooling || gr.holds_rows || !gr.workspace.empty()) return std::nullopt;
+    if (std::all_of(gr.ops.begin(), gr.ops.end(), [&](int32_t oi) { return is_view(g_.ops[static_cast<size_t>(oi)].kind); }))
+      return std::nullopt;
+    if (gr.kind == KernelKind::Pointwise) return fmt::format("pointwise {}", to_string(gr.domain));
+    if (gr.kind == KernelKind::Reduction && !gr.reduce_axes.empty())
+      return fmt::format("reduction {} over [{}]", to_string(gr.domain), fmt::join(gr.reduce_axes, ","));
+    return std::nullopt;
+  }
+
+  std::string written_names(const Group& gr) const {
+    std::vector<std::string> names;
+    for (int32_t oi : gr.ops)
+      if (!is_view(g_.ops[static_cast<size_t>(oi)].kind) && names.size() < 3)
+        names.push_back(fmt::format("'{}'", g_.result(g_.ops[static_cast<size_t>(oi)]).name));
+    return fmt::format("{}", fmt::join(names, ", "));
   }
 
   // ---- graph outputs that are views ----------------------------------------

@@ -24,6 +24,9 @@
 //     kernel writes it no more; a kernel left with nothing to write goes).
 //     The plan notes what each kernel recomputes, and a boundary that stays
 //     says why it is not recomputed (a costly op, more bytes to read);
+//  3c. horizontal fusion: kernels with no path between them over the same
+//     domain (pointwise over one shape; reductions of one shape over the
+//     same axes) become one: one launch, the same bytes;
 //  4. order the kernels; record reads, writes and the reasons for boundaries.
 //
 // A worked example, x -> conv2d -> add(b) -> relu -> y:
