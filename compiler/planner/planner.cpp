@@ -692,7 +692,9 @@ class Planner {
   // no graph output, has nothing left to do; an op left in one kernel is
   // computed there alone, not recomputed.
   void drop_emptied_groups(const std::map<int, std::set<int32_t>>& copied, const std::set<TensorId>& output_sources) {
-    for (const auto& [gid, ops] : copied) {
+    for (const auto& entry : copied) {  // (no structured binding: lambdas below capture it)
+      const int gid = entry.first;
+      const std::set<int32_t>& ops = entry.second;
       Group& gr = group(gid);
       const bool all_copied = std::all_of(gr.ops.begin(), gr.ops.end(), [&](int32_t oi) {
         return ops.count(oi) || (is_view(g_.ops[static_cast<size_t>(oi)].kind) && !output_sources.count(g_.ops[static_cast<size_t>(oi)].output));
