@@ -19,16 +19,22 @@ def renumbered(text):
     return FRESH.sub(name, text)
 
 
-def main():
-    base, tree = map(pathlib.Path, sys.argv[1:3])
+def compare(base, tree, normalised, what):
+    """Compares every kernel file of folder `base` with `tree`'s after
+    `normalised`; prints the count and the first that differ. Exit status."""
     files = sorted(p.name for p in base.iterdir())
     missing = [f for f in files if not (tree / f).exists()]
-    differ = [f for f in files if f not in missing and renumbered((base / f).read_text()) != renumbered((tree / f).read_text())]
-    print(f"{len(files)} kernels: {len(files) - len(differ) - len(missing)} equal up to the emitter's variable names, "
+    differ = [f for f in files if f not in missing and normalised((base / f).read_text()) != normalised((tree / f).read_text())]
+    print(f"{len(files)} kernels: {len(files) - len(differ) - len(missing)} equal up to {what}, "
           f"{len(differ)} differ, {len(missing)} missing")
     for f in (differ + missing)[:10]:
         print("  ", f)
     return 1 if differ or missing else 0
+
+
+def main():
+    base, tree = map(pathlib.Path, sys.argv[1:3])
+    return compare(base, tree, renumbered, "the emitter's variable names")
 
 
 if __name__ == "__main__":
