@@ -657,14 +657,19 @@ class Planner {
       return;
     }
     std::set<int> into;
-    bool ok = true;
-    for (auto [rid, oi] : users) {
+    for (auto [rid, oi] : users) {  // pointwise readers (or views, folded into their readers' indexing)
       const Group& r = group(rid);
-      ok = ok && pointwise_like(g_.ops[static_cast<size_t>(oi)].kind) && r.kind != KernelKind::Attention &&
-           !r.holds_rows && !full(rid, cone->size());
+      const OpKind kind = g_.ops[static_cast<size_t>(oi)].kind;
+      if (!(pointwise_like(kind) || is_view(kind)) || r.kind == KernelKind::Attention || r.holds_rows ||
+          full(rid, cone->size())) {
+        for (auto [other, reader] : users)
+          if (auto it = reasons_.find({t, reader}); it != reasons_.end())
+            it->second += fmt::format("; not recomputed here: '{}' ({}) reads it in a {} kernel", g_.result(g_.ops[static_cast<size_t>(oi)]).name,
+                                      op_name(kind), to_string(r.kind));
+        return;
+      }
       into.insert(rid);
     }
-    if (!ok) return;
     std::vector<std::string> names, leaf_names;
     for (int32_t oi : *cone) names.push_back(fmt::format("'{}'", g_.result(g_.ops[static_cast<size_t>(oi)]).name));
     for (TensorId leaf : leaves) leaf_names.push_back(fmt::format("'{}'", g_.tensor(leaf).name));
