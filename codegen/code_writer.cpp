@@ -5,13 +5,21 @@
 namespace kiln::codegen {
 namespace {
 
+// Where the string or character literal that opens at `i` closes (its
+// closing quote, or the end of the line).
+size_t literal_end(std::string_view line, size_t i) {
+  const char quote = line[i];
+  for (++i; i < line.size() && line[i] != quote; ++i)
+    if (line[i] == '\\') ++i;
+  return i;
+}
+
 // The line without a trailing `//` comment and trailing blanks (literals kept whole).
 std::string_view code_part(std::string_view line) {
   for (size_t i = 0; i < line.size(); ++i) {
     const char c = line[i];
     if (c == '"' || c == '\'') {
-      for (++i; i < line.size() && line[i] != c; ++i)
-        if (line[i] == '\\') ++i;
+      i = literal_end(line, i);
     } else if (c == '/' && i + 1 < line.size() && line[i + 1] == '/') {
       line = line.substr(0, i);
       break;
@@ -52,8 +60,7 @@ class Layout {
     for (size_t i = 0; i < code.size(); ++i) {
       const char c = code[i];
       if (c == '"' || c == '\'') {
-        for (++i; i < code.size() && code[i] != c; ++i)
-          if (code[i] == '\\') ++i;
+        i = literal_end(code, i);
       } else if (c == '{') {
         braces_.push_back(level);
       } else if (c == '}') {

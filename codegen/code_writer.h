@@ -46,7 +46,6 @@ class CodeWriter {
     return *this;
   }
   // The text as written (each line laid out later, when the kernel is finished).
-  const std::string& text() const { return text_; }
   std::string take() { return std::move(text_); }
 
   // `source` with every line indented by its nesting (above).

@@ -352,7 +352,7 @@ std::string GemmGenerator::epilogue(const ir::Op& anchor, const Gemm& gm, const 
   if (gm.out_row && !tensor_core) em_.emit(gm.out_row("m"));  // (the fragment loops declare it per row)
   const Coords oc = gm.out_coords("m", "n", "batch");  // (a conv's emits the output channel)
   const EpiloguePlan plan = decide_epilogue(anchor, gm, loops, oc, reduces);
-  decided("epilogue: " + plan.to_string(g_));
+  epilogue_decision_ = "epilogue: " + plan.to_string(g_);
   if (loops.heuristic_loop) *loops.heuristic_loop = plan.rollable ? (plan.heavy ? Tuning::kRolled : Tuning::kUnrolled) : 0;
 
   EpilogueText text;

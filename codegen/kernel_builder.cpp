@@ -302,6 +302,7 @@ void KernelBuilder::restrict_tuning(const std::function<void(Tuning&)>& erase) {
 
 std::string KernelBuilder::finish(const std::string& body, int threads, const std::string& shared,
                    const std::string& includes) {
+  if (!epilogue_decision_.empty()) decided(epilogue_decision_);
   std::string src;
   src += fmt::format("// kiln kernel {}: {} over {}\n", k_.id, ir::to_string(k_.kind), k_.params.to_string(k_.kind));
   std::vector<std::string> names;

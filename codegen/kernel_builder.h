@@ -133,12 +133,9 @@ class KernelBuilder {
 
   // Records what the generator decided, in words (GeneratedKernel::decisions,
   // printed by `kiln dump --stage plan --arch`): "mma.sync 128x128x32 ...".
-  // `before_the_rest`: a shape decided after its parts (the Hopper kernel's
-  // ring after its epilogue) still reads first.
-  void decided(const std::string& what, bool before_the_rest = false) {
-    const std::string rest = out_.decisions;
-    out_.decisions = before_the_rest ? what + (rest.empty() ? "" : "; " + rest) : rest + (rest.empty() ? "" : "; ") + what;
-  }
+  // The epilogue's decision is kept apart and comes last (finish() adds it):
+  // the Hopper kernel sizes its ring after its epilogue is decided.
+  void decided(const std::string& what) { out_.decisions += (out_.decisions.empty() ? "" : "; ") + what; }
 
   // The choice to build with: the requested one where `space` (the
   // heuristic's choice first) holds it, else the heuristic's. Records both
@@ -212,6 +209,7 @@ class KernelBuilder {
   std::vector<std::string> params_, param_notes_;
   std::string kernel_attributes_;  // e.g. a cluster shape
   int min_blocks_per_sm_ = 0;      // a second __launch_bounds__ argument (0: none)
+  std::string epilogue_decision_;  // "epilogue: staged y, ...", after the kernel's own decisions
   std::map<ir::TensorId, std::string> writes_;
   std::map<ir::TensorId, ExternalTensor> ext_;
   int sm_;

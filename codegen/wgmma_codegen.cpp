@@ -392,7 +392,7 @@ void GemmGenerator::gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind, c
   const int stage_bytes = (s.bm + s.bn) * s.bk * 2, staging_bytes = staged >= 0 ? 4 * 64 * 128 + 4 * 8 : 0;
   s.stages = std::min(8, (kSharedLimit - 1024 - 8 * 16 - staging_bytes) / stage_bytes);
   s.shared_bytes = 1024 + s.stages * stage_bytes + staging_bytes + 2 * s.stages * 8;
-  decided(s.to_string(), /*before_the_rest=*/true);
+  decided(s.to_string());
   min_blocks_per_sm_ = 1;  // setmaxnreg needs the register cap at entry
   if (s.cluster > 1) kernel_attributes_ = fmt::format("__cluster_dims__({}, 1, 1) ", s.cluster);
 

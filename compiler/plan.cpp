@@ -15,6 +15,8 @@ std::string_view to_string(KernelKind kind) {
   return "?";
 }
 
+int64_t materialised_bytes(const Tensor& t) { return element_count(t.shape) * byte_size(t.value_dtype()); }
+
 std::string_view to_string(RowStrategy s) {
   switch (s) {
     case RowStrategy::Warp: return "warp";

@@ -30,6 +30,10 @@ inline constexpr size_t kKernelKindCount = 0
     ;
 std::string_view to_string(KernelKind kind);
 
+// The bytes a tensor occupies in device memory (its value dtype, rule 4;
+// an input as declared).
+int64_t materialised_bytes(const Tensor& t);
+
 // How a row-wise kernel (norm, reduction over trailing axes) holds a row.
 enum class RowStrategy : uint8_t {
   Warp,     // a warp per row, in registers

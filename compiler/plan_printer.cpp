@@ -24,8 +24,6 @@ std::vector<std::string> tensor_names(const Graph& g, const std::vector<TensorId
 
 }  // namespace
 
-int64_t materialised_bytes(const Tensor& t) { return element_count(t.shape) * byte_size(t.value_dtype()); }
-
 std::string plan_to_text(const Graph& g, const Plan& plan) {
   int64_t moved = 0;
   for (const PlannedKernel& k : plan.kernels) {

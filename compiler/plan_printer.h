@@ -19,8 +19,4 @@ std::string plan_to_text(const Graph& g, const Plan& plan);
 std::string plan_to_json(const Graph& g, const Plan& plan);
 std::string plan_to_dot(const Graph& g, const Plan& plan);
 
-// Bytes a tensor occupies in device memory when materialised: its dtype if
-// its values are rounded to it (inputs, rounded results), else f32 (rule 4).
-int64_t materialised_bytes(const Tensor& t);
-
 }  // namespace kiln::ir

@@ -25,11 +25,10 @@ constexpr int64_t kPrologueTileColumns = 128;
 constexpr size_t kMaxOpsPerKernel = 256;
 
 using planner::Group;
+using planner::pointwise_like;
 using planner::Verdict;
 
 bool is_view(OpKind k) { return op_info(k).family == OpFamily::View; }
-// batch_norm is the inference form: a per-channel affine map, read like any pointwise op.
-bool pointwise_like(OpKind k) { return is_pointwise(k) || k == OpKind::BatchNorm; }
 bool is_anchor(OpKind k) {
   const OpFamily f = op_info(k).family;
   return f == OpFamily::Matmul || f == OpFamily::Conv || f == OpFamily::Attention;
@@ -262,13 +261,22 @@ class Planner {
       for (int next : succ_[static_cast<size_t>(hid)])
         if (next != gid && depends(gid, next)) through_third = true;
       if (through_third) continue;
-      for (int32_t oi : h.ops) gr.ops.insert(oi);
-      for (auto& [t, st] : h.stage) {
-        gr.stage[t] = stage;
-        if (owner_[static_cast<size_t>(t)] == hid) owner_[static_cast<size_t>(t)] = gid;
-      }
-      retire(hid, gid);
+      absorb(gid, hid, stage);
     }
+  }
+
+  // Group `from` joins `into`: its ops (and what it recomputes), its values at
+  // `stage` (nullopt: at their own), the results it owned; then it retires.
+  void absorb(int into, int from, std::optional<int> stage) {
+    Group& a = group(into);
+    const Group& p = group(from);
+    a.ops.insert(p.ops.begin(), p.ops.end());
+    a.recomputed.insert(p.recomputed.begin(), p.recomputed.end());
+    for (const auto& [t, st] : p.stage) {
+      a.stage[t] = stage.value_or(st);
+      if (owner_[static_cast<size_t>(t)] == from) owner_[static_cast<size_t>(t)] = into;
+    }
+    retire(from, into);
   }
 
   // Group `from` disappears into `into`: edges follow.
@@ -468,15 +476,8 @@ class Planner {
   }
 
   void merge_into(int into, int from, const std::string& note) {
-    Group& a = group(into);
-    Group& p = group(from);
-    for (int32_t oi : p.ops) a.ops.insert(oi);
-    for (auto& [t, s] : p.stage) {
-      a.stage[t] = -1;  // prologue values: on the operand's index space
-      if (owner_[static_cast<size_t>(t)] == from) owner_[static_cast<size_t>(t)] = into;
-    }
-    retire(from, into);
-    a.notes.push_back(note);
+    absorb(into, from, -1);  // prologue values: on the operand's index space
+    group(into).notes.push_back(note);
   }
 
   // How many times a prologue on operand `slot` of a matmul or conv would
@@ -644,12 +645,14 @@ class Planner {
     std::string why_not;
     const std::optional<std::set<int32_t>> cone = recompute_cone(group(gid), t, output_sources, leaves, why_not);
     int64_t leaf_bytes = 0;
-    for (TensorId leaf : leaves) leaf_bytes += stored_bytes(g_.tensor(leaf));
-    if (cone && leaf_bytes > stored_bytes(g_.tensor(t))) {
-      std::vector<std::string> leaf_names;
-      for (TensorId leaf : leaves) leaf_names.push_back(fmt::format("'{}'", g_.tensor(leaf).name));
+    std::vector<std::string> leaf_names;
+    for (TensorId leaf : leaves) {
+      leaf_bytes += materialised_bytes(g_.tensor(leaf));
+      leaf_names.push_back(fmt::format("'{}'", g_.tensor(leaf).name));
+    }
+    if (cone && leaf_bytes > materialised_bytes(g_.tensor(t))) {
       why_not = fmt::format("recomputing it would read {} ({}) instead of {}", fmt::join(leaf_names, ", "),
-                            human_bytes(leaf_bytes), human_bytes(stored_bytes(g_.tensor(t))));
+                            human_bytes(leaf_bytes), human_bytes(materialised_bytes(g_.tensor(t))));
     }
     if (!why_not.empty()) {
       for (auto [rid, oi] : users)
@@ -670,9 +673,8 @@ class Planner {
       }
       into.insert(rid);
     }
-    std::vector<std::string> names, leaf_names;
+    std::vector<std::string> names;
     for (int32_t oi : *cone) names.push_back(fmt::format("'{}'", g_.result(g_.ops[static_cast<size_t>(oi)]).name));
-    for (TensorId leaf : leaves) leaf_names.push_back(fmt::format("'{}'", g_.tensor(leaf).name));
     for (int32_t oi : *cone)  // why the leaves cross memory into the readers
       for (TensorId in : g_.ops[static_cast<size_t>(oi)].inputs)
         if (leaves.count(in))
@@ -687,7 +689,7 @@ class Planner {
         if (const int from = owner_[static_cast<size_t>(leaf)]; from >= 0 && from != rid) succ_[static_cast<size_t>(from)].insert(rid);
       r.notes.push_back(fmt::format("recomputes {} from {} ({}) instead of reading '{}' ({})", fmt::join(names, ", "),
                                     fmt::join(leaf_names, ", "), human_bytes(leaf_bytes), g_.tensor(t).name,
-                                    human_bytes(stored_bytes(g_.tensor(t)))));
+                                    human_bytes(materialised_bytes(g_.tensor(t)))));
     }
     group(gid).recomputed.insert(cone->begin(), cone->end());
     copied[gid].insert(cone->begin(), cone->end());
@@ -712,17 +714,16 @@ class Planner {
       succ_[static_cast<size_t>(gid)].clear();
       gr.alive = false;
     }
-    std::map<int32_t, int> kernels_of;
+    std::map<int32_t, std::vector<Group*>> computed_by;  // ops marked recomputed -> the live kernels computing them
     for (const Group& gr : groups_)
       if (gr.alive)
-        for (int32_t oi : gr.recomputed) kernels_of[oi] += 0;
-    for (const Group& gr : groups_)
-      if (gr.alive)
-        for (auto& [oi, n] : kernels_of) n += static_cast<int>(gr.ops.count(oi));
+        for (int32_t oi : gr.recomputed) computed_by[oi];
     for (Group& gr : groups_)
       if (gr.alive)
-        for (const auto& [oi, n] : kernels_of)
-          if (n == 1) gr.recomputed.erase(oi);
+        for (auto& [oi, kernels] : computed_by)
+          if (gr.ops.count(oi)) kernels.push_back(&gr);
+    for (const auto& [oi, kernels] : computed_by)
+      if (kernels.size() == 1) kernels.front()->recomputed.erase(oi);
   }
 
   // The ops of group `gr` that compute `t` from tensors that stay in memory
@@ -756,10 +757,6 @@ class Planner {
     return cone;
   }
 
-  int64_t stored_bytes(const Tensor& t) const {
-    return element_count(t.shape) * byte_size(t.kind == TensorKind::Input ? t.dtype : t.value_dtype());
-  }
-
   // ---- step 3c: horizontal fusion -----------------------------------------
   // Kernels with no path between them (neither reads what the other writes,
   // directly or through a third) over the same domain become one: pointwise
@@ -784,14 +781,8 @@ class Planner {
           if (depends(a.id, b.id) || depends(b.id, a.id)) continue;
           a.notes.push_back(fmt::format("fused horizontally with the kernel of {} (the same domain, independent)",
                                         written_names(b)));
-          for (int32_t oi : b.ops) a.ops.insert(oi);
-          for (int32_t oi : b.recomputed) a.recomputed.insert(oi);
-          for (auto& [t, st] : b.stage) {
-            a.stage[t] = st;
-            if (owner_[static_cast<size_t>(t)] == b.id) owner_[static_cast<size_t>(t)] = a.id;
-          }
           a.notes.insert(a.notes.end(), b.notes.begin(), b.notes.end());
-          retire(b.id, a.id);
+          absorb(a.id, b.id, std::nullopt);
         }
       }
   }

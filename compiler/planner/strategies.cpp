@@ -9,10 +9,6 @@
 namespace kiln::ir::planner {
 namespace {
 
-// batch_norm is the inference form: a per-channel affine map, so it fuses
-// like any pointwise op.
-bool pointwise_like(OpKind kind) { return is_pointwise(kind) || kind == OpKind::BatchNorm; }
-
 std::string name_of(const Graph& g, const Op& op) { return fmt::format("'{}'", g.result(op).name); }
 
 // Pointwise ops (and views' consumers) on a stage: one value per element of
@@ -100,6 +96,8 @@ Verdict take_into_norm(const Graph& g, const Group& group, const Op& op, int sta
 }
 
 }  // namespace
+
+bool pointwise_like(OpKind kind) { return is_pointwise(kind) || kind == OpKind::BatchNorm; }
 
 Verdict can_take(const Graph& g, const Group& group, const Op& op, int stage) {
   switch (group.kind) {

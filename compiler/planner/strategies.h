@@ -19,6 +19,10 @@ Verdict can_take(const Graph& g, const Group& group, const Op& op, int stage);
 // The kind of group an op starts when it fuses into nothing.
 KernelKind kind_for(OpKind kind);
 
+// Pointwise ops and batch_norm (the inference form: a per-channel affine
+// map), which fuse and are read like any pointwise op.
+bool pointwise_like(OpKind kind);
+
 // Parameters of a finished group (see KernelParams).
 KernelParams params_for(const Graph& g, const Group& group);
 
