@@ -58,46 +58,13 @@ bool AttentionGenerator::flash_attention_fits(const ir::Op& op) const {
   return true;
 }
 
-void AttentionGenerator::flash_attention(const ir::Op& op) {
-  const ir::Tensor& result = g_.result(op);
-  const Shape& qs = g_.operand(op, 0).shape;
-  const Shape& ks = g_.operand(op, 1).shape;
-  const ExternalTensor q = *strided_in_memory(op.inputs[0]);
-  const AttentionOperand ka = *attention_operand(op.inputs[1]), va = *attention_operand(op.inputs[2]);
-  const ExternalTensor &k = ka.memory, &v = va.memory;
-  const int64_t batches = qs[0], heads = qs[1], sq = qs[2], d = qs[3], kv_heads = ka.heads, skv = ks[2];
-  const int bq = 64, bkv = d <= 128 ? 64 : 32, threads = bq / 16 * 32;
-  const int shared_bytes = (bq * static_cast<int>(d + 8) + 4 * bkv * static_cast<int>(d + 8)) * 2;
-  decided(fmt::format("flash attention (mma.sync): {} query rows x {} keys a tile, {} threads", bq, bkv, threads));
-  KILN_USER_CHECK(batches * heads <= 65535, "{}: {} batch x head pairs exceed this attention kernel's grid limit of 65535",
-                  g_.describe(k_.anchor), batches * heads);
-  std::string body;
-  body += fmt::format("typedef kiln::tc::FlashAttention<{}, {}, {}, kiln::tc::{}> A;\n", d, bq, bkv,
-                      q.storage == DType::bf16 ? "kBf16" : "kF16");
-  body += fmt::format("static_assert(A::kSharedBytes == {}, \"shared memory size as launched\");\n", shared_bytes);
-  body += "extern __shared__ __align__(16) unsigned char kiln_shared[];\n";
-  body += fmt::format("const kiln::i64 bi = blockIdx.y / {0}LL, hi = blockIdx.y % {0}LL, kvh = hi / {1}LL;\n", heads,
-                      heads / kv_heads);
-  body += fmt::format("const int q0 = blockIdx.x * {};\n", bq);
-  auto base = [&](const ExternalTensor& e, const std::string& head) {
-    const std::string offset = e.offset ? fmt::format(" + {}LL", e.offset) : "";
-    return fmt::format("static_cast<const kiln::u16*>({}){} + bi * {}LL + {} * {}LL", e.pointer, offset, e.strides[0], head,
-                       e.strides[1]);
-  };
-  body += fmt::format("const kiln::u16* q = {};\n", base(q, "hi"));
-  body += fmt::format("const kiln::u16* k = {};\n", base(k, "kvh"));
-  body += fmt::format("const kiln::u16* v = {};\n", base(v, "kvh"));
-  body += fmt::format("const bool aligned = kiln::aligned16({}) && kiln::aligned16({}) && kiln::aligned16({});\n", q.pointer,
-                      k.pointer, v.pointer);
-  // Key tiles to visit: a causal mask hides keys past q0 + BQ - 1 + skv - sq.
-  if (op.attrs.causal)
-    body += fmt::format("const int kv_tiles = max(0, min({0}, (int)((q0 + {1} + {2}LL + {3} - 1) / {3})));\n",
-                        (skv + bkv - 1) / bkv, bq, skv - sq, bkv);
-  else
-    body += fmt::format("const int kv_tiles = {};\n", (skv + bkv - 1) / bkv);
-  // The score hook: scale, mask, causal.
-  body += "auto score = [&](float dot, int row, int key) -> float {\n";
-  body += "const kiln::i64 qi = q0 + row, kj = key;\n";
+// The score hook both flash kernels call: scale and mask (and, for the
+// mma.sync kernel, causality), for query row `row` of the block's tile
+// (q0 + row in the sequence) and key `key`.
+std::string AttentionGenerator::score_hook(const ir::Op& op, bool causal_in_hook) {
+  const int64_t sq = g_.operand(op, 0).shape[2], skv = g_.operand(op, 1).shape[2];
+  std::string out = "auto score = [&](float dot, int row, int key) -> float {\n";
+  out += "const kiln::i64 qi = q0 + row, kj = key;\n";
   em_.begin_block();
   std::string sc = fmt::format("dot * {}", Emitter::float_literal(op.attrs.scale));
   if (op.inputs.size() > 3) {
@@ -109,14 +76,20 @@ void AttentionGenerator::flash_attention(const ir::Op& op) {
     const std::string mv = em_.value(op.inputs[3], mc);
     sc = mask.dtype == DType::boolean ? fmt::format("({} != 0.0f ? {} : -kiln::inf())", mv, sc) : fmt::format("({} + {})", sc, mv);
   }
-  if (op.attrs.causal) sc = fmt::format("(kj > qi + {}LL ? -kiln::inf() : {})", skv - sq, sc);
+  if (causal_in_hook && op.attrs.causal) sc = fmt::format("(kj > qi + {}LL ? -kiln::inf() : {})", skv - sq, sc);
   em_.emit(fmt::format("return {};", sc));
-  body += em_.take() + "};\n";
-  body += "A fa;\n";
-  body += fmt::format("fa.run(reinterpret_cast<kiln::u16*>(kiln_shared), q, {}LL, q0, {}, k, {}LL, v, {}LL, {}, kv_tiles, aligned, score);\n",
-                      q.strides[2], sq, k.strides[2], v.strides[2], skv);
-  body += "#pragma unroll\nfor (int dn = 0; dn < A::kDN; ++dn)\n#pragma unroll\nfor (int e = 0; e < 4; ++e) {\n";
-  body += fmt::format("const kiln::i64 qi = q0 + A::acc_row(e), d = A::acc_col(dn, e);\nif (qi >= {}LL) continue;\n", sq);
+  return out + em_.take() + "};\n";
+}
+
+// The output loop of both flash kernels: element e of column tile dn of
+// `fa`, at query row q0 + A::acc_row(e) and column A::acc_col(dn, e), and
+// the kernel's epilogue on it.
+std::string AttentionGenerator::flash_outputs(const ir::Op& op, int64_t head_dim, bool padded) {
+  const ir::Tensor& result = g_.result(op);
+  const int64_t sq = g_.operand(op, 0).shape[2];
+  std::string body = "#pragma unroll\nfor (int dn = 0; dn < A::kDN; ++dn)\n#pragma unroll\nfor (int e = 0; e < 4; ++e) {\n";
+  body += fmt::format("const kiln::i64 qi = q0 + A::acc_row(e), d = A::acc_col(dn, e);\nif (qi >= {}LL{}) continue;\n", sq,
+                      padded ? fmt::format(" || d >= {}LL", head_dim) : "");
   em_.begin_block();
   em_.emit(fmt::format("const float out = {};  // {}", em_.rounded(result, "fa.out(dn, e)"), result.name));
   em_.set_leaf(op.output, "out");
@@ -125,10 +98,178 @@ void AttentionGenerator::flash_attention(const ir::Op& op) {
     const Coords tc = write_coords(op.output, oc, t);
     em_.emit(store(t, em_.linearize(tc, g_.tensor(t).shape), em_.value(t, tc)) + "  // " + g_.tensor(t).name);
   }
-  body += em_.take() + "}\n";
+  return body + em_.take() + "}\n";
+}
+
+// The first element of (batch bi, head `head`) of an operand in memory.
+static std::string head_base(const ExternalTensor& e, const std::string& head) {
+  const std::string offset = e.offset ? fmt::format(" + {}LL", e.offset) : "";
+  return fmt::format("static_cast<const kiln::u16*>({}){} + bi * {}LL + {} * {}LL", e.pointer, offset, e.strides[0], head,
+                     e.strides[1]);
+}
+
+// Blocks walk (query tile, batch x head) pairs in one grid dimension
+// (B x H may exceed 65535), a head's query tiles one after another, so the
+// blocks running at once share their heads' K and V in L2 (a head's tiles
+// apart, every block read its K and V from memory: 88% of DRAM bandwidth,
+// half the speed). Within a head the last query tiles come first: under a
+// causal mask they see the most keys, and the longest work starts first.
+static std::string flash_block_coordinates(int64_t q_tiles, int64_t heads, int64_t kv_heads, int bq) {
+  std::string out = fmt::format("const kiln::i64 pair = blockIdx.x / {}LL;\n", q_tiles);
+  out += fmt::format("const int q0 = (int)({}LL - 1 - blockIdx.x % {}LL) * {};\n", q_tiles, q_tiles, bq);
+  out += fmt::format("const kiln::i64 bi = pair / {0}LL, hi = pair % {0}LL, kvh = hi / {1}LL;\n", heads, heads / kv_heads);
+  return out;
+}
+
+// Key tiles a block visits: a causal mask hides keys past q0 + BQ - 1 + skv - sq.
+static std::string flash_kv_tiles(const ir::Op& op, int64_t sq, int64_t skv, int bq, int bkv) {
+  if (op.attrs.causal)
+    return fmt::format("const int kv_tiles = max(0, min({0}, (int)((q0 + {1} + {2}LL + {3} - 1) / {3})));\n", (skv + bkv - 1) / bkv,
+                       bq, skv - sq, bkv);
+  return fmt::format("const int kv_tiles = {};\n", (skv + bkv - 1) / bkv);
+}
+
+void AttentionGenerator::flash_attention(const ir::Op& op) {
+  const Shape& qs = g_.operand(op, 0).shape;
+  const Shape& ks = g_.operand(op, 1).shape;
+  const ExternalTensor q = *strided_in_memory(op.inputs[0]);
+  const AttentionOperand ka = *attention_operand(op.inputs[1]), va = *attention_operand(op.inputs[2]);
+  const ExternalTensor &k = ka.memory, &v = va.memory;
+  const int64_t batches = qs[0], heads = qs[1], sq = qs[2], d = qs[3], kv_heads = ka.heads, skv = ks[2];
+  const int bq = 64, bkv = d <= 128 ? 64 : 32, threads = bq / 16 * 32;
+  const int shared_bytes = (bq * static_cast<int>(d + 8) + 4 * bkv * static_cast<int>(d + 8)) * 2;
+  decided(fmt::format("flash attention (mma.sync): {} query rows x {} keys a tile, {} threads", bq, bkv, threads));
+  const int64_t q_tiles = (sq + bq - 1) / bq;
+  std::string body;
+  body += fmt::format("typedef kiln::tc::FlashAttention<{}, {}, {}, kiln::tc::{}> A;\n", d, bq, bkv,
+                      q.storage == DType::bf16 ? "kBf16" : "kF16");
+  body += fmt::format("static_assert(A::kSharedBytes == {}, \"shared memory size as launched\");\n", shared_bytes);
+  body += "extern __shared__ __align__(16) unsigned char kiln_shared[];\n";
+  body += flash_block_coordinates(q_tiles, heads, kv_heads, bq);
+  body += fmt::format("const kiln::u16* q = {};\n", head_base(q, "hi"));
+  body += fmt::format("const kiln::u16* k = {};\n", head_base(k, "kvh"));
+  body += fmt::format("const kiln::u16* v = {};\n", head_base(v, "kvh"));
+  body += fmt::format("const bool aligned = kiln::aligned16({}) && kiln::aligned16({}) && kiln::aligned16({});\n", q.pointer,
+                      k.pointer, v.pointer);
+  body += flash_kv_tiles(op, sq, skv, bq, bkv);
+  body += score_hook(op, true);
+  body += "A fa;\n";
+  body += fmt::format("fa.run(reinterpret_cast<kiln::u16*>(kiln_shared), q, {}LL, q0, {}, k, {}LL, v, {}LL, {}, kv_tiles, aligned, score);\n",
+                      q.strides[2], sq, k.strides[2], v.strides[2], skv);
+  body += flash_outputs(op, d, false);
   finish(body, threads, "", "#include \"kiln/attention.cuh\"\n");
   out_.shared_bytes = static_cast<uint32_t>(shared_bytes);
-  out_.grid = {static_cast<uint32_t>((sq + bq - 1) / bq), static_cast<uint32_t>(batches * heads), 1};
+  KILN_INTERNAL_CHECK(q_tiles * batches * heads < (int64_t{1} << 31));
+  out_.grid = {static_cast<uint32_t>(q_tiles * batches * heads), 1, 1};
+}
+
+// ---- the Hopper kernel (templates/kiln/attention_wgmma.cuh) ---------------------------
+
+namespace {
+constexpr int kHopperSharedLimit = 227 * 1024;  // sm_90's dynamic shared memory per block
+}
+
+std::string AttentionGenerator::HopperAttention::to_string() const {
+  return fmt::format("flash attention (TMA + wgmma): 128 query rows x {} keys a tile, {} stages, head dim {} as {}, "
+                     "2 consumer warpgroups{}, registers 40/232",
+                     bkv, stages, head_dim, padded_dim, causal ? ", causal tiles skipped, mask on the diagonal only" : "");
+}
+
+// An operand the copy engine can load: offset 0, d contiguous, every
+// other stride a positive multiple of 16 bytes (or a dimension of 1),
+// sizes that fit its 32-bit coordinates. Its map: (d, row, head, batch).
+std::optional<AttentionGenerator::HopperAttention::Operand> AttentionGenerator::hopper_operand(const ExternalTensor& e,
+                                                                                             const Shape& shape) const {
+  if (e.offset != 0 || e.strides[3] != 1) return std::nullopt;
+  const std::optional<ir::TensorId> tensor = tensor_behind(e.pointer);
+  if (!tensor) return std::nullopt;
+  HopperAttention::Operand op{e, *tensor, {}};
+  op.map.dtype = e.storage;
+  op.map.rank = 4;
+  int64_t packed = shape[3];  // a stride for dimensions of 1 (never stepped along)
+  for (int dim = 3; dim >= 0; --dim) {
+    if (shape[static_cast<size_t>(dim)] >= (int64_t{1} << 31)) return std::nullopt;
+    op.map.dims[static_cast<size_t>(3 - dim)] = static_cast<uint64_t>(shape[static_cast<size_t>(dim)]);
+    if (dim == 3) continue;
+    const int64_t stride = shape[static_cast<size_t>(dim)] == 1 ? packed : e.strides[static_cast<size_t>(dim)];
+    if (stride <= 0 || stride % 8 != 0 || stride >= (int64_t{1} << 38)) return std::nullopt;
+    op.map.strides[static_cast<size_t>(2 - dim)] = static_cast<uint64_t>(stride * 2);
+    packed *= shape[static_cast<size_t>(dim)];
+  }
+  return op;
+}
+
+// The Hopper kernel's description for an sdpa the flash kernel takes, or
+// nullopt (not sm_90, or an operand the copy engine cannot load).
+auto AttentionGenerator::hopper_attention(const ir::Op& op) -> std::optional<HopperAttention> {
+  if (sm_ != 90 || !flash_attention_fits(op)) return std::nullopt;
+  const AttentionOperand ka = *attention_operand(op.inputs[1]), va = *attention_operand(op.inputs[2]);
+  const Shape& qs = g_.operand(op, 0).shape;
+  const Shape& ks = g_.operand(op, 1).shape;
+  HopperAttention a;
+  a.batches = qs[0], a.heads = qs[1], a.sq = qs[2], a.head_dim = static_cast<int>(qs[3]);
+  a.kv_heads = ka.heads, a.skv = ks[2];
+  a.causal = op.attrs.causal;
+  const Shape kv_shape{a.batches, a.kv_heads, a.skv, a.head_dim};
+  std::optional<HopperAttention::Operand> q = hopper_operand(*strided_in_memory(op.inputs[0]), qs);
+  std::optional<HopperAttention::Operand> k = hopper_operand(ka.memory, kv_shape), v = hopper_operand(va.memory, kv_shape);
+  if (!q || !k || !v) return std::nullopt;
+  a.q = *q, a.k = *k, a.v = *v;
+  a.type = a.q.memory.storage;
+  a.padded_dim = a.head_dim <= 64 ? 64 : a.head_dim <= 128 ? 128 : 256;
+  // Key tiles of 128 (64 at head dimension 256: two stages of 128 would
+  // not fit); the alternative, 64, where it exists.
+  std::vector<Tuning> space{{a.padded_dim == 256 ? 64 : 128, 0, 0, 0, 0}};
+  if (a.padded_dim < 256) space.push_back({64, 0, 0, 0, 0});
+  a.bkv = choose_tuning(space).tile_n;
+  const int q_bytes = 128 * a.padded_dim * 2, kv_bytes = a.bkv * a.padded_dim * 2;
+  a.stages = std::min(4, (kHopperSharedLimit - 1024 - q_bytes - 8 * 17) / (2 * kv_bytes));
+  KILN_INTERNAL_CHECK(a.stages >= 2);
+  a.shared_bytes = 1024 + q_bytes + 2 * a.stages * kv_bytes + (1 + 4 * a.stages) * 8;
+  return a;
+}
+
+void AttentionGenerator::flash_attention_wgmma(const ir::Op& op, const HopperAttention& a) {
+  decided(a.to_string());
+  min_blocks_per_sm_ = 1;  // setmaxnreg needs the register cap at entry
+  auto map_of = [&](HopperAttention::Operand operand, size_t slot, int rows) {
+    operand.map.box = {64, static_cast<uint32_t>(rows), 1, 1, 0};
+    return tensor_map_param(operand.tensor, operand.map, g_.operand(op, slot).name);
+  };
+  const std::string map_q = map_of(a.q, 0, 128), map_k = map_of(a.k, 1, a.bkv), map_v = map_of(a.v, 2, a.bkv);
+  const int64_t q_tiles = (a.sq + 127) / 128;
+  std::string body;
+  body += fmt::format("typedef kiln::wg::FlashAttention<{}, {}, {}, kiln::tc::{}, {}> A;\n", a.head_dim, a.bkv, a.stages,
+                      a.type == DType::bf16 ? "kBf16" : "kF16", a.causal ? "true" : "false");
+  body += fmt::format("static_assert(A::kSharedBytes == {}, \"shared memory size as launched\");\n", a.shared_bytes);
+  body += "extern __shared__ __align__(16) unsigned char kiln_shared[];\n";
+  body += "unsigned char* smem = A::base(kiln_shared);\n";
+  body += flash_block_coordinates(q_tiles, a.heads, a.kv_heads, 128);
+  body += flash_kv_tiles(op, a.sq, a.skv, 128, a.bkv);
+  body += "A::init_barriers(smem);\n";
+  body += "if (threadIdx.x < 128) {\n";
+  body += "kiln::wg::registers_down<40>();\n";
+  auto source = [&](const HopperAttention::Operand& o, const std::string& map, const std::string& head, int64_t rows) {
+    return fmt::format("{{&{}, {}, {}LL, (int){}, (int)bi, {}}}", map, head_base(o.memory, head), o.memory.strides[2], head, rows);
+  };
+  body += fmt::format("const kiln::wg::AttentionSource q = {};\n", source(a.q, map_q, "hi", a.sq));
+  body += fmt::format("const kiln::wg::AttentionSource k = {};\n", source(a.k, map_k, "kvh", a.skv));
+  body += fmt::format("const kiln::wg::AttentionSource v = {};\n", source(a.v, map_v, "kvh", a.skv));
+  // The maps of pointers that are not 16-byte aligned are all zero: those load element by element.
+  body += fmt::format("if (kiln::aligned16({}) && kiln::aligned16({}) && kiln::aligned16({})) A::produce_by_copies(smem, q, k, v, q0, kv_tiles);\n",
+                      a.q.memory.pointer, a.k.memory.pointer, a.v.memory.pointer);
+  body += "else A::produce_by_elements(smem, q, k, v, q0, kv_tiles);\n";
+  body += "} else {\n";
+  body += "kiln::wg::registers_up<232>();\n";
+  body += score_hook(op, false);
+  body += "A fa;\n";
+  body += fmt::format("fa.consume(smem, q0, {}, {}, kv_tiles, {}, score);\n", a.sq, a.skv, a.skv - a.sq);
+  body += flash_outputs(op, a.head_dim, a.padded_dim != a.head_dim);
+  body += "}\n";
+  finish(body, 384, "", "#include \"kiln/attention_wgmma.cuh\"\n");
+  out_.shared_bytes = static_cast<uint32_t>(a.shared_bytes);
+  KILN_INTERNAL_CHECK(q_tiles * a.batches * a.heads < (int64_t{1} << 31));
+  out_.grid = {static_cast<uint32_t>(q_tiles * a.batches * a.heads), 1, 1};
 }
 
 // The exact two-pass kernel's view of its ops: an sdpa, or a matmul ->
@@ -233,6 +374,7 @@ std::string AttentionGenerator::exact_attention_pass2(const ExactAttention& a, c
 // as the graph defines it (rounded where it says) and accumulates p * v.
 void AttentionGenerator::attention() {
   const ir::Op& last = g_.ops[static_cast<size_t>(k_.anchor)];
+  if (std::optional<HopperAttention> hopper = hopper_attention(last)) return flash_attention_wgmma(last, *hopper);
   if (flash_attention_fits(last)) return flash_attention(last);
   const ExactAttention a = exact_attention_shape();
   decided(fmt::format("exact two-pass attention: a block per query row, {} output columns a thread", a.per_thread));

@@ -27,6 +27,30 @@ class AttentionGenerator : public KernelBuilder {
 
   void flash_attention(const ir::Op& op);
 
+  // ---- attention on Hopper: templates/kiln/attention_wgmma.cuh ---------------------
+  // The kernel decided before it is written: tiles, stages, the operands'
+  // copy-engine maps.
+  struct HopperAttention {
+    struct Operand {
+      ExternalTensor memory;
+      ir::TensorId tensor = -1;  // whose pointer the map is encoded from
+      TensorMapSpec map;         // (d, row, head, batch); the box set when written
+    };
+    Operand q, k, v;
+    DType type = DType::bf16;
+    int64_t batches = 0, heads = 0, kv_heads = 0, sq = 0, skv = 0;
+    int head_dim = 0, padded_dim = 0, bkv = 0, stages = 0, shared_bytes = 0;
+    bool causal = false;
+    std::string to_string() const;
+  };
+  std::optional<HopperAttention> hopper_attention(const ir::Op& op);
+  std::optional<HopperAttention::Operand> hopper_operand(const ExternalTensor& e, const Shape& shape) const;
+  void flash_attention_wgmma(const ir::Op& op, const HopperAttention& a);
+
+  // Pieces both flash kernels write: the score hook, and the output loop.
+  std::string score_hook(const ir::Op& op, bool causal_in_hook);
+  std::string flash_outputs(const ir::Op& op, int64_t head_dim, bool padded);
+
   // ---- attention without tensor cores: a block per query row, exact softmax in
   // two passes (f32 or mixed operands, decomposed matmul-softmax-matmul graphs).
 

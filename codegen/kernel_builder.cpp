@@ -286,6 +286,22 @@ std::vector<Tuning> without_repeats(const std::vector<Tuning>& space) {
 
 }  // namespace
 
+std::string KernelBuilder::tensor_map_param(ir::TensorId tensor, const TensorMapSpec& map, const std::string& what) {
+  const std::string name = "p" + std::to_string(out_.args.size());
+  params_.push_back(fmt::format("const __grid_constant__ kiln::TensorMap {}", name));
+  param_notes_.push_back("tensor map of " + what);
+  KernelArg arg{KernelArg::Role::TensorMap, tensor, -1};
+  arg.map = map;
+  out_.args.push_back(arg);
+  return name;
+}
+
+std::optional<ir::TensorId> KernelBuilder::tensor_behind(const std::string& pointer) const {
+  for (const auto& [id, x] : ext_)
+    if (x.pointer == pointer) return id;
+  return std::nullopt;
+}
+
 Tuning KernelBuilder::choose_tuning(const std::vector<Tuning>& space) {
   KILN_INTERNAL_CHECK(!space.empty());
   out_.tuning_space = without_repeats(space);

@@ -104,6 +104,12 @@ class KernelBuilder {
 
   std::string workspace_param(const std::string& name, int64_t words, uint32_t fill, bool reset_here);
 
+  // A kernel parameter holding the copy engine's map of `tensor` (encoded by
+  // the runtime from the pointer bound to it); its name.
+  std::string tensor_map_param(ir::TensorId tensor, const TensorMapSpec& map, const std::string& what);
+  // The tensor whose parameter is `pointer`.
+  std::optional<ir::TensorId> tensor_behind(const std::string& pointer) const;
+
   std::string store(ir::TensorId t, const std::string& offset, const std::string& value);
 
   // ---- the pieces each kind needs ---------------------------------------------

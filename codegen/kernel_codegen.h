@@ -26,16 +26,17 @@ namespace kiln::codegen {
 
 // A tile-copy descriptor (CUtensorMap) of a tensor in memory, encoded by the
 // runtime from the bound pointer: 16-bit elements, 128-byte swizzle, rank 2
-// or 3, dims innermost first (that dim contiguous), byte strides of the
+// to 5, dims innermost first (that dim contiguous), byte strides of the
 // outer dims, and the box one copy moves. A pointer that is not 16-byte
 // aligned gets an all-zero map: the kernel checks the pointer and does not
 // use it.
 struct TensorMapSpec {
   DType dtype = DType::bf16;
   int rank = 2;
-  std::array<uint64_t, 3> dims{};
-  std::array<uint64_t, 2> strides{};
-  std::array<uint32_t, 3> box{};
+  static constexpr int kMaxRank = 5;
+  std::array<uint64_t, kMaxRank> dims{};
+  std::array<uint64_t, kMaxRank - 1> strides{};
+  std::array<uint32_t, kMaxRank> box{};
 };
 
 struct KernelArg {

@@ -67,10 +67,9 @@ auto GemmGenerator::tma_source(const std::optional<ExternalTensor>& e, Mma kind)
   if (!e || e->storage != mma_storage(kind)) return std::nullopt;
   TmaOperand op;
   op.pointer = e->pointer;
-  op.tensor = -1;
-  for (const auto& [id, x] : ext_)
-    if (x.pointer == e->pointer) op.tensor = id;
-  if (op.tensor < 0) return std::nullopt;
+  const std::optional<ir::TensorId> tensor = tensor_behind(e->pointer);
+  if (!tensor) return std::nullopt;
+  op.tensor = *tensor;
   return op;
 }
 
@@ -167,13 +166,7 @@ auto GemmGenerator::wgmma_operands(const ir::Op& anchor, const Gemm& gm, Mma kin
 }
 
 std::string GemmGenerator::tensor_map_param(const TmaOperand& op, const std::string& what) {
-  const std::string name = "p" + std::to_string(out_.args.size());
-  params_.push_back(fmt::format("const __grid_constant__ kiln::TensorMap {}", name));
-  param_notes_.push_back("tensor map of " + what);
-  KernelArg arg{KernelArg::Role::TensorMap, op.tensor, -1};
-  arg.map = op.map;
-  out_.args.push_back(arg);
-  return name;
+  return KernelBuilder::tensor_map_param(op.tensor, op.map, what);
 }
 
 // The tile widths, cluster shapes, tile orders and epilogue loops the Hopper
@@ -367,8 +360,8 @@ void GemmGenerator::gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind, c
   KILN_INTERNAL_CHECK(s.units * s.cluster < (int64_t{1} << 31));
   s.kind_name = kind == Mma::bf16 ? "kBf16" : "kF16";
   a.map.box = {static_cast<uint32_t>(s.bk), static_cast<uint32_t>(s.bm), 1};
-  b.map.box = b.k_major ? std::array<uint32_t, 3>{static_cast<uint32_t>(s.bk), static_cast<uint32_t>(s.bn / s.cluster), 1}
-                        : std::array<uint32_t, 3>{64, static_cast<uint32_t>(s.bk), 1};
+  b.map.box = b.k_major ? decltype(b.map.box){static_cast<uint32_t>(s.bk), static_cast<uint32_t>(s.bn / s.cluster), 1}
+                        : decltype(b.map.box){64, static_cast<uint32_t>(s.bk), 1};
   const std::string map_a = s.gathered ? "" : tensor_map_param(a, g_.operand(anchor, 0).name);
   const std::string map_b = tensor_map_param(b, g_.operand(anchor, 1).name);
 

@@ -33,7 +33,7 @@ ir::Hash128 tuned_program_key(const ir::Hash128& program_key, const codegen::Pro
 
 std::string recipe_to_text(const ProgramRecipe& r) {
   json doc;
-  doc["format"] = 4;
+  doc["format"] = 5;
   doc["graph"] = r.graph_name;
   doc["intermediates"] = r.program.intermediates;
   doc["workspaces"] = json::array();
@@ -60,7 +60,7 @@ std::optional<ProgramRecipe> recipe_from_text(const std::string& text, size_t te
   if (!body) return std::nullopt;
   try {
     const json doc = json::parse(*body);
-    if (doc.at("format") != 4) return std::nullopt;
+    if (doc.at("format") != 5) return std::nullopt;
     ProgramRecipe r;
     r.graph_name = doc.value("graph", "");
     for (const auto& t : doc.at("intermediates")) r.program.intermediates.push_back(t.get<ir::TensorId>());
@@ -88,10 +88,10 @@ std::optional<ProgramRecipe> recipe_from_text(const std::string& text, size_t te
           if (!dtype) return std::nullopt;
           arg.map.dtype = *dtype;
           arg.map.rank = m.at(1).get<int>();
-          arg.map.dims = m.at(2).get<std::array<uint64_t, 3>>();
-          arg.map.strides = m.at(3).get<std::array<uint64_t, 2>>();
-          arg.map.box = m.at(4).get<std::array<uint32_t, 3>>();
-          if (arg.map.rank < 2 || arg.map.rank > 3) return std::nullopt;
+          arg.map.dims = m.at(2).get<decltype(arg.map.dims)>();
+          arg.map.strides = m.at(3).get<decltype(arg.map.strides)>();
+          arg.map.box = m.at(4).get<decltype(arg.map.box)>();
+          if (arg.map.rank < 2 || arg.map.rank > codegen::TensorMapSpec::kMaxRank) return std::nullopt;
         } else if (a.size() != 3) {
           return std::nullopt;
         }

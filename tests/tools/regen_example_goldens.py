@@ -88,8 +88,11 @@ for path in sorted(glob.glob(root + "/examples/**/*.json", recursive=True)):
                                   'CUDA: kiln::wg::tma_store(&p{{[0-9]+}}, staging, (int)(n0 + blk * 64), (int)(m0 + consumer * 64));',
                                   'CUDA: kiln::wg::bulk_wait_all();',
                                   'CUDA: G::finish();'],
-        "sdpa_causal_gqa": ['CUDA: #include "kiln/attention.cuh"', 'CUDA: typedef kiln::tc::FlashAttention<64, 64, 64, kiln::tc::kBf16> A;',
-                            'CUDA: kvh = hi / 4LL;', 'CUDA: return (kj > qi + 0LL ? -kiln::inf() : dot * 0.125f);'],
+        # sm_90: the Hopper kernel; causality is the template's (CAUSAL: tiles past the diagonal skipped, masks on it).
+        "sdpa_causal_gqa": ['CUDA: #include "kiln/attention_wgmma.cuh"',
+                            'CUDA: typedef kiln::wg::FlashAttention<64, 128, 4, kiln::tc::kBf16, true> A;',
+                            'CUDA: kvh = hi / 4LL;', 'CUDA: A::produce_by_copies(smem, q, k, v, q0, kv_tiles);',
+                            'CUDA: return dot * 0.125f;', 'CUDA: fa.consume(smem, q0, 64, 64, kv_tiles, 0, score);'],
     }
     if name in cuda_checks:
         lines += ["", f"RUN: %kiln dump %S/{name}.json --stage cuda | FileCheck %s --check-prefix=CUDA"] + cuda_checks[name]

@@ -74,6 +74,9 @@ TEST(CodeWriter, EveryGeneratorSaysWhatItDecided) {
   EXPECT_EQ(decisions("held_rows/rms_norm_as_llama_writes_it.json", 90),
             "held rows: 1 passes, the row in registers, 32 threads, 8-element chunks");
   EXPECT_EQ(decisions("attention/sdpa_causal_gqa.json", 90),
+            "flash attention (TMA + wgmma): 128 query rows x 128 keys a tile, 4 stages, head dim 64 as 64, 2 consumer "
+            "warpgroups, causal tiles skipped, mask on the diagonal only, registers 40/232");
+  EXPECT_EQ(decisions("attention/sdpa_causal_gqa.json", 80),
             "flash attention (mma.sync): 64 query rows x 64 keys a tile, 128 threads");
   EXPECT_EQ(decisions("attention/attention_decomposed.json", 90),
             "exact two-pass attention: a block per query row, 1 output columns a thread");

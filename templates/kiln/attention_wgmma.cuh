@@ -1,0 +1,362 @@
+// kiln's flash-attention kernel for Hopper (sm_90a): softmax(q k^T + mask) v
+// for one (batch, head) and a tile of 128 query rows per block, on the
+// pieces of the Hopper GEMM (wgmma.cuh): the copy engine, an mbarrier ring,
+// wgmma, register reallocation between warpgroups.
+//
+// Warpgroup 0 produces: Q's tile once, then K and V tiles of BKV keys into
+// a STAGES-deep ring, K and V on barriers of their own (S = Q K^T starts
+// before V has landed). The copies are bulk tensor copies of 4-d maps
+// (d, row, head, batch), or, where a pointer is not 16-byte aligned,
+// element loads by all 128 producer threads into the same layout.
+// Warpgroups 1 and 2 consume, 64 query rows each: per key tile
+//   S = Q K^T          wgmma, Q and K from shared memory (K-major),
+//   scores             the codegen hook (scale, mask) and, on tiles that
+//                      need it, bounds and the causal diagonal,
+//   online softmax     row maxima by quad shuffles, ex2.approx, the
+//                      running sums; O rescaled when the maximum moves,
+//   O += P V           wgmma with P from registers (S's accumulator layout
+//                      is the A fragment's), V from shared memory (N-major).
+// Each tile's S = Q K^T is issued with the previous tile's P V, and the
+// softmax runs while P V is on the tensor cores (FlashAttention-3's
+// intra-warpgroup overlap); the two consumer warpgroups take turns to
+// issue (ping-pong), so one's softmax overlaps the other's multiplications.
+//
+// Head dimensions are padded to 64, 128 or 256 (the 128-byte swizzle holds
+// 64 columns): the copy engine fills columns past the head dimension with
+// zeros, which add nothing to Q K^T, and the padded output columns are
+// never written.
+//
+// Numerics (graph-format.md rule 6): scores, maxima and sums in f32; the
+// probabilities rounded to V's type before they multiply V, as in every
+// flash-attention kernel (before the final division by the row sum). A
+// row whose keys are all masked has sum 0 and gives zeros.
+#pragma once
+
+#include "kiln/attention.cuh"
+#include "kiln/wgmma.cuh"
+
+namespace kiln {
+namespace wg {
+
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Where one operand's rows lie for this block: a 4-d map (d, row, head,
+// batch) and those coordinates, or (element loads) the first row's address
+// and the row stride; `rows` of them exist.
+struct AttentionSource {
+  const TensorMap* map;
+  const u16* base;
+  i64 row_stride;
+  int head, batch, rows;
+};
+
+template <int HEAD_DIM, int BKV, int STAGES, int KIND, bool CAUSAL>
+struct FlashAttention {
+  static constexpr int kBQ = 128, kThreads = 384;
+  static constexpr int kD = HEAD_DIM <= 64 ? 64 : HEAD_DIM <= 128 ? 128 : 256;  // padded
+  static constexpr int kBlocks = kD / 64;                                         // 64-column swizzle blocks
+  static constexpr int kQBytes = kBQ * kD * 2, kKvBytes = BKV * kD * 2;
+  static constexpr int kBarriers = 1 + 4 * STAGES;  // q_full; k_full, v_full, k_empty, v_empty per stage
+  static constexpr int kSharedBytes = 1024 + kQBytes + 2 * STAGES * kKvBytes + kBarriers * 8;
+  static constexpr int kDN = kD / 8, kSN = BKV / 8;
+  static constexpr int kConsumerWarps = 8;
+  static_assert(HEAD_DIM % 8 == 0 && HEAD_DIM <= 256 && (BKV == 64 || BKV == 128) && STAGES >= 2, "tile shape");
+
+  float o[kDN][4];  // output accumulators: rows (lane/4, +8) of the warp's 16, columns d
+  float row_max[2], row_sum[2];
+
+  // ---- shared memory: Q [blocks][128][64], K and V [stage][blocks][BKV][64], barriers ----
+  static __device__ __forceinline__ unsigned char* base(unsigned char* raw) {
+    return raw + ((1024 - (shared_address(raw) & 1023)) & 1023);
+  }
+  static __device__ __forceinline__ u16* q_tile(unsigned char* s) { return reinterpret_cast<u16*>(s); }
+  static __device__ __forceinline__ u16* k_tile(unsigned char* s, int stage) {
+    return reinterpret_cast<u16*>(s + kQBytes + stage * kKvBytes);
+  }
+  static __device__ __forceinline__ u16* v_tile(unsigned char* s, int stage) {
+    return reinterpret_cast<u16*>(s + kQBytes + (STAGES + stage) * kKvBytes);
+  }
+  static __device__ __forceinline__ u64* q_full(unsigned char* s) {
+    return reinterpret_cast<u64*>(s + kQBytes + 2 * STAGES * kKvBytes);
+  }
+  static __device__ __forceinline__ u64* k_full(unsigned char* s) { return q_full(s) + 1; }
+  static __device__ __forceinline__ u64* v_full(unsigned char* s) { return q_full(s) + 1 + STAGES; }
+  static __device__ __forceinline__ u64* k_empty(unsigned char* s) { return q_full(s) + 1 + 2 * STAGES; }
+  static __device__ __forceinline__ u64* v_empty(unsigned char* s) { return q_full(s) + 1 + 3 * STAGES; }
+
+  // Full barriers complete on one arrival plus the copy engine's bytes;
+  // empty ones on one arrival per consumer warp.
+  static __device__ __forceinline__ void init_barriers(unsigned char* s) {
+    if (threadIdx.x == 0) {
+      bar_init(q_full(s), 1);
+      for (int i = 0; i < STAGES; ++i) {
+        bar_init(k_full(s) + i, 1), bar_init(v_full(s) + i, 1);
+        bar_init(k_empty(s) + i, kConsumerWarps), bar_init(v_empty(s) + i, kConsumerWarps);
+      }
+      fence_barrier_init();
+    }
+    __syncthreads();
+  }
+
+  // ---- the producer warpgroup ------------------------------------------------------------
+  // Thread 0 copies Q's tile, then K and V tile by tile, each into its slot
+  // once the consumers have handed it back.
+  static __device__ __forceinline__ void produce_by_copies(unsigned char* s, const AttentionSource& q, const AttentionSource& k,
+                                                           const AttentionSource& v, int q0, int kv_tiles) {
+    if (threadIdx.x != 0) return;
+    prefetch_map(q.map), prefetch_map(k.map), prefetch_map(v.map);
+    bar_arrive_expect(q_full(s), kQBytes);
+#pragma unroll
+    for (int b = 0; b < kBlocks; ++b) tma_load(q_tile(s) + b * kBQ * 64, q.map, q_full(s), b * 64, q0, q.head, q.batch);
+    Ring<STAGES> ring;
+    for (int t = 0; t < kv_tiles; ++t, ring.advance()) {
+      bar_wait(k_empty(s) + ring.stage, ring.phase ^ 1);
+      bar_arrive_expect(k_full(s) + ring.stage, kKvBytes);
+#pragma unroll
+      for (int b = 0; b < kBlocks; ++b)
+        tma_load(k_tile(s, ring.stage) + b * BKV * 64, k.map, k_full(s) + ring.stage, b * 64, t * BKV, k.head, k.batch);
+      bar_wait(v_empty(s) + ring.stage, ring.phase ^ 1);
+      bar_arrive_expect(v_full(s) + ring.stage, kKvBytes);
+#pragma unroll
+      for (int b = 0; b < kBlocks; ++b)
+        tma_load(v_tile(s, ring.stage) + b * BKV * 64, v.map, v_full(s) + ring.stage, b * 64, t * BKV, v.head, v.batch);
+    }
+  }
+
+  // Rows [row0, row0 + ROWS) of a source into a tile, element by element by
+  // the 128 producer threads, zeros past its rows and past the head
+  // dimension; then visible to wgmma, and one arrival on `full`.
+  template <int ROWS>
+  static __device__ __forceinline__ void load_elements(u16* tile, const AttentionSource& src, int row0, u64* full) {
+#pragma unroll 1
+    for (int e = threadIdx.x; e < ROWS * kD; e += 128) {
+      const int r = e / kD, c = e % kD;
+      const bool valid = row0 + r < src.rows && c < HEAD_DIM;
+      tile[(c >> 6) * ROWS * 64 + sw128(r, c & 63)] = valid ? src.base[static_cast<i64>(row0 + r) * src.row_stride + c] : u16(0);
+    }
+    fence_async_shared();
+    named_sync(1, 128);
+    if (threadIdx.x == 0) bar_arrive(full);
+  }
+  static __device__ __forceinline__ void produce_by_elements(unsigned char* s, const AttentionSource& q, const AttentionSource& k,
+                                                             const AttentionSource& v, int q0, int kv_tiles) {
+    load_elements<kBQ>(q_tile(s), q, q0, q_full(s));
+    Ring<STAGES> ring;
+    for (int t = 0; t < kv_tiles; ++t, ring.advance()) {
+      bar_wait(k_empty(s) + ring.stage, ring.phase ^ 1);
+      load_elements<BKV>(k_tile(s, ring.stage), k, t * BKV, k_full(s) + ring.stage);
+      bar_wait(v_empty(s) + ring.stage, ring.phase ^ 1);
+      load_elements<BKV>(v_tile(s, ring.stage), v, t * BKV, v_full(s) + ring.stage);
+    }
+  }
+
+  // ---- the consumer warpgroups ---------------------------------------------------------------
+  // Row in the block's query tile of accumulator element e, and column.
+  static __device__ __forceinline__ int acc_row(int e) {
+    const int t = threadIdx.x - 128;  // consumers follow the producer warpgroup
+    return (t >> 7) * 64 + ((t >> 5) & 3) * 16 + ((t & 31) >> 2) + (e >> 1) * 8;
+  }
+  static __device__ __forceinline__ int acc_col(int dn, int e) { return dn * 8 + (threadIdx.x & 3) * 2 + (e & 1); }
+
+  // S = Q K^T for this warpgroup's 64 rows and the key tile in `stage`, issued, not waited for.
+  static __device__ __forceinline__ void issue_scores(float (&s_acc)[kSN][4], unsigned char* s, int stage) {
+    const unsigned char* q = reinterpret_cast<const unsigned char*>(q_tile(s)) + ((threadIdx.x >> 7) - 1) * 64 * 128;
+    const unsigned char* k = reinterpret_cast<const unsigned char*>(k_tile(s, stage));
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk)
+      mma<BKV, KIND, 0>(s_acc, descriptor(q + (kk >> 2) * kBQ * 128 + (kk & 3) * 32, 16, 1024),
+                        descriptor(k + (kk >> 2) * BKV * 128 + (kk & 3) * 32, 16, 1024), kk > 0);
+    wgmma_commit();
+  }
+
+  // O += P V for the key tile in `stage`, issued, not waited for.
+  __device__ __forceinline__ void issue_values(const u32 (&p)[BKV / 16][4], unsigned char* s, int stage) {
+    const unsigned char* v = reinterpret_cast<const unsigned char*>(v_tile(s, stage));
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BKV / 16; ++kk) mma_rs<kD, KIND>(o, p[kk], descriptor(v + kk * 2048, BKV * 128, 1024), 1);
+    wgmma_commit();
+  }
+
+  // Scores of key tile `t` from raw dot products, in place: the hook on
+  // every element; on tiles at an edge (keys past skv, rows past sq, the
+  // causal diagonal), -inf where the key does not exist or is hidden.
+  template <class Score>
+  static __device__ __forceinline__ void scores(float (&s_acc)[kSN][4], int t, int q0, int sq, int skv, int causal_offset,
+                                                Score& score) {
+    const int key0 = t * BKV, wg_row0 = q0 + ((threadIdx.x >> 7) - 1) * 64;
+    const bool edge = key0 + BKV > skv || wg_row0 + 64 > sq || (CAUSAL && key0 + BKV - 1 > wg_row0 + causal_offset);
+    if (!edge) {
+#pragma unroll
+      for (int ni = 0; ni < kSN; ++ni)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s_acc[ni][e] = score(s_acc[ni][e], acc_row(e), key0 + acc_col(ni, e));
+      return;
+    }
+#pragma unroll
+    for (int ni = 0; ni < kSN; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row = acc_row(e), key = key0 + acc_col(ni, e);
+        // Rows past the queries exist only to fill the tile: never call the hook for them (it may read a mask).
+        const bool seen = key < skv && q0 + row < sq && (!CAUSAL || key <= q0 + row + causal_offset);
+        s_acc[ni][e] = seen ? score(s_acc[ni][e], row, key) : -inf();
+      }
+  }
+
+  // The online softmax over one tile's scores, in place: new row maxima,
+  // the probabilities, the running sums, and how far the maxima moved
+  // (`correction`, for O once no wgmma still writes it).
+  __device__ __forceinline__ void softmax(float (&s_acc)[kSN][4], float (&correction)[2]) {
+    constexpr float kLog2e = 1.4426950408889634f;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float maxima[2] = {-inf(), -inf()};
+#pragma unroll
+      for (int ni = 0; ni < kSN; ++ni) maxima[ni & 1] = fmaxf(maxima[ni & 1], fmaxf(s_acc[ni][2 * h], s_acc[ni][2 * h + 1]));
+      float mx = fmaxf(maxima[0], maxima[1]);
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(row_max[h], mx);
+      const float m_use = m_new == -inf() ? 0.0f : m_new;  // nothing seen yet: keep exp finite
+      correction[h] = exp2_approx((row_max[h] - m_use) * kLog2e);
+      row_max[h] = m_new;
+      row_sum[h] *= correction[h];
+      const float offset = m_use * kLog2e;
+      float sums[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // four chains, not one: the adds overlap
+#pragma unroll
+      for (int ni = 0; ni < kSN; ++ni) {
+        s_acc[ni][2 * h] = exp2_approx(fmaf(s_acc[ni][2 * h], kLog2e, -offset));
+        s_acc[ni][2 * h + 1] = exp2_approx(fmaf(s_acc[ni][2 * h + 1], kLog2e, -offset));
+        sums[ni & 3] += s_acc[ni][2 * h] + s_acc[ni][2 * h + 1];
+      }
+      row_sum[h] += (sums[0] + sums[1]) + (sums[2] + sums[3]);
+    }
+  }
+  __device__ __forceinline__ void rescale(const float (&correction)[2]) {
+#pragma unroll
+    for (int dn = 0; dn < kDN; ++dn)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[dn][e] *= correction[e >> 1];
+  }
+  // The probabilities as wgmma's A fragments (rounded to V's type).
+  static __device__ __forceinline__ void pack(const float (&s_acc)[kSN][4], u32 (&p)[BKV / 16][4]) {
+    const bool bf = KIND == tc::kBf16;
+#pragma unroll
+    for (int kk = 0; kk < BKV / 16; ++kk) {
+      p[kk][0] = tc::pack2(s_acc[2 * kk][0], s_acc[2 * kk][1], bf);
+      p[kk][1] = tc::pack2(s_acc[2 * kk][2], s_acc[2 * kk][3], bf);
+      p[kk][2] = tc::pack2(s_acc[2 * kk + 1][0], s_acc[2 * kk + 1][1], bf);
+      p[kk][3] = tc::pack2(s_acc[2 * kk + 1][2], s_acc[2 * kk + 1][3], bf);
+    }
+  }
+  // Keeps P's registers live (not reused) until the wgmma reading them is waited for.
+  static __device__ __forceinline__ void fence_fragments(u32 (&p)[BKV / 16][4]) {
+#pragma unroll
+    for (int kk = 0; kk < BKV / 16; ++kk)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(p[kk][i])::"memory");
+  }
+
+  // The two consumer warpgroups take turns to issue their wgmmas (named
+  // barriers 2 and 3, 256 threads each: one waits, the other arrives), so
+  // one computes its softmax while the other's multiplications run.
+  // (Barrier numbers as immediates: ptxas counts the barriers a kernel uses from them.)
+  static __device__ __forceinline__ void await_turn() {
+    if (threadIdx.x < 256) asm volatile("bar.sync 2, 256;\n" ::: "memory");
+    else asm volatile("bar.sync 3, 256;\n" ::: "memory");
+  }
+  static __device__ __forceinline__ void pass_turn() {
+    if (threadIdx.x < 256) asm volatile("bar.arrive 3, 256;\n" ::: "memory");
+    else asm volatile("bar.arrive 2, 256;\n" ::: "memory");
+  }
+
+  // A consumer warpgroup's 64 query rows over kv_tiles key tiles; on return
+  // o, row_max and row_sum hold them. score(dot, row, key): the score of
+  // query row `row` of the block's tile and key `key`, called only for
+  // keys < skv and rows < sq. causal_offset: skv - sq (key j is hidden from
+  // row i when j > i + causal_offset).
+  //
+  // Per tile t: S of tile t and P V of tile t - 1 are issued together; the
+  // softmax of tile t runs while P V of tile t - 1 is on the tensor cores.
+  template <class Score>
+  __device__ __forceinline__ void consume(unsigned char* s, int q0, int sq, int skv, int kv_tiles, int causal_offset,
+                                          Score&& score) {
+    const bool signals = (threadIdx.x & 31) == 0;
+#pragma unroll
+    for (int dn = 0; dn < kDN; ++dn)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[dn][e] = 0.0f;
+    row_max[0] = row_max[1] = -inf();
+    row_sum[0] = row_sum[1] = 0.0f;
+    bar_wait(q_full(s), 0);
+    if (kv_tiles > 0) {
+      // Both warpgroups issue kv_tiles + 1 times; the first goes first, and
+      // the second's last turn is passed to no one.
+      const bool first = threadIdx.x < 256;
+      if (!first) pass_turn();
+      Ring<STAGES> ring;  // the slot of the tile whose P V is next
+      float s_acc[kSN][4], correction[2];
+      u32 p[BKV / 16][4];
+      bar_wait(k_full(s) + ring.stage, ring.phase);
+      await_turn();
+      issue_scores(s_acc, s, ring.stage);
+      pass_turn();
+      wgmma_wait<0>();
+      fence_accumulators(s_acc);
+      if (signals) bar_arrive(k_empty(s) + ring.stage);
+      scores(s_acc, 0, q0, sq, skv, causal_offset, score);
+      softmax(s_acc, correction);
+      pack(s_acc, p);
+      for (int t = 1; t < kv_tiles; ++t) {
+        Ring<STAGES> next = ring;
+        next.advance();
+        bar_wait(k_full(s) + next.stage, next.phase);
+        bar_wait(v_full(s) + ring.stage, ring.phase);
+        await_turn();
+        issue_scores(s_acc, s, next.stage);
+        issue_values(p, s, ring.stage);
+        pass_turn();
+        wgmma_wait<1>();  // S of tile t (P V of tile t - 1 may still run)
+        fence_accumulators(s_acc);
+        if (signals) bar_arrive(k_empty(s) + next.stage);
+        scores(s_acc, t, q0, sq, skv, causal_offset, score);
+        softmax(s_acc, correction);
+        wgmma_wait<0>();
+        fence_accumulators(o);
+        fence_fragments(p);
+        if (signals) bar_arrive(v_empty(s) + ring.stage);
+        rescale(correction);
+        pack(s_acc, p);
+        ring = next;
+      }
+      bar_wait(v_full(s) + ring.stage, ring.phase);
+      await_turn();
+      issue_values(p, s, ring.stage);
+      if (first) pass_turn();
+      wgmma_wait<0>();
+      fence_accumulators(o);
+      fence_fragments(p);
+      if (signals) bar_arrive(v_empty(s) + ring.stage);
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 1);
+      row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 2);
+    }
+  }
+
+  // The normalised output element e of column tile dn (0 for an all-masked row).
+  __device__ __forceinline__ float out(int dn, int e) const {
+    const float l = row_sum[e >> 1];
+    return l > 0.0f ? o[dn][e] / l : 0.0f;
+  }
+};
+
+}  // namespace wg
+}  // namespace kiln
