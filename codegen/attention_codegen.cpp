@@ -61,10 +61,10 @@ bool AttentionGenerator::flash_attention_fits(const ir::Op& op) const {
 // The score hook both flash kernels call: scale and mask (and, for the
 // mma.sync kernel, causality), for query row `row` of the block's tile
 // (q0 + row in the sequence) and key `key`.
-std::string AttentionGenerator::score_hook(const ir::Op& op, bool causal_in_hook) {
+std::string AttentionGenerator::score_hook(const ir::Op& op, bool causal_in_hook, const std::string& coordinates) {
   const int64_t sq = g_.operand(op, 0).shape[2], skv = g_.operand(op, 1).shape[2];
   std::string out = "auto score = [&](float dot, int row, int key) -> float {\n";
-  out += "const kiln::i64 qi = q0 + row, kj = key;\n";
+  out += coordinates;
   em_.begin_block();
   std::string sc = fmt::format("dot * {}", Emitter::float_literal(op.attrs.scale));
   if (op.inputs.size() > 3) {
@@ -85,13 +85,20 @@ std::string AttentionGenerator::score_hook(const ir::Op& op, bool causal_in_hook
 // `fa`, at query row q0 + A::acc_row(e) and column A::acc_col(dn, e), and
 // the kernel's epilogue on it.
 std::string AttentionGenerator::flash_outputs(const ir::Op& op, int64_t head_dim, bool padded) {
-  const ir::Tensor& result = g_.result(op);
   const int64_t sq = g_.operand(op, 0).shape[2];
-  std::string body = "#pragma unroll\nfor (int dn = 0; dn < A::kDN; ++dn)\n#pragma unroll\nfor (int e = 0; e < 4; ++e) {\n";
-  body += fmt::format("const kiln::i64 qi = q0 + A::acc_row(e), d = A::acc_col(dn, e);\nif (qi >= {}LL{}) continue;\n", sq,
+  std::string open = "#pragma unroll\nfor (int dn = 0; dn < A::kDN; ++dn)\n#pragma unroll\nfor (int e = 0; e < 4; ++e) {\n";
+  open += fmt::format("const kiln::i64 qi = q0 + A::acc_row(e), d = A::acc_col(dn, e);\nif (qi >= {}LL{}) continue;\n", sq,
                       padded ? fmt::format(" || d >= {}LL", head_dim) : "");
+  return attention_outputs(op, open, "fa.out(dn, e)");
+}
+
+// A loop over output elements (`open`: its header and the coordinates bi,
+// hi, qi, d of the element), the value there, and the kernel's epilogue.
+std::string AttentionGenerator::attention_outputs(const ir::Op& op, const std::string& open, const std::string& value) {
+  const ir::Tensor& result = g_.result(op);
+  std::string body = open;
   em_.begin_block();
-  em_.emit(fmt::format("const float out = {};  // {}", em_.rounded(result, "fa.out(dn, e)"), result.name));
+  em_.emit(fmt::format("const float out = {};  // {}", em_.rounded(result, value), result.name));
   em_.set_leaf(op.output, "out");
   const Coords oc{"bi", "hi", "qi", "d"};
   for (ir::TensorId t : k_.writes) {
@@ -152,7 +159,7 @@ void AttentionGenerator::flash_attention(const ir::Op& op) {
   body += fmt::format("const bool aligned = kiln::aligned16({}) && kiln::aligned16({}) && kiln::aligned16({});\n", q.pointer,
                       k.pointer, v.pointer);
   body += flash_kv_tiles(op, sq, skv, bq, bkv);
-  body += score_hook(op, true);
+  body += score_hook(op, true, "const kiln::i64 qi = q0 + row, kj = key;\n");
   body += "A fa;\n";
   body += fmt::format("fa.run(reinterpret_cast<kiln::u16*>(kiln_shared), q, {}LL, q0, {}, k, {}LL, v, {}LL, {}, kv_tiles, aligned, score);\n",
                       q.strides[2], sq, k.strides[2], v.strides[2], skv);
@@ -161,6 +168,64 @@ void AttentionGenerator::flash_attention(const ir::Op& op) {
   out_.shared_bytes = static_cast<uint32_t>(shared_bytes);
   KILN_INTERNAL_CHECK(q_tiles * batches * heads < (int64_t{1} << 31));
   out_.grid = {static_cast<uint32_t>(q_tiles * batches * heads), 1, 1};
+}
+
+// ---- flash decoding (templates/kiln/attention_decode.cuh) ------------------------------
+
+// Few query rows per kv head (every query of every head that shares it: at
+// most 16) against at least 512 keys: an LLM's decode step. The flash kernels'
+// tiles of 64 or 128 query rows would multiply mostly empty rows there.
+bool AttentionGenerator::decode_fits(const ir::Op& op) const {
+  if (!flash_attention_fits(op)) return false;
+  const Shape& qs = g_.operand(op, 0).shape;
+  const int64_t group = qs[1] / attention_operand(op.inputs[1])->heads;
+  return group * qs[2] <= 16 && g_.operand(op, 1).shape[2] >= 512;
+}
+
+void AttentionGenerator::decode_attention(const ir::Op& op) {
+  const Shape& qs = g_.operand(op, 0).shape;
+  const ExternalTensor q = *strided_in_memory(op.inputs[0]);
+  const AttentionOperand ka = *attention_operand(op.inputs[1]), va = *attention_operand(op.inputs[2]);
+  const ExternalTensor &k = ka.memory, &v = va.memory;
+  const int64_t batches = qs[0], heads = qs[1], sq = qs[2], d = qs[3], kv_heads = ka.heads, skv = g_.operand(op, 1).shape[2];
+  const int64_t group = heads / kv_heads, rows = group * sq, chunk = 512, chunks = (skv + chunk - 1) / chunk;
+  const int64_t units = batches * kv_heads;
+  const int groups = static_cast<int>(256 / (d / 4));
+  const int shared_bytes = static_cast<int>((rows * d + rows * chunk + groups * rows * d + 2 * rows) * 4);
+  decided(fmt::format("flash decoding: {} query rows ({} heads x {} queries) a block, {} chunks of {} keys{}", rows, group, sq,
+                      chunks, chunk, chunks > 1 ? " merged by the last block" : ""));
+  KILN_INTERNAL_CHECK(units * chunks < (int64_t{1} << 31));
+  std::string body;
+  body += fmt::format("typedef kiln::decode::DecodeAttention<{}, {}, {}, {}> A;\n", d, rows, chunk, q.storage == DType::bf16 ? 1 : 0);
+  body += fmt::format("static_assert(A::kSharedBytes == {}, \"shared memory size as launched\");\n", shared_bytes);
+  body += "extern __shared__ __align__(16) float kiln_shared_f32[];\n";
+  body += fmt::format("const kiln::i64 unit = blockIdx.x / {0}LL;\nconst int chunk = (int)(blockIdx.x % {0}LL);\n", chunks);
+  body += fmt::format("const kiln::i64 bi = unit / {0}LL, kvh = unit % {0}LL;\n", kv_heads);
+  body += fmt::format("const kiln::u16* k = {};\n", head_base(k, "kvh"));
+  body += fmt::format("const kiln::u16* v = {};\n", head_base(v, "kvh"));
+  body += fmt::format("const bool aligned = kiln::aligned16(k) && kiln::aligned16(v);\n");
+  // Row r of the block: query r % sq of head kvh * group + r / sq.
+  const std::string coordinates = fmt::format("const kiln::i64 hi = kvh * {}LL + row / {}, qi = row % {}, kj = key;\n", group, sq, sq);
+  body += "auto q_row = [&](int row) -> const kiln::u16* {\n";
+  body += fmt::format("const kiln::i64 hi = kvh * {}LL + row / {}, qi = row % {};\n", group, sq, sq);
+  body += fmt::format("return {} + qi * {}LL;\n}};\n", head_base(q, "hi"), q.strides[2]);
+  body += score_hook(op, true, coordinates);
+  body += "A a(kiln_shared_f32);\n";
+  body += fmt::format("a.run(q_row, k, {}LL, v, {}LL, chunk * {}, {}, aligned, score);\n", k.strides[2], v.strides[2], chunk, skv);
+  if (chunks > 1) {
+    const std::string result = g_.result(op).name;
+    const std::string partials = workspace_param(result + ".decode_partials", units * chunks * (rows * d + 2 * rows), 0, false);
+    const std::string arrived = workspace_param(result + ".decode_chunks_arrived", units, 0, true);
+    body += fmt::format("if (!a.merge_chunks(static_cast<float*>({}), static_cast<unsigned int*>({}), unit, chunk, {})) return;\n",
+                        partials, arrived, chunks);
+  }
+  std::string open = fmt::format("for (int i = threadIdx.x; i < {}; i += 256) {{\n", rows * d);
+  open += fmt::format("const int row = i / {};\n", d);
+  open += fmt::format("const kiln::i64 d = i % {0}, hi = kvh * {1}LL + row / {2}, qi = row % {2};\n", d, group, sq);
+  body += attention_outputs(op, open, "a.out(row, (int)d)");
+  finish(body, 256, "", "#include \"kiln/attention_decode.cuh\"\n");
+  out_.shared_bytes = static_cast<uint32_t>(shared_bytes);
+  out_.grid = {static_cast<uint32_t>(units * chunks), 1, 1};
 }
 
 // ---- the Hopper kernel (templates/kiln/attention_wgmma.cuh) ---------------------------
@@ -261,7 +326,7 @@ void AttentionGenerator::flash_attention_wgmma(const ir::Op& op, const HopperAtt
   body += "else A::produce_by_elements(smem, q, k, v, q0, kv_tiles);\n";
   body += "} else {\n";
   body += "kiln::wg::registers_up<232>();\n";
-  body += score_hook(op, false);
+  body += score_hook(op, false, "const kiln::i64 qi = q0 + row, kj = key;\n");
   body += "A fa;\n";
   body += fmt::format("fa.consume(smem, q0, {}, {}, kv_tiles, {}, score);\n", a.sq, a.skv, a.skv - a.sq);
   body += flash_outputs(op, a.head_dim, a.padded_dim != a.head_dim);
@@ -374,6 +439,7 @@ std::string AttentionGenerator::exact_attention_pass2(const ExactAttention& a, c
 // as the graph defines it (rounded where it says) and accumulates p * v.
 void AttentionGenerator::attention() {
   const ir::Op& last = g_.ops[static_cast<size_t>(k_.anchor)];
+  if (decode_fits(last)) return decode_attention(last);
   if (std::optional<HopperAttention> hopper = hopper_attention(last)) return flash_attention_wgmma(last, *hopper);
   if (flash_attention_fits(last)) return flash_attention(last);
   const ExactAttention a = exact_attention_shape();

@@ -47,9 +47,16 @@ class AttentionGenerator : public KernelBuilder {
   std::optional<HopperAttention::Operand> hopper_operand(const ExternalTensor& e, const Shape& shape) const;
   void flash_attention_wgmma(const ir::Op& op, const HopperAttention& a);
 
-  // Pieces both flash kernels write: the score hook, and the output loop.
-  std::string score_hook(const ir::Op& op, bool causal_in_hook);
+  // ---- flash decoding: templates/kiln/attention_decode.cuh ------------------------------
+  bool decode_fits(const ir::Op& op) const;
+  void decode_attention(const ir::Op& op);
+
+  // Pieces the kernels share: the score hook (`coordinates` defines qi and
+  // kj, and hi where the kernel's rows span heads, from row and key), and
+  // the output loops.
+  std::string score_hook(const ir::Op& op, bool causal_in_hook, const std::string& coordinates);
   std::string flash_outputs(const ir::Op& op, int64_t head_dim, bool padded);
+  std::string attention_outputs(const ir::Op& op, const std::string& open, const std::string& value);
 
   // ---- attention without tensor cores: a block per query row, exact softmax in
   // two passes (f32 or mixed operands, decomposed matmul-softmax-matmul graphs).

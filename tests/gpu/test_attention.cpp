@@ -109,6 +109,23 @@ TEST(GpuAttention, HeadDimsMasksAndGroups) {
   check_cases(cases, 2000);
 }
 
+// Flash decoding (at most 16 query rows per kv head, at least 512 keys):
+// one query and a few, grouped-query ratios 1 to 8, head dimensions 64 to
+// 256 (80: column pairs that leave threads idle), chunks merged (Skv past
+// 512, not a multiple of it), masks and causality, rows that see no key.
+TEST(GpuAttention, Decode) {
+  REQUIRE_GPU();
+  std::vector<Case> cases;
+  for (int64_t d : {64, 80, 128, 256}) cases.push_back(sdpa_case(2, 8, 2, 1, 4097, d, "bf16", false));
+  cases.push_back(sdpa_case(3, 32, 8, 1, 8192, 128, "f16", false));
+  cases.push_back(sdpa_case(2, 8, 1, 2, 1000, 128, "bf16", true));       // 16 rows: 8 heads x 2 queries
+  cases.push_back(sdpa_case(2, 4, 4, 16, 600, 64, "bf16", true));        // 16 queries of one head
+  cases.push_back(sdpa_case(2, 8, 2, 3, 2000, 128, "bf16", false, "[2,1,1,2000]", "bool"));
+  cases.push_back(sdpa_case(2, 8, 2, 3, 2000, 128, "f16", false, "[2,8,3,2000]", "f32"));
+  cases.push_back(sdpa_case(1, 4, 4, 4, 513, 128, "bf16", false, "[1,1,1,513]", "bool", 6.0));
+  check_cases(cases, 4000);
+}
+
 // B x H past the 65535 of a grid's y dimension.
 TEST(GpuAttention, ManyHeads) {
   REQUIRE_GPU();

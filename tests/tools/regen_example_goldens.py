@@ -88,6 +88,11 @@ for path in sorted(glob.glob(root + "/examples/**/*.json", recursive=True)):
                                   'CUDA: kiln::wg::tma_store(&p{{[0-9]+}}, staging, (int)(n0 + blk * 64), (int)(m0 + consumer * 64));',
                                   'CUDA: kiln::wg::bulk_wait_all();',
                                   'CUDA: G::finish();'],
+        # A decode step: 4 query heads share each kv head (4 rows a block), 3 chunks of 512 keys merged.
+        "sdpa_decode_gqa": ['CUDA: #include "kiln/attention_decode.cuh"',
+                            'CUDA: typedef kiln::decode::DecodeAttention<64, 4, 512, 1> A;',
+                            'CUDA: const kiln::i64 hi = kvh * 4LL + row / 1, qi = row % 1, kj = key;',
+                            'CUDA: if (!a.merge_chunks('],
         # sm_90: the Hopper kernel; causality is the template's (CAUSAL: tiles past the diagonal skipped, masks on it).
         "sdpa_causal_gqa": ['CUDA: #include "kiln/attention_wgmma.cuh"',
                             'CUDA: typedef kiln::wg::FlashAttention<64, 128, 4, kiln::tc::kBf16, true> A;',
