@@ -26,6 +26,19 @@ __device__ __forceinline__ u32 pack2(float lo, float hi, bool bf16) {
   return static_cast<u32>(a) | (static_cast<u32>(b) << 16);
 }
 
+// A row's value over the four threads of a quad that hold it (the MMA
+// accumulator layout: lanes 4r .. 4r + 3 share rows).
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+// An accumulated output over its row's sum; 0 for a row whose keys were all masked (sum 0).
+__device__ __forceinline__ float normalised(float o, float row_sum) { return row_sum > 0.0f ? o / row_sum : 0.0f; }
+
 // Rows [row0, row0 + ROWS) of a [rows][D] matrix (row stride `stride`
 // elements, D contiguous) into a padded shared tile; rows >= `rows` are
 // zero.
@@ -136,8 +149,7 @@ struct FlashAttention {
         float mx = -inf();
 #pragma unroll
         for (int ni = 0; ni < kSN; ++ni) mx = fmaxf(mx, fmaxf(s[ni][2 * h], s[ni][2 * h + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        mx = quad_max(mx);
         const float m_new = fmaxf(row_max[h], mx);
         const float m_use = m_new == -inf() ? 0.0f : m_new;  // nothing seen yet: keep exp finite
         const float correction = exp2f((row_max[h] - m_use) * kLog2e);
@@ -170,18 +182,11 @@ struct FlashAttention {
       }
     }
     cp_async_wait<0>();
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 1);
-      row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 2);
-    }
+    row_sum[0] = quad_sum(row_sum[0]), row_sum[1] = quad_sum(row_sum[1]);
   }
 
   // The normalised output element e of column tile dn (0 for an all-masked row).
-  __device__ __forceinline__ float out(int dn, int e) const {
-    const float l = row_sum[e >> 1];
-    return l > 0.0f ? o[dn][e] / l : 0.0f;
-  }
+  __device__ __forceinline__ float out(int dn, int e) const { return normalised(o[dn][e], row_sum[e >> 1]); }
 };
 
 }  // namespace tc

@@ -21,7 +21,7 @@
 // head) to finish (a counter) merges every chunk's, in chunk order.
 #pragma once
 
-#include "kiln/common.cuh"
+#include "kiln/attention.cuh"
 
 namespace kiln {
 namespace decode {
@@ -206,10 +206,7 @@ struct DecodeAttention {
   }
 
   // The normalised output of row r, column d (0 for a row that saw no key).
-  __device__ __forceinline__ float out(int r, int d) const {
-    const float l = l_s[r];
-    return l > 0.0f ? o_s[r * D + d] / l : 0.0f;
-  }
+  __device__ __forceinline__ float out(int r, int d) const { return tc::normalised(o_s[r * D + d], l_s[r]); }
 };
 
 }  // namespace decode

@@ -220,8 +220,7 @@ struct FlashAttention {
 #pragma unroll
       for (int ni = 0; ni < kSN; ++ni) maxima[ni & 1] = fmaxf(maxima[ni & 1], fmaxf(s_acc[ni][2 * h], s_acc[ni][2 * h + 1]));
       float mx = fmaxf(maxima[0], maxima[1]);
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      mx = tc::quad_max(mx);
       const float m_new = fmaxf(row_max[h], mx);
       const float m_use = m_new == -inf() ? 0.0f : m_new;  // nothing seen yet: keep exp finite
       correction[h] = exp2_approx((row_max[h] - m_use) * kLog2e);
@@ -344,18 +343,11 @@ struct FlashAttention {
       fence_fragments(p);
       if (signals) bar_arrive(v_empty(s) + ring.stage);
     }
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 1);
-      row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 2);
-    }
+    row_sum[0] = tc::quad_sum(row_sum[0]), row_sum[1] = tc::quad_sum(row_sum[1]);
   }
 
   // The normalised output element e of column tile dn (0 for an all-masked row).
-  __device__ __forceinline__ float out(int dn, int e) const {
-    const float l = row_sum[e >> 1];
-    return l > 0.0f ? o[dn][e] / l : 0.0f;
-  }
+  __device__ __forceinline__ float out(int dn, int e) const { return tc::normalised(o[dn][e], row_sum[e >> 1]); }
 };
 
 }  // namespace wg
