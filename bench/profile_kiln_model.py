@@ -13,7 +13,7 @@ from torch.profiler import ProfilerActivity, profile
 
 import kiln.torch as kt
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from torch_models import MODELS  # noqa: E402
+from torch_models import MODELS, on_device  # noqa: E402
 
 
 def _subgraphs():
@@ -30,9 +30,7 @@ def _subgraphs():
 def main():
     name = sys.argv[1] if len(sys.argv) > 1 else "llama"
     dump = sys.argv[2] if len(sys.argv) > 2 else None  # a folder: the kiln graphs as JSON, written before they run
-    model, inputs, _ = MODELS[name]()
-    model = model.eval().cuda().to(torch.bfloat16)
-    inputs = tuple(t.cuda() if t.dtype != torch.float32 else t.cuda().to(torch.bfloat16) for t in inputs)
+    model, inputs = on_device(name, *MODELS[name]()[:2])
     with torch.no_grad():
         compiled = torch.compile(model, backend="kiln", dynamic=False)
         if dump:

@@ -56,6 +56,17 @@ def vit_small():
 MODELS = {"llama": llama, "gpt2": gpt2, "bert": bert, "resnet50": resnet50, "vit_small": vit_small}
 
 
+def on_device(name, model, inputs):
+    """The model and its inputs as the benchmark runs them: bf16 on the GPU,
+    eval, and channels-last for the convolutional model (as its users run it)."""
+    model = model.eval().cuda().to(torch.bfloat16)
+    inputs = tuple(t.cuda() if t.dtype != torch.float32 else t.cuda().to(torch.bfloat16) for t in inputs)
+    if name == "resnet50":
+        model = model.to(memory_format=torch.channels_last)
+        inputs = (inputs[0].to(memory_format=torch.channels_last),)
+    return model, inputs
+
+
 def host_ms(fn, iterations=20):
     torch.cuda.synchronize()
     times = []
@@ -80,11 +91,7 @@ def run(name, phase, with_inductor, max_autotune=False):
             f32_inputs = (f32_inputs[0].to(memory_format=torch.channels_last),)
         exact = logits(reference(*f32_inputs)).float()
         del reference
-    model = model.eval().cuda().to(torch.bfloat16)
-    inputs = tuple(t.cuda() if t.dtype != torch.float32 else t.cuda().to(torch.bfloat16) for t in inputs)
-    if name == "resnet50":
-        model = model.to(memory_format=torch.channels_last)
-        inputs = (inputs[0].to(memory_format=torch.channels_last),)
+    model, inputs = on_device(name, model, inputs)
     row = {"model": name, "phase": phase}
     with torch.no_grad():
         want = logits(model(*inputs)).float()

@@ -56,8 +56,10 @@ class Graph {
 
  private:
   friend struct Internal;
-  explicit Graph(std::shared_ptr<const ir::Graph> ir) : ir_(std::move(ir)) {}
-  std::shared_ptr<const ir::Graph> ir_;
+  Graph(std::shared_ptr<const ir::Graph> ir, std::shared_ptr<const ir::Graph> planned)
+      : ir_(std::move(ir)), planned_(std::move(planned)) {}
+  std::shared_ptr<const ir::Graph> ir_;       // as written: its hash, JSON and IR text
+  std::shared_ptr<const ir::Graph> planned_;  // what the planner, codegen and runtime take (may be ir_)
 };
 
 // A handle to a tensor of a GraphBuilder.

@@ -1,0 +1,276 @@
+// Layout sinking (layout_sinking.h): one pass over the ops in order, each
+// value carried as (tensor in the new graph, perm) until an op needs it as
+// written.
+#include "compiler/layout_sinking.h"
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+#include <optional>
+#include <set>
+
+#include <fmt/format.h>
+
+namespace kiln::ir {
+namespace {
+
+using Perm = std::vector<int64_t>;
+
+bool is_identity(const Perm& p) {
+  for (size_t d = 0; d < p.size(); ++d)
+    if (p[d] != static_cast<int64_t>(d)) return false;
+  return true;
+}
+
+Perm identity_perm(size_t rank) {
+  Perm p(rank);
+  std::iota(p.begin(), p.end(), 0);
+  return p;
+}
+
+// transpose(transpose(a, p), q) = transpose(a, r): r[d] = p[q[d]].
+Perm compose(const Perm& p, const Perm& q) {
+  Perm r(q.size());
+  for (size_t d = 0; d < q.size(); ++d) r[d] = p[static_cast<size_t>(q[d])];
+  return r;
+}
+
+const Perm kNhwcAsNchw = {0, 3, 1, 2};  // an NHWC tensor read as NCHW
+const Perm kNchwAsNhwc = {0, 2, 3, 1};  // an NCHW tensor read as NHWC
+
+class Sinker {
+ public:
+  explicit Sinker(const Graph& g) : old_(g) {
+    out_.name = g.name;
+    out_.tensors = g.tensors;  // every id keeps its meaning; results are re-linked below
+    out_.inputs = g.inputs;
+    out_.outputs = g.outputs;
+    for (Tensor& t : out_.tensors)
+      if (t.kind == TensorKind::OpResult) t.producer = -1;
+  }
+
+  // The rewritten graph, or nothing when no op moved.
+  std::optional<Graph> run() {
+    for (const Op& op : old_.ops) {
+      if (!rewrite(op)) keep(op);
+    }
+    if (!moved_) return std::nullopt;
+    out_.users.assign(out_.tensors.size(), {});
+    for (size_t i = 0; i < out_.ops.size(); ++i)
+      for (TensorId id : out_.ops[i].inputs) {
+        auto& users = out_.users[static_cast<size_t>(id)];
+        if (users.empty() || users.back() != static_cast<int32_t>(i)) users.push_back(static_cast<int32_t>(i));
+      }
+    return std::move(out_);
+  }
+
+ private:
+  struct Carried {
+    TensorId base;
+    Perm perm;  // the value is transpose(base, perm)
+  };
+
+  // How the value of old tensor t is carried (itself, unpermuted, by default).
+  Carried carried(TensorId t) const {
+    if (auto it = carried_.find(t); it != carried_.end()) return it->second;
+    return {t, identity_perm(old_.tensor(t).shape.size())};
+  }
+
+  // Old tensor t as written, in the new graph: its transpose made where it is
+  // carried permuted (once; the op writes t's own id).
+  TensorId materialised(TensorId t) {
+    const Carried c = carried(t);
+    if (is_identity(c.perm)) return c.base;  // t itself, or the tensor its transposes cancelled back to
+    if (done_.count(t)) return t;
+    Op transpose{OpKind::Transpose, {c.base}, t, {}, false};
+    transpose.attrs.perm = c.perm;
+    emit(std::move(transpose));
+    done_.insert(t);
+    return t;
+  }
+
+  void emit(Op op) {
+    out_.tensors[static_cast<size_t>(op.output)].producer = static_cast<int32_t>(out_.ops.size());
+    out_.ops.push_back(std::move(op));
+  }
+
+  void keep(const Op& op) {
+    Op copy = op;
+    for (TensorId& in : copy.inputs) in = materialised(in);
+    emit(std::move(copy));
+  }
+
+  // A new tensor for old tensor t's values laid out as its carrier `base`
+  // holds them: t's shape with dimension perm[d] of the new one t's d.
+  TensorId permuted_result(TensorId t, const Perm& perm) {
+    Tensor tensor = old_.tensor(t);
+    Shape shape(tensor.shape.size());
+    for (size_t d = 0; d < perm.size(); ++d) shape[static_cast<size_t>(perm[d])] = tensor.shape[d];
+    tensor.shape = shape;
+    tensor.strides = contiguous_strides(shape);
+    tensor.is_output = false;
+    std::string digits;
+    for (int64_t d : perm) digits += std::to_string(d);
+    tensor.name = fmt::format("{}.perm{}", tensor.name, digits);
+    out_.tensors.push_back(std::move(tensor));
+    return static_cast<TensorId>(out_.tensors.size() - 1);
+  }
+
+  // Emits `op` rewritten over the carriers (inputs already replaced), its
+  // result carried as (new tensor, perm).
+  void sink(Op op, TensorId old_result, const Perm& perm) {
+    op.output = permuted_result(old_result, perm);
+    carried_[old_result] = {op.output, perm};
+    emit(std::move(op));
+    moved_ = true;
+  }
+
+  bool rewrite(const Op& op) {
+    if (old_.tensor(op.output).is_output) return false;
+    const OpFamily family = op_info(op.kind).family;
+    if (op.kind == OpKind::Transpose) return transpose(op);
+    if (is_pointwise(family)) return pointwise(op);
+    if (op.kind == OpKind::BatchNorm) return batch_norm(op);
+    if (family == OpFamily::Reduce) return reduction(op);
+    if (family == OpFamily::Pool) return pool(op);
+    return false;
+  }
+
+  bool transpose(const Op& op) {
+    const Carried c = carried(op.inputs[0]);
+    const Perm perm = compose(c.perm, op.attrs.perm);
+    carried_[op.output] = {c.base, perm};  // the identity where the two cancel: the value is c.base
+    if (!is_identity(c.perm)) moved_ = true;  // else deferred only: made where first read, as written
+    return true;
+  }
+
+  // Operands of the op's rank carried with one common non-identity perm P,
+  // graph inputs of its rank whose strides lay them out as P's carriers are
+  // (a channels-last input read as NCHW: read through the inverse transpose,
+  // still in memory order), or holding one value (any rank: broadcasting
+  // gives it everywhere).
+  bool pointwise(const Op& op) {
+    const size_t rank = old_.tensor(op.output).shape.size();
+    std::optional<Perm> common;
+    for (TensorId in : op.inputs) {
+      const Tensor& t = old_.tensor(in);
+      if (element_count(t.shape) == 1 || t.kind == TensorKind::Input) continue;
+      const Carried c = carried(in);
+      if (t.shape.size() != rank || is_identity(c.perm)) return false;
+      if (common && *common != c.perm) return false;
+      common = c.perm;
+    }
+    if (!common) return false;
+    for (TensorId in : op.inputs) {
+      const Tensor& t = old_.tensor(in);
+      if (t.kind == TensorKind::Input && element_count(t.shape) != 1 && !laid_out_as_carrier(t, *common)) return false;
+    }
+    Op rewritten = op;
+    for (TensorId& in : rewritten.inputs) {
+      const Tensor& t = old_.tensor(in);
+      if (element_count(t.shape) == 1) continue;
+      in = t.kind == TensorKind::Input ? carrier_view_of_input(in, *common) : carried(in).base;
+    }
+    sink(std::move(rewritten), op.output, *common);
+    return true;
+  }
+
+  // Whether input t, read as transpose(t, inverse of p), is in memory order.
+  static bool laid_out_as_carrier(const Tensor& t, const Perm& p) {
+    if (t.shape.size() != p.size()) return false;
+    Shape shape(p.size());
+    Strides strides(p.size());
+    for (size_t d = 0; d < p.size(); ++d) {
+      shape[static_cast<size_t>(p[d])] = t.shape[d];
+      strides[static_cast<size_t>(p[d])] = t.strides[d];
+    }
+    const Strides packed = contiguous_strides(shape);
+    for (size_t d = 0; d < p.size(); ++d)
+      if (shape[d] != 1 && strides[d] != packed[d]) return false;
+    return true;
+  }
+
+  // transpose(input, inverse of p): the input as p's carriers hold values.
+  TensorId carrier_view_of_input(TensorId input, const Perm& p) {
+    if (auto it = input_views_.find(input); it != input_views_.end() && it->second.first == p) return it->second.second;
+    Perm inverse(p.size());
+    for (size_t d = 0; d < p.size(); ++d) inverse[static_cast<size_t>(p[d])] = static_cast<int64_t>(d);
+    const TensorId view = permuted_result(input, p);
+    Tensor& tensor = out_.tensors[static_cast<size_t>(view)];
+    tensor.kind = TensorKind::OpResult;
+    Op transpose{OpKind::Transpose, {input}, view, {}, false};
+    transpose.attrs.perm = inverse;
+    emit(std::move(transpose));
+    input_views_[input] = {p, view};
+    return view;
+  }
+
+  bool batch_norm(const Op& op) {
+    const Carried c = carried(op.inputs[0]);
+    if (is_identity(c.perm)) return false;
+    Op rewritten = op;
+    rewritten.inputs[0] = c.base;
+    for (size_t i = 1; i < rewritten.inputs.size(); ++i) rewritten.inputs[i] = materialised(op.inputs[i]);
+    rewritten.attrs.axis = c.perm[static_cast<size_t>(op.attrs.axis)];
+    sink(std::move(rewritten), op.output, c.perm);
+    return true;
+  }
+
+  // reduce(transpose(a, P), axes) = transpose'(reduce(a, P[axes])), where
+  // transpose' is P itself (keepdims) or P over the dimensions kept.
+  bool reduction(const Op& op) {
+    const Carried c = carried(op.inputs[0]);
+    if (is_identity(c.perm)) return false;
+    Op rewritten = op;
+    rewritten.inputs[0] = c.base;
+    rewritten.attrs.axes.clear();
+    for (int64_t a : op.attrs.axes) rewritten.attrs.axes.push_back(c.perm[static_cast<size_t>(a)]);
+    std::sort(rewritten.attrs.axes.begin(), rewritten.attrs.axes.end());
+    Perm perm = c.perm;
+    if (!op.attrs.keepdims) {
+      // the kept dimensions, renumbered in the base's order
+      Perm kept;
+      for (size_t d = 0; d < c.perm.size(); ++d)
+        if (!std::binary_search(op.attrs.axes.begin(), op.attrs.axes.end(), static_cast<int64_t>(d)))
+          kept.push_back(c.perm[d]);
+      perm.clear();
+      for (int64_t k : kept) perm.push_back(std::count_if(kept.begin(), kept.end(), [&](int64_t o) { return o < k; }));
+    }
+    if (is_identity(perm)) {  // the result is laid out as written: no carrier
+      rewritten.output = op.output;
+      emit(std::move(rewritten));
+      moved_ = true;
+      return true;
+    }
+    sink(std::move(rewritten), op.output, perm);
+    return true;
+  }
+
+  bool pool(const Op& op) {
+    const Carried c = carried(op.inputs[0]);
+    const bool nchw = op.attrs.layout == Layout::NCHW;
+    if (c.perm != (nchw ? kNhwcAsNchw : kNchwAsNhwc)) return false;
+    Op rewritten = op;
+    rewritten.inputs[0] = c.base;
+    rewritten.attrs.layout = nchw ? Layout::NHWC : Layout::NCHW;
+    sink(std::move(rewritten), op.output, c.perm);
+    return true;
+  }
+
+  const Graph& old_;
+  Graph out_;
+  std::map<TensorId, Carried> carried_;
+  std::set<TensorId> done_;
+  std::map<TensorId, std::pair<Perm, TensorId>> input_views_;
+  bool moved_ = false;
+};
+
+}  // namespace
+
+std::shared_ptr<const Graph> sink_transposes(const std::shared_ptr<const Graph>& graph) {
+  std::optional<Graph> sunk = Sinker(*graph).run();
+  if (!sunk) return graph;
+  return std::make_shared<const Graph>(std::move(*sunk));
+}
+
+}  // namespace kiln::ir
