@@ -248,8 +248,14 @@ std::string Emitter::pointwise(const ir::Op& op, const Coords& coords) {
     const Coords channel{coords[static_cast<size_t>(op.attrs.axis)]};
     std::vector<std::string> p;
     for (size_t i = 1; i < op.inputs.size(); ++i) p.push_back(value(op.inputs[i], channel));
-    std::string e = fmt::format("(({} - {}) / sqrtf({} + {}))", x, p[0], p[1], float_literal(op.attrs.eps));
-    if (p.size() > 2) e = fmt::format("({} * {})", e, p[2]);
+    // The channel's scale, weight / sqrt(var + eps), is a value of the
+    // channel alone: a kernel that walks a channel's elements (a matmul or
+    // conv epilogue's column) computes it once, and each element costs a
+    // subtract and a multiply-add where a divide was.
+    const std::string scale = fresh("v");
+    lines_.push_back(fmt::format("const float {} = {} / sqrtf({} + {});  // {}: the channel's scale", scale,
+                                 p.size() > 2 ? p[2] : "1.0f", p[1], float_literal(op.attrs.eps), result.name));
+    std::string e = fmt::format("(({} - {}) * {})", x, p[0], scale);
     if (p.size() > 3) e = fmt::format("({} + {})", e, p[3]);
     const std::string v = fresh("v");
     lines_.push_back(fmt::format("const float {} = {};  // {} = batch_norm", v, rounded(result, e), result.name));
