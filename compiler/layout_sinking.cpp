@@ -11,6 +11,8 @@
 
 #include <fmt/format.h>
 
+#include "compiler/error.h"
+
 namespace kiln::ir {
 namespace {
 
@@ -55,6 +57,7 @@ class Sinker {
       if (!rewrite(op)) keep(op);
     }
     if (!moved_) return std::nullopt;
+    check_every_read_is_made_first();
     out_.users.assign(out_.tensors.size(), {});
     for (size_t i = 0; i < out_.ops.size(); ++i)
       for (TensorId id : out_.ops[i].inputs) {
@@ -65,6 +68,18 @@ class Sinker {
   }
 
  private:
+  // Each op reads inputs, constants or results of earlier ops; each output
+  // is made: a value left carried where it is read would be read unmade.
+  void check_every_read_is_made_first() const {
+    std::vector<bool> made(out_.tensors.size(), false);
+    for (size_t t = 0; t < out_.tensors.size(); ++t) made[t] = out_.tensors[t].kind != TensorKind::OpResult;
+    for (const Op& op : out_.ops) {
+      for (TensorId in : op.inputs) KILN_INTERNAL_CHECK(made[static_cast<size_t>(in)]);
+      made[static_cast<size_t>(op.output)] = true;
+    }
+    for (TensorId t : out_.outputs) KILN_INTERNAL_CHECK(made[static_cast<size_t>(t)]);
+  }
+
   struct Carried {
     TensorId base;
     Perm perm;  // the value is transpose(base, perm)
@@ -168,7 +183,10 @@ class Sinker {
     Op rewritten = op;
     for (TensorId& in : rewritten.inputs) {
       const Tensor& t = old_.tensor(in);
-      if (element_count(t.shape) == 1) continue;
+      if (element_count(t.shape) == 1) {
+        in = materialised(in);  // as written (it may itself be a deferred transpose)
+        continue;
+      }
       in = t.kind == TensorKind::Input ? carrier_view_of_input(in, *common) : carried(in).base;
     }
     sink(std::move(rewritten), op.output, *common);
