@@ -334,13 +334,17 @@ Graph GraphConstructor::finish() && {
                                  graph_.tensor(op.inputs[0]).dtype == out.dtype;
     out.rounded = op.explicit_dtype || op.kind == OpKind::Cast || out.is_output || view_of_rounded;
   }
-  graph_.users.assign(graph_.tensors.size(), {});
-  for (size_t i = 0; i < graph_.ops.size(); ++i)
-    for (TensorId id : graph_.ops[i].inputs) {
-      auto& users = graph_.users[static_cast<size_t>(id)];
-      if (users.empty() || users.back() != static_cast<int32_t>(i)) users.push_back(static_cast<int32_t>(i));
-    }
+  graph_.index_users();
   return std::move(graph_);
+}
+
+void Graph::index_users() {
+  users.assign(tensors.size(), {});
+  for (size_t i = 0; i < ops.size(); ++i)
+    for (TensorId id : ops[i].inputs) {
+      auto& readers = users[static_cast<size_t>(id)];
+      if (readers.empty() || readers.back() != static_cast<int32_t>(i)) readers.push_back(static_cast<int32_t>(i));
+    }
 }
 
 std::string Graph::describe(int32_t op_index) const {

@@ -68,6 +68,8 @@ class Graph {
   const Tensor& operand(const Op& op, size_t i) const { return tensor(op.inputs[i]); }
   // "op 3 'cb' (add)": how messages name an op.
   std::string describe(int32_t op_index) const;
+  // Fills `users` from the ops (each op once per tensor it reads).
+  void index_users();
 };
 
 }  // namespace kiln::ir

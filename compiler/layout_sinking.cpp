@@ -58,12 +58,7 @@ class Sinker {
     }
     if (!moved_) return std::nullopt;
     check_every_read_is_made_first();
-    out_.users.assign(out_.tensors.size(), {});
-    for (size_t i = 0; i < out_.ops.size(); ++i)
-      for (TensorId id : out_.ops[i].inputs) {
-        auto& users = out_.users[static_cast<size_t>(id)];
-        if (users.empty() || users.back() != static_cast<int32_t>(i)) users.push_back(static_cast<int32_t>(i));
-      }
+    out_.index_users();
     return std::move(out_);
   }
 
