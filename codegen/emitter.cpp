@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
 
 #include "compiler/error.h"
@@ -102,7 +103,7 @@ Coords Emitter::delinearize(const std::string& linear, const Shape& shape) {
       if (d > 0) e = fmt::format("({} % {}LL)", e, shape[d]);
     }
     const std::string name = fresh("c");
-    lines_.push_back(fmt::format("const kiln::i64 {} = {};", name, e));
+    define_index(name, fmt::format("const kiln::i64 {} = {};", name, e), is_column_expression(e));
     c[d] = name;
   }
   return c;
@@ -148,7 +149,9 @@ Coords Emitter::broadcast(const Shape& operand, const Shape& result, const Coord
   return c;
 }
 
-std::string Emitter::value(ir::TensorId t, const Coords& coords) {
+std::string Emitter::value(ir::TensorId t, const Coords& coords) { return element(operand(t, coords)); }
+
+std::string Emitter::operand(ir::TensorId t, const Coords& coords) {
   if (auto leaf = leaves_.find(t); leaf != leaves_.end() && (leaf->second.first.empty() || leaf->second.first == coords))
     return leaf->second.second;
   const ir::Tensor& tensor = g_.tensor(t);
@@ -159,6 +162,84 @@ std::string Emitter::value(ir::TensorId t, const Coords& coords) {
   const std::string result = compute(t, coords);
   memo_[key] = result;
   return result;
+}
+
+void Emitter::begin_columns(std::set<std::string> column_vars, std::string dims, std::string index) {
+  columns_ = Columns{};
+  columns_.on = true;
+  columns_.vars = std::move(column_vars);
+  columns_.dims = std::move(dims);
+  columns_.index = std::move(index);
+}
+
+Emitter::ColumnCode Emitter::end_columns() {
+  ColumnCode code;
+  for (const std::string& line : columns_.lines) code.body += line + "\n";
+  for (const std::string& v : columns_.exported) {
+    const std::string& array = columns_.arrays.at(v);
+    code.declarations += fmt::format("float {}{};\n", array, columns_.dims);
+    code.body += fmt::format("{}{} = {};\n", array, columns_.index, v);
+  }
+  columns_ = Columns{};
+  return code;
+}
+
+// A column value read by an element's statement: its register array's element.
+std::string Emitter::element(const std::string& value) {
+  if (!columns_.values.count(value)) return value;
+  auto [it, added] = columns_.arrays.try_emplace(value);
+  if (added) {
+    it->second = fresh("col");
+    columns_.exported.push_back(value);
+  }
+  return it->second + columns_.index;
+}
+
+bool Emitter::is_column_value(const std::string& value) const {
+  if (columns_.values.count(value)) return true;
+  // A literal (a constant's float_literal).
+  return !value.empty() && (std::isdigit(static_cast<unsigned char>(value[0])) || value[0] == '-' || value[0] == '.');
+}
+
+// Whether every variable `expression` names is a column variable (the
+// emitter's own casts and integer literals aside).
+bool Emitter::is_column_expression(const std::string& expression) const {
+  if (!columns_.on) return false;
+  for (size_t i = 0; i < expression.size();) {
+    const unsigned char ch = static_cast<unsigned char>(expression[i]);
+    if (std::isdigit(ch)) {  // a number and its suffix
+      while (i < expression.size() && std::isalnum(static_cast<unsigned char>(expression[i]))) ++i;
+      continue;
+    }
+    if (!(std::isalpha(ch) || ch == '_')) {
+      ++i;
+      continue;
+    }
+    size_t j = i;
+    while (j < expression.size() && (std::isalnum(static_cast<unsigned char>(expression[j])) || expression[j] == '_')) ++j;
+    const std::string name = expression.substr(i, j - i);
+    if (name != "kiln" && name != "i64" && name != "u32" && !columns_.vars.count(name)) return false;
+    i = j;
+  }
+  return true;
+}
+
+void Emitter::define(const std::string& name, const std::string& line, bool column) {
+  if (!column || !columns_.on) {
+    lines_.push_back(line);
+    return;
+  }
+  columns_.lines.push_back(line);
+  columns_.values.insert(name);
+}
+
+// An index of the column alone is defined in both loops: an element's
+// coordinates may combine it with the row's.
+void Emitter::define_index(const std::string& name, const std::string& line, bool column) {
+  lines_.push_back(line);
+  if (!column || !columns_.on) return;
+  columns_.lines.push_back(line);
+  columns_.vars.insert(name.substr(1, name.size() - 2));  // (without the fresh marks)
 }
 
 std::string Emitter::compute(ir::TensorId t, const Coords& coords) {
@@ -173,10 +254,9 @@ std::string Emitter::compute(ir::TensorId t, const Coords& coords) {
     }
     auto it = externals_.find(t);
     KILN_INTERNAL_CHECK(it != externals_.end());
-    const std::string v = fresh("v");
-    lines_.push_back(fmt::format("const float {} = {};  // {}", v,
-                                 load_call(it->second.storage, it->second.pointer, offset_of(it->second, tensor.shape, coords)),
-                                 tensor.name));
+    const std::string v = fresh("v"), offset = offset_of(it->second, tensor.shape, coords);
+    define(v, fmt::format("const float {} = {};  // {}", v, load_call(it->second.storage, it->second.pointer, offset), tensor.name),
+           is_column_expression(offset));
     return v;
   }
   const ir::Op& op = g_.ops[static_cast<size_t>(tensor.producer)];
@@ -193,19 +273,19 @@ std::string Emitter::view(const ir::Op& op, const Coords& coords) {
   if (op.kind == ir::OpKind::Transpose) {
     Coords c(coords.size());
     for (size_t d = 0; d < coords.size(); ++d) c[static_cast<size_t>(op.attrs.perm[d])] = coords[d];
-    return value(op.inputs[0], c);
+    return operand(op.inputs[0], c);
   }
-  if (op.kind == ir::OpKind::Expand) return value(op.inputs[0], broadcast(in.shape, g_.result(op).shape, coords));
+  if (op.kind == ir::OpKind::Expand) return operand(op.inputs[0], broadcast(in.shape, g_.result(op).shape, coords));
   if (op.kind == ir::OpKind::Slice) {
     Coords c = coords;
     std::string& at = c[static_cast<size_t>(op.attrs.axis)];
     if (op.attrs.step != 1) at = fmt::format("({} * {})", at, op.attrs.step);
     if (op.attrs.start != 0) at = fmt::format("({} + {})", at, op.attrs.start);
-    return value(op.inputs[0], c);
+    return operand(op.inputs[0], c);
   }
-  const std::string linear = fresh("l");
-  lines_.push_back(fmt::format("const kiln::i64 {} = {};", linear, linearize(coords, g_.result(op).shape)));
-  return value(op.inputs[0], delinearize(linear, in.shape));
+  const std::string linear = fresh("l"), e = linearize(coords, g_.result(op).shape);
+  define_index(linear, fmt::format("const kiln::i64 {} = {};", linear, e), is_column_expression(e));
+  return operand(op.inputs[0], delinearize(linear, in.shape));
 }
 
 // Each element from the input that holds it: one branch per input, the
@@ -216,6 +296,10 @@ std::string Emitter::concat(const ir::Op& op, const Coords& coords) {
   const size_t axis = static_cast<size_t>(op.attrs.axis);
   const std::string v = fresh("v");
   lines_.push_back(fmt::format("float {};  // {} = concat", v, result.name));
+  // (Nothing inside a branch moves to the column loop: the other inputs'
+  // coordinates would be out of range there.)
+  const bool columns_on = columns_.on;
+  columns_.on = false;
   int64_t offset = 0;
   for (size_t i = 0; i < op.inputs.size(); ++i) {
     const int64_t size = g_.tensor(op.inputs[i]).shape[axis];
@@ -232,6 +316,7 @@ std::string Emitter::concat(const ir::Op& op, const Coords& coords) {
     offset += size;
   }
   lines_.push_back("}");
+  columns_.on = columns_on;
   if (result.rounded) {
     const std::string r = fresh("v");
     lines_.push_back(fmt::format("const float {} = {};", r, rounded(result, v)));
@@ -242,26 +327,40 @@ std::string Emitter::concat(const ir::Op& op, const Coords& coords) {
 
 std::string Emitter::pointwise(const ir::Op& op, const Coords& coords) {
   const ir::Tensor& result = g_.result(op);
-  std::vector<std::string> args;
+  // Operands, and whether the result is a column value (then computed in
+  // the column loop; otherwise its column operands are read from their arrays).
+  auto column_statement = [&](std::vector<std::string>& args) {
+    const bool column = std::all_of(args.begin(), args.end(), [&](const std::string& a) { return is_column_value(a); });
+    if (!column)
+      for (std::string& a : args) a = element(a);
+    return column;
+  };
   if (op.kind == ir::OpKind::BatchNorm) {  // per-channel affine: parameters at the channel coordinate
-    const std::string x = value(op.inputs[0], coords);
     const Coords channel{coords[static_cast<size_t>(op.attrs.axis)]};
     std::vector<std::string> p;
-    for (size_t i = 1; i < op.inputs.size(); ++i) p.push_back(value(op.inputs[i], channel));
+    for (size_t i = 1; i < op.inputs.size(); ++i) p.push_back(operand(op.inputs[i], channel));
     // The channel's scale, weight / sqrt(var + eps), is a value of the
-    // channel alone: a kernel that walks a channel's elements (a matmul or
-    // conv epilogue's column) computes it once, and each element costs a
-    // subtract and a multiply-add where a divide was.
+    // channel alone (a column value in a conv's epilogue): each element
+    // costs a subtract and a multiply-add.
+    std::vector<std::string> of_scale{p.size() > 2 ? p[2] : "1.0f", p[1]};
+    const bool column = column_statement(of_scale);
     const std::string scale = fresh("v");
-    lines_.push_back(fmt::format("const float {} = {} / sqrtf({} + {});  // {}: the channel's scale", scale,
-                                 p.size() > 2 ? p[2] : "1.0f", p[1], float_literal(op.attrs.eps), result.name));
-    std::string e = fmt::format("(({} - {}) * {})", x, p[0], scale);
-    if (p.size() > 3) e = fmt::format("({} + {})", e, p[3]);
+    define(scale,
+           fmt::format("const float {} = {} / sqrtf({} + {});  // {}: the channel's scale", scale, of_scale[0], of_scale[1],
+                       float_literal(op.attrs.eps), result.name),
+           column);
+    std::vector<std::string> args{operand(op.inputs[0], coords), p[0], scale};
+    if (p.size() > 3) args.push_back(p[3]);
+    const bool column_result = column_statement(args);
+    std::string e = fmt::format("(({} - {}) * {})", args[0], args[1], args[2]);
+    if (args.size() > 3) e = fmt::format("({} + {})", e, args[3]);
     const std::string v = fresh("v");
-    lines_.push_back(fmt::format("const float {} = {};  // {} = batch_norm", v, rounded(result, e), result.name));
+    define(v, fmt::format("const float {} = {};  // {} = batch_norm", v, rounded(result, e), result.name), column_result);
     return v;
   }
-  for (ir::TensorId in : op.inputs) args.push_back(value(in, broadcast(g_.tensor(in).shape, result.shape, coords)));
+  std::vector<std::string> args;
+  for (ir::TensorId in : op.inputs) args.push_back(operand(in, broadcast(g_.tensor(in).shape, result.shape, coords)));
+  const bool column = column_statement(args);
   std::string e;
   const std::string_view name = ir::op_name(op.kind);
   const std::string_view device = ir::op_info(op.kind).device;  // the op table's functor
@@ -278,7 +377,7 @@ std::string Emitter::pointwise(const ir::Op& op, const Coords& coords) {
     e = fmt::format("{}({})", device, fmt::join(args, ", "));
   }
   const std::string v = fresh("v");
-  lines_.push_back(fmt::format("const float {} = {};  // {} = {}", v, rounded(result, e), result.name, name));
+  define(v, fmt::format("const float {} = {};  // {} = {}", v, rounded(result, e), result.name, name), column);
   return v;
 }
 
@@ -286,7 +385,7 @@ std::string Emitter::pointwise(const ir::Op& op, const Coords& coords) {
 std::string Emitter::norm_from_stats(const ir::Op& op, const Coords& coords) {
   const ir::Tensor& result = g_.result(op);
   const std::string& stats = norm_stats_.at(op.output);
-  const std::string x = value(op.inputs[0], coords);
+  const std::string x = element(operand(op.inputs[0], coords));
   Coords row_coords(coords.begin(), coords.end() - 1);
   Shape row_shape(result.shape.begin(), result.shape.end() - 1);
   const std::string row = fresh("row");

@@ -13,6 +13,12 @@
 // kiln/common.cuh and round where numerics rule 2 says. Within a block
 // (begin_block) each (tensor, coordinates) is computed once. Codegen dispatch
 // fails loudly on an op it cannot emit.
+//
+// Column values (begin_columns): in a matmul or conv epilogue, a value whose
+// coordinates are the output column's alone (a bias, batch_norm's channel
+// parameters and the scale computed from them) is computed once per column
+// in a loop of the generator's before the rows, and the element code reads
+// it from a register array: an element costs what depends on its row.
 #pragma once
 
 #include <functional>
@@ -59,6 +65,17 @@ class Emitter {
   // Whether a value of `t` was taken from its vector source since it was set.
   bool vector_source_used(ir::TensorId t) const { return used_vector_sources_.count(t) > 0; }
 
+  // Column values, until end_columns(): `column_vars` are the variables
+  // that depend on the output column alone (and the tile), `dims` the
+  // arrays' extents and `index` how the element code indexes them.
+  void begin_columns(std::set<std::string> column_vars, std::string dims, std::string index);
+  struct ColumnCode {
+    std::string declarations;  // the register arrays
+    std::string body;          // one column's statements, ending with its values stored into the arrays
+    bool empty() const { return declarations.empty(); }
+  };
+  ColumnCode end_columns();
+
   // Starts a new scope: values memoised so far are no longer visible.
   void begin_block() { memo_.clear(); }
   // The statements emitted since the last take(), a line each (the kernel's
@@ -99,6 +116,17 @@ class Emitter {
   static Coords broadcast(const Shape& operand, const Shape& result, const Coords& coords);
 
  private:
+  // value() for the emitter's own operands: a column value stays the
+  // scalar of the column loop (element() turns it into its array element
+  // where an element's statement reads it).
+  std::string operand(ir::TensorId t, const Coords& coords);
+  std::string element(const std::string& value);
+  bool is_column_value(const std::string& value) const;
+  bool is_column_expression(const std::string& expression) const;
+  // A statement defining the float `name`: into the column loop when
+  // `column`; define_index: an integer index.
+  void define(const std::string& name, const std::string& line, bool column);
+  void define_index(const std::string& name, const std::string& line, bool column);
   std::string compute(ir::TensorId t, const Coords& coords);
   std::string pointwise(const ir::Op& op, const Coords& coords);
   std::string view(const ir::Op& op, const Coords& coords);
@@ -115,6 +143,15 @@ class Emitter {
   std::set<ir::TensorId> used_vector_sources_;
   std::vector<std::string> lines_;
   int next_ = 0;
+  struct Columns {
+    bool on = false;
+    std::set<std::string> vars;      // column-only variables (without fresh marks)
+    std::string dims, index;
+    std::vector<std::string> lines;  // the column loop's statements
+    std::set<std::string> values;    // names of column values
+    std::map<std::string, std::string> arrays;  // column value -> its register array
+    std::vector<std::string> exported;          // in order of first use
+  } columns_;
 };
 
 }  // namespace kiln::codegen

@@ -218,16 +218,24 @@ void GemmGenerator::load_epilogue_residuals(const Gemm& gm, const EpilogueLoops&
 // column pairs, and with a staged tensor the 128-byte column blocks.
 void GemmGenerator::fragment_loops(const Gemm& gm, const EpilogueLoops& loops, const EpiloguePlan& plan,
                                    const EpilogueText& text, std::string& open, std::string& close) {
-  const int block_columns = plan.staged >= 0 ? 128 / byte_size(storage_dtype(g_.tensor(plan.staged))) : 0;
-  open = "#pragma unroll\nfor (int mi = 0; mi < G::kMI; ++mi)\n#pragma unroll\nfor (int half = 0; half < 2; ++half) {\n";
+  const bool blocks = plan.staged >= 0 || !text.column_values.empty();
+  // A block's columns (ni = blk * columns + nj); unstaged blocks end at G::kNI.
+  const std::string column_tile = fmt::format("#pragma unroll\nfor (int nj = 0; nj < {0}; ++nj) {{\nconst int ni = blk * {0} + nj;\n{1}",
+                                              text.columns, plan.staged >= 0 ? "" : "if (ni >= G::kNI) break;\n");
+  open.clear();
+  if (blocks && plan.staged < 0) open += fmt::format("#pragma unroll\nfor (int blk = 0; blk < (G::kNI + {0}) / {1}; ++blk) {{\n",
+                                                     text.columns - 1, text.columns);
+  if (!text.column_values.empty()) {
+    open += text.column_values.declarations + column_tile;
+    open += "#pragma unroll\nfor (int c = 0; c < 2; ++c) {\nconst kiln::i64 n = n0 + G::acc_col(ni, c);\n";
+    if (loops.check_n) open += fmt::format("if (n >= {}LL) continue;\n", gm.n);
+    open += text.column_coords + text.column_values.body + "}\n}\n";
+  }
+  open += "#pragma unroll\nfor (int mi = 0; mi < G::kMI; ++mi)\n#pragma unroll\nfor (int half = 0; half < 2; ++half) {\n";
   open += "const kiln::i64 m = m0 + G::acc_row(mi, 2 * half);\n";
   if (loops.check_m) open += fmt::format("if (m >= {}LL) continue;\n", gm.m);
   if (gm.out_row) open += gm.out_row("m") + "\n";
-  if (plan.staged >= 0)
-    open += fmt::format("#pragma unroll\nfor (int nj = 0; nj < {}; ++nj) {{\nconst int ni = blk * {} + nj;\n",
-                        block_columns / 8, block_columns / 8);
-  else
-    open += "#pragma unroll\nfor (int ni = 0; ni < G::kNI; ++ni) {\n";
+  open += blocks ? column_tile : "#pragma unroll\nfor (int ni = 0; ni < G::kNI; ++ni) {\n";
   open += text.pair_decls + text.residual_load;
   open += "#pragma unroll\nfor (int c = 0; c < 2; ++c) {\nconst int e = 2 * half + c;\n";
   open += "const kiln::i64 n = n0 + G::acc_col(ni, e);\n";
@@ -238,6 +246,7 @@ void GemmGenerator::fragment_loops(const Gemm& gm, const EpilogueLoops& loops, c
   else
     close += text.pair_stores;
   close += "}\n}\n";
+  if (blocks && plan.staged < 0) close += "}\n";
 }
 
 // The staged tensor's column blocks around the fragment loops. Each consumer
@@ -356,6 +365,15 @@ std::string GemmGenerator::epilogue(const ir::Op& anchor, const Gemm& gm, const 
   if (loops.heuristic_loop) *loops.heuristic_loop = plan.rollable ? (plan.heavy ? Tuning::kRolled : Tuning::kUnrolled) : 0;
 
   EpilogueText text;
+  // Over fragments, the columns come in blocks (staged: the 128-byte column
+  // block; otherwise 8 column tiles at a time), each block's column values
+  // first.
+  if (tensor_core) {
+    text.columns = plan.staged >= 0 ? 128 / byte_size(storage_dtype(g_.tensor(plan.staged))) / 8 : 8;
+    std::set<std::string> column_vars = gm.column_vars;
+    column_vars.insert({"n", "batch"});
+    em_.begin_columns(column_vars, fmt::format("[{}][2]", text.columns), "[nj][c]");
+  }
   em_.emit(fmt::format("const float out = {};  // {}", em_.rounded(result, plan.rolled ? "block_acc[mi][nj][e]" : acc), result.name));
   em_.set_leaf(anchor.output, "out");
   for (ir::TensorId r : plan.residuals) em_.set_vector_source(r, oc, fmt::format("residual{}", r), "c");
@@ -364,6 +382,11 @@ std::string GemmGenerator::epilogue(const ir::Op& anchor, const Gemm& gm, const 
   load_epilogue_residuals(gm, loops, plan, text);
   const std::string elements = em_.take();
   em_.clear_vector_sources();
+  if (tensor_core) {
+    text.column_values = em_.end_columns();
+    gm.out_coords("m", "n", "batch");
+    text.column_coords = em_.take();
+  }
 
   std::string open = loops.open, close = loops.close;
   if (tensor_core) {

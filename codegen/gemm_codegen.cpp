@@ -512,6 +512,7 @@ void GemmGenerator::conv() {
   gm.out_row = [&](const std::string& m) {
     return fmt::format("const kiln::i64 on = {0} / {1}LL, op = ({0} / {2}LL) % {3}LL, oq = {0} % {2}LL;", m, p * q, q, p);
   };
+  gm.column_vars = {"ok"};
   gm.out_coords = [&, nhwc](const std::string&, const std::string& nn, const std::string& g) {
     em_.emit(fmt::format("const kiln::i64 ok = {} * {}LL + {};", g, kg, nn));
     return nhwc ? Coords{"on", "op", "oq", "ok"} : Coords{"on", "ok", "op", "oq"};

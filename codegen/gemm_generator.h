@@ -31,6 +31,9 @@ class GemmGenerator : public KernelBuilder {
     // of the row are the variables out_row(m) declares, in scope.
     std::function<Coords(const std::string& m, const std::string& n, const std::string& batch)> out_coords;
     std::function<std::string(const std::string& m)> out_row;
+    // The variables out_coords declares from the column and batch alone (a
+    // conv's output channel): with n and batch, what column values read.
+    std::set<std::string> column_vars;
     bool column_last = true;  // the result's last coordinate is the GEMM column (not in an NCHW conv)
     ChunkFn chunk_a, chunk_b;
     std::string pointer_a, pointer_b;
@@ -149,6 +152,11 @@ class GemmGenerator : public KernelBuilder {
     TensorMapSpec staged_map_spec;
     ir::TensorId residual = -1;  // the residual loaded through the staging buffers
     std::string residual_map, residual_load;
+    // Column values (Emitter::begin_columns): the column loop before a
+    // block's rows; `columns` is how many column tiles (ni) a block has.
+    Emitter::ColumnCode column_values;
+    std::string column_coords;  // the statements declaring gm.column_vars from n and batch
+    int columns = 0;
   };
   void emit_epilogue_reductions(const EpiloguePlan& plan, const std::vector<std::string>& ws, EpilogueText& text);
   void emit_epilogue_writes(const ir::Op& anchor, const Gemm& gm, const EpilogueLoops& loops, const Coords& oc,

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include "compiler/graph_construction.h"
 
 #include <cfloat>
@@ -332,7 +333,12 @@ Graph GraphConstructor::finish() && {
     const bool view_of_rounded = op_info(op.kind).family == OpFamily::View &&
                                  graph_.tensor(op.inputs[0]).rounded &&
                                  graph_.tensor(op.inputs[0]).dtype == out.dtype;
-    out.rounded = op.explicit_dtype || op.kind == OpKind::Cast || out.is_output || view_of_rounded;
+    // (So is a concatenation's, where every input is rounded to its type.)
+    const bool concat_of_rounded =
+        op_info(op.kind).family == OpFamily::Concat && std::all_of(op.inputs.begin(), op.inputs.end(), [&](TensorId in) {
+          return graph_.tensor(in).rounded && graph_.tensor(in).dtype == out.dtype;
+        });
+    out.rounded = op.explicit_dtype || op.kind == OpKind::Cast || out.is_output || view_of_rounded || concat_of_rounded;
   }
   graph_.index_users();
   return std::move(graph_);

@@ -521,6 +521,13 @@ class Planner {
             why = fmt::format("'{}' would be recomputed for each of the {} tiles across the other side of '{}' "
                               "(at most {}): it is written once instead",
                               g_.tensor(s).name, *tiles, g_.result(op).name, kNormPrologueMaxColumns / kPrologueTileColumns);
+          else if (op.kind == OpKind::Conv2d && g_.tensor(s).kind == TensorKind::OpResult &&
+                   op_info(g_.ops[static_cast<size_t>(g_.tensor(s).producer)].kind).family == OpFamily::Concat)
+            // A conv gathers its operands from memory in 16-byte runs (a
+            // thin conv's channels padded to 8: conv_channel_padding.h);
+            // computed in its loads, each element would be read alone.
+            why = fmt::format("'{}' is a concatenation: it is written once and the conv reads it from memory",
+                              g_.tensor(s).name);
           else if (op.kind == OpKind::Sdpa && slot < 3)
             // q, k and v are read tile by tile from memory by the flash kernel;
             // computed in its loads they would be recomputed for every tile.
