@@ -79,6 +79,7 @@ class ReductionGenerator : public KernelBuilder {
                             const ColumnLayout& c, const std::vector<std::string>& partials, const std::string& counter);
 
   void pooling(const ir::Op& pool);
+  std::string pooling_vectors(const ir::Op& pool, std::string& aligned);
 
   // The row statistics of a layer_norm/rms_norm whose application is the
   // prologue of a matmul: [rows][2] floats (mean, rstd) in a workspace.

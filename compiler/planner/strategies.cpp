@@ -25,6 +25,27 @@ Verdict take_pointwise(const Graph& g, const Group& group, const Op& op, int sta
   return Verdict::yes(stage);
 }
 
+// Whether an epilogue reduction combines its partials in registers first:
+// it keeps one value per output column (a conv's channel statistics: the
+// other axes reduced) or reduces each output row (RMSNorm's mean of
+// squares after a matmul). By sizes: the anchor's columns are N, the
+// extent of its result's channel axis. Anything else takes one atomic per
+// element (H100, ResNet-50's average pool in its last conv's epilogue, 49
+// atomics on each address: 127 us for a conv of 15).
+bool partials_per_column_or_row(const Graph& g, const Group& group, const Op& reduce) {
+  const Op& anchor = g.ops[static_cast<size_t>(group.anchor)];
+  const Shape& out = g.result(anchor).shape;
+  const int64_t columns = anchor.kind == OpKind::Conv2d && anchor.attrs.layout == Layout::NCHW ? out[1] : out.back();
+  const Shape& in = g.operand(reduce, 0).shape;
+  const std::vector<int64_t>& axes = reduce.attrs.axes;
+  int64_t kept = 1, reduced = 1;
+  for (size_t d = 0; d < in.size(); ++d)
+    (std::binary_search(axes.begin(), axes.end(), static_cast<int64_t>(d)) ? reduced : kept) *= in[d];
+  const bool per_column = kept == columns;
+  const bool per_row = axes.size() == 1 && axes[0] == static_cast<int64_t>(in.size()) - 1 && reduced == columns;
+  return per_column || per_row;
+}
+
 Verdict take_into_anchor(const Graph& g, const Group& group, const Op& op, int stage) {
   const OpFamily family = op_info(op.kind).family;
   if (stage == 1)
@@ -37,6 +58,10 @@ Verdict take_into_anchor(const Graph& g, const Group& group, const Op& op, int s
       return Verdict::no(fmt::format("an attention kernel does not reduce its output ({})", name_of(g, op)));
     if (element_count(g.operand(op, 0).shape) != group.count[0])
       return Verdict::no(fmt::format("{} reduces a tensor that is not the anchor's output", name_of(g, op)));
+    if (!partials_per_column_or_row(g, group, op))
+      return Verdict::no(fmt::format("{} keeps neither the anchor's columns alone nor its rows: in the epilogue each "
+                                     "element would take an atomic (a reduction kernel reads the result once instead)",
+                                     name_of(g, op)));
     return Verdict::yes(1);  // an epilogue reduction: per-tile partials combined with atomics
   }
   return Verdict::no(fmt::format("a {} cannot be the epilogue of a {} kernel: it needs whole rows of the anchor's "
