@@ -20,6 +20,9 @@
 // and across the warp's rows first, one atomic per column and warp; with
 // `carry` (a persistent kernel, registers permitting) the registers carry
 // the partials across the block's tiles while their columns stay the same.
+// What depends on the column alone (a bias, batch_norm's parameters and
+// scale: Emitter::begin_columns) is computed before a block's rows, once
+// per column, into register arrays the element code reads.
 #include "codegen/gemm_generator.h"
 
 namespace kiln::codegen {
