@@ -3,13 +3,12 @@
 // convolutions read each other's results without a transpose.
 #include <gtest/gtest.h>
 
-#include <cstring>
-
 #include "compiler/graph_internal.h"
 #include "compiler/planner/planner.h"
 #include "compiler/plan_verifier.h"
 #include "runtime/random_inputs.h"
 #include "tests/unit/random_graph.h"
+#include "tests/unit/planned_graph_checks.h"
 #include "tests/unit/test_helpers.h"
 
 namespace kiln {
@@ -29,19 +28,9 @@ int count_ops(const ir::Graph& g, ir::OpKind kind) {
   return n;
 }
 
-// The reference interpreter on the graph as written and as sunk, same inputs:
-// every output identical to the bit.
+// The graph as sunk computes what it computes as written, to the bit.
 void expect_same_values(const Graph& g, uint64_t seed) {
-  const std::vector<HostTensor> inputs = random_inputs(g, seed);
-  const std::vector<HostTensor> want = testing::must_run(Graph::Internal::unsunk(g), inputs);
-  const std::vector<HostTensor> got = testing::must_run(g, inputs);
-  ASSERT_EQ(want.size(), got.size());
-  for (size_t i = 0; i < want.size(); ++i) {
-    ASSERT_EQ(want[i].shape, got[i].shape) << "output " << i;
-    ASSERT_EQ(want[i].values.size(), got[i].values.size());
-    EXPECT_EQ(std::memcmp(want[i].values.data(), got[i].values.data(), want[i].values.size() * sizeof(float)), 0)
-        << "output " << i << " of seed " << seed << "\n" << g.to_json();
-  }
+  testing::expect_planned_equals_written(g, seed, testing::Equality::kBits);
 }
 
 TEST(LayoutSinking, GraphsWithoutATransposeToMoveAreUntouched) {

@@ -1,0 +1,37 @@
+// Checks shared by the tests of the passes that rewrite a graph before
+// planning (layout sinking, channel padding): the reference interpreter on
+// the graph as written and as planned, same inputs.
+#pragma once
+
+#include <cstring>
+
+#include "compiler/graph_internal.h"
+#include "runtime/random_inputs.h"
+#include "tests/unit/test_helpers.h"
+
+namespace kiln::testing {
+
+// kBits: every output identical to the bit. kValues: equal as floats (a
+// zero sum may change sign).
+enum class Equality { kBits, kValues };
+
+inline void expect_planned_equals_written(const Graph& g, uint64_t seed, Equality equality) {
+  const std::vector<HostTensor> inputs = random_inputs(g, seed);
+  const std::vector<HostTensor> want = must_run(Graph::Internal::unsunk(g), inputs);
+  const std::vector<HostTensor> got = must_run(g, inputs);
+  ASSERT_EQ(want.size(), got.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_EQ(want[i].shape, got[i].shape) << "output " << i;
+    ASSERT_EQ(want[i].values.size(), got[i].values.size());
+    if (equality == Equality::kBits) {
+      EXPECT_EQ(std::memcmp(want[i].values.data(), got[i].values.data(), want[i].values.size() * sizeof(float)), 0)
+          << "output " << i << " of seed " << seed << "\n" << g.to_json();
+      continue;
+    }
+    size_t differ = 0;
+    for (size_t e = 0; e < want[i].values.size(); ++e) differ += !(want[i].values[e] == got[i].values[e]);
+    EXPECT_EQ(differ, 0u) << "output " << i << " of seed " << seed << "\n" << g.to_json();
+  }
+}
+
+}  // namespace kiln::testing
