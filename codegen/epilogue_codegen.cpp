@@ -44,29 +44,51 @@ auto GemmGenerator::decide_epilogue(const ir::Op& anchor, const Gemm& gm, const 
     plan.reductions.push_back({.op = r});
     reduce_outs.insert(r->output);
   }
-  // The tensor stored through shared memory (loops.stage_map): the result itself (same
-  // coordinates and shape: [batch..., M, N] rows of N) in a 16-bit or f32 type with 16-byte
-  // rows, stored in column pairs. And residuals: inputs of the same shape and type, dense, read
-  // at the same coordinates, in column pairs; the first of them comes in through the same buffers.
-  if (tensor_core && loops.stage_map && gm.column_last && (!loops.check_n || gm.n % 2 == 0) && gm.m < (int64_t{1} << 31) &&
-      gm.n < (int64_t{1} << 31) && gm.batches < (int64_t{1} << 31)) {
+  // The tensor stored through shared memory (loops.stage_map): the result (rows of N of
+  // [batch..., M, N]) or a tensor computed from it by pointwise ops and reshapes that keep its
+  // rows of N ([B*S, N] -> [B, S, N]): each element at the result's linear index. In a 16-bit or
+  // f32 type with 16-byte rows, stored in column pairs. And residuals: inputs of that tensor's
+  // type, dense, the result's elements in the result's order, read by pointwise ops on that
+  // path at their own coordinates, in column pairs; the first of them comes in through the same
+  // buffers.
+  if (tensor_core && loops.stage_map && gm.column_last && gm.m < (int64_t{1} << 31) && gm.n < (int64_t{1} << 31) &&
+      gm.batches < (int64_t{1} << 31)) {
+    // Rows of N at the result's linear index.
+    auto in_result_order = [&](ir::TensorId t) {
+      const Shape& shape = g_.tensor(t).shape;
+      return !shape.empty() && shape.back() == gm.n && element_count(shape) == element_count(result_shape) &&
+             same_linear_order(anchor.output, t);
+    };
+    // Rows that are not 16-byte multiples (a vocabulary of 50257) cannot be the copy engine's:
+    // the threads copy each staged block out, a warp's stores along one row.
     for (ir::TensorId t : k_.writes) {
       const DType storage = storage_dtype(g_.tensor(t));
-      if (!reduce_outs.count(t) && storage != DType::boolean && g_.tensor(t).shape == result_shape &&
-          (gm.n * byte_size(storage)) % 16 == 0 && write_coords(anchor.output, oc, t) == oc) {
+      if (!reduce_outs.count(t) && storage != DType::boolean && in_result_order(t) &&
+          write_coords(anchor.output, oc, t).back() == oc.back()) {
         plan.staged = t;
+        plan.copied_out = (gm.n * byte_size(storage)) % 16 != 0;
         break;
       }
     }
+    // Read where every reader is a pointwise op on the result's path, of the residual's shape.
     // (The anchor's own operands are read by the main loop, not here.)
-    std::set<ir::TensorId> read_here;
-    for (int32_t oi : k_.ops)
+    std::map<ir::TensorId, std::vector<ir::TensorId>> readers;
+    for (int32_t oi : k_.ops) {
+      const ir::Op& op = g_.ops[static_cast<size_t>(oi)];
       if (oi != k_.anchor)
-        for (ir::TensorId in : g_.ops[static_cast<size_t>(oi)].inputs) read_here.insert(in);
+        for (ir::TensorId in : op.inputs) readers[in].push_back(op.output);
+    }
     for (const auto& [id, e] : ext_) {
-      if (plan.staged >= 0 && read_here.count(id) && !writes_.count(id) && g_.tensor(id).shape == result_shape &&
-          e.strides == contiguous_strides(result_shape) && e.storage == storage_dtype(g_.tensor(plan.staged)))
-        plan.residuals.push_back(id);
+      const auto r = readers.find(id);
+      if (plan.staged < 0 || plan.copied_out || r == readers.end() || writes_.count(id) || e.strides != contiguous_strides(g_.tensor(id).shape) ||
+          e.storage != storage_dtype(g_.tensor(plan.staged)) || g_.tensor(id).shape.back() != gm.n ||
+          element_count(g_.tensor(id).shape) != element_count(result_shape))
+        continue;
+      const bool at_own_coordinates = std::all_of(r->second.begin(), r->second.end(), [&](ir::TensorId out) {
+        const ir::Op& op = g_.ops[static_cast<size_t>(g_.tensor(out).producer)];
+        return ir::is_pointwise(op.kind) && g_.tensor(out).shape == g_.tensor(id).shape && in_result_order(out);
+      });
+      if (at_own_coordinates) plan.residuals.push_back(id);
     }
   }
   // Each reduction's input coordinates, kept coordinates, and whether it keeps only the output column.
@@ -104,7 +126,7 @@ auto GemmGenerator::decide_epilogue(const ir::Op& anchor, const Gemm& gm, const 
 }
 
 std::string GemmGenerator::EpiloguePlan::to_string(const ir::Graph& g) const {
-  std::string s = staged >= 0 ? fmt::format("staged {}", g.tensor(staged).name) : "stores direct";
+  std::string s = staged < 0 ? "stores direct" : fmt::format("staged {}{}", g.tensor(staged).name, copied_out ? ", copied out" : "");
   for (ir::TensorId r : residuals) s += fmt::format(", residual {}", g.tensor(r).name);
   for (const EpilogueReduction& r : reductions)
     s += fmt::format(", {} {}", r.column ? "column partials for" : r.row ? "row partials for" : "atomics for",
@@ -154,9 +176,10 @@ void GemmGenerator::emit_epilogue_writes(const ir::Op& anchor, const Gemm& gm, c
     const Coords tc = write_coords(anchor.output, oc, t);
     const std::string offset = em_.linearize(tc, g_.tensor(t).shape), value = em_.value(t, tc);
     const DType storage = storage_dtype(g_.tensor(t));
-    // Columns n and n + 1 (n even) are adjacent elements of t, both inside N or both outside.
+    // Columns n and n + 1 (n even) are adjacent elements of t, both inside N or both outside
+    // (a staged block that is copied out takes the column past an odd N and leaves it there).
     const bool paired = tensor_core && gm.column_last && tc.back() == oc.back() && storage != DType::boolean &&
-                        (!loops.check_n || gm.n % 2 == 0);
+                        (!loops.check_n || gm.n % 2 == 0 || (t == plan.staged && plan.copied_out));
     if (!paired) {
       em_.emit(store(t, offset, value) + "  // " + g_.tensor(t).name);
       continue;
@@ -171,6 +194,15 @@ void GemmGenerator::emit_epilogue_writes(const ir::Op& anchor, const Gemm& gm, c
       continue;
     }
     // Column blocks of 128 bytes through shared memory.
+    const std::string put = fmt::format("kiln::put_pair_{0}(staging + G::staging_offset(G::acc_row(mi, 2 * half) & 63, "
+                                        "(G::acc_col(ni, 2 * half) - blk * {1}) * {2}), pair{3}[0], pair{3}[1]);\n",
+                                        to_string(storage), 128 / byte_size(storage), byte_size(storage), t);
+    if (loops.staged) *loops.staged = t;
+    if (plan.copied_out) {
+      text.pair_stores += put;
+      text.staged_put = "true";
+      continue;
+    }
     const int64_t row_bytes = gm.n * byte_size(storage);
     TensorMapSpec map;
     map.dtype = storage;
@@ -180,12 +212,8 @@ void GemmGenerator::emit_epilogue_writes(const ir::Op& anchor, const Gemm& gm, c
     map.box = {static_cast<uint32_t>(128 / byte_size(storage)), 64, 1};
     text.staged_map = loops.stage_map(t, map);
     text.staged_map_spec = map;
-    text.pair_stores += fmt::format("if (staged) kiln::put_pair_{0}(staging + G::staging_offset(G::acc_row(mi, 2 * half) & 63, "
-                                    "(G::acc_col(ni, 2 * half) - blk * {1}) * {2}), pair{3}[0], pair{3}[1]);\n",
-                                    to_string(storage), 128 / byte_size(storage), byte_size(storage), t);
-    text.pair_stores += "else " + direct;
+    text.pair_stores += "if (staged) " + put + "else " + direct;
     text.staged_put = fmt::format("kiln::aligned16({})", writes_.at(t));
-    if (loops.staged) *loops.staged = t;
   }
 }
 
@@ -286,10 +314,23 @@ void GemmGenerator::staged_column_blocks(const Gemm& gm, const EpiloguePlan& pla
   }
   pre += "if (staged) {\nif ((threadIdx.x & 127) == 0) kiln::wg::bulk_wait_read<1>();\n";
   pre += "kiln::wg::named_sync(2 + consumer, 128);\n}\n";
-  std::string post = "if (staged) {\nkiln::wg::fence_async_shared();\nkiln::wg::named_sync(2 + consumer, 128);\n";
-  post += fmt::format("if ((threadIdx.x & 127) == 0) {{\nkiln::wg::tma_store(&{}, staging, {});\n", text.staged_map,
-                      coords("blk"));
-  post += "kiln::wg::bulk_commit();\n}\n}\n}\n";
+  std::string post;
+  if (plan.copied_out) {
+    // The warpgroup's 64 rows of the block, a warp's 32 threads along one row's columns.
+    const int bytes = byte_size(storage_dtype(g_.tensor(plan.staged)));
+    post = "kiln::wg::named_sync(2 + consumer, 128);\n";
+    post += fmt::format("#pragma unroll 4\nfor (int i = threadIdx.x & 127; i < 64 * {0}; i += 128) {{\n", block_columns);
+    post += fmt::format("const int row = i / {0}, column = i % {0};\n", block_columns);
+    post += fmt::format("const kiln::i64 m = m0 + consumer * 64 + row, n = n0 + blk * {} + column;\n", block_columns);
+    post += fmt::format("if (m < {}LL && n < {}LL) kiln::copy_element<{}>({}, (batch * {}LL + m) * {}LL + n, "
+                        "staging + G::staging_offset(row, column * {}));\n}}\n}}\n",
+                        gm.m, gm.n, bytes, writes_.at(plan.staged), gm.m, gm.n, bytes);
+  } else {
+    post = "if (staged) {\nkiln::wg::fence_async_shared();\nkiln::wg::named_sync(2 + consumer, 128);\n";
+    post += fmt::format("if ((threadIdx.x & 127) == 0) {{\nkiln::wg::tma_store(&{}, staging, {});\n", text.staged_map,
+                        coords("blk"));
+    post += "kiln::wg::bulk_commit();\n}\n}\n}\n";
+  }
   open = pre + open;
   close = close + post;
   carry.before_loop += "const int consumer = (threadIdx.x >> 7) - 1;\n";
@@ -361,6 +402,8 @@ std::string GemmGenerator::epilogue(const ir::Op& anchor, const Gemm& gm, const 
                                  reduce_identity_bits(r->kind), true));
   const std::string counter = reduces.empty() ? "" : workspace_param(g_.result(anchor).name + ".tiles_done", 1, 0, true);
   em_.begin_block();
+  std::map<ir::TensorId, Coords> element_coords;  // each tensor's coordinates in the element code, named once
+  write_coords_memo_ = &element_coords;
   if (gm.out_row && !tensor_core) em_.emit(gm.out_row("m"));  // (the fragment loops declare it per row)
   const Coords oc = gm.out_coords("m", "n", "batch");  // (a conv's emits the output channel)
   const EpiloguePlan plan = decide_epilogue(anchor, gm, loops, oc, reduces);
@@ -379,11 +422,18 @@ std::string GemmGenerator::epilogue(const ir::Op& anchor, const Gemm& gm, const 
   }
   em_.emit(fmt::format("const float out = {};  // {}", em_.rounded(result, plan.rolled ? "block_acc[mi][nj][e]" : acc), result.name));
   em_.set_leaf(anchor.output, "out");
-  for (ir::TensorId r : plan.residuals) em_.set_vector_source(r, oc, fmt::format("residual{}", r), "c");
+  // A residual's elements as its readers name them (write_coords_memo_: the same names).
+  for (ir::TensorId r : plan.residuals)
+    for (int32_t oi : k_.ops)
+      if (const ir::Op& op = g_.ops[static_cast<size_t>(oi)]; oi != k_.anchor && std::count(op.inputs.begin(), op.inputs.end(), r)) {
+        em_.set_vector_source(r, write_coords(anchor.output, oc, op.output), fmt::format("residual{}", r), "c");
+        break;
+      }
   emit_epilogue_reductions(plan, ws, text);
   emit_epilogue_writes(anchor, gm, loops, oc, plan, text);
   load_epilogue_residuals(gm, loops, plan, text);
   const std::string elements = em_.take();
+  write_coords_memo_ = nullptr;
   em_.clear_vector_sources();
   if (tensor_core) {
     text.column_values = em_.end_columns();

@@ -128,6 +128,7 @@ class GemmGenerator : public KernelBuilder {
   struct EpiloguePlan {
     std::vector<EpilogueReduction> reductions;
     ir::TensorId staged = -1;             // stored through shared memory in 128-byte column blocks; -1: none
+    bool copied_out = false;              // ... its rows not 16-byte multiples: the threads copy blocks out, not the copy engine
     std::vector<ir::TensorId> residuals;  // inputs read at the result's coordinates, in column pairs
     bool heavy = false;                   // an element takes a library function (erf, exp, ...)
     bool rollable = false;                // column blocks may run in a loop (something staged, no column partials)
@@ -228,11 +229,15 @@ class GemmGenerator : public KernelBuilder {
     std::string pointer;
     TensorMapSpec map;
     bool k_major = true;
+    // A whose rows or columns are two dimensions of its tensor (split_tma_a):
+    // the inner one's size, else 0.
+    int64_t rows_inner = 0, columns_inner = 0;
   };
   // A tensor in memory stored as the MMA's type, bound to this kernel: its
   // pointer and tensor, the map still to fill in.
   std::optional<TmaOperand> tma_source(const std::optional<ExternalTensor>& e, Mma kind) const;
   std::optional<TmaOperand> tma_operand(const ir::Op& anchor, size_t slot, Mma kind) const;
+  std::optional<TmaOperand> split_tma_a(const ir::Op& anchor, Mma kind) const;
 
   // A conv's weights [K, R, S, C] as B, k-major: one group, contiguous.
   std::optional<TmaOperand> conv_weight_operand(const ir::Op& anchor, Mma kind) const;

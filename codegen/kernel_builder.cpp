@@ -61,13 +61,28 @@ std::set<ir::TensorId> KernelBuilder::downstream_of(const std::set<ir::TensorId>
   return out;
 }
 
-// Coordinates of a tensor that has `count` elements in the same linear
-// order as `shape` at `coords`.
+// Coordinates in `target` of the element at `coords` of `shape`, both
+// shapes the same elements in the same linear order. Trailing dimensions
+// both shapes have keep their coordinates (a reshape [B*S, N] -> [B, S, N]
+// keeps the column's); only the leading ones are split again.
 Coords KernelBuilder::same_element(const Coords& coords, const Shape& shape, const Shape& target) {
   if (shape == target) return coords;
-  const std::string l = em_.fresh("l");
-  em_.emit(fmt::format("const kiln::i64 {} = {};", l, em_.linearize(coords, shape)));
-  return em_.delinearize(l, target);
+  size_t common = 0;
+  while (common < shape.size() && common < target.size() &&
+         shape[shape.size() - 1 - common] == target[target.size() - 1 - common])
+    ++common;
+  const Shape lead(shape.begin(), shape.end() - static_cast<std::ptrdiff_t>(common));
+  const Shape target_lead(target.begin(), target.end() - static_cast<std::ptrdiff_t>(common));
+  Coords out;
+  if (element_count(target_lead) == 1) {
+    out.assign(target_lead.size(), "0");
+  } else {
+    const std::string l = em_.fresh("l");
+    em_.emit(fmt::format("const kiln::i64 {} = {};", l, em_.linearize(Coords(coords.begin(), coords.begin() + static_cast<std::ptrdiff_t>(lead.size())), lead)));
+    out = em_.delinearize(l, target_lead);
+  }
+  out.insert(out.end(), coords.end() - static_cast<std::ptrdiff_t>(common), coords.end());
+  return out;
 }
 
 // The coordinates of `to` at the element where `from` has `coords`,
@@ -103,8 +118,26 @@ std::optional<Coords> KernelBuilder::forward(ir::TensorId from, ir::TensorId to,
 // `leaf_coords`: downstream of the leaf, at the matching element; else (t
 // does not use the leaf) at the element with the same linear index.
 Coords KernelBuilder::write_coords(ir::TensorId leaf, const Coords& leaf_coords, ir::TensorId t) {
-  if (std::optional<Coords> c = forward(leaf, t, leaf_coords)) return *c;
-  return same_element(leaf_coords, g_.tensor(leaf).shape, g_.tensor(t).shape);
+  if (write_coords_memo_)
+    if (auto it = write_coords_memo_->find(t); it != write_coords_memo_->end()) return it->second;
+  std::optional<Coords> c = forward(leaf, t, leaf_coords);
+  if (!c) c = same_element(leaf_coords, g_.tensor(leaf).shape, g_.tensor(t).shape);
+  if (write_coords_memo_) (*write_coords_memo_)[t] = *c;
+  return *c;
+}
+
+bool KernelBuilder::same_linear_order(ir::TensorId from, ir::TensorId to) const {
+  if (from == to) return true;
+  const int64_t count = element_count(g_.tensor(from).shape);
+  for (int32_t oi : k_.ops) {
+    const ir::Op& op = g_.ops[static_cast<size_t>(oi)];
+    if (element_count(g_.result(op).shape) != count || std::find(op.inputs.begin(), op.inputs.end(), from) == op.inputs.end())
+      continue;
+    if ((op.kind == OpKind::Reshape || ir::is_pointwise(op.kind) || op.kind == OpKind::BatchNorm) &&
+        same_linear_order(op.output, to))
+      return true;
+  }
+  return false;
 }
 
 auto KernelBuilder::chunking(const Shape& domain, int64_t lane_extent) const -> Chunking {

@@ -118,9 +118,14 @@ class KernelBuilder {
   // Tensors computed (in this kernel) from the results of `roots`.
   std::set<ir::TensorId> downstream_of(const std::set<ir::TensorId>& roots) const;
 
-  // Coordinates of a tensor that has `count` elements in the same linear
-  // order as `shape` at `coords`.
+  // Coordinates in `target` of the element at `coords` of `shape` (the
+  // same elements in the same linear order).
   Coords same_element(const Coords& coords, const Shape& shape, const Shape& target);
+
+  // Whether `to` is computed from `from` in this kernel through reshapes
+  // and pointwise ops alone: each element of `to` sits at the linear index
+  // of the element of `from` it is computed from.
+  bool same_linear_order(ir::TensorId from, ir::TensorId to) const;
 
   // The coordinates of `to` at the element where `from` has `coords`,
   // following this kernel's ops forward: views map coordinates, pointwise
@@ -131,6 +136,10 @@ class KernelBuilder {
   // `leaf_coords`: downstream of the leaf, at the matching element; else (t
   // does not use the leaf) at the element with the same linear index.
   Coords write_coords(ir::TensorId leaf, const Coords& leaf_coords, ir::TensorId t);
+  // While set, write_coords answers each tensor once (the coordinates it
+  // first emitted), so that every reader of a tensor's element names it
+  // the same way: an epilogue's element code, one block.
+  std::map<ir::TensorId, Coords>* write_coords_memo_ = nullptr;
 
   std::string finish(const std::string& body, int threads, const std::string& shared = "",
                      const std::string& includes = "");

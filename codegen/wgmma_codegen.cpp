@@ -76,6 +76,7 @@ auto GemmGenerator::tma_source(const std::optional<ExternalTensor>& e, Mma kind)
 auto GemmGenerator::tma_operand(const ir::Op& anchor, size_t slot, Mma kind) const -> std::optional<TmaOperand> {
   if (kind == Mma::tf32) return std::nullopt;
   const std::optional<ExternalTensor> e = in_memory(anchor.inputs[slot]);
+  if (slot == 0 && (!e || e->strides.back() != 1)) return split_tma_a(anchor, kind);
   std::optional<TmaOperand> found = tma_source(e, kind);
   if (!found) return std::nullopt;
   TmaOperand op = *found;
@@ -123,6 +124,66 @@ auto GemmGenerator::tma_operand(const ir::Op& anchor, size_t slot, Mma kind) con
   return op;
 }
 
+// A [M, K] read through reshapes of a strided tensor whose dimensions
+// group into M's and K's, each group at most two dimensions once those
+// that merge are merged: the attention output [B, H, S, D] read as
+// [B*S, H*D] through transpose + reshape (an output projection). The copy
+// engine loads a 128 x 64 slice as one box of a rank-4 map (d, s, h, b)
+// where a slice never crosses a split (S a multiple of 128, D of 64), so
+// a slice's rows are consecutive s of one b and its columns consecutive d
+// of one h.
+auto GemmGenerator::split_tma_a(const ir::Op& anchor, Mma kind) const -> std::optional<TmaOperand> {
+  const Shape& a = g_.operand(anchor, 0).shape;
+  if (a.size() != 2) return std::nullopt;
+  // Back through the reshapes to a view whose strides describe it.
+  ir::TensorId t = anchor.inputs[0];
+  std::optional<ExternalTensor> e;
+  while (!e) {
+    if (!computed_here(t)) return std::nullopt;
+    const ir::Op& op = g_.ops[static_cast<size_t>(g_.tensor(t).producer)];
+    if (op.kind != OpKind::Reshape) return std::nullopt;
+    t = op.inputs[0];
+    e = in_memory(t);
+  }
+  std::optional<TmaOperand> found = tma_source(e, kind);
+  if (!found || e->offset != 0) return std::nullopt;
+  // M's dimensions are a leading run of t's, K's the rest.
+  const Shape& shape = g_.tensor(t).shape;
+  struct Dim {
+    int64_t size, stride;
+  };
+  size_t split = 0;
+  for (int64_t product = 1; product != a[0]; product *= shape[split++])
+    if (split == shape.size() || product > a[0]) return std::nullopt;
+  std::vector<Dim> rows, columns;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    std::vector<Dim>& side = d < split ? rows : columns;
+    if (shape[d] == 1) continue;
+    if (!side.empty() && side.back().stride == e->strides[d] * shape[d])
+      side.back() = {side.back().size * shape[d], e->strides[d]};  // merges with the dimension before it
+    else
+      side.push_back({shape[d], e->strides[d]});
+  }
+  if (rows.empty() || columns.empty() || rows.size() > 2 || columns.size() > 2) return std::nullopt;
+  if (columns.back().stride != 1 || (rows.size() == 2 && rows.back().size % kWgmmaBM != 0) ||
+      (columns.size() == 2 && columns.back().size % 64 != 0))
+    return std::nullopt;
+  TmaOperand op = *found;
+  op.map.dtype = mma_storage(kind);
+  op.map.rank = 0;
+  auto add = [&](const Dim& dim) {
+    const auto r = static_cast<size_t>(op.map.rank++);
+    op.map.dims[r] = static_cast<uint64_t>(dim.size);
+    if (r > 0) op.map.strides[r - 1] = static_cast<uint64_t>(dim.stride * 2);
+    return dim.size > 0 && dim.size < (int64_t{1} << 31) && (r == 0 || ((dim.stride * 2) % 16 == 0 && dim.stride * 2 < (int64_t{1} << 40)));
+  };
+  bool ok = add(columns.back()) && add(rows.back());
+  if (columns.size() == 2) ok = ok && add(columns[0]), op.columns_inner = columns.back().size;
+  if (rows.size() == 2) ok = ok && add(rows[0]), op.rows_inner = rows.back().size;
+  if (!ok) return std::nullopt;
+  return op;
+}
+
 auto GemmGenerator::conv_weight_operand(const ir::Op& anchor, Mma kind) const -> std::optional<TmaOperand> {
   const std::optional<ExternalTensor> e = in_memory(anchor.inputs[1]);
   const Shape& ws = g_.operand(anchor, 1).shape;  // [K, R, S, C]
@@ -144,14 +205,14 @@ auto GemmGenerator::conv_weight_operand(const ir::Op& anchor, Mma kind) const ->
 
 auto GemmGenerator::wgmma_operands(const ir::Op& anchor, const Gemm& gm, Mma kind) const -> std::optional<WgmmaOperands> {
   if (sm_ != 90 || kind == Mma::tf32) return std::nullopt;
-  // Enough 128 x 128 tiles to fill the GPU; or fewer, each long in K over
-  // at least 8 tile rows (a deep conv of ResNet-50: 52 tiles of K = 4608):
-  // a wgmma tile's rate per SM beats the 64 x 64 mma.sync tiles that would
-  // cover every SM (H100, 3x3 conv 7x7x512 -> 512 at batch 32: 41 TFLOP/s
-  // on mma.sync). Few rows (decode) keep mma.sync and its K split.
+  // At least 32 tiles of 128 x 128: a wgmma tile's rate per SM beats the
+  // mma.sync kernel even where that one covers more SMs (H100, bf16, K =
+  // 768, one run: 32 tiles 19.6 -> 11.2 us, 64 tiles 22.2 -> 12.4, 96
+  // tiles 23.8 -> 12.2; a 3x3 conv 7x7x512 -> 512 at batch 32, 52 tiles of
+  // K = 4608, ran at 41 TFLOP/s on mma.sync). One row of tiles (decode)
+  // keeps mma.sync and its K split unless it alone fills the GPU.
   const int64_t tiles_m = (gm.m + 127) / 128, tiles = tiles_m * ((gm.n + 127) / 128) * gm.batches;
-  const bool long_tiles = tiles >= 32 && tiles_m >= 8 && gm.k >= 1024;
-  if ((tiles < 132 && !long_tiles) || tiles >= (int64_t{1} << 31)) return std::nullopt;
+  if (tiles < 32 || (tiles_m < 2 && tiles < 132) || tiles >= (int64_t{1} << 31)) return std::nullopt;
   if (anchor.kind == OpKind::Matmul) {
     std::optional<TmaOperand> a = tma_operand(anchor, 0, kind), b = tma_operand(anchor, 1, kind);
     if (!a || !b) return std::nullopt;
@@ -244,6 +305,17 @@ std::string copy_coords(const TensorMapSpec& map, const std::string& c0, const s
   return map.rank == 3 ? fmt::format("(int){}, (int){}, (int)batch", c0, c1) : fmt::format("(int){}, (int){}", c0, c1);
 }
 
+// A's copy coordinates: (k0, m0[, batch]), or for a split A (split_tma_a)
+// each split into its inner and outer dimension.
+std::string a_copy_coords(const GemmGenerator::TmaOperand& a) {
+  if (!a.rows_inner && !a.columns_inner) return copy_coords(a.map, "k0", "m0");
+  auto inner = [](const char* v, int64_t size) { return size ? fmt::format("(int)({} % {}LL)", v, size) : fmt::format("(int){}", v); };
+  std::string out = inner("k0", a.columns_inner) + ", " + inner("m0", a.rows_inner);
+  if (a.columns_inner) out += fmt::format(", (int)(k0 / {}LL)", a.columns_inner);
+  if (a.rows_inner) out += fmt::format(", (int)(m0 / {}LL)", a.rows_inner);
+  return out;
+}
+
 }  // namespace
 
 // Thread 0's copies of B's slice (its share, multicast, in a cluster).
@@ -318,8 +390,7 @@ std::string GemmGenerator::wgmma_copy_producer(const WgmmaShape& s, const TmaOpe
     std::string c = "kiln::wg::u64* const full = G::full(smem) + ring.stage;\n";
     c += both ? "kiln::wg::bar_arrive_expect(full, G::kABytes + G::kBBytes);\n"
               : "kiln::wg::bar_arrive_expect(full, (tma_a ? G::kABytes : 0) + (tma_b ? G::kBBytes : 0));\n";
-    c += fmt::format("{}kiln::wg::tma_load(a_tile, &{}, full, {});\n", both ? "" : "if (tma_a) ", map_a,
-                     copy_coords(a.map, "k0", "m0"));
+    c += fmt::format("{}kiln::wg::tma_load(a_tile, &{}, full, {});\n", both ? "" : "if (tma_a) ", map_a, a_copy_coords(a));
     return c + b_copy;
   };
   body += "if (!by_elements && threadIdx.x == 0) {\n";
@@ -360,6 +431,7 @@ void GemmGenerator::gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind, c
   KILN_INTERNAL_CHECK(s.units * s.cluster < (int64_t{1} << 31));
   s.kind_name = kind == Mma::bf16 ? "kBf16" : "kF16";
   a.map.box = {static_cast<uint32_t>(s.bk), static_cast<uint32_t>(s.bm), 1};
+  for (int d = 3; d < a.map.rank; ++d) a.map.box[static_cast<size_t>(d)] = 1;  // a split A's outer dimensions
   b.map.box = b.k_major ? decltype(b.map.box){static_cast<uint32_t>(s.bk), static_cast<uint32_t>(s.bn / s.cluster), 1}
                         : decltype(b.map.box){64, static_cast<uint32_t>(s.bk), 1};
   const std::string map_a = s.gathered ? "" : tensor_map_param(a, g_.operand(anchor, 0).name);

@@ -91,6 +91,12 @@ __device__ __forceinline__ void store_f16(void* p, i64 i, float v) { static_cast
 __device__ __forceinline__ void store_bool(void* p, i64 i, float v) { static_cast<u8*>(p)[i] = v != 0.0f ? 1 : 0; }
 // Two adjacent values into shared memory (a staging buffer), 4 or 8 bytes aligned.
 __device__ __forceinline__ void put_pair_f32(void* p, float a, float b) { *static_cast<float2*>(p) = make_float2(a, b); }
+// Element i of p from shared memory (a staging buffer), as stored: 2 or 4 bytes.
+template <int BYTES>
+__device__ __forceinline__ void copy_element(void* p, i64 i, const unsigned char* from) {
+  if constexpr (BYTES == 2) static_cast<u16*>(p)[i] = *reinterpret_cast<const u16*>(from);
+  else static_cast<u32*>(p)[i] = *reinterpret_cast<const u32*>(from);
+}
 // Two adjacent values from shared memory (a staged residual), as floats.
 __device__ __forceinline__ void get_pair_f32(const void* p, float (&v)[2]) {
   const float2 x = *static_cast<const float2*>(p);

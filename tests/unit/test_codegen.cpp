@@ -603,6 +603,44 @@ TEST(Codegen, DecisionsAreReportedPerArch) {
 namespace kiln {
 namespace {
 
+TEST(Codegen, AnAttentionOutputReadAsRowsGoesToTheCopyEngineWhereNoSliceCrossesASplit) {
+  // [B, H, S, D] read as [B*S, H*D] (an output projection): a 128 x 64 slice of A is one box of
+  // a rank-4 map when S is a multiple of 128 and D of 64; otherwise the kernel loads A itself.
+  auto kernel_for = [](int64_t s, int64_t d) {
+    const int64_t b = 4, h = 4, n = 2176;
+    const Graph g = testing::must_parse(fmt::format(R"({{"kiln": 1, "inputs": {{"o": {{"shape": [{0}, {1}, {2}, {3}], "dtype": "bf16"}},
+      "w": {{"shape": [{4}, {5}], "dtype": "bf16"}}}},
+      "ops": [{{"op": "transpose", "in": ["o"], "out": "t", "perm": [0, 2, 1, 3]}},
+              {{"op": "reshape", "in": ["t"], "out": "rows", "shape": [{6}, {5}]}},
+              {{"op": "transpose", "in": ["w"], "out": "wt", "perm": [1, 0]}},
+              {{"op": "matmul", "in": ["rows", "wt"], "out": "y"}}], "outputs": ["y"]}})",
+                                                    b, h, s, d, n, h * d, b * s));
+    return codegen::generate_program(ir_of(g), ir::plan_fusion(ir_of(g)), 90).kernels.at(0);
+  };
+  const codegen::GeneratedKernel split = kernel_for(256, 64);
+  EXPECT_NE(split.source.find("full, (int)(k0 % 64LL), (int)(m0 % 256LL), (int)(k0 / 64LL), (int)(m0 / 256LL))"),
+            std::string::npos);
+  bool rank4 = false;
+  for (const codegen::KernelArg& arg : split.args)
+    if (arg.role == codegen::KernelArg::Role::TensorMap && arg.map.rank == 4) {
+      rank4 = true;
+      EXPECT_EQ(arg.map.dims[0], 64u);
+      EXPECT_EQ(arg.map.dims[1], 256u);
+      EXPECT_EQ(arg.map.strides[0], 64u * 2);            // s: D elements apart in o
+      EXPECT_EQ(arg.map.strides[1], 256u * 64 * 2);      // h: S * D
+      EXPECT_EQ(arg.map.strides[2], 4u * 256 * 64 * 2);  // b: H * S * D
+      EXPECT_EQ(arg.map.box[2], 1u);
+      EXPECT_EQ(arg.map.box[3], 1u);
+    }
+  EXPECT_TRUE(rank4);
+  // A slice would cross a sequence (S = 197: ViT-S) or a head (D = 32): no split map.
+  for (auto [s, d] : {std::pair<int64_t, int64_t>{197, 64}, {256, 32}}) {
+    const codegen::GeneratedKernel k = kernel_for(s, d);
+    EXPECT_EQ(k.source.find("(int)(m0 / "), std::string::npos) << s << " " << d;
+    EXPECT_EQ(k.source.find("(int)(k0 / "), std::string::npos) << s << " " << d;
+  }
+}
+
 TEST(Codegen, TensorsNamedLikeGeneratedVariablesAreOnlyComments) {
   // Tensor names reach the source only in comments, so names the emitter
   // also uses for its variables (c2, v0, ...) are no conflict (the fuzzer's
