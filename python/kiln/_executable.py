@@ -129,14 +129,7 @@ class Executable:
         given = inputs if inputs is not None else named
         pointers = self._fast_torch(given, self._torch_inputs)
         if pointers is not None and stream is None:
-            import torch
-            outs = {name: torch.empty(shape, dtype=dtype, device=device) for name, (shape, dtype, device) in self._torch_empty}
-            where = self._torch_inputs[1][0][3]
-            # the workspace from PyTorch's pool, stream-ordered like the outputs
-            scratch = torch.empty(self.workspace_bytes, dtype=torch.uint8, device=where).data_ptr() if self.workspace_bytes else 0
-            device = where.index or 0
-            self._native.launch(pointers, [t.data_ptr() for t in outs.values()], scratch, self._raw_stream(device), device)
-            return outs
+            return self._run_as_last_checked(pointers)
         ins = self._bind_inputs(given)
         like = ins[0] if ins else None
         if like is None or like.device[0] == "cpu":
@@ -147,6 +140,19 @@ class Executable:
         self._remember_torch(ins, bound_outs)
         if like.library == "jax":
             return _to_jax(outs)
+        return outs
+
+    def _run_as_last_checked(self, pointers: List[int]) -> Dict[str, Any]:
+        """The fast path's launch: PyTorch CUDA inputs (their data pointers, in
+        input order) laid out exactly as in the last checked call, which the
+        caller has established; outputs allocated as then."""
+        import torch
+        outs = {name: torch.empty(shape, dtype=dtype, device=device) for name, (shape, dtype, device) in self._torch_empty}
+        where = self._torch_inputs[1][0][3]
+        # the workspace from PyTorch's pool, stream-ordered like the outputs
+        scratch = torch.empty(self.workspace_bytes, dtype=torch.uint8, device=where).data_ptr() if self.workspace_bytes else 0
+        device = where.index or 0
+        self._native.launch(pointers, [t.data_ptr() for t in outs.values()], scratch, self._raw_stream(device), device)
         return outs
 
     def run(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any], *, stream: Any = None,

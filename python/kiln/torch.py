@@ -436,6 +436,24 @@ def _softmax(c, n):
     return op(c, n, name, [c.arg(n.args[0])], axis=int(n.args[1]))
 
 
+# Below every finite f32: reduce_max(x) < this only where the whole line is -inf (and not NaN:
+# kiln's max, like PyTorch's, propagates NaN).
+_BELOW_EVERY_FINITE_F32 = -3.4028234663852886e38
+
+
+@converts(aten._safe_softmax.default)
+def _safe_softmax(c, n):
+    """softmax, except that a line of -inf only (a query that sees no key) gives zeros, as
+    PyTorch's math attention writes it: softmax written out, one pass of reductions over each
+    row (max, then sum), the line's max also telling whether it is all -inf."""
+    x, axis = c.arg(n.args[0]), int(n.args[1])
+    line_max = c.b.op("reduce_max", [x], {"axes": [axis], "keepdims": True})
+    e = c.b.op("exp", [c.b.op("sub", [x, line_max])])
+    p = c.b.op("div", [e, c.b.op("reduce_sum", [e], {"axes": [axis], "keepdims": True})])
+    all_minus_inf = c.b.op("lt", [line_max, _BELOW_EVERY_FINITE_F32])
+    return op(c, n, "where", [all_minus_inf, 0.0, p])  # in the node's dtype (`dtype=` included)
+
+
 @converts(aten.native_layer_norm.default)
 def _layer_norm(c, n):
     x, normalized, w, b, eps = n.args
@@ -626,6 +644,8 @@ class KilnSubgraph(torch.nn.Module):
         self._lock = threading.Lock()
         self._executables: Dict[Tuple, Any] = {}
         self.graphs: List[Any] = []  # the kiln graphs built, one per input layout
+        self._last_layout = None  # the last call's argument layouts, and their entry with
+        self._last_entry = None   # the non-empty arguments (kiln's inputs) and their layouts
         self._build()
 
     def _build(self):
@@ -670,7 +690,35 @@ class KilnSubgraph(torch.nn.Module):
         return graph, seen
 
     def forward(self, *args):
-        key = tuple((tuple(t.shape), tuple(t.stride()), t.dtype, t.device) for t in args)
+        # One look at every argument's layout, compared with the last call's in one step: a
+        # model's forward passes the same layouts every time (dynamo's guards see to its inputs).
+        layout = [(t.shape, t.stride(), t.dtype, t.device) for t in args]
+        if layout != self._last_layout:
+            live = [i for i, t in enumerate(args) if t.numel() > 0]  # (an empty input is no kiln input)
+            self._last_entry = self._entry_for(tuple(layout), args) + (live, [layout[i] for i in live])
+            self._last_layout = layout
+        exe, seen, live, live_layout = self._last_entry
+        if exe is None:
+            return tuple(self.gm(*args)) if len(self.output_nodes) > 1 else self.gm(*args)
+        checked = exe._torch_inputs
+        if checked is not None and checked[1] == live_layout:  # the executable's last checked call: these layouts
+            results = exe._run_as_last_checked([args[i].data_ptr() for i in live])
+        else:
+            results = exe({f"in{i}": args[i] for i in live})
+        env = None
+        outs = []
+        for i, n in enumerate(self.output_nodes):
+            if i in self.torch_outputs:
+                if env is None:
+                    env = _run_views(self.gm, args)
+                outs.append(env[n])
+            else:
+                outs.append(results[seen[n]])
+        return tuple(outs) if len(self.output_nodes) > 1 or isinstance(self._output_arg(), (list, tuple)) else outs[0]
+
+    def _entry_for(self, key, args):
+        """(executable, output names) for arguments laid out as `key`; (None, reason) where
+        kiln refused the partition, which then runs in PyTorch."""
         entry = self._executables.get(key)
         if entry is None:
             with self._lock:
@@ -686,20 +734,7 @@ class KilnSubgraph(torch.nn.Module):
                         entry = (None, str(e))
                         self.report.add_fallback(self.name, self.gm, str(e))
                     self._executables[key] = entry
-        exe, seen = entry
-        if exe is None:
-            return tuple(self.gm(*args)) if len(self.output_nodes) > 1 else self.gm(*args)
-        results = exe({f"in{i}": t for i, t in enumerate(args) if t.numel() > 0})
-        env = None
-        outs = []
-        for i, n in enumerate(self.output_nodes):
-            if i in self.torch_outputs:
-                if env is None:
-                    env = _run_views(self.gm, args)
-                outs.append(env[n])
-            else:
-                outs.append(results[seen[n]])
-        return tuple(outs) if len(self.output_nodes) > 1 or isinstance(self._output_arg(), (list, tuple)) else outs[0]
+        return entry
 
     def _output_arg(self):
         return next(n for n in self.gm.graph.nodes if n.op == "output").args[0]

@@ -67,6 +67,10 @@ OPS = [
      (X(2, 8, 6, 6).to(memory_format=torch.channels_last), X(4, 4, 3, 3).to(memory_format=torch.channels_last))),
     ("layer_norm", lambda x, w, b: F.layer_norm(x, (8,), w, b) + F.layer_norm(x, (4, 8)), (X(3, 4, 8), X(8), X(8))),
     ("softmax_log_softmax", lambda x: torch.softmax(x, -1) + torch.log_softmax(x, 0), (X(4, 8),)),
+    # (math attention's softmax: a row of -inf alone gives zeros; row 1 of the mask hides every key)
+    ("safe_softmax", lambda x, m: torch.ops.aten._safe_softmax(x.masked_fill(m, float("-inf")), -1)
+     + torch.ops.aten._safe_softmax(x.bfloat16(), 0, torch.float32),
+     (X(4, 8), torch.stack([torch.rand(8) > 0.5, torch.ones(8, dtype=torch.bool), torch.zeros(8, dtype=torch.bool), torch.rand(8) > 0.5]))),
     ("batch_norm", lambda x, m, v, w, b: F.batch_norm(x, m, v, w, b, training=False, eps=1e-3),
      (X(2, 4, 5, 5), X(4), X(4).abs() + 0.5, X(4), X(4))),
     ("group_norm", lambda x, w, b: F.group_norm(x, 2, w, b), (X(2, 4, 5, 5), X(4), X(4))),
