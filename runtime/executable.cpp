@@ -268,32 +268,26 @@ Expected<runtime::DeviceState*> Executable::Impl::device_state(CUcontext context
 }
 
 // The tensor maps of kernel `kernel` over the pointers in `values` (one per
-// argument), into `out` in argument order: encoded once per distinct set of
-// pointers and context, then copied from the cache.
+// argument), into `out` in argument order: each encoded once per pointer and
+// context, then copied from the cache.
 Status Executable::Impl::tensor_maps(runtime::DeviceState& st, size_t kernel, const CUdeviceptr* values, CUtensorMap* out) const {
   const codegen::GeneratedKernel& k = program().kernels[kernel];
   const runtime::KernelLaunch& plan = launches[kernel];
-  std::vector<CUdeviceptr> key;
-  for (size_t a = 0; a < plan.args.size(); ++a)
-    if (plan.is_map[a]) key.push_back(values[a]);
   std::lock_guard<std::mutex> lock(st.maps_mutex);
   auto& cache = st.maps[kernel];
-  auto it = cache.find(key);
-  if (it == cache.end()) {
-    if (cache.size() >= 64) cache.clear();  // bounded: a caller cycling through many buffers re-encodes
-    std::vector<CUtensorMap> encoded;
-    const runtime::Driver& cu = *runtime::loaded_driver();
-    for (size_t a = 0; a < plan.args.size(); ++a) {
-      if (!plan.is_map[a]) continue;
-      Expected<CUtensorMap> map = runtime::encode_tensor_map(cu, k.args[a].map, values[a]);
+  for (size_t a = 0, m = 0; a < plan.args.size(); ++a) {
+    if (!plan.is_map[a]) continue;
+    auto it = cache.find({a, values[a]});
+    if (it == cache.end()) {
+      if (cache.size() >= 256) cache.clear();  // bounded: a caller cycling through many buffers re-encodes
+      Expected<CUtensorMap> map = runtime::encode_tensor_map(*runtime::loaded_driver(), k.args[a].map, values[a]);
       if (!map)
         return Error{map.error().code, fmt::format("kernel {}: tensor '{}': {}", k.plan_kernel,
                                                    ir_of(graph).tensor(k.args[a].tensor).name, map.error().message)};
-      encoded.push_back(*map);
+      it = cache.emplace(std::make_pair(a, values[a]), *map).first;
     }
-    it = cache.emplace(std::move(key), std::move(encoded)).first;
+    out[m++] = it->second;
   }
-  std::copy(it->second.begin(), it->second.end(), out);
   return {};
 }
 

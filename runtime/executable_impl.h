@@ -47,10 +47,12 @@ struct DeviceState {
   std::vector<CUmodule> modules;
   std::vector<CUfunction> functions;
   std::vector<uint32_t> resident_blocks;  // per kernel: how many of its blocks run at once (persistent kernels)
-  // Tensor maps by the pointers they describe, per kernel: a launch with
-  // pointers seen before encodes nothing.
+  // Tensor maps by (argument, the pointer it describes), per kernel: a map
+  // depends on its own pointer alone, so a launch encodes only the maps whose
+  // pointers it has not seen (a model's weights keep theirs; its outputs and
+  // workspace, from PyTorch's allocator, move among a few).
   std::mutex maps_mutex;
-  std::vector<std::map<std::vector<CUdeviceptr>, std::vector<CUtensorMap>>> maps;
+  std::vector<std::map<std::pair<size_t, CUdeviceptr>, CUtensorMap>> maps;
   ~DeviceState();
 };
 
