@@ -78,15 +78,17 @@ auto GemmGenerator::decide_epilogue(const ir::Op& anchor, const Gemm& gm, const 
       if (oi != k_.anchor)
         for (ir::TensorId in : op.inputs) readers[in].push_back(op.output);
     }
-    for (const auto& [id, e] : ext_) {
+    for (const auto& [tensor, e] : ext_) {
+      const ir::TensorId id = tensor;  // (a lambda below names it)
+      const Shape& shape = g_.tensor(id).shape;
       const auto r = readers.find(id);
-      if (plan.staged < 0 || plan.copied_out || r == readers.end() || writes_.count(id) || e.strides != contiguous_strides(g_.tensor(id).shape) ||
-          e.storage != storage_dtype(g_.tensor(plan.staged)) || g_.tensor(id).shape.back() != gm.n ||
-          element_count(g_.tensor(id).shape) != element_count(result_shape))
+      if (plan.staged < 0 || plan.copied_out || r == readers.end() || writes_.count(id) || shape.empty() ||
+          e.strides != contiguous_strides(shape) || e.storage != storage_dtype(g_.tensor(plan.staged)) || shape.back() != gm.n ||
+          element_count(shape) != element_count(result_shape))
         continue;
       const bool at_own_coordinates = std::all_of(r->second.begin(), r->second.end(), [&](ir::TensorId out) {
         const ir::Op& op = g_.ops[static_cast<size_t>(g_.tensor(out).producer)];
-        return ir::is_pointwise(op.kind) && g_.tensor(out).shape == g_.tensor(id).shape && in_result_order(out);
+        return ir::is_pointwise(op.kind) && g_.tensor(out).shape == shape && in_result_order(out);
       });
       if (at_own_coordinates) plan.residuals.push_back(id);
     }
