@@ -35,6 +35,13 @@ std::string producer_slot() {
 }
 
 
+// What a tensor map of 16-bit elements takes: a dimension's extent, and a
+// stride (in elements) beyond the first dimension.
+bool map_extent_fits(int64_t elements) { return elements > 0 && elements < (int64_t{1} << 31); }
+bool map_stride_fits(int64_t elements) {
+  return elements > 0 && (elements * 2) % 16 == 0 && elements * 2 < (int64_t{1} << 40);
+}
+
 }  // namespace
 
 // The epilogue's reads of whole result-shaped tensors (a residual), rows
@@ -94,14 +101,12 @@ auto GemmGenerator::tma_operand(const ir::Op& anchor, size_t slot, Mma kind) con
   } else {
     return std::nullopt;
   }
-  auto fits = [](int64_t v) { return v > 0 && v < (int64_t{1} << 31); };
-  auto stride_ok = [](int64_t elements) { return elements > 0 && (elements * 2) % 16 == 0 && elements * 2 < (int64_t{1} << 40); };
-  if (!fits(s[inner]) || !fits(s[outer])) return std::nullopt;
+  if (!map_extent_fits(s[inner]) || !map_extent_fits(s[outer])) return std::nullopt;
   op.map.dtype = mma_storage(kind);
   op.map.dims[0] = static_cast<uint64_t>(s[inner]);
   op.map.dims[1] = static_cast<uint64_t>(s[outer]);
   const int64_t outer_stride = s[outer] == 1 ? s[inner] : e->strides[outer];
-  if (!stride_ok(outer_stride)) return std::nullopt;
+  if (!map_stride_fits(outer_stride)) return std::nullopt;
   op.map.strides[0] = static_cast<uint64_t>(outer_stride * 2);
   op.map.rank = 2;
   // Batch dims: none that matter, or exactly the result's, one stride apart.
@@ -115,7 +120,8 @@ auto GemmGenerator::tma_operand(const ir::Op& anchor, size_t slot, Mma kind) con
     expect = e->strides[d] * s[d];
   }
   if (batches > 1) {
-    if (r != rs.size() || !std::equal(s.begin(), s.end() - 2, rs.begin()) || !stride_ok(batch_stride) || !fits(batches))
+    if (r != rs.size() || !std::equal(s.begin(), s.end() - 2, rs.begin()) || !map_stride_fits(batch_stride) ||
+        !map_extent_fits(batches))
       return std::nullopt;
     op.map.rank = 3;
     op.map.dims[2] = static_cast<uint64_t>(batches);
@@ -170,17 +176,16 @@ auto GemmGenerator::split_tma_a(const ir::Op& anchor, Mma kind) const -> std::op
     return std::nullopt;
   TmaOperand op = *found;
   op.map.dtype = mma_storage(kind);
-  op.map.rank = 0;
-  auto add = [&](const Dim& dim) {
-    const auto r = static_cast<size_t>(op.map.rank++);
-    op.map.dims[r] = static_cast<uint64_t>(dim.size);
-    if (r > 0) op.map.strides[r - 1] = static_cast<uint64_t>(dim.stride * 2);
-    return dim.size > 0 && dim.size < (int64_t{1} << 31) && (r == 0 || ((dim.stride * 2) % 16 == 0 && dim.stride * 2 < (int64_t{1} << 40)));
-  };
-  bool ok = add(columns.back()) && add(rows.back());
-  if (columns.size() == 2) ok = ok && add(columns[0]), op.columns_inner = columns.back().size;
-  if (rows.size() == 2) ok = ok && add(rows[0]), op.rows_inner = rows.back().size;
-  if (!ok) return std::nullopt;
+  // Dimensions (d, s[, h][, b]): the inner ones first.
+  std::vector<Dim> dims{columns.back(), rows.back()};
+  if (columns.size() == 2) dims.push_back(columns[0]), op.columns_inner = columns.back().size;
+  if (rows.size() == 2) dims.push_back(rows[0]), op.rows_inner = rows.back().size;
+  for (size_t r = 0; r < dims.size(); ++r) {
+    if (!map_extent_fits(dims[r].size) || (r > 0 && !map_stride_fits(dims[r].stride))) return std::nullopt;
+    op.map.dims[r] = static_cast<uint64_t>(dims[r].size);
+    if (r > 0) op.map.strides[r - 1] = static_cast<uint64_t>(dims[r].stride * 2);
+  }
+  op.map.rank = static_cast<int>(dims.size());
   return op;
 }
 
@@ -190,8 +195,7 @@ auto GemmGenerator::conv_weight_operand(const ir::Op& anchor, Mma kind) const ->
   if (!e || anchor.attrs.layout != ir::Layout::NHWC || anchor.attrs.groups != 1) return std::nullopt;
   if (e->strides[3] != 1 || e->strides[2] != ws[3] || e->strides[1] != ws[2] * ws[3]) return std::nullopt;
   const int64_t k = ws[1] * ws[2] * ws[3], outer = ws[0] == 1 ? k : e->strides[0];
-  if (k >= (int64_t{1} << 31) || ws[0] >= (int64_t{1} << 31) || (outer * 2) % 16 != 0 || outer * 2 >= (int64_t{1} << 40))
-    return std::nullopt;
+  if (!map_extent_fits(k) || !map_extent_fits(ws[0]) || !map_stride_fits(outer)) return std::nullopt;
   std::optional<TmaOperand> op = tma_source(e, kind);
   if (!op) return std::nullopt;
   op->map.dtype = mma_storage(kind);
