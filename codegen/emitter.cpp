@@ -86,6 +86,15 @@ std::string Emitter::store_call(DType storage, const std::string& pointer, const
 Coords Emitter::delinearize(const std::string& linear, const Shape& shape) {
   Coords c(shape.size());
   const Strides strides = contiguous_strides(shape);
+  // One dimension of more than one element: the linear index itself, where it is a name.
+  const bool a_name = std::all_of(linear.begin(), linear.end(), [](char ch) {
+    return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == kFreshMark;
+  });
+  if (a_name && std::count_if(shape.begin(), shape.end(), [](int64_t e) { return e > 1; }) == 1) {
+    for (size_t d = 0; d < shape.size(); ++d) c[d] = shape[d] == 1 ? "0" : linear;
+    linear_of_[{c, shape}] = linear;
+    return c;
+  }
   for (size_t d = 0; d < shape.size(); ++d) {
     if (shape[d] == 1) {
       c[d] = "0";
@@ -106,10 +115,12 @@ Coords Emitter::delinearize(const std::string& linear, const Shape& shape) {
     define_index(name, fmt::format("const kiln::i64 {} = {};", name, e), is_column_expression(e));
     c[d] = name;
   }
+  linear_of_[{c, shape}] = linear;
   return c;
 }
 
 std::string Emitter::linearize(const Coords& coords, const Shape& shape) {
+  if (auto it = linear_of_.find({coords, shape}); it != linear_of_.end()) return it->second;
   const Strides strides = contiguous_strides(shape);
   std::string e;
   for (size_t d = 0; d < shape.size(); ++d) {
@@ -117,6 +128,34 @@ std::string Emitter::linearize(const Coords& coords, const Shape& shape) {
     e += (e.empty() ? "" : " + ") + (strides[d] == 1 ? coords[d] : fmt::format("{} * {}LL", coords[d], strides[d]));
   }
   return e.empty() ? "0" : e;
+}
+
+// Trailing dimensions both shapes have keep their coordinates (a column
+// stays the column); the leading ones are re-linearised, and a linear index
+// that delinearize() split before is used as it was.
+Coords Emitter::same_element(const Coords& coords, const Shape& shape, const Shape& target) {
+  if (shape == target) return coords;
+  size_t common = 0;
+  while (common < shape.size() && common < target.size() &&
+         shape[shape.size() - 1 - common] == target[target.size() - 1 - common])
+    ++common;
+  const auto lead = static_cast<std::ptrdiff_t>(shape.size() - common);
+  const Shape shape_lead(shape.begin(), shape.begin() + lead);
+  const Shape target_lead(target.begin(), target.end() - static_cast<std::ptrdiff_t>(common));
+  Coords c;
+  if (element_count(target_lead) == 1) {
+    c.assign(target_lead.size(), "0");
+  } else {
+    std::string linear = linearize(Coords(coords.begin(), coords.begin() + lead), shape_lead);
+    if (linear.find(' ') != std::string::npos) {  // an expression: named once
+      const std::string name = fresh("l");
+      define_index(name, fmt::format("const kiln::i64 {} = {};", name, linear), is_column_expression(linear));
+      linear = name;
+    }
+    c = delinearize(linear, target_lead);
+  }
+  c.insert(c.end(), coords.begin() + lead, coords.end());
+  return c;
 }
 
 std::string Emitter::offset_of(const ExternalTensor& e, const Shape& shape, const Coords& coords) {
@@ -283,9 +322,7 @@ std::string Emitter::view(const ir::Op& op, const Coords& coords) {
     if (op.attrs.start != 0) at = fmt::format("({} + {})", at, op.attrs.start);
     return operand(op.inputs[0], c);
   }
-  const std::string linear = fresh("l"), e = linearize(coords, g_.result(op).shape);
-  define_index(linear, fmt::format("const kiln::i64 {} = {};", linear, e), is_column_expression(e));
-  return operand(op.inputs[0], delinearize(linear, in.shape));
+  return operand(op.inputs[0], same_element(coords, g_.result(op).shape, in.shape));
 }
 
 // Each element from the input that holds it: one branch per input, the

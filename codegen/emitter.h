@@ -100,6 +100,9 @@ class Emitter {
   Coords delinearize(const std::string& linear, const Shape& shape);
   // The row-major linear index of `coords` in `shape`.
   std::string linearize(const Coords& coords, const Shape& shape);
+  // Coordinates in `target` of the element at `coords` of `shape`, both
+  // shapes the same elements in the same linear order (a reshape).
+  Coords same_element(const Coords& coords, const Shape& shape, const Shape& target);
   // The address offset of an external tensor at coords.
   std::string offset_of(const ExternalTensor& e, const Shape& shape, const Coords& coords);
 
@@ -138,6 +141,9 @@ class Emitter {
   std::map<ir::TensorId, ExternalTensor> externals_;
   std::map<ir::TensorId, std::pair<Coords, std::string>> leaves_;  // coordinates (empty: any), variable
   std::map<ir::TensorId, std::string> norm_stats_;
+  // The linear index each delinearize() split, by its coordinates and shape
+  // (linearize() gives it back instead of rebuilding it).
+  std::map<std::pair<Coords, Shape>, std::string> linear_of_;
   std::map<std::string, std::string> memo_;
   std::map<ir::TensorId, std::pair<Coords, std::string>> vector_sources_;
   std::set<ir::TensorId> used_vector_sources_;

@@ -34,6 +34,36 @@ std::vector<const ir::Op*> GemmGenerator::epilogue_reductions() const {
   return reduces;
 }
 
+// Whether every reader of `t` in this kernel reads it at its own
+// coordinates on the result's path: a pointwise op of t's shape in the
+// result's order, or a reshape that keeps t's rows whose readers do the same.
+bool GemmGenerator::read_in_place(ir::TensorId t, const std::map<ir::TensorId, std::vector<ir::TensorId>>& readers,
+                                  const std::function<bool(ir::TensorId)>& in_result_order) const {
+  const auto r = readers.find(t);
+  if (r == readers.end()) return false;
+  const Shape& shape = g_.tensor(t).shape;
+  return std::all_of(r->second.begin(), r->second.end(), [&](ir::TensorId out) {
+    const ir::Op& op = g_.ops[static_cast<size_t>(g_.tensor(out).producer)];
+    const Shape& out_shape = g_.tensor(out).shape;
+    if (op.kind == OpKind::Reshape)  // the same rows (its readers then place them in the result's order)
+      return !out_shape.empty() && out_shape.back() == shape.back() && read_in_place(out, readers, in_result_order);
+    return ir::is_pointwise(op.kind) && out_shape == shape && in_result_order(out);
+  });
+}
+
+// The coordinates at which the epilogue reads residual `r` (read_in_place):
+// its first reader's, back through the reshapes between.
+Coords GemmGenerator::residual_coords(const ir::Op& anchor, const Coords& oc, ir::TensorId r) {
+  for (int32_t oi : k_.ops) {
+    const ir::Op& op = g_.ops[static_cast<size_t>(oi)];
+    if (oi == k_.anchor || !std::count(op.inputs.begin(), op.inputs.end(), r)) continue;
+    if (op.kind != OpKind::Reshape) return write_coords(anchor.output, oc, op.output);
+    return em_.same_element(residual_coords(anchor, oc, op.output), g_.result(op).shape, g_.tensor(r).shape);
+  }
+  KILN_INTERNAL_CHECK(false);  // a residual has readers
+  return {};
+}
+
 auto GemmGenerator::decide_epilogue(const ir::Op& anchor, const Gemm& gm, const EpilogueLoops& loops, const Coords& oc,
                                     const std::vector<const ir::Op*>& reduces) -> EpiloguePlan {
   EpiloguePlan plan;
@@ -86,11 +116,7 @@ auto GemmGenerator::decide_epilogue(const ir::Op& anchor, const Gemm& gm, const 
           e.strides != contiguous_strides(shape) || e.storage != storage_dtype(g_.tensor(plan.staged)) || shape.back() != gm.n ||
           element_count(shape) != element_count(result_shape))
         continue;
-      const bool at_own_coordinates = std::all_of(r->second.begin(), r->second.end(), [&](ir::TensorId out) {
-        const ir::Op& op = g_.ops[static_cast<size_t>(g_.tensor(out).producer)];
-        return ir::is_pointwise(op.kind) && g_.tensor(out).shape == shape && in_result_order(out);
-      });
-      if (at_own_coordinates) plan.residuals.push_back(id);
+      if (read_in_place(id, readers, in_result_order)) plan.residuals.push_back(id);
     }
   }
   // Each reduction's input coordinates, kept coordinates, and whether it keeps only the output column.
@@ -288,11 +314,13 @@ void GemmGenerator::fragment_loops(const Gemm& gm, const EpilogueLoops& loops, c
 // the other). With a residual, its block comes into the buffer first
 // (loaded one block ahead, the tile's first block before the main loop) and
 // the result replaces it in place.
-void GemmGenerator::staged_column_blocks(const Gemm& gm, const EpiloguePlan& plan, const EpilogueText& text,
-                                         std::string& open, std::string& close, TileLoopCarry& carry) {
+void GemmGenerator::staged_column_blocks(const Gemm& gm, const EpilogueLoops& loops, const EpiloguePlan& plan,
+                                         const EpilogueText& text, std::string& open, std::string& close,
+                                         TileLoopCarry& carry) {
+  const std::string& warpgroup_m0 = loops.warpgroup_m0;
   const int block_columns = 128 / byte_size(storage_dtype(g_.tensor(plan.staged)));
   auto coords = [&](const std::string& blk) {
-    return fmt::format("(int)(n0 + {} * {}), (int)(m0 + consumer * 64){}", blk, block_columns, gm.batches > 1 ? ", (int)batch" : "");
+    return fmt::format("(int)(n0 + {} * {}), (int)({}){}", blk, block_columns, warpgroup_m0, gm.batches > 1 ? ", (int)batch" : "");
   };
   auto load_residual = [&](const std::string& blk, const std::string& buffer) {
     std::string l = fmt::format("kiln::wg::u64* const loaded = G::staging_loaded(smem, consumer, {});\n", buffer);
@@ -323,7 +351,7 @@ void GemmGenerator::staged_column_blocks(const Gemm& gm, const EpiloguePlan& pla
     post = "kiln::wg::named_sync(2 + consumer, 128);\n";
     post += fmt::format("#pragma unroll 4\nfor (int i = threadIdx.x & 127; i < 64 * {0}; i += 128) {{\n", block_columns);
     post += fmt::format("const int row = i / {0}, column = i % {0};\n", block_columns);
-    post += fmt::format("const kiln::i64 m = m0 + consumer * 64 + row, n = n0 + blk * {} + column;\n", block_columns);
+    post += fmt::format("const kiln::i64 m = {} + row, n = n0 + blk * {} + column;\n", warpgroup_m0, block_columns);
     post += fmt::format("if (m < {}LL && n < {}LL) kiln::copy_element<{}>({}, (batch * {}LL + m) * {}LL + n, "
                         "staging + G::staging_offset(row, column * {}));\n}}\n}}\n",
                         gm.m, gm.n, bytes, writes_.at(plan.staged), gm.m, gm.n, bytes);
@@ -426,11 +454,7 @@ std::string GemmGenerator::epilogue(const ir::Op& anchor, const Gemm& gm, const 
   em_.set_leaf(anchor.output, "out");
   // A residual's elements as its readers name them (write_coords_memo_: the same names).
   for (ir::TensorId r : plan.residuals)
-    for (int32_t oi : k_.ops)
-      if (const ir::Op& op = g_.ops[static_cast<size_t>(oi)]; oi != k_.anchor && std::count(op.inputs.begin(), op.inputs.end(), r)) {
-        em_.set_vector_source(r, write_coords(anchor.output, oc, op.output), fmt::format("residual{}", r), "c");
-        break;
-      }
+    em_.set_vector_source(r, residual_coords(anchor, oc, r), fmt::format("residual{}", r), "c");
   emit_epilogue_reductions(plan, ws, text);
   emit_epilogue_writes(anchor, gm, loops, oc, plan, text);
   load_epilogue_residuals(gm, loops, plan, text);
@@ -448,7 +472,7 @@ std::string GemmGenerator::epilogue(const ir::Op& anchor, const Gemm& gm, const 
     fragment_loops(gm, loops, plan, text, open, close);
     if (plan.staged >= 0) {
       KILN_INTERNAL_CHECK(carry != nullptr);  // the staging state lives across the tile loop
-      staged_column_blocks(gm, plan, text, open, close, *carry);
+      staged_column_blocks(gm, loops, plan, text, open, close, *carry);
     }
   }
   // Row partials: per tile, flushed once its fragments are done (a quad's

@@ -99,6 +99,8 @@ class GemmGenerator : public KernelBuilder {
     // partials indexed by the column).
     int block_loop = 0;
     int* heuristic_loop = nullptr;
+    // The first row of a consumer warpgroup's 64 (a staged block's rows).
+    std::string warpgroup_m0 = "m0 + consumer * 64";
   };
   // What a persistent kernel's epilogue keeps across its tile loop: column
   // partials in registers (at most `registers` floats per thread; a
@@ -136,6 +138,9 @@ class GemmGenerator : public KernelBuilder {
     // "staged y, residual r, atomics for s, column blocks rolled"
     std::string to_string(const ir::Graph& g) const;
   };
+  bool read_in_place(ir::TensorId t, const std::map<ir::TensorId, std::vector<ir::TensorId>>& readers,
+                     const std::function<bool(ir::TensorId)>& in_result_order) const;
+  Coords residual_coords(const ir::Op& anchor, const Coords& oc, ir::TensorId r);
   // The reductions an epilogue finishes (those whose results are needed).
   std::vector<const ir::Op*> epilogue_reductions() const;
   // `oc`: the result's coordinates at the accumulator element.
@@ -165,8 +170,8 @@ class GemmGenerator : public KernelBuilder {
   void load_epilogue_residuals(const Gemm& gm, const EpilogueLoops& loops, const EpiloguePlan& plan, EpilogueText& text);
   void fragment_loops(const Gemm& gm, const EpilogueLoops& loops, const EpiloguePlan& plan, const EpilogueText& text,
                       std::string& open, std::string& close);
-  void staged_column_blocks(const Gemm& gm, const EpiloguePlan& plan, const EpilogueText& text, std::string& open,
-                            std::string& close, TileLoopCarry& carry);
+  void staged_column_blocks(const Gemm& gm, const EpilogueLoops& loops, const EpiloguePlan& plan, const EpilogueText& text,
+                            std::string& open, std::string& close, TileLoopCarry& carry);
   std::string flush_column_partials(const Gemm& gm, const EpiloguePlan& plan, const EpilogueText& text,
                                     const std::vector<std::string>& ws, bool reset);
   std::string finish_epilogue_reductions(const EpiloguePlan& plan, const std::vector<std::string>& ws,
@@ -262,6 +267,7 @@ class GemmGenerator : public KernelBuilder {
   // warpgroups' registers, and the persistent grid's units.
   struct WgmmaShape {
     bool gathered = false;  // a conv whose A the producer gathers
+    bool pingpong = false;  // each consumer warpgroup's own 64-row tiles (Tuning::pingpong)
     int bm = 128, bn = 0, bk = 64, cluster = 1, raster = 8, stages = 0, shared_bytes = 0, threads = 384;
     int producer_registers = 0, consumer_registers = 0;
     int64_t tiles_n = 0, units_m = 0, units = 0, k_tiles = 0;

@@ -176,7 +176,7 @@ std::string ReductionGenerator::held_row_writes(const HeldRowLayout& h) {
     for (ir::TensorId t : k_.writes) {
       const ir::Tensor& tensor = g_.tensor(t);
       if (element_count(tensor.shape) != count) continue;
-      const Coords tc = same_element(c, domain, tensor.shape);
+      const Coords tc = em_.same_element(c, domain, tensor.shape);
       if (tc == c && std::find(h.ch.stores.begin(), h.ch.stores.end(), t) != h.ch.stores.end()) {
         em_.emit(fmt::format("out{}[v] = {};  // {}", t, em_.value(t, tc), tensor.name));
         chunked.insert(t);

@@ -61,30 +61,6 @@ std::set<ir::TensorId> KernelBuilder::downstream_of(const std::set<ir::TensorId>
   return out;
 }
 
-// Coordinates in `target` of the element at `coords` of `shape`, both
-// shapes the same elements in the same linear order. Trailing dimensions
-// both shapes have keep their coordinates (a reshape [B*S, N] -> [B, S, N]
-// keeps the column's); only the leading ones are split again.
-Coords KernelBuilder::same_element(const Coords& coords, const Shape& shape, const Shape& target) {
-  if (shape == target) return coords;
-  size_t common = 0;
-  while (common < shape.size() && common < target.size() &&
-         shape[shape.size() - 1 - common] == target[target.size() - 1 - common])
-    ++common;
-  const Shape lead(shape.begin(), shape.end() - static_cast<std::ptrdiff_t>(common));
-  const Shape target_lead(target.begin(), target.end() - static_cast<std::ptrdiff_t>(common));
-  Coords out;
-  if (element_count(target_lead) == 1) {
-    out.assign(target_lead.size(), "0");
-  } else {
-    const std::string l = em_.fresh("l");
-    em_.emit(fmt::format("const kiln::i64 {} = {};", l, em_.linearize(Coords(coords.begin(), coords.begin() + static_cast<std::ptrdiff_t>(lead.size())), lead)));
-    out = em_.delinearize(l, target_lead);
-  }
-  out.insert(out.end(), coords.end() - static_cast<std::ptrdiff_t>(common), coords.end());
-  return out;
-}
-
 // The coordinates of `to` at the element where `from` has `coords`,
 // following this kernel's ops forward: views map coordinates, pointwise
 // ops keep them. nullopt when `to` is not computed from `from` here.
@@ -102,7 +78,7 @@ std::optional<Coords> KernelBuilder::forward(ir::TensorId from, ir::TensorId to,
       next.resize(coords.size());
       for (size_t d = 0; d < coords.size(); ++d) next[d] = coords[static_cast<size_t>(op.attrs.perm[d])];
     } else if (op.kind == OpKind::Reshape) {
-      next = same_element(coords, g_.tensor(from).shape, out);
+      next = em_.same_element(coords, g_.tensor(from).shape, out);
     } else if (ir::is_pointwise(op.kind) || op.kind == OpKind::BatchNorm) {
       next.assign(out.size() - coords.size(), "0");
       next.insert(next.end(), coords.begin(), coords.end());
@@ -121,7 +97,7 @@ Coords KernelBuilder::write_coords(ir::TensorId leaf, const Coords& leaf_coords,
   if (write_coords_memo_)
     if (auto it = write_coords_memo_->find(t); it != write_coords_memo_->end()) return it->second;
   std::optional<Coords> c = forward(leaf, t, leaf_coords);
-  if (!c) c = same_element(leaf_coords, g_.tensor(leaf).shape, g_.tensor(t).shape);
+  if (!c) c = em_.same_element(leaf_coords, g_.tensor(leaf).shape, g_.tensor(t).shape);
   if (write_coords_memo_) (*write_coords_memo_)[t] = *c;
   return *c;
 }

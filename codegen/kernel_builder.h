@@ -118,10 +118,6 @@ class KernelBuilder {
   // Tensors computed (in this kernel) from the results of `roots`.
   std::set<ir::TensorId> downstream_of(const std::set<ir::TensorId>& roots) const;
 
-  // Coordinates in `target` of the element at `coords` of `shape` (the
-  // same elements in the same linear order).
-  Coords same_element(const Coords& coords, const Shape& shape, const Shape& target);
-
   // Whether `to` is computed from `from` in this kernel through reshapes
   // and pointwise ops alone: each element of `to` sits at the linear index
   // of the element of `from` it is computed from.

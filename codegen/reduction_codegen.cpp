@@ -17,7 +17,7 @@ void ReductionGenerator::reduction_step(const std::vector<const ir::Op*>& reduce
   }
   for (ir::TensorId t : k_.writes) {
     if (post.count(t)) continue;
-    const Coords tc = same_element(full, domain, g_.tensor(t).shape);
+    const Coords tc = em_.same_element(full, domain, g_.tensor(t).shape);
     em_.emit(store(t, em_.linearize(tc, g_.tensor(t).shape), em_.value(t, tc)) + "  // " + g_.tensor(t).name);
   }
 }

@@ -23,6 +23,7 @@ std::string Tuning::to_string() const {
   for (const Field& f : kFields)
     if (this->*f.member != 0) out += fmt::format("{}{}={}", out.empty() ? "" : " ", f.name, this->*f.member);
   if (epilogue != 0) out += fmt::format("{}epilogue={}", out.empty() ? "" : " ", epilogue == kRolled ? "rolled" : "unrolled");
+  if (pingpong != 0) out += fmt::format("{}pingpong={}", out.empty() ? "" : " ", pingpong);
   return out;
 }
 
@@ -38,6 +39,11 @@ std::optional<Tuning> Tuning::parse(const std::string& text) {
       const std::string value = word.substr(eq + 1);
       if (t.epilogue != 0 || (value != "rolled" && value != "unrolled")) return std::nullopt;
       t.epilogue = value == "rolled" ? kRolled : kUnrolled;
+      continue;
+    }
+    if (name == "pingpong") {
+      if (t.pingpong != 0 || word.substr(eq + 1) != "1") return std::nullopt;
+      t.pingpong = 1;
       continue;
     }
     int value = 0;

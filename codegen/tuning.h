@@ -27,9 +27,13 @@ struct Tuning {
   // loads start early).
   int epilogue = 0;
   static constexpr int kRolled = 1, kUnrolled = 2;
+  // Hopper kernel: 1 gives each consumer warpgroup tiles of its own (64
+  // rows), one warpgroup's epilogue running under the other's main loop
+  // (ping-pong); 0 has both share each 128-row tile (cooperative).
+  int pingpong = 0;
 
-  bool empty() const { return tile_n == 0 && cluster == 0 && raster == 0 && splits == 0 && epilogue == 0; }
-  // "tile_n=256 cluster=2 raster=8 epilogue=rolled": the set fields, in this order.
+  bool empty() const { return tile_n == 0 && cluster == 0 && raster == 0 && splits == 0 && epilogue == 0 && pingpong == 0; }
+  // "tile_n=256 cluster=2 raster=8 epilogue=rolled pingpong=1": the set fields, in this order.
   std::string to_string() const;
   // The inverse of to_string(); nullopt on anything else.
   static std::optional<Tuning> parse(const std::string& text);

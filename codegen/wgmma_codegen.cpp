@@ -235,24 +235,36 @@ std::string GemmGenerator::tensor_map_param(const TmaOperand& op, const std::str
 }
 
 // The tile widths, cluster shapes, tile orders and epilogue loops the Hopper
-// kernel accepts, the heuristic's choice first. 128 x 256 tiles where they
-// still fill the GPU (132 SMs on H100 and H200), else 128 x 128. A
-// gathering producer keeps 128 registers for its row offsets, which leaves
+// kernel accepts, the heuristic's choice first, and ping-pong alternatives
+// (Tuning::pingpong). A gathering producer keeps 128 registers for its row offsets, which leaves
 // the consumers room for 128 columns (64 when the problem has no more).
 std::vector<Tuning> GemmGenerator::wgmma_tuning_space(const Gemm& gm, bool gathered) const {
   const int64_t tiles_m = (gm.m + kWgmmaBM - 1) / kWgmmaBM;
+  // A matmul's width: 256 where those tiles fill the GPU (132 SMs on H100
+  // and H200) in no more rounds than 128 takes, a 128 x 256 tile counted
+  // as 1.84 of a 128 x 128 one (it reads less per flop). H100, bf16,
+  // autotuned: GPT-2's c_fc 2048 x 3072 x 768 + GELU ran 29.8 us at 128
+  // (384 tiles, 3 rounds) against 41.1 at 256 (192 tiles: 2 rounds of 2);
+  // 8192 x 8192 x 4096 keeps 256.
+  auto tiles = [&](int width) { return tiles_m * ((gm.n + width - 1) / width) * gm.batches; };
+  auto rounds = [&](int width) { return static_cast<double>((tiles(width) + 131) / 132); };
   const int heuristic_bn = gathered ? (gm.n <= 64 ? 64 : 128)
-                                    : gm.n > 128 && tiles_m * ((gm.n + 255) / 256) * gm.batches >= 132 ? 256 : 128;
-  // Two blocks along M share each B slice (multicast) once there are two tile rows.
-  // (H100, bf16 8192 x 8192 x 4096: 574 TFLOP/s with pairs, 547 without.)
+                           : gm.n > 128 && tiles(256) >= 132 && 1.84 * rounds(256) <= rounds(128) ? 256
+                                                                                              : 128;
+  // Two blocks along M share each B slice (multicast) once there are two
+  // tile rows: the heuristic's for a conv. A matmul's heuristic keeps
+  // blocks alone (H100, this session's autotuning, bf16: 8192 x 8192 x
+  // 4096 0.847 ms alone against 0.858 in pairs; 2048 x 3072 x 768 + GELU
+  // and 2048 x 2816 x 1024 + SiLU x up 20-25% faster alone at width 128).
   auto pairs_allowed = [&](int width) { return tiles_m >= 2 && width >= 128; };
+  const int heuristic_pair = gathered && pairs_allowed(heuristic_bn) ? 2 : 1;
   // Tiles walked 8 rows at a time. The alternatives: the other width where
   // the problem has the columns (a gathering producer allows 128 at most),
   // clusters of one, and rows walked 4 or 16 at a time.
   // Each with the staged epilogue's column blocks in a loop, unrolled, or
   // as the element code's cost says (0); gemm_wgmma turns 0 into what that
   // chose, or every entry into 0 where the epilogue has no such choice.
-  std::vector<Tuning> space{{heuristic_bn, pairs_allowed(heuristic_bn) ? 2 : 1, 8, 0, 0}};
+  std::vector<Tuning> space{{heuristic_bn, heuristic_pair, 8, 0, 0}};
   std::vector<int> widths = gathered ? std::vector<int>{64, 128} : std::vector<int>{128, 256};
   for (int width : widths) {
     if (width > 64 && gm.n <= width / 2) continue;  // no columns for it
@@ -262,6 +274,14 @@ std::vector<Tuning> GemmGenerator::wgmma_tuning_space(const Gemm& gm, bool gathe
         for (int loop : {0, Tuning::kRolled, Tuning::kUnrolled}) space.push_back({width, pair, raster, 0, loop});
     }
   }
+  // Ping-pong: each consumer warpgroup's own tiles of 64 rows (a copy-engine A only).
+  if (!gathered)
+    for (int width : widths) {
+      if (gm.n <= width / 2) continue;
+      for (int pair : {2, 1})
+        if (pair == 1 || pairs_allowed(width))
+          for (int loop : {0, Tuning::kRolled, Tuning::kUnrolled}) space.push_back({width, pair, 8, 0, loop, 1});
+    }
   return space;
 }
 
@@ -353,9 +373,11 @@ std::string GemmGenerator::wgmma_b_copy(const WgmmaShape& s, const TmaOperand& b
 std::string GemmGenerator::wgmma_frame(const Gemm& gm, const WgmmaShape& s, const TmaOperand& a, const TmaOperand& b,
                                        bool staged) const {
   std::string body;
+  const std::string flags = s.pingpong ? (staged ? ", false, true, true" : ", false, false, true")
+                            : staged   ? (s.gathered ? ", true, true" : ", false, true")
+                                       : (s.gathered ? ", true" : "");
   body += fmt::format("typedef kiln::wg::Gemm<{}, {}, kiln::tc::{}, {}, {}{}> G;\n", s.bn, s.stages, s.kind_name,
-                      b.k_major ? "true" : "false", s.cluster,
-                      staged ? (s.gathered ? ", true, true" : ", false, true") : (s.gathered ? ", true" : ""));
+                      b.k_major ? "true" : "false", s.cluster, flags);
   body += fmt::format("static_assert(G::kSharedBytes == {}, \"shared memory size as launched\");\n", s.shared_bytes);
   body += "extern __shared__ __align__(1024) unsigned char kiln_shared_raw[];\n";
   body += "unsigned char* const smem = G::base(kiln_shared_raw);\n";
@@ -417,8 +439,9 @@ std::string GemmGenerator::wgmma_copy_producer(const WgmmaShape& s, const TmaOpe
 }
 
 std::string GemmGenerator::WgmmaShape::to_string() const {
-  return fmt::format("wgmma {}x{}x{}, A {}, cluster {}, {} stages, registers {}/{}", bm, bn, bk,
-                     gathered ? "gathered" : "by TMA", cluster, stages, producer_registers, consumer_registers);
+  return fmt::format("wgmma {}x{}x{}{}, A {}, cluster {}, {} stages, registers {}/{}", bm, bn, bk,
+                     pingpong ? " per warpgroup (ping-pong)" : "", gathered ? "gathered" : "by TMA", cluster, stages,
+                     producer_registers, consumer_registers);
 }
 
 void GemmGenerator::gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind, const WgmmaOperands& operands) {
@@ -427,6 +450,8 @@ void GemmGenerator::gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind, c
   TmaOperand a = s.gathered ? TmaOperand{} : *operands.a, b = operands.b;
   const Tuning choice = choose_tuning(wgmma_tuning_space(gm, s.gathered));
   s.bn = choice.tile_n, s.cluster = choice.cluster, s.raster = choice.raster;
+  s.pingpong = choice.pingpong != 0 && !s.gathered;
+  if (s.pingpong) s.bm = 64;
   s.producer_registers = s.gathered ? 128 : 56, s.consumer_registers = s.gathered ? 184 : 224;
   const int64_t tiles_m = (gm.m + s.bm - 1) / s.bm;
   s.tiles_n = (gm.n + s.bn - 1) / s.bn;
@@ -451,6 +476,7 @@ void GemmGenerator::gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind, c
   ir::TensorId staged = -1;
   int heuristic_loop = 0;
   EpilogueLoops loops{"", "", true, check_m, gm.n % s.bn != 0, nullptr, &staged, choice.epilogue, &heuristic_loop};
+  if (s.pingpong) loops.warpgroup_m0 = "m0";
   loops.stage_map = [&](ir::TensorId t, const TensorMapSpec& map) {
     const std::string& pointer = writes_.count(t) ? writes_.at(t) : ext_.at(t).pointer;
     return tensor_map_param(TmaOperand{t, pointer, map, true}, g_.tensor(t).name);
@@ -468,7 +494,9 @@ void GemmGenerator::gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind, c
   std::string body = wgmma_frame(gm, s, a, b, staged >= 0);
   const std::string b_copy = wgmma_b_copy(s, b, map_b);
   // Thread 0 (the copy engine's producer) or each producer thread (gathering) warms L2 for the epilogue.
-  const std::string warm_l2 = epilogue_prefetch(anchor, gm, s.bn, s.gathered ? "for (int r = threadIdx.x; r < 128; r += 128)" : "for (int r = 0; r < 128; ++r)",
+  const std::string warm_l2 = epilogue_prefetch(anchor, gm, s.bn,
+                                                s.gathered ? "for (int r = threadIdx.x; r < 128; r += 128)"
+                                                           : fmt::format("for (int r = 0; r < {}; ++r)", s.bm),
                                                 {gm.pointer_a, a.pointer, b.pointer});
   body += "if (threadIdx.x < 128) {\n";
   body += fmt::format("kiln::wg::registers_down<{}>();\n", s.producer_registers);
@@ -493,18 +521,30 @@ void GemmGenerator::gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind, c
 
 // The consumer warpgroups: each tile's main loop on the ring, then its
 // epilogue, with what the epilogue carries across tiles around the loop.
+// Ping-pong: warpgroup w takes every other unit of its block's, starting
+// with the w-th, passes over the ring's fills of the other's, and starts
+// each main loop after the other's (G::await_turn).
 std::string GemmGenerator::wgmma_consumers(const WgmmaShape& s, const TileLoopCarry& carry, const std::string& tile_epilogue) {
   CodeWriter w;
   w.line("kiln::wg::registers_up<{}>();", s.consumer_registers);
   w.line("G gemm;");
   w.line("kiln::wg::Ring<{}> ring;", s.stages);
   w.lines(carry.before_loop);
-  w.block("for (int unit = first_unit; unit < units; unit += unit_step)", [&] {
+  std::string loop = "for (int unit = first_unit; unit < units; unit += unit_step)";
+  if (s.pingpong) {
+    w.line("const int warpgroup = (threadIdx.x >> 7) - 1;");
+    w.line("ring.skip(warpgroup * k_tiles);");
+    loop = "for (int unit = first_unit + warpgroup * unit_step; unit < units; unit += 2 * unit_step)";
+  }
+  w.block(loop, [&] {
     w.line("kiln::i64 m0, n0, batch;");
     w.line("tile_at(unit, m0, n0, batch);");
     w.lines(carry.tile_start);
+    if (s.pingpong) w.line("if (unit != first_unit) G::await_turn();");
     w.line("gemm.mma_tile(smem, ring, k_tiles);");
+    if (s.pingpong) w.line("if (unit + unit_step < units) G::pass_turn();  // the other warpgroup's next tile");
     w.lines(tile_epilogue);
+    if (s.pingpong) w.line("ring.skip(k_tiles);  // the other warpgroup's tile");
   });
   w.lines(carry.after_loop);
   return w.take();

@@ -71,8 +71,24 @@ __device__ __forceinline__ u32 f32x2_to_f16x2(float lo, float hi) {
 }
 
 // Rounding a value to a narrower type and back (rule 2), and tf32 (rule 5).
-__device__ __forceinline__ float round_bf16(float v) { return bf16_to_f32(f32_to_bf16(v)); }
-__device__ __forceinline__ float round_f16(float v) { return f16_to_f32(f32_to_f16(v)); }
+// On sm_80+ through the packing conversion (F2FP, an ALU instruction; the
+// scalar F2F runs on the quarter-rate conversion pipe: 9 roundings an
+// element of GPT-2's GELU written out made it the epilogue's bottleneck):
+// bf16 rounded into the high half of a zero word is the f32 it stands for.
+__device__ __forceinline__ float round_bf16(float v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  return __uint_as_float(f32x2_to_bf16x2(0.0f, v));
+#else
+  return bf16_to_f32(f32_to_bf16(v));
+#endif
+}
+__device__ __forceinline__ float round_f16(float v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  return f16_to_f32(static_cast<u16>(f32x2_to_f16x2(v, 0.0f)));
+#else
+  return f16_to_f32(f32_to_f16(v));
+#endif
+}
 __device__ __forceinline__ float round_tf32(float v) {
   const u32 bits = __float_as_uint(v);
   if ((bits & 0x7f800000u) == 0x7f800000u) return v;

@@ -346,19 +346,32 @@ struct Ring {
   __device__ __forceinline__ void advance() {
     if (++stage == STAGES) stage = 0, phase ^= 1;
   }
+  // Past n fills (another warpgroup's slices).
+  __device__ __forceinline__ void skip(int n) {
+    stage += n;
+    phase ^= static_cast<u32>(stage / STAGES) & 1u;
+    stage %= STAGES;
+  }
 };
 
+// PINGPONG: the two consumer warpgroups take tiles of 64 rows of their own,
+// in turn (the producer fills the ring with one warpgroup's slices, then
+// the other's), so one warpgroup's epilogue runs while the other's main
+// loop keeps the tensor cores busy; each slice is read by one warpgroup.
+// Otherwise (cooperative) both split each 128-row tile.
+//
 // CLUSTER blocks (1 or 2, a thread-block cluster along M) work on tiles
 // that share their columns: each block loads its own A slice and 1 /
 // CLUSTER of the B slice, multicast into every block of the cluster, so B
 // crosses L2 once per cluster. A slot is refilled only after the consumers
 // of every block of the cluster are done with it (they arrive on the
 // `empty` barriers of all of them).
-template <int BN, int STAGES, int KIND, bool B_K_MAJOR, int CLUSTER, bool GATHERED = false, bool STAGED = false>
+template <int BN, int STAGES, int KIND, bool B_K_MAJOR, int CLUSTER, bool GATHERED = false, bool STAGED = false,
+          bool PINGPONG = false>
 struct Gemm {
   typedef u16 T;
-  static constexpr int kBM = 128, kBK = 64;          // a slice row is one 128-byte swizzle row
-  static constexpr int kThreads = 384;               // producer, then two consumers of 64 rows each
+  static constexpr int kBM = PINGPONG ? 64 : 128, kBK = 64;  // a slice row is one 128-byte swizzle row
+  static constexpr int kThreads = 384;                       // producer, then two consumers of 64 rows each
   static constexpr int kABytes = kBM * kBK * 2, kBBytes = BN * kBK * 2;
   static constexpr int kStageBytes = kABytes + kBBytes;
   // The slices, 1024-byte aligned; STAGED: each consumer warpgroup's two
@@ -369,6 +382,8 @@ struct Gemm {
   static constexpr int kSharedBytes = 1024 + STAGES * kStageBytes + kStagingBytes + 2 * STAGES * 8;
   static constexpr int kMI = 1, kNI = BN / 8;
   static_assert(BN % (64 * CLUSTER) == 0 && BN <= 256 && STAGES >= 2 && (CLUSTER == 1 || CLUSTER == 2), "tile shape");
+  static_assert(!(PINGPONG && GATHERED), "a gathering producer fills 128 rows");
+  static constexpr int kReaders = PINGPONG ? 4 : 8;  // consumer warps that read each slice
 
   float acc[1][kNI][4];
 
@@ -408,11 +423,11 @@ struct Gemm {
 
   // Barriers: full completes on one arrival (one per producer thread when
   // GATHERED) plus the copy engines' bytes; empty on one arrival per
-  // consumer warp of every block of the cluster.
+  // consumer warp that reads it (kReaders) of every block of the cluster.
   // Every block's barriers exist before any block signals one.
   static __device__ __forceinline__ void init_barriers(unsigned char* s) {
     if (threadIdx.x == 0) {
-      for (int i = 0; i < STAGES; ++i) bar_init(full(s) + i, GATHERED ? 128 : 1), bar_init(empty(s) + i, 8 * CLUSTER);
+      for (int i = 0; i < STAGES; ++i) bar_init(full(s) + i, GATHERED ? 128 : 1), bar_init(empty(s) + i, kReaders * CLUSTER);
       if constexpr (STAGED)
         for (int i = 0; i < 4; ++i) bar_init(staging_loaded(s, i / 2, i % 2), 1);
       fence_barrier_init();
@@ -428,7 +443,7 @@ struct Gemm {
   // Row and column in the block tile of accumulator element e of MMA tile (mi, ni).
   static __device__ __forceinline__ int acc_row(int, int e) {
     const int t = threadIdx.x - 128;  // consumers follow the producer warpgroup
-    return (t >> 7) * 64 + ((t >> 5) & 3) * 16 + ((t & 31) >> 2) + (e >> 1) * 8;
+    return (PINGPONG ? 0 : (t >> 7) * 64) + ((t >> 5) & 3) * 16 + ((t & 31) >> 2) + (e >> 1) * 8;
   }
   static __device__ __forceinline__ int acc_col(int ni, int e) { return ni * 8 + (threadIdx.x & 3) * 2 + (e & 1); }
 
@@ -446,8 +461,24 @@ struct Gemm {
     }
   }
 
+  // Ping-pong: the warpgroups start their main loops in turn (named barriers
+  // 4 and 5, 256 threads each: one waits, the other arrives once it has
+  // waited for all its tile's slices). Besides alternating the tensor
+  // cores, this keeps a warpgroup that skipped the other's fills from
+  // waiting on a slot more than one fill ahead: an mbarrier's parity tells
+  // only its last two phases apart. (Immediates: ptxas counts barriers from them.)
+  static __device__ __forceinline__ void await_turn() {
+    if (threadIdx.x < 256) asm volatile("bar.sync 4, 256;\n" ::: "memory");
+    else asm volatile("bar.sync 5, 256;\n" ::: "memory");
+  }
+  static __device__ __forceinline__ void pass_turn() {
+    if (threadIdx.x < 256) asm volatile("bar.arrive 5, 256;\n" ::: "memory");
+    else asm volatile("bar.arrive 4, 256;\n" ::: "memory");
+  }
+
   // A consumer warpgroup's 64 rows of one tile over k_tiles slices: on
-  // return acc holds them and every slice it read is handed back.
+  // return acc holds them and every slice it read is handed back. (Ping-pong:
+  // the slices are this warpgroup's alone, all 64 rows its own.)
   __device__ __forceinline__ void mma_tile(unsigned char* s, Ring<STAGES>& ring, int k_tiles) {
     const int consumer = (threadIdx.x >> 7) - 1;
     const bool signals = (threadIdx.x & 31) == 0;
@@ -455,7 +486,7 @@ struct Gemm {
     for (int kt = 0; kt < k_tiles; ++kt) {
       bar_wait(full(s) + ring.stage, ring.phase);
       if constexpr (GATHERED) fence_async_shared();  // the producer's cp.async writes, seen by wgmma
-      const unsigned char* a = reinterpret_cast<const unsigned char*>(a_tile(s, ring.stage)) + consumer * 64 * 128;
+      const unsigned char* a = reinterpret_cast<const unsigned char*>(a_tile(s, ring.stage)) + (PINGPONG ? 0 : consumer) * 64 * 128;
       const unsigned char* b = reinterpret_cast<const unsigned char*>(b_tile(s, ring.stage));
       wgmma_fence();
 #pragma unroll

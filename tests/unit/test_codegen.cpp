@@ -401,12 +401,13 @@ TEST(ProgramCache, RecipeRoundTripsAndRejectsDamage) {
 
 // sm_90's matmul kernel: tensor maps of both operands (a 2-d map of x, B
 // read n-contiguous) and of the result (bulk stores of 64 x 64 boxes from
-// shared memory), a persistent grid of 2-block clusters; its recipe keeps
-// all of it. sm_80 keeps the mma.sync kernel.
+// shared memory), a persistent grid of 2-block clusters (the tuning asks
+// for them); its recipe keeps all of it. sm_80 keeps the mma.sync kernel.
 TEST(ProgramCache, HopperMatmulKeepsItsTensorMapsAndPersistentGrid) {
   Graph g = Graph::load(KILN_SOURCE_DIR "/examples/matmul/hopper_matmul_bias_gelu.json").value();
   runtime::ProgramRecipe r;
-  r.program = codegen::generate_program(ir_of(g), ir::plan_fusion(ir_of(g)), 90);
+  r.program = codegen::generate_program(ir_of(g), ir::plan_fusion(ir_of(g)), 90, {{0, codegen::Tuning{128, 2, 8, 0, codegen::Tuning::kRolled}}});
+  ASSERT_EQ(r.program.kernels.at(0).tuning, (codegen::Tuning{128, 2, 8, 0, codegen::Tuning::kRolled}));
   ASSERT_EQ(r.program.kernels.size(), 1u);
   const codegen::GeneratedKernel& k = r.program.kernels[0];
   EXPECT_EQ(k.persistent_group, 2u);
@@ -590,11 +591,18 @@ TEST(Codegen, DecisionsAreReportedPerArch) {
   const codegen::GeneratedKernel k =
       codegen::generate_program(ir_of(gelu), ir::plan_fusion(ir_of(gelu)), 90).kernels.at(0);
   EXPECT_EQ(k.decisions,
-            "wgmma 128x128x64, A by TMA, cluster 2, 6 stages, registers 56/224; epilogue: staged y, column blocks rolled");
+            "wgmma 128x128x64, A by TMA, cluster 1, 6 stages, registers 56/224; epilogue: staged y, column blocks rolled");
   Graph rms = Graph::load(KILN_SOURCE_DIR "/examples/matmul/hopper_residual_rms_norm.json").value();
   EXPECT_EQ(codegen::generate_program(ir_of(rms), ir::plan_fusion(ir_of(rms)), 90).kernels.at(0).decisions,
-            "wgmma 128x128x64, A by TMA, cluster 2, 6 stages, registers 56/224; "
+            "wgmma 128x128x64, A by TMA, cluster 1, 6 stages, registers 56/224; "
             "epilogue: staged h, residual r, row partials for ms, column blocks unrolled");
+  // Ping-pong, where the tuning asks: each warpgroup's own 64-row tiles.
+  EXPECT_EQ(codegen::generate_program(ir_of(gelu), ir::plan_fusion(ir_of(gelu)), 90,
+                                      {{0, codegen::Tuning{256, 1, 8, 0, codegen::Tuning::kRolled, 1}}})
+                .kernels.at(0)
+                .decisions,
+            "wgmma 64x256x64 per warpgroup (ping-pong), A by TMA, cluster 1, 4 stages, registers 56/224; "
+            "epilogue: staged y, column blocks rolled");
 }
 
 }  // namespace
