@@ -22,9 +22,13 @@ std::string describe_value(const AttrValue& value) {
       value);
 }
 
+// A value that rounds to a finite f32 (round to nearest: up to half a unit
+// in the last place past FLT_MAX, which is how the shortest decimal of
+// FLT_MAX, 3.4028235e+38, reads back).
 float to_f32_or_throw(double value, const std::string& where, std::string_view what) {
-  KILN_USER_CHECK(std::isfinite(value) && std::fabs(value) <= static_cast<double>(FLT_MAX),
-                  "{}: {} {} is not finite in f32", where, what, value);
+  const double overflow = std::ldexp(1.0, 128) - std::ldexp(1.0, 103);  // FLT_MAX + half its last place
+  KILN_USER_CHECK(std::isfinite(value) && std::fabs(value) < overflow, "{}: {} {} is not finite in f32", where, what, value);
+  if (std::fabs(value) > static_cast<double>(FLT_MAX)) return value > 0 ? FLT_MAX : -FLT_MAX;
   return static_cast<float>(value);
 }
 

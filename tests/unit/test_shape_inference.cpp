@@ -188,6 +188,12 @@ TEST(ShapeInference, BoolValuesAreReadOnlyWhereAllowed) {
 
 TEST(ShapeInference, ScalarsAndNumbers) {
   EXPECT_THAT(error_of(R"("op": "add", "in": ["a", 1e39])", {"[2]"}), HasSubstr("scalar constant 1e+39 is not finite in f32"));
+  // The shortest decimal of FLT_MAX (as a graph's JSON writes it) reads back as FLT_MAX; half a
+  // unit in the last place further is infinity.
+  EXPECT_THAT(error_of(R"("op": "add", "in": ["a", -3.4028236e38])", {"[2]"}), HasSubstr("is not finite in f32"));
+  const Graph lowest = testing::must_parse(R"({"kiln": 1, "inputs": {"a": {"shape": [2], "dtype": "f32"}},
+    "ops": [{"op": "lt", "in": ["a", -3.4028235e+38], "out": "y"}], "outputs": ["y"]})");
+  EXPECT_EQ(testing::must_parse(lowest.to_json()).to_json(), lowest.to_json());
   EXPECT_THAT(error_of(R"("op": "matmul", "in": ["a", 2])", {"[2,2]"}), HasSubstr("scalars may only be operands of pointwise ops"));
   EXPECT_THAT(error_of(R"("op": "leaky_relu", "in": ["a"], "alpha": "big")", {"[2]"}),
               HasSubstr("attribute 'alpha' must be a number, got 'big'"));
