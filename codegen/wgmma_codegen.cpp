@@ -373,9 +373,11 @@ std::string GemmGenerator::wgmma_b_copy(const WgmmaShape& s, const TmaOperand& b
 std::string GemmGenerator::wgmma_frame(const Gemm& gm, const WgmmaShape& s, const TmaOperand& a, const TmaOperand& b,
                                        bool staged) const {
   std::string body;
-  const std::string flags = s.pingpong ? (staged ? ", false, true, true" : ", false, false, true")
-                            : staged   ? (s.gathered ? ", true, true" : ", false, true")
-                                       : (s.gathered ? ", true" : "");
+  // GATHERED, STAGED, PINGPONG: up to the last one set (the rest default to false).
+  std::vector<bool> set{s.gathered, staged, s.pingpong};
+  while (!set.empty() && !set.back()) set.pop_back();
+  std::string flags;
+  for (bool f : set) flags += f ? ", true" : ", false";
   body += fmt::format("typedef kiln::wg::Gemm<{}, {}, kiln::tc::{}, {}, {}{}> G;\n", s.bn, s.stages, s.kind_name,
                       b.k_major ? "true" : "false", s.cluster, flags);
   body += fmt::format("static_assert(G::kSharedBytes == {}, \"shared memory size as launched\");\n", s.shared_bytes);

@@ -263,17 +263,10 @@ struct FlashAttention {
   }
 
   // The two consumer warpgroups take turns to issue their wgmmas (named
-  // barriers 2 and 3, 256 threads each: one waits, the other arrives), so
-  // one computes its softmax while the other's multiplications run.
-  // (Barrier numbers as immediates: ptxas counts the barriers a kernel uses from them.)
-  static __device__ __forceinline__ void await_turn() {
-    if (threadIdx.x < 256) asm volatile("bar.sync 2, 256;\n" ::: "memory");
-    else asm volatile("bar.sync 3, 256;\n" ::: "memory");
-  }
-  static __device__ __forceinline__ void pass_turn() {
-    if (threadIdx.x < 256) asm volatile("bar.arrive 3, 256;\n" ::: "memory");
-    else asm volatile("bar.arrive 2, 256;\n" ::: "memory");
-  }
+  // barriers 2 and 3), so one computes its softmax while the other's
+  // multiplications run.
+  static __device__ __forceinline__ void await_turn() { wg::await_turn<2>(); }
+  static __device__ __forceinline__ void pass_turn() { wg::pass_turn<2>(); }
 
   // A consumer warpgroup's 64 query rows over kv_tiles key tiles; on return
   // o, row_max and row_sum hold them. score(dot, row, key): the score of

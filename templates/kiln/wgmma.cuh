@@ -82,6 +82,18 @@ __device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy
 __device__ __forceinline__ void named_sync(u32 id, u32 threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
+// Two consumer warpgroups (threads 128-255 and 256-383) taking turns
+// through the named barriers FIRST and FIRST + 1, 256 threads each: one
+// waits, the other arrives. (Barrier numbers as immediates: ptxas counts
+// the barriers a kernel uses from them.)
+template <int FIRST> __device__ __forceinline__ void await_turn() {
+  if (threadIdx.x < 256) asm volatile("bar.sync %0, 256;\n" ::"n"(FIRST) : "memory");
+  else asm volatile("bar.sync %0, 256;\n" ::"n"(FIRST + 1) : "memory");
+}
+template <int FIRST> __device__ __forceinline__ void pass_turn() {
+  if (threadIdx.x < 256) asm volatile("bar.arrive %0, 256;\n" ::"n"(FIRST + 1) : "memory");
+  else asm volatile("bar.arrive %0, 256;\n" ::"n"(FIRST) : "memory");
+}
 
 // ---- the bulk tensor copy engine ----------------------------------------------------
 __device__ __forceinline__ void prefetch_map(const TensorMap* map) {
@@ -462,19 +474,13 @@ struct Gemm {
   }
 
   // Ping-pong: the warpgroups start their main loops in turn (named barriers
-  // 4 and 5, 256 threads each: one waits, the other arrives once it has
-  // waited for all its tile's slices). Besides alternating the tensor
-  // cores, this keeps a warpgroup that skipped the other's fills from
-  // waiting on a slot more than one fill ahead: an mbarrier's parity tells
-  // only its last two phases apart. (Immediates: ptxas counts barriers from them.)
-  static __device__ __forceinline__ void await_turn() {
-    if (threadIdx.x < 256) asm volatile("bar.sync 4, 256;\n" ::: "memory");
-    else asm volatile("bar.sync 5, 256;\n" ::: "memory");
-  }
-  static __device__ __forceinline__ void pass_turn() {
-    if (threadIdx.x < 256) asm volatile("bar.arrive 5, 256;\n" ::: "memory");
-    else asm volatile("bar.arrive 4, 256;\n" ::: "memory");
-  }
+  // 4 and 5; a warpgroup passes the turn once it has waited for all its
+  // tile's slices). Besides alternating the tensor cores, this keeps a
+  // warpgroup that skipped the other's fills from waiting on a slot more
+  // than one fill ahead: an mbarrier's parity tells only its last two
+  // phases apart.
+  static __device__ __forceinline__ void await_turn() { wg::await_turn<4>(); }
+  static __device__ __forceinline__ void pass_turn() { wg::pass_turn<4>(); }
 
   // A consumer warpgroup's 64 rows of one tile over k_tiles slices: on
   // return acc holds them and every slice it read is handed back. (Ping-pong:
