@@ -247,13 +247,34 @@ class GemmGenerator : public KernelBuilder {
   // A conv's weights [K, R, S, C] as B, k-major: one group, contiguous.
   std::optional<TmaOperand> conv_weight_operand(const ir::Op& anchor, Mma kind) const;
 
+  // A matmul's A read through views that no tensor map describes, seen as
+  // the strided tensor behind them: A's rows and columns each a list of
+  // that tensor's dimensions (outer first, merged where they can be).
+  struct ViewDim {
+    int64_t size, stride;
+  };
+  struct StridedView {
+    ExternalTensor memory;
+    ir::TensorId tensor;
+    std::vector<ViewDim> rows, columns;
+  };
+  std::optional<StridedView> strided_a(const ir::Op& anchor, Mma kind) const;
+  // An A the producer warpgroup gathers in 16-byte runs (gathered_producer):
+  // element (m, k) at row_offset(m) + column_offset(k) of `pointer`, the
+  // columns' innermost dimension contiguous in runs of 8, every other stride
+  // a multiple of 8 (16-byte runs given an aligned pointer, checked at run
+  // time: else element loads).
+  std::optional<StridedView> gathered_a(const ir::Op& anchor, Mma kind) const;
+
   // A and B when the Hopper kernel takes this anchor: sm_90, 16-bit
   // operands, a problem that fills the GPU with 128 x 128 tiles, B loaded
-  // by the copy engine and A too (a matmul) or gathered from an NHWC input
-  // (a conv: A is nullopt); else nullopt.
+  // by the copy engine and A too (a matmul), or gathered by the producer:
+  // a matmul's A through views (`gathered`), an NHWC conv's input (gm.conv);
+  // A is nullopt where it is gathered. Else nullopt.
   struct WgmmaOperands {
     std::optional<TmaOperand> a;
     TmaOperand b;
+    std::optional<StridedView> gathered;
   };
   std::optional<WgmmaOperands> wgmma_operands(const ir::Op& anchor, const Gemm& gm, Mma kind) const;
 
@@ -277,17 +298,20 @@ class GemmGenerator : public KernelBuilder {
   };
   std::vector<Tuning> wgmma_tuning_space(const Gemm& gm, bool gathered) const;
   std::string wgmma_consumers(const WgmmaShape& s, const TileLoopCarry& carry, const std::string& tile_epilogue);
-  std::string wgmma_frame(const Gemm& gm, const WgmmaShape& s, const TmaOperand& a, const TmaOperand& b, bool staged) const;
+  std::string wgmma_frame(const WgmmaShape& s, const std::string& gathered_pointer, const TmaOperand& a, const TmaOperand& b,
+                          bool staged) const;
   std::string wgmma_element_loads(const Gemm& gm, const WgmmaShape& s, bool b_k_major, bool is_a, const std::string& guard);
   std::string wgmma_b_copy(const WgmmaShape& s, const TmaOperand& b, const std::string& map_b) const;
   std::string wgmma_copy_producer(const WgmmaShape& s, const TmaOperand& a, const std::string& map_a, const std::string& map_b,
                                   const std::string& b_copy, const std::string& warm_l2, const std::string& a_elements,
                                   const std::string& b_elements) const;
 
-  // gemm_wgmma's producer warpgroup for a conv: A gathered (implicit
-  // im2col) with cp.async, B as `b_copy` (thread 0's copy-engine loads).
-  std::string gathered_producer(const Gemm& gm, int stages, const std::string& map_b, const std::string& a_elements,
-                                const std::string& b_elements, const std::string& b_copy, const std::string& warm_l2);
+  // gemm_wgmma's producer warpgroup for a gathered A (a conv's implicit
+  // im2col, gm.conv, or a matmul's A through views, `view`) with cp.async,
+  // B as `b_copy` (thread 0's copy-engine loads).
+  std::string gathered_producer(const Gemm& gm, const std::optional<StridedView>& view, int stages, const std::string& map_b,
+                                const std::string& a_elements, const std::string& b_elements, const std::string& b_copy,
+                                const std::string& warm_l2);
   // Code for a producer at the start of a tile (m0, n0, batch declared):
   // the tile's rows of the result-shaped tensors the epilogue reads, into
   // L2; `rows` opens the loop over this thread's rows r (of 128).

@@ -130,20 +130,16 @@ auto GemmGenerator::tma_operand(const ir::Op& anchor, size_t slot, Mma kind) con
   return op;
 }
 
-// A [M, K] read through reshapes of a strided tensor whose dimensions
-// group into M's and K's, each group at most two dimensions once those
-// that merge are merged: the attention output [B, H, S, D] read as
-// [B*S, H*D] through transpose + reshape (an output projection). The copy
-// engine loads a 128 x 64 slice as one box of a rank-4 map (d, s, h, b)
-// where a slice never crosses a split (S a multiple of 128, D of 64), so
-// a slice's rows are consecutive s of one b and its columns consecutive d
-// of one h.
-auto GemmGenerator::split_tma_a(const ir::Op& anchor, Mma kind) const -> std::optional<TmaOperand> {
+// A [M, K] read through reshapes of a strided tensor (transposes and
+// reshapes of a tensor in memory): that tensor, and its dimensions grouped
+// into M's (a leading run) and K's, dimensions of size 1 dropped and
+// neighbours that merge merged.
+auto GemmGenerator::strided_a(const ir::Op& anchor, Mma kind) const -> std::optional<StridedView> {
   const Shape& a = g_.operand(anchor, 0).shape;
   if (a.size() != 2) return std::nullopt;
   // Back through the reshapes to a view whose strides describe it.
   ir::TensorId t = anchor.inputs[0];
-  std::optional<ExternalTensor> e;
+  std::optional<ExternalTensor> e = in_memory(t);
   while (!e) {
     if (!computed_here(t)) return std::nullopt;
     const ir::Op& op = g_.ops[static_cast<size_t>(g_.tensor(t).producer)];
@@ -151,33 +147,46 @@ auto GemmGenerator::split_tma_a(const ir::Op& anchor, Mma kind) const -> std::op
     t = op.inputs[0];
     e = in_memory(t);
   }
-  std::optional<TmaOperand> found = tma_source(e, kind);
-  if (!found || e->offset != 0) return std::nullopt;
-  // M's dimensions are a leading run of t's, K's the rest.
+  if (e->storage != mma_storage(kind)) return std::nullopt;
   const Shape& shape = g_.tensor(t).shape;
-  struct Dim {
-    int64_t size, stride;
-  };
   size_t split = 0;
   for (int64_t product = 1; product != a[0]; product *= shape[split++])
     if (split == shape.size() || product > a[0]) return std::nullopt;
-  std::vector<Dim> rows, columns;
+  StridedView view{*e, t, {}, {}};
   for (size_t d = 0; d < shape.size(); ++d) {
-    std::vector<Dim>& side = d < split ? rows : columns;
+    std::vector<ViewDim>& side = d < split ? view.rows : view.columns;
     if (shape[d] == 1) continue;
     if (!side.empty() && side.back().stride == e->strides[d] * shape[d])
       side.back() = {side.back().size * shape[d], e->strides[d]};  // merges with the dimension before it
     else
       side.push_back({shape[d], e->strides[d]});
   }
-  if (rows.empty() || columns.empty() || rows.size() > 2 || columns.size() > 2) return std::nullopt;
+  if (view.rows.empty()) view.rows.push_back({1, 0});
+  if (view.columns.empty()) view.columns.push_back({1, 1});
+  return view;
+}
+
+// A [M, K] whose rows and columns are each at most two dimensions of a
+// strided tensor (strided_a): the attention output [B, H, S, D] read as
+// [B*S, H*D] through transpose + reshape (an output projection). The copy
+// engine loads a 128 x 64 slice as one box of a rank-4 map (d, s, h, b)
+// where a slice never crosses a split (S a multiple of 128, D of 64), so
+// a slice's rows are consecutive s of one b and its columns consecutive d
+// of one h.
+auto GemmGenerator::split_tma_a(const ir::Op& anchor, Mma kind) const -> std::optional<TmaOperand> {
+  const std::optional<StridedView> view = strided_a(anchor, kind);
+  if (!view) return std::nullopt;
+  std::optional<TmaOperand> found = tma_source(view->memory, kind);
+  if (!found || view->memory.offset != 0) return std::nullopt;
+  const std::vector<ViewDim>&rows = view->rows, &columns = view->columns;
+  if (rows.size() > 2 || columns.size() > 2) return std::nullopt;
   if (columns.back().stride != 1 || (rows.size() == 2 && rows.back().size % kWgmmaBM != 0) ||
       (columns.size() == 2 && columns.back().size % 64 != 0))
     return std::nullopt;
   TmaOperand op = *found;
   op.map.dtype = mma_storage(kind);
   // Dimensions (d, s[, h][, b]): the inner ones first.
-  std::vector<Dim> dims{columns.back(), rows.back()};
+  std::vector<ViewDim> dims{columns.back(), rows.back()};
   if (columns.size() == 2) dims.push_back(columns[0]), op.columns_inner = columns.back().size;
   if (rows.size() == 2) dims.push_back(rows[0]), op.rows_inner = rows.back().size;
   for (size_t r = 0; r < dims.size(); ++r) {
@@ -187,6 +196,19 @@ auto GemmGenerator::split_tma_a(const ir::Op& anchor, Mma kind) const -> std::op
   }
   op.map.rank = static_cast<int>(dims.size());
   return op;
+}
+
+// ViT's attention output projection at S = 197 (rows (b, s) of [B, S, H,
+// D] never a whole 128-row box) and a patch convolution's input patches
+// (patch_convolutions.h: rows (n, hp, wp), columns (c, r, s) of NCHW).
+auto GemmGenerator::gathered_a(const ir::Op& anchor, Mma kind) const -> std::optional<StridedView> {
+  std::optional<StridedView> view = strided_a(anchor, kind);
+  if (!view || view->columns.back().stride != 1 || view->columns.back().size % 8 != 0 || view->memory.offset % 8 != 0)
+    return std::nullopt;
+  for (const std::vector<ViewDim>* side : {&view->rows, &view->columns})
+    for (const ViewDim& d : *side)
+      if (d.size > 1 && d.stride % 8 != 0 && &d != &view->columns.back()) return std::nullopt;
+  return view;
 }
 
 auto GemmGenerator::conv_weight_operand(const ir::Op& anchor, Mma kind) const -> std::optional<TmaOperand> {
@@ -219,13 +241,17 @@ auto GemmGenerator::wgmma_operands(const ir::Op& anchor, const Gemm& gm, Mma kin
   if (tiles < 32 || (tiles_m < 2 && tiles < 132) || tiles >= (int64_t{1} << 31)) return std::nullopt;
   if (anchor.kind == OpKind::Matmul) {
     std::optional<TmaOperand> a = tma_operand(anchor, 0, kind), b = tma_operand(anchor, 1, kind);
-    if (!a || !b) return std::nullopt;
-    return WgmmaOperands{a, *b};
+    if (!b) return std::nullopt;
+    if (a) return WgmmaOperands{a, *b, std::nullopt};
+    // A through views no tensor map describes: gathered in 16-byte runs, one batch.
+    std::optional<StridedView> gathered = gathered_a(anchor, kind);
+    if (!gathered || gm.batches != 1 || gm.m >= (int64_t{1} << 31) || gm.k >= (int64_t{1} << 31)) return std::nullopt;
+    return WgmmaOperands{std::nullopt, *b, gathered};
   }
   if (anchor.kind == OpKind::Conv2d && gm.conv && gm.m < (int64_t{1} << 31)) {
     std::optional<TmaOperand> b = conv_weight_operand(anchor, kind);
     if (!b) return std::nullopt;
-    return WgmmaOperands{std::nullopt, *b};
+    return WgmmaOperands{std::nullopt, *b, std::nullopt};
   }
   return std::nullopt;
 }
@@ -370,8 +396,8 @@ std::string GemmGenerator::wgmma_b_copy(const WgmmaShape& s, const TmaOperand& b
 
 // The kernel's frame before the warpgroups split: the Gemm type, shared
 // memory and barriers, alignment checks, and how units map to tiles.
-std::string GemmGenerator::wgmma_frame(const Gemm& gm, const WgmmaShape& s, const TmaOperand& a, const TmaOperand& b,
-                                       bool staged) const {
+std::string GemmGenerator::wgmma_frame(const WgmmaShape& s, const std::string& gathered_pointer, const TmaOperand& a,
+                                       const TmaOperand& b, bool staged) const {
   std::string body;
   // GATHERED, STAGED, PINGPONG: up to the last one set (the rest default to false).
   std::vector<bool> set{s.gathered, staged, s.pingpong};
@@ -385,7 +411,7 @@ std::string GemmGenerator::wgmma_frame(const Gemm& gm, const WgmmaShape& s, cons
   body += "unsigned char* const smem = G::base(kiln_shared_raw);\n";
   body += "G::init_barriers(smem);\n";
   if (s.gathered)
-    body += fmt::format("const bool chunks_a = kiln::aligned16({}), tma_b = kiln::aligned16({});\n", gm.pointer_a, b.pointer);
+    body += fmt::format("const bool chunks_a = kiln::aligned16({}), tma_b = kiln::aligned16({});\n", gathered_pointer, b.pointer);
   else
     body += fmt::format("const bool tma_a = kiln::aligned16({}), tma_b = kiln::aligned16({});\n", a.pointer, b.pointer);
   body += fmt::format("const int units_m = {}, tiles_n = {}, units = {}, k_tiles = {};\n", s.units_m, s.tiles_n, s.units,
@@ -493,13 +519,14 @@ void GemmGenerator::gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind, c
   min_blocks_per_sm_ = 1;  // setmaxnreg needs the register cap at entry
   if (s.cluster > 1) kernel_attributes_ = fmt::format("__cluster_dims__({}, 1, 1) ", s.cluster);
 
-  std::string body = wgmma_frame(gm, s, a, b, staged >= 0);
+  const std::string gathered_pointer = operands.gathered ? operands.gathered->memory.pointer : gm.pointer_a;
+  std::string body = wgmma_frame(s, gathered_pointer, a, b, staged >= 0);
   const std::string b_copy = wgmma_b_copy(s, b, map_b);
   // Thread 0 (the copy engine's producer) or each producer thread (gathering) warms L2 for the epilogue.
   const std::string warm_l2 = epilogue_prefetch(anchor, gm, s.bn,
                                                 s.gathered ? "for (int r = threadIdx.x; r < 128; r += 128)"
                                                            : fmt::format("for (int r = 0; r < {}; ++r)", s.bm),
-                                                {gm.pointer_a, a.pointer, b.pointer});
+                                                {gathered_pointer, a.pointer, b.pointer});
   body += "if (threadIdx.x < 128) {\n";
   body += fmt::format("kiln::wg::registers_down<{}>();\n", s.producer_registers);
   // B's element loads are written before A's: the emitter numbers its
@@ -509,7 +536,7 @@ void GemmGenerator::gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind, c
   const std::string b_elements = wgmma_element_loads(gm, s, b.k_major, false, "if (!tma_b) ");
   const std::string a_elements = wgmma_element_loads(gm, s, b.k_major, true, s.gathered ? "" : "if (!tma_a) ");
   if (s.gathered)
-    body += gathered_producer(gm, s.stages, map_b, a_elements, b_elements, b_copy, warm_l2);
+    body += gathered_producer(gm, operands.gathered, s.stages, map_b, a_elements, b_elements, b_copy, warm_l2);
   else
     body += wgmma_copy_producer(s, a, map_a, map_b, b_copy, warm_l2, a_elements, b_elements);
   body += "} else {\n" + wgmma_consumers(s, carry, tile_epilogue) + "}\n";
@@ -552,51 +579,90 @@ std::string GemmGenerator::wgmma_consumers(const WgmmaShape& s, const TileLoopCa
   return w.take();
 }
 
-// The producer warpgroup of a conv (gm.conv): each thread gathers one
-// 16-byte column chunk of 8 of A's 128 rows per slice (rows threadIdx.x / 8
-// + 16 i: eight threads read one pixel's 64 channels, 128 contiguous
-// bytes), the rows' input offsets worked out once per tile and the filter
-// tap once per slice; cp.async zero-fills padding and rows past M. Thread
-// 0 adds B's copy. An input pointer that is not 16-byte aligned makes
-// every thread load its share of A element by element (`a_elements`).
-std::string GemmGenerator::gathered_producer(const Gemm& gm, int stages, const std::string& map_b, const std::string& a_elements,
+// The producer warpgroup of a gathered A: each thread gathers one 16-byte
+// column chunk of 8 of A's 128 rows per slice (rows threadIdx.x / 8 + 16 i:
+// eight threads read 64 consecutive columns, 128 bytes of a conv's pixel's
+// channels or of a view's innermost run), the rows' offsets worked out once
+// per tile and the column's once per slice; cp.async zero-fills what lies
+// outside (a conv's padding, rows past M, columns past K). Thread 0 adds B's
+// copy. An input pointer that is not 16-byte aligned makes every thread
+// load its share of A element by element (`a_elements`).
+//
+// A conv (gm.conv) gathers its implicit im2col; a matmul's A through views
+// (`view`) its strided tensor, each row at the offset of its coordinates
+// along view->rows and each chunk at its column's along view->columns.
+std::string GemmGenerator::gathered_producer(const Gemm& gm, const std::optional<StridedView>& view, int stages,
+                                             const std::string& map_b, const std::string& a_elements,
                                              const std::string& b_elements, const std::string& b_copy,
                                              const std::string& warm_l2) {
-  const Gemm::ConvGeometry& cv = *gm.conv;
+  // Each row's (and chunk's) offset: the sum of its coordinates along `dims` (outer first) times their strides.
+  auto offset_of = [](const std::string& index, const std::vector<ViewDim>& dims) {
+    std::string sum;
+    int64_t inner = 1;
+    for (size_t d = dims.size(); d-- > 0;) {
+      if (dims[d].size == 1) continue;
+      std::string coord = inner == 1 ? index : fmt::format("({} / {})", index, inner);
+      if (d > 0) coord = fmt::format("({} % {})", coord, dims[d].size);
+      sum += fmt::format("{}(kiln::i64){} * {}LL", sum.empty() ? "" : " + ", coord, dims[d].stride);
+      inner *= dims[d].size;
+    }
+    return sum.empty() ? std::string("0") : sum;
+  };
   std::string out;
   out += "if (threadIdx.x == 0 && tma_b) kiln::wg::prefetch_map(&" + map_b + ");\n";
-  out += fmt::format("const G::T* const x = static_cast<const G::T*>({});\n", gm.pointer_a);
+  out += fmt::format("const G::T* const x = static_cast<const G::T*>({});\n", view ? view->memory.pointer : gm.pointer_a);
   out += "const int chunk_row = threadIdx.x >> 3, chunk_col = (threadIdx.x & 7) * 8;\n";
   out += fmt::format("kiln::wg::Ring<{}> ring;\n", stages);
   out += producer_tile_loop();
   out += warm_l2;
-  out += "// Each row's output pixel (n, p, q) reads input rows from `top` and columns from `left`,\n";
-  out += "// at `pixel` (the element offset of input (n, top, left), channel 0); rows past M read nothing.\n";
-  out += "kiln::i64 pixel[8];\nint top[8], left[8];\n";
-  out += "#pragma unroll\nfor (int i = 0; i < 8; ++i) {\n";
-  out += "const int m = (int)m0 + chunk_row + 16 * i;\n";
-  out += fmt::format("const int ni = m / {0}, pq = m - ni * {0}, pi = pq / {1}, qi = pq - pi * {1};\n", cv.p * cv.q, cv.q);
-  out += fmt::format("top[i] = m < {} ? pi * {} - {} : -(1 << 29);\n", gm.m, cv.stride[0], cv.padding[0]);
-  out += fmt::format("left[i] = qi * {} - {};\n", cv.stride[1], cv.padding[1]);
-  out += fmt::format("pixel[i] = (kiln::i64)ni * {}LL + (kiln::i64)top[i] * {}LL + (kiln::i64)left[i] * {}LL;\n",
-                     cv.x_strides[0], cv.x_strides[1], cv.x_strides[2]);
-  out += "}\n";
+  if (view) {
+    out += "// Each row's offset in the tensor behind A's views; rows past M read nothing (-1).\n";
+    out += "kiln::i64 row_offset[8];\n";
+    out += "#pragma unroll\nfor (int i = 0; i < 8; ++i) {\n";
+    out += "const int m = (int)m0 + chunk_row + 16 * i;\n";
+    out += fmt::format("row_offset[i] = m < {} ? {}LL + {} : -1;\n", gm.m, view->memory.offset, offset_of("m", view->rows));
+    out += "}\n";
+  } else {
+    const Gemm::ConvGeometry& cv = *gm.conv;
+    out += "// Each row's output pixel (n, p, q) reads input rows from `top` and columns from `left`,\n";
+    out += "// at `pixel` (the element offset of input (n, top, left), channel 0); rows past M read nothing.\n";
+    out += "kiln::i64 pixel[8];\nint top[8], left[8];\n";
+    out += "#pragma unroll\nfor (int i = 0; i < 8; ++i) {\n";
+    out += "const int m = (int)m0 + chunk_row + 16 * i;\n";
+    out += fmt::format("const int ni = m / {0}, pq = m - ni * {0}, pi = pq / {1}, qi = pq - pi * {1};\n", cv.p * cv.q, cv.q);
+    out += fmt::format("top[i] = m < {} ? pi * {} - {} : -(1 << 29);\n", gm.m, cv.stride[0], cv.padding[0]);
+    out += fmt::format("left[i] = qi * {} - {};\n", cv.stride[1], cv.padding[1]);
+    out += fmt::format("pixel[i] = (kiln::i64)ni * {}LL + (kiln::i64)top[i] * {}LL + (kiln::i64)left[i] * {}LL;\n",
+                       cv.x_strides[0], cv.x_strides[1], cv.x_strides[2]);
+    out += "}\n";
+  }
   out += "for (int kt = 0; kt < k_tiles; ++kt, ring.advance()) {\n";
   out += producer_slot();
   out += "kiln::wg::u64* const full = G::full(smem) + ring.stage;\n";
   out += "if (chunks_a) {\n";
-  out += "// This thread's column: filter tap (ri, si), channel ci.\n";
-  out += "const int k = kt * 64 + chunk_col, tap = k / " + std::to_string(cv.c) + ", ci = k - tap * " +
-         std::to_string(cv.c) + ";\n";
-  out += fmt::format("const int ri = tap / {0}, si = tap - ri * {0}, dh = ri * {1}, dw = si * {2};\n", cv.s,
-                     cv.dilation[0], cv.dilation[1]);
-  out += fmt::format("const kiln::i64 tap_offset = (kiln::i64)dh * {}LL + (kiln::i64)dw * {}LL + ci;\n", cv.x_strides[1],
-                     cv.x_strides[2]);
-  out += "#pragma unroll\nfor (int i = 0; i < 8; ++i) {\n";
-  out += fmt::format("const bool ok = k < {} && (unsigned)(top[i] + dh) < {}u && (unsigned)(left[i] + dw) < {}u;\n",
-                     gm.k, cv.h, cv.w);
-  out += "kiln::tc::cp_async16(a_tile + G::a_index(chunk_row + 16 * i, chunk_col), x + (ok ? pixel[i] + tap_offset : 0), ok);\n";
-  out += "}\n";
+  if (view) {
+    out += "// This thread's columns: a run of 8 along the innermost dimension.\n";
+    out += "const int k = kt * 64 + chunk_col;\n";
+    out += fmt::format("const kiln::i64 column_offset = {};\n", offset_of("k", view->columns));
+    out += "#pragma unroll\nfor (int i = 0; i < 8; ++i) {\n";
+    out += fmt::format("const bool ok = k < {} && row_offset[i] >= 0;\n", gm.k);
+    out += "kiln::tc::cp_async16(a_tile + G::a_index(chunk_row + 16 * i, chunk_col), x + (ok ? row_offset[i] + column_offset : 0), ok);\n";
+    out += "}\n";
+  } else {
+    const Gemm::ConvGeometry& cv = *gm.conv;
+    out += "// This thread's column: filter tap (ri, si), channel ci.\n";
+    out += "const int k = kt * 64 + chunk_col, tap = k / " + std::to_string(cv.c) + ", ci = k - tap * " +
+           std::to_string(cv.c) + ";\n";
+    out += fmt::format("const int ri = tap / {0}, si = tap - ri * {0}, dh = ri * {1}, dw = si * {2};\n", cv.s,
+                       cv.dilation[0], cv.dilation[1]);
+    out += fmt::format("const kiln::i64 tap_offset = (kiln::i64)dh * {}LL + (kiln::i64)dw * {}LL + ci;\n", cv.x_strides[1],
+                       cv.x_strides[2]);
+    out += "#pragma unroll\nfor (int i = 0; i < 8; ++i) {\n";
+    out += fmt::format("const bool ok = k < {} && (unsigned)(top[i] + dh) < {}u && (unsigned)(left[i] + dw) < {}u;\n",
+                       gm.k, cv.h, cv.w);
+    out += "kiln::tc::cp_async16(a_tile + G::a_index(chunk_row + 16 * i, chunk_col), x + (ok ? pixel[i] + tap_offset : 0), ok);\n";
+    out += "}\n";
+  }
   out += "kiln::wg::cp_async_arrive(full);\n";
   out += "} else {\n";
   out += a_elements;

@@ -1,0 +1,140 @@
+// Patch convolutions as matmuls (patch_convolutions.h): one pass over the
+// ops in order, each qualifying conv replaced by its views and matmul.
+#include "compiler/patch_convolutions.h"
+
+#include <optional>
+
+#include <fmt/format.h>
+
+namespace kiln::ir {
+namespace {
+
+constexpr int64_t kRunMultiple = 8;  // 16 bytes of a 16-bit type
+
+bool qualifies(const Graph& g, const Op& op) {
+  if (op.kind != OpKind::Conv2d || op.attrs.groups != 1) return false;
+  const Tensor& x = g.operand(op, 0);
+  const Tensor& w = g.operand(op, 1);
+  if (!(x.dtype == DType::bf16 || x.dtype == DType::f16) || w.dtype != x.dtype || !x.rounded || !w.rounded) return false;
+  const bool nchw = op.attrs.layout == Layout::NCHW;
+  // Filter [K, C, R, S] (NCHW) or [K, R, S, C] (NHWC); input height and width.
+  const int64_t r = nchw ? w.shape[2] : w.shape[1], s = nchw ? w.shape[3] : w.shape[2];
+  const int64_t c = nchw ? x.shape[1] : x.shape[3];
+  const int64_t h = nchw ? x.shape[2] : x.shape[1], wd = nchw ? x.shape[3] : x.shape[2];
+  if (r * s < 2 || op.attrs.stride[0] != r || op.attrs.stride[1] != s || op.attrs.padding[0] != 0 ||
+      op.attrs.padding[1] != 0 || op.attrs.dilation[0] != 1 || op.attrs.dilation[1] != 1 || h % r != 0 || wd % s != 0)
+    return false;
+  if (nchw) return s % kRunMultiple == 0;
+  return c % kRunMultiple != 0 && (s * c) % kRunMultiple == 0;
+}
+
+class Rewriter {
+ public:
+  explicit Rewriter(const Graph& g) : g_(g) {
+    out_.name = g.name;
+    out_.tensors = g.tensors;
+    out_.inputs = g.inputs;
+    out_.outputs = g.outputs;
+  }
+
+  std::optional<Graph> run() {
+    bool changed = false;
+    for (const Op& op : g_.ops) {
+      if (!qualifies(g_, op)) {
+        emit(op);
+        continue;
+      }
+      as_matmul(op);
+      changed = true;
+    }
+    if (!changed) return std::nullopt;
+    out_.index_users();
+    return std::move(out_);
+  }
+
+ private:
+  void as_matmul(const Op& conv) {
+    const Tensor x = g_.operand(conv, 0), w = g_.operand(conv, 1), y = g_.result(conv);
+    const bool nchw = conv.attrs.layout == Layout::NCHW;
+    const int64_t n = x.shape[0], k = w.shape[0];
+    const int64_t r = nchw ? w.shape[2] : w.shape[1], s = nchw ? w.shape[3] : w.shape[2];
+    const int64_t c = nchw ? x.shape[1] : x.shape[3];
+    const int64_t hp = (nchw ? x.shape[2] : x.shape[1]) / r, wp = (nchw ? x.shape[3] : x.shape[2]) / s;
+    const std::string& name = y.name;
+    // A: [N*Hp*Wp, patch] with the patch's elements in the filter's order.
+    const TensorId windows = reshape(conv.inputs[0], nchw ? Shape{n, c, hp, r, wp, s} : Shape{n, hp, r, wp, s, c},
+                                     name + ".windows");
+    const TensorId patches = transpose(windows, nchw ? std::vector<int64_t>{0, 2, 4, 1, 3, 5}
+                                                    : std::vector<int64_t>{0, 1, 3, 2, 4, 5},
+                                       name + ".patches");
+    const TensorId a = reshape(patches, {n * hp * wp, c * r * s}, name + ".patch_rows");
+    // B: the filter's rows, transposed.
+    const TensorId b = transpose(reshape(conv.inputs[1], {k, c * r * s}, name + ".filter_rows"), {1, 0}, name + ".filter_columns");
+    Tensor product = y;
+    product.name = name + ".matmul";
+    product.shape = {n * hp * wp, k};
+    product.strides = contiguous_strides(product.shape);
+    product.is_output = false;
+    const TensorId mm = add(std::move(product));
+    Op matmul{OpKind::Matmul, {a, b}, mm, {}, false};
+    matmul.attrs.precision = conv.attrs.precision;
+    emit(std::move(matmul));
+    if (!nchw) {
+      emit_view(OpKind::Reshape, mm, conv.output, {n, hp, wp, k}, {});
+      return;
+    }
+    const TensorId pixels = reshape(mm, {n, hp, wp, k}, name + ".pixels");
+    emit_view(OpKind::Transpose, pixels, conv.output, {}, {0, 3, 1, 2});
+  }
+
+  TensorId add(Tensor t) {
+    out_.tensors.push_back(std::move(t));
+    return static_cast<TensorId>(out_.tensors.size() - 1);
+  }
+  void emit(Op op) {
+    out_.tensors[static_cast<size_t>(op.output)].producer = static_cast<int32_t>(out_.ops.size());
+    out_.ops.push_back(std::move(op));
+  }
+  // A view's result: `source`'s type and rounding in a new shape.
+  TensorId view_result(TensorId source, const Shape& shape, const std::string& name) {
+    Tensor t = out_.tensors[static_cast<size_t>(source)];
+    t.kind = TensorKind::OpResult;
+    t.name = name;
+    t.shape = shape;
+    t.strides = contiguous_strides(shape);
+    t.is_output = false;
+    return add(std::move(t));
+  }
+  void emit_view(OpKind kind, TensorId source, TensorId result, const Shape& shape, const std::vector<int64_t>& perm) {
+    Op op{kind, {source}, result, {}, false};
+    op.attrs.shape = shape;
+    op.attrs.perm = perm;
+    emit(std::move(op));
+  }
+  TensorId reshape(TensorId source, const Shape& shape, const std::string& name) {
+    const TensorId result = view_result(source, shape, name);
+    emit_view(OpKind::Reshape, source, result, shape, {});
+    return result;
+  }
+  TensorId transpose(TensorId source, const std::vector<int64_t>& perm, const std::string& name) {
+    const Shape& from = out_.tensors[static_cast<size_t>(source)].shape;
+    Shape shape;
+    for (int64_t d : perm) shape.push_back(from[static_cast<size_t>(d)]);
+    const TensorId result = view_result(source, shape, name);
+    emit_view(OpKind::Transpose, source, result, {}, perm);
+    return result;
+  }
+
+  const Graph& g_;
+  Graph out_;
+};
+
+}  // namespace
+
+std::shared_ptr<const Graph> patch_convs_as_matmuls(const std::shared_ptr<const Graph>& graph) {
+  std::optional<Graph> rewritten = Rewriter(*graph).run();
+  if (!rewritten) return graph;
+  return std::make_shared<const Graph>(std::move(*rewritten));
+}
+
+}  // namespace kiln::ir
