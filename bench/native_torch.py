@@ -85,4 +85,10 @@ NATIVE = {
     "sdpa_causal": lambda i: (F.scaled_dot_product_attention(i["q"], i["k"], i["v"], is_causal=True),),
     "sdpa_gqa": lambda i: (F.scaled_dot_product_attention(i["q"], i["k"], i["v"], enable_gqa=True),),
     "skinny_matmul": lambda i: (i["a"] @ i["w"],),
+    "maxpool_stem": lambda i: (F.max_pool2d(cl(i["x"]), 3, 2, 1),),
+    "attention_output_projection": lambda i: (F.linear(i["o"].transpose(1, 2).reshape(-1, i["w"].shape[1]), i["w"], i["bias"])
+                                              + i["residual"],),
+    "resnet_stem": lambda i: (F.relu(F.batch_norm(F.conv2d(cl(i["x"]), cl(i["w"]), stride=2, padding=3), i["mean"], i["var"],
+                                                  i["gamma"], i["beta"], training=False)),),
+    "bert_projection": lambda i: (F.linear(i["x"], i["w"], i["bias"]),),
 }
