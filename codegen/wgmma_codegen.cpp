@@ -133,7 +133,7 @@ auto GemmGenerator::tma_operand(const ir::Op& anchor, size_t slot, Mma kind) con
 // A [M, K] read through reshapes of a strided tensor (transposes and
 // reshapes of a tensor in memory): that tensor, and its dimensions grouped
 // into M's (a leading run) and K's, dimensions of size 1 dropped and
-// neighbours that merge merged.
+// neighbours that merge merged; nullopt where either side has none.
 auto GemmGenerator::strided_a(const ir::Op& anchor, Mma kind) const -> std::optional<StridedView> {
   const Shape& a = g_.operand(anchor, 0).shape;
   if (a.size() != 2) return std::nullopt;
@@ -161,8 +161,7 @@ auto GemmGenerator::strided_a(const ir::Op& anchor, Mma kind) const -> std::opti
     else
       side.push_back({shape[d], e->strides[d]});
   }
-  if (view.rows.empty()) view.rows.push_back({1, 0});
-  if (view.columns.empty()) view.columns.push_back({1, 1});
+  if (view.rows.empty() || view.columns.empty()) return std::nullopt;
   return view;
 }
 
@@ -205,9 +204,11 @@ auto GemmGenerator::gathered_a(const ir::Op& anchor, Mma kind) const -> std::opt
   std::optional<StridedView> view = strided_a(anchor, kind);
   if (!view || view->columns.back().stride != 1 || view->columns.back().size % 8 != 0 || view->memory.offset % 8 != 0)
     return std::nullopt;
-  for (const std::vector<ViewDim>* side : {&view->rows, &view->columns})
-    for (const ViewDim& d : *side)
-      if (d.size > 1 && d.stride % 8 != 0 && &d != &view->columns.back()) return std::nullopt;
+  // Every stride but the innermost (1) keeps a run 16-byte aligned.
+  for (const ViewDim& d : view->rows)
+    if (d.stride % 8 != 0) return std::nullopt;
+  for (size_t d = 0; d + 1 < view->columns.size(); ++d)
+    if (view->columns[d].stride % 8 != 0) return std::nullopt;
   return view;
 }
 

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "compiler/error.h"
+#include "compiler/graph_rewrite.h"
 
 namespace kiln::ir {
 namespace {
@@ -24,12 +25,7 @@ bool qualifies(const Graph& g, const Op& op) {
 
 class Padder {
  public:
-  explicit Padder(const Graph& g) : g_(g) {
-    out_.name = g.name;
-    out_.tensors = g.tensors;
-    out_.inputs = g.inputs;
-    out_.outputs = g.outputs;
-  }
+  explicit Padder(const Graph& g) : g_(g), out_(g) {}
 
   std::optional<Graph> run() {
     bool padded = false;
@@ -40,27 +36,17 @@ class Padder {
         copy.inputs[1] = padded_channels(op.inputs[1]);
         padded = true;
       }
-      emit(std::move(copy));
+      out_.emit(std::move(copy));
     }
     if (!padded) return std::nullopt;
-    out_.index_users();
-    return std::move(out_);
+    return out_.take();
   }
 
  private:
-  TensorId add(Tensor t) {
-    out_.tensors.push_back(std::move(t));
-    return static_cast<TensorId>(out_.tensors.size() - 1);
-  }
-  void emit(Op op) {
-    out_.tensors[static_cast<size_t>(op.output)].producer = static_cast<int32_t>(out_.ops.size());
-    out_.ops.push_back(std::move(op));
-  }
-
   // concat(t, expand(0)) along the last (channel) axis; once per tensor.
   TensorId padded_channels(TensorId t) {
     if (auto it = padded_.find(t); it != padded_.end()) return it->second;
-    const Tensor source = out_.tensors[static_cast<size_t>(t)];
+    const Tensor source = out_.tensor(t);
     const int64_t channels = source.shape.back();
     Shape zeros_shape = source.shape;
     zeros_shape.back() = (channels + kChannelMultiple - 1) / kChannelMultiple * kChannelMultiple - channels;
@@ -70,7 +56,7 @@ class Padder {
     Tensor zero;
     zero.kind = TensorKind::Constant;
     zero.rounded = true;
-    const TensorId zero_id = add(zero);
+    const TensorId zero_id = out_.add(zero);
     auto result = [&](const std::string& suffix, const Shape& shape, DType dtype, bool rounded) {
       Tensor r;
       r.kind = TensorKind::OpResult;
@@ -79,24 +65,24 @@ class Padder {
       r.strides = contiguous_strides(shape);
       r.dtype = dtype;
       r.rounded = rounded;
-      return add(std::move(r));
+      return out_.add(std::move(r));
     };
     // (A zero is exact in every type: the expanded constant is of the operand's.)
     Op expand{OpKind::Expand, {zero_id}, result("zero_channels", zeros_shape, source.dtype, true), {}, false};
     expand.attrs.shape = zeros_shape;
     const TensorId zeros = expand.output;
-    emit(std::move(expand));
+    out_.emit(std::move(expand));
     Op concat{OpKind::Concat, {t, zeros}, result(fmt::format("channels{}", padded_shape.back()), padded_shape, source.dtype, true),
               {}, false};
     concat.attrs.axis = static_cast<int64_t>(padded_shape.size()) - 1;
     const TensorId padded = concat.output;
-    emit(std::move(concat));
+    out_.emit(std::move(concat));
     padded_.emplace(t, padded);
     return padded;
   }
 
   const Graph& g_;
-  Graph out_;
+  GraphRewrite out_;
   std::map<TensorId, TensorId> padded_;
 };
 

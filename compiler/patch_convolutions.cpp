@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "compiler/graph_rewrite.h"
+
 namespace kiln::ir {
 namespace {
 
@@ -30,26 +32,20 @@ bool qualifies(const Graph& g, const Op& op) {
 
 class Rewriter {
  public:
-  explicit Rewriter(const Graph& g) : g_(g) {
-    out_.name = g.name;
-    out_.tensors = g.tensors;
-    out_.inputs = g.inputs;
-    out_.outputs = g.outputs;
-  }
+  explicit Rewriter(const Graph& g) : g_(g), out_(g) {}
 
   std::optional<Graph> run() {
     bool changed = false;
     for (const Op& op : g_.ops) {
       if (!qualifies(g_, op)) {
-        emit(op);
+        out_.emit(op);
         continue;
       }
       as_matmul(op);
       changed = true;
     }
     if (!changed) return std::nullopt;
-    out_.index_users();
-    return std::move(out_);
+    return out_.take();
   }
 
  private:
@@ -75,10 +71,10 @@ class Rewriter {
     product.shape = {n * hp * wp, k};
     product.strides = contiguous_strides(product.shape);
     product.is_output = false;
-    const TensorId mm = add(std::move(product));
+    const TensorId mm = out_.add(std::move(product));
     Op matmul{OpKind::Matmul, {a, b}, mm, {}, false};
     matmul.attrs.precision = conv.attrs.precision;
-    emit(std::move(matmul));
+    out_.emit(std::move(matmul));
     if (!nchw) {
       emit_view(OpKind::Reshape, mm, conv.output, {n, hp, wp, k}, {});
       return;
@@ -87,29 +83,21 @@ class Rewriter {
     emit_view(OpKind::Transpose, pixels, conv.output, {}, {0, 3, 1, 2});
   }
 
-  TensorId add(Tensor t) {
-    out_.tensors.push_back(std::move(t));
-    return static_cast<TensorId>(out_.tensors.size() - 1);
-  }
-  void emit(Op op) {
-    out_.tensors[static_cast<size_t>(op.output)].producer = static_cast<int32_t>(out_.ops.size());
-    out_.ops.push_back(std::move(op));
-  }
   // A view's result: `source`'s type and rounding in a new shape.
   TensorId view_result(TensorId source, const Shape& shape, const std::string& name) {
-    Tensor t = out_.tensors[static_cast<size_t>(source)];
+    Tensor t = out_.tensor(source);
     t.kind = TensorKind::OpResult;
     t.name = name;
     t.shape = shape;
     t.strides = contiguous_strides(shape);
     t.is_output = false;
-    return add(std::move(t));
+    return out_.add(std::move(t));
   }
   void emit_view(OpKind kind, TensorId source, TensorId result, const Shape& shape, const std::vector<int64_t>& perm) {
     Op op{kind, {source}, result, {}, false};
     op.attrs.shape = shape;
     op.attrs.perm = perm;
-    emit(std::move(op));
+    out_.emit(std::move(op));
   }
   TensorId reshape(TensorId source, const Shape& shape, const std::string& name) {
     const TensorId result = view_result(source, shape, name);
@@ -117,7 +105,7 @@ class Rewriter {
     return result;
   }
   TensorId transpose(TensorId source, const std::vector<int64_t>& perm, const std::string& name) {
-    const Shape& from = out_.tensors[static_cast<size_t>(source)].shape;
+    const Shape& from = out_.tensor(source).shape;
     Shape shape;
     for (int64_t d : perm) shape.push_back(from[static_cast<size_t>(d)]);
     const TensorId result = view_result(source, shape, name);
@@ -126,7 +114,7 @@ class Rewriter {
   }
 
   const Graph& g_;
-  Graph out_;
+  GraphRewrite out_;
 };
 
 }  // namespace
