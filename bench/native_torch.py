@@ -74,6 +74,7 @@ NATIVE = {
     "conv3x3_bias_relu": lambda i: (F.relu(F.conv2d(cl(i["x"]), cl(i["w"]), i["b"], padding=1)),),
     "conv3x3_stride2": lambda i: (F.conv2d(cl(i["x"]), cl(i["w"]), stride=2, padding=1),),
     "conv_bias_residual_relu": lambda i: (F.relu(F.conv2d(cl(i["x"]), cl(i["w"]), i["b"], padding=1) + cl(i["r"])),),
+    "conv_bias_relu_max_pool": lambda i: (F.max_pool2d(F.relu(F.conv2d(cl(i["x"]), cl(i["w"]), i["b"], padding=1)), 2),),
     "conv_bn_relu": lambda i: (F.relu(F.batch_norm(F.conv2d(cl(i["x"]), cl(i["w"]), padding=1), i["mean"], i["var"],
                                                    i["gamma"], i["beta"], training=False)),),
     "conv_channel_stats": lambda i: channel_stats(F.conv2d(cl(i["x"]), cl(i["w"]), padding=1)),

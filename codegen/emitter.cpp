@@ -213,12 +213,13 @@ void Emitter::begin_columns(std::set<std::string> column_vars, std::string dims,
 
 Emitter::ColumnCode Emitter::end_columns() {
   ColumnCode code;
-  for (const std::string& line : columns_.lines) code.body += line + "\n";
+  for (const std::string& line : columns_.lines) code.statements += line + "\n";
   for (const std::string& v : columns_.exported) {
     const std::string& array = columns_.arrays.at(v);
     code.declarations += fmt::format("float {}{};\n", array, columns_.dims);
-    code.body += fmt::format("{}{} = {};\n", array, columns_.index, v);
+    code.values.emplace_back(v, array);
   }
+  code.arithmetic = columns_.arithmetic;
   columns_ = Columns{};
   return code;
 }
@@ -368,6 +369,8 @@ std::string Emitter::pointwise(const ir::Op& op, const Coords& coords) {
   // the column loop; otherwise its column operands are read from their arrays).
   auto column_statement = [&](std::vector<std::string>& args) {
     const bool column = std::all_of(args.begin(), args.end(), [&](const std::string& a) { return is_column_value(a); });
+    // (a cast rounds at most: a column of casts is still as cheap as its loads)
+    if (column && columns_.on && op.kind != ir::OpKind::Cast) columns_.arithmetic = true;
     if (!column)
       for (std::string& a : args) a = element(a);
     return column;

@@ -71,7 +71,9 @@ class Emitter {
   void begin_columns(std::set<std::string> column_vars, std::string dims, std::string index);
   struct ColumnCode {
     std::string declarations;  // the register arrays
-    std::string body;          // one column's statements, ending with its values stored into the arrays
+    std::string statements;    // one column's statements
+    std::vector<std::pair<std::string, std::string>> values;  // (value, register array) the element code reads
+    bool arithmetic = false;   // whether a value is computed (more than a load)
     bool empty() const { return declarations.empty(); }
   };
   ColumnCode end_columns();
@@ -157,6 +159,7 @@ class Emitter {
     std::set<std::string> values;    // names of column values
     std::map<std::string, std::string> arrays;  // column value -> its register array
     std::vector<std::string> exported;          // in order of first use
+    bool arithmetic = false;                    // a column statement computes (not only loads)
   } columns_;
 };
 

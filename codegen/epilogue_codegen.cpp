@@ -81,8 +81,9 @@ auto GemmGenerator::decide_epilogue(const ir::Op& anchor, const Gemm& gm, const 
   // type, dense, the result's elements in the result's order, read by pointwise ops on that
   // path at their own coordinates, in column pairs; the first of them comes in through the same
   // buffers.
+  // (A pooled conv's rows run window by window, not in the result's order.)
   if (tensor_core && loops.stage_map && gm.column_last && gm.m < (int64_t{1} << 31) && gm.n < (int64_t{1} << 31) &&
-      gm.batches < (int64_t{1} << 31)) {
+      gm.batches < (int64_t{1} << 31) && !epilogue_pool()) {
     // Rows of N at the result's linear index.
     auto in_result_order = [&](ir::TensorId t) {
       const Shape& shape = g_.tensor(t).shape;
@@ -198,9 +199,11 @@ void GemmGenerator::emit_epilogue_reductions(const EpiloguePlan& plan, const std
 void GemmGenerator::emit_epilogue_writes(const ir::Op& anchor, const Gemm& gm, const EpilogueLoops& loops, const Coords& oc,
                                          const EpiloguePlan& plan, EpilogueText& text) {
   const bool tensor_core = loops.fragments;
+  const ir::Op* pool = epilogue_pool();
   for (ir::TensorId t : k_.writes) {
     if (std::any_of(plan.reductions.begin(), plan.reductions.end(), [&](const auto& r) { return r.op->output == t; }))
       continue;
+    if (pool && t == pool->output) continue;  // (emit_epilogue_pool)
     const Coords tc = write_coords(anchor.output, oc, t);
     const std::string offset = em_.linearize(tc, g_.tensor(t).shape), value = em_.value(t, tc);
     const DType storage = storage_dtype(g_.tensor(t));
@@ -245,6 +248,83 @@ void GemmGenerator::emit_epilogue_writes(const ir::Op& anchor, const Gemm& gm, c
   }
 }
 
+const ir::Op* GemmGenerator::epilogue_pool() const {
+  if (!k_.params.pool_window) return nullptr;
+  const std::vector<const ir::Op*> pools = ops_of({ir::OpFamily::Pool});
+  KILN_INTERNAL_CHECK(pools.size() == 1);
+  return pools[0];
+}
+
+// A conv's epilogue pool of 2 x 2 windows, stride 2 (strategies.cpp): the
+// conv's rows run window by window (pooled_pixel, gm.window_rows), so each
+// window's four pixels are rows the combine can reach cheaply:
+// - interleaved (fragments): an MMA row group of 16 holds windows 4g + r % 4
+//   at rows r, r + 4, r + 8, r + 12. A lane holds rows r and r + 8 of a
+//   column (half 0 and 1), lane ^ 16 rows r ^ 4 and (r ^ 4) + 8: the element
+//   code keeps half 0's value, combines half 1's with it, and one shuffle
+//   finishes the window; lanes 0-15 store it.
+// - consecutive (fragments, when the windows do not fill whole groups of
+//   16 rows): rows 4j..4j+3 of an 8-row group, lanes l, l ^ 4, l ^ 8, l ^ 12:
+//   two shuffles; lanes 0-3 and 16-19 store.
+// - consecutive (SIMT): one thread's four rows of a column (i = 0..3,
+//   gemm_simt's inner loop), combined in `window`.
+// A window's rows are all inside M or all past it, and share their columns,
+// so the lanes of one window reach the shuffles together or not at all:
+// where rows or columns are skipped the shuffles name those lanes alone,
+// elsewhere every lane (a mask that varies by lane costs a convergence loop
+// around each shuffle: H100, 32 x 56 x 56 x 128, 0.095 -> 0.076 ms).
+void GemmGenerator::emit_epilogue_pool(const ir::Op& anchor, const Gemm& gm, const EpilogueLoops& loops, const Coords& oc,
+                                       EpilogueText& text) {
+  const ir::Op* pool = epilogue_pool();
+  if (!pool || !writes_.count(pool->output)) return;
+  const ir::Tensor& out = g_.result(*pool);
+  const ir::TensorId t = pool->output;
+  const bool is_max = pool->kind == OpKind::MaxPool2d;
+  auto combine = [&](const std::string& a, const std::string& b) {
+    return is_max ? fmt::format("kiln::MaxOp::combine({}, {})", a, b) : fmt::format("{} + {}", a, b);
+  };
+  const std::string value = em_.value(pool->inputs[0], write_coords(anchor.output, oc, pool->inputs[0]));
+  const Coords pooled{oc[0], "(" + oc[1] + " >> 1)", "(" + oc[2] + " >> 1)", oc[3]};  // NHWC
+  const std::string offset = em_.linearize(pooled, out.shape);
+  const std::string result = em_.rounded(out, is_max ? "window" : "(window / 4.0f)");
+  if (!loops.fragments) {
+    em_.emit(fmt::format("window = i == 0 ? {} : {};", value, combine("window", value)));
+    em_.emit(fmt::format("if (i == 3) {}  // {}", store(t, offset, result), out.name));
+    return;
+  }
+  const bool interleaved = gm.window_rows == WindowRows::interleaved, skips = loops.check_m || loops.check_n;
+  std::string storing;  // the lanes that store each window
+  if (interleaved) {
+    text.row_decls += "float window_part[G::kNI][2];  // half 0's value of each window\n";
+    em_.emit(fmt::format("if (half == 0) window_part[ni][c] = {};", value));
+    em_.emit("else {");
+    em_.emit(fmt::format("float window = {};  // {}'s window", combine("window_part[ni][c]", value), out.name));
+    em_.emit(skips ? "const unsigned windows = 0x10001u << (threadIdx.x & 15);  // this window's lanes"
+                   : "const unsigned windows = 0xffffffffu;");
+    em_.emit(fmt::format("window = {};", combine("window", "__shfl_xor_sync(windows, window, 16)")));
+    storing = "half == 1 && (threadIdx.x & 16) == 0";
+  } else {
+    em_.emit(fmt::format("float window = {};  // {}'s window", value, out.name));
+    em_.emit(skips ? "const unsigned windows = 0x1111u << ((threadIdx.x & 3) | (threadIdx.x & 16));  // this window's lanes"
+                   : "const unsigned windows = 0xffffffffu;");
+    em_.emit(fmt::format("window = {};", combine("window", "__shfl_xor_sync(windows, window, 4)")));
+    em_.emit(fmt::format("window = {};", combine("window", "__shfl_xor_sync(windows, window, 8)")));
+    storing = "(threadIdx.x & 12) == 0";
+  }
+  const DType storage = storage_dtype(out);
+  const bool paired = gm.column_last && storage != DType::boolean && (!loops.check_n || gm.n % 2 == 0);
+  if (paired) {
+    text.pair_decls += fmt::format("float pair{0}[2];\nkiln::i64 pair{0}_at = 0;\n", t);
+    em_.emit(fmt::format("pair{}[c] = {};  // {}", t, result, out.name));
+    em_.emit(fmt::format("if (c == 0) pair{}_at = {};", t, offset));
+    text.pair_stores += fmt::format("if ({0}) kiln::store_pair_{1}({2}, pair{3}_at, pair{3}[0], pair{3}[1]);  // {4}\n",
+                                    storing, to_string(storage), writes_.at(t), t, out.name);
+  } else {
+    em_.emit(fmt::format("if ({}) {}  // {}", storing, store(t, offset, result), out.name));
+  }
+  if (interleaved) em_.emit("}");
+}
+
 // Each residual the element code reads, a pair per column pair: the first
 // from the staging buffer its tensor copy filled (falling back to memory
 // where the pointer is not aligned), the others from memory:
@@ -284,11 +364,33 @@ void GemmGenerator::fragment_loops(const Gemm& gm, const EpilogueLoops& loops, c
   open.clear();
   if (blocks && plan.staged < 0) open += fmt::format("#pragma unroll\nfor (int blk = 0; blk < (G::kNI + {0}) / {1}; ++blk) {{\n",
                                                      text.columns - 1, text.columns);
-  if (!text.column_values.empty()) {
-    open += text.column_values.declarations + column_tile;
-    open += "#pragma unroll\nfor (int c = 0; c < 2; ++c) {\nconst kiln::i64 n = n0 + G::acc_col(ni, c);\n";
-    if (loops.check_n) open += fmt::format("if (n >= {}LL) continue;\n", gm.n);
-    open += text.column_coords + text.column_values.body + "}\n}\n";
+  const Emitter::ColumnCode& values = text.column_values;
+  auto one_column = [&](const std::string& ni, const std::string& store) {
+    std::string code = fmt::format("#pragma unroll\nfor (int c = 0; c < 2; ++c) {{\nconst kiln::i64 n = n0 + G::acc_col({}, c);\n", ni);
+    if (loops.check_n) code += fmt::format("if (n >= {}LL) continue;\n", gm.n);
+    code += text.column_coords + values.statements;
+    for (const auto& [value, array] : values.values) code += fmt::format(fmt::runtime(store), array, value);
+    return code + "}\n";
+  };
+  if (!values.empty() && !values.arithmetic) {
+    // Loads: each thread loads its own columns (8 lanes of a warp share each).
+    open += values.declarations + column_tile + one_column("ni", "{}[nj][c] = {};\n") + "}\n";
+  } else if (!values.empty()) {
+    // Computed values: a lane computes two of the block's columns, those of
+    // MMA column tile (lane / 4) % columns at its own lane % 4, and the warp
+    // exchanges them: acc_col depends on the lane through lane % 4 alone, so
+    // lane nj * 4 + lane % 4 holds column pair nj of every lane of its quad.
+    KILN_INTERNAL_CHECK(8 % text.columns == 0);
+    open += values.declarations;
+    for (const auto& [value, array] : values.values) open += fmt::format("float {}_share[2] = {{0.0f, 0.0f}};\n", array);
+    open += fmt::format("{{\nconst int share_ni = blk * {0} + (int)((threadIdx.x & 31) >> 2) % {0};\n", text.columns);
+    if (plan.staged < 0) open += "if (share_ni < G::kNI) {\n";
+    open += one_column("share_ni", "{}_share[c] = {};\n");
+    if (plan.staged < 0) open += "}\n";
+    open += "}\n" + column_tile + "#pragma unroll\nfor (int c = 0; c < 2; ++c) {\n";
+    for (const auto& [value, array] : values.values)
+      open += fmt::format("{0}[nj][c] = __shfl_sync(0xffffffffu, {0}_share[c], nj * 4 + (int)(threadIdx.x & 3));\n", array);
+    open += "}\n}\n";
   }
   open += "#pragma unroll\nfor (int mi = 0; mi < G::kMI; ++mi)\n#pragma unroll\nfor (int half = 0; half < 2; ++half) {\n";
   open += "const kiln::i64 m = m0 + G::acc_row(mi, 2 * half);\n";
@@ -456,6 +558,7 @@ std::string GemmGenerator::epilogue(const ir::Op& anchor, const Gemm& gm, const 
   for (ir::TensorId r : plan.residuals)
     em_.set_vector_source(r, residual_coords(anchor, oc, r), fmt::format("residual{}", r), "c");
   emit_epilogue_reductions(plan, ws, text);
+  emit_epilogue_pool(anchor, gm, loops, oc, text);
   emit_epilogue_writes(anchor, gm, loops, oc, plan, text);
   load_epilogue_residuals(gm, loops, plan, text);
   const std::string elements = em_.take();

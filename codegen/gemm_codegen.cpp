@@ -90,10 +90,13 @@ void GemmGenerator::gemm_simt(const ir::Op& anchor, const Gemm& gm) {
   body += "float a[4], b[4];\n#pragma unroll\nfor (int i = 0; i < 4; ++i) a[i] = As[kk][ty * 4 + i], b[i] = Bs[kk][tx * 4 + i];\n";
   body += "#pragma unroll\nfor (int i = 0; i < 4; ++i)\n#pragma unroll\nfor (int j = 0; j < 4; ++j) acc[i][j] += a[i] * b[j];\n";
   body += "}\n__syncthreads();\n}\n";
-  const std::string open = "#pragma unroll\nfor (int i = 0; i < 4; ++i)\n#pragma unroll\nfor (int j = 0; j < 4; ++j) {\n"
-                           "const kiln::i64 m = m0 + ty * 4 + i, n = n0 + tx * 4 + j;\n" +
+  // A pooled conv (emit_epilogue_pool): a thread's four rows are one window, combined in `window`.
+  const std::string loops = gm.window_rows != WindowRows::none
+                                ? "#pragma unroll\nfor (int j = 0; j < 4; ++j) {\nfloat window = 0.0f;\n#pragma unroll\nfor (int i = 0; i < 4; ++i) {\n"
+                                : "#pragma unroll\nfor (int i = 0; i < 4; ++i)\n#pragma unroll\nfor (int j = 0; j < 4; ++j) {\n";
+  const std::string open = loops + "const kiln::i64 m = m0 + ty * 4 + i, n = n0 + tx * 4 + j;\n" +
                            fmt::format("if (m >= {}LL || n >= {}LL) continue;\n", gm.m, gm.n);
-  body += epilogue(anchor, gm, {open, "}\n"}, "acc[i][j]");
+  body += epilogue(anchor, gm, {open, gm.window_rows != WindowRows::none ? "}\n}\n" : "}\n"}, "acc[i][j]");
   finish(body, 256);
   out_.grid = {blocks_for(gm.n, kBN), blocks_for(gm.m, kBM), static_cast<uint32_t>(gm.batches)};
 }
@@ -119,6 +122,7 @@ auto GemmGenerator::mma_tile(const Gemm& gm, Mma kind) const -> MmaTile {
 
 int GemmGenerator::split_k(const Gemm& gm, const MmaTile& t) const {
   if (t.warps_m != 1) return 1;  // the few-rows tile only
+  if (k_.params.pool_window) return 1;  // (the pool takes whole sums)
   for (const ir::Op* r : ops_of({ir::OpFamily::Reduce}))
     if (writes_.count(r->output)) return 1;  // (its last-block finalisation counts whole tiles)
   const int64_t tiles = ((gm.m + t.bm - 1) / t.bm) * ((gm.n + t.bn - 1) / t.bn) * gm.batches;
@@ -466,6 +470,23 @@ void GemmGenerator::setup_norm_prologue() {
   }
 }
 
+// A pooled conv's GEMM row m as its output pixel: the rows run window by
+// window over [N, P/2, Q/2] (Gemm::WindowRows): window m / 4, pixel m % 4
+// (consecutive), or in each 16 rows windows 4 (m / 16) + m % 4, pixel
+// (m / 4) % 4 (interleaved).
+std::string GemmGenerator::pooled_pixel(const std::string& m, const std::string& type, const std::array<std::string, 3>& names,
+                                        int64_t p, int64_t q, WindowRows order) {
+  KILN_INTERNAL_CHECK(order != WindowRows::none);
+  const std::string wide = type == "int" ? "" : "LL", at = "(" + m + ")";
+  const bool consecutive = order == WindowRows::consecutive;
+  const std::string window = consecutive ? at + " >> 2" : fmt::format("({0} >> 4) * 4 + ({0} & 3)", at);
+  const std::string dy = consecutive ? at + " >> 1 & 1" : at + " >> 3 & 1", dx = consecutive ? at + " & 1" : at + " >> 2 & 1";
+  const std::string w = names[0] + "_window";
+  return fmt::format("const {0} {1} = {2}, {3} = {1} / {4}{5}, {6} = {1} / {7}{5} % {8}{5} * 2 + ({9}), "
+                     "{10} = {1} % {7}{5} * 2 + ({11});",
+                     type, w, window, names[0], p * q / 4, wide, names[1], q / 2, p / 2, dy, names[2], dx);
+}
+
 void GemmGenerator::conv() {
   const ir::Op& cv = g_.ops[static_cast<size_t>(k_.anchor)];
   const ir::Attributes& at = cv.attrs;
@@ -484,10 +505,20 @@ void GemmGenerator::conv() {
   gm.batches = at.groups;
   KILN_USER_CHECK(gm.k <= INT32_MAX - 64, "{}: K = R x S x C/groups = {} exceeds the 2^31 - 64 this convolution kernel indexes",
                   g_.describe(k_.anchor), gm.k);
-  // Implicit im2col: GEMM row m is output pixel (ni, pi, qi); GEMM k is
-  // (ri, si, ci), ci fastest.
-  const ConvIndex input_pixel = [&](const std::string& m, const std::string& kk, const std::string& g) {
-    em_.emit(fmt::format("const kiln::i64 ni = {0} / {1}LL, pi = ({0} / {2}LL) % {3}LL, qi = {0} % {2}LL;", m, p * q, q, p));
+  // Implicit im2col: GEMM row m is output pixel (ni, pi, qi), row-major or
+  // window by window (pooled_pixel); GEMM k is (ri, si, ci), ci fastest.
+  // Pooled (KernelParams::pool_window): over fragments, interleaved where the
+  // windows fill whole 16-row groups (emit_epilogue_pool), else consecutive.
+  const std::optional<Mma> kind = mma_kind(cv);
+  const WindowRows pool = !k_.params.pool_window ? WindowRows::none
+                          : kind && (n * p * q / 4) % 4 == 0 ? WindowRows::interleaved
+                                                             : WindowRows::consecutive;
+  gm.window_rows = pool;
+  const ConvIndex input_pixel = [&, pool](const std::string& m, const std::string& kk, const std::string& g) {
+    if (pool != WindowRows::none)
+      em_.emit(pooled_pixel(m, "kiln::i64", {"ni", "pi", "qi"}, p, q, pool));
+    else
+      em_.emit(fmt::format("const kiln::i64 ni = {0} / {1}LL, pi = ({0} / {2}LL) % {3}LL, qi = {0} % {2}LL;", m, p * q, q, p));
     em_.emit(fmt::format("const kiln::i64 ri = {0} / {1}LL, si = ({0} / {2}LL) % {3}LL, ci = {4} * {2}LL + {0} % {2}LL;", kk,
                          s * cg, cg, s, g));
     em_.emit(fmt::format("const kiln::i64 hi = pi * {}LL - {}LL + ri * {}LL, wi = qi * {}LL - {}LL + si * {}LL;", at.stride[0],
@@ -509,7 +540,8 @@ void GemmGenerator::conv() {
     em_.emit("v = " + operand_value(cv, 1, filter_tap(kk, nn, g)) + ";");
   };
   gm.column_last = nhwc;
-  gm.out_row = [&](const std::string& m) {
+  gm.out_row = [&, pool](const std::string& m) {
+    if (pool != WindowRows::none) return pooled_pixel(m, "kiln::i64", {"on", "op", "oq"}, p, q, pool);
     return fmt::format("const kiln::i64 on = {0} / {1}LL, op = ({0} / {2}LL) % {3}LL, oq = {0} % {2}LL;", m, p * q, q, p);
   };
   gm.column_vars = {"ok"};
@@ -528,7 +560,6 @@ void GemmGenerator::conv() {
   gm.a_runs_last = gm.b_runs_last = nhwc && cg % 8 == 0;  // k runs along ci within one filter tap
   // B's tile is [k-out][ri, si, ci]: the weights' own order in NHWC.
   gm.b_k_major = true;
-  const std::optional<Mma> kind = mma_kind(cv);
   if (kind && nhwc && cg % (*kind == Mma::tf32 ? 4 : 8) == 0) conv_chunks(cv, *kind, input_pixel, filter_tap, gm);
   gemm(cv, gm);
 }

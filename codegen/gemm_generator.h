@@ -23,8 +23,11 @@ class GemmGenerator : public KernelBuilder {
   // dimension) and return {in bounds, element offset from pointer_a/b}.
   using ChunkFn = std::function<std::pair<std::string, std::string>(const std::string&, const std::string&,
                                                                     const std::string&)>;
+  // A pooled conv's rows (pooled_pixel): in pixel order, or window by window.
+  enum class WindowRows { none, consecutive, interleaved };
   struct Gemm {
     int64_t m, n, k, batches;
+    WindowRows window_rows = WindowRows::none;
     std::function<void(const std::string& m, const std::string& k, const std::string& batch)> load_a;  // sets `v`
     std::function<void(const std::string& k, const std::string& n, const std::string& batch)> load_b;
     // The result's coordinates of GEMM (m, n); with out_row (conv), those
@@ -167,6 +170,10 @@ class GemmGenerator : public KernelBuilder {
   void emit_epilogue_reductions(const EpiloguePlan& plan, const std::vector<std::string>& ws, EpilogueText& text);
   void emit_epilogue_writes(const ir::Op& anchor, const Gemm& gm, const EpilogueLoops& loops, const Coords& oc,
                             const EpiloguePlan& plan, EpilogueText& text);
+  // The pool of a conv's epilogue (KernelParams::pool_window), or nullptr.
+  const ir::Op* epilogue_pool() const;
+  void emit_epilogue_pool(const ir::Op& anchor, const Gemm& gm, const EpilogueLoops& loops, const Coords& oc,
+                          EpilogueText& text);
   void load_epilogue_residuals(const Gemm& gm, const EpilogueLoops& loops, const EpiloguePlan& plan, EpilogueText& text);
   void fragment_loops(const Gemm& gm, const EpilogueLoops& loops, const EpiloguePlan& plan, const EpilogueText& text,
                       std::string& open, std::string& close);
@@ -327,6 +334,10 @@ class GemmGenerator : public KernelBuilder {
   void setup_norm_prologue();
 
   void conv();
+  // A pooled conv's GEMM row `m` (an expression) as its output pixel:
+  // declares names[0..2] (n, p, q) of type `type` for a P x Q output.
+  static std::string pooled_pixel(const std::string& m, const std::string& type, const std::array<std::string, 3>& names,
+                                  int64_t p, int64_t q, WindowRows order);
   // A conv's implicit im2col: declares (ni, hi, wi, ci) of GEMM (m, k) in
   // group g, returns when that input pixel lies inside the image; and
   // declares the filter tap of GEMM (k, n), returning the weight's coordinates.

@@ -53,7 +53,7 @@ bool map_stride_fits(int64_t elements) {
 std::string GemmGenerator::epilogue_prefetch(const ir::Op& anchor, const Gemm& gm, int bn, const std::string& rows,
                                              const std::set<std::string>& operands) const {
   const Shape& shape = g_.result(anchor).shape;
-  if (!gm.column_last || shape.size() < 2) return "";
+  if (!gm.column_last || shape.size() < 2 || k_.params.pool_window) return "";  // (pooled: rows not in order)
   std::string out;
   for (const auto& [id, e] : ext_) {
     const int64_t bytes = byte_size(e.storage);
@@ -630,7 +630,10 @@ std::string GemmGenerator::gathered_producer(const Gemm& gm, const std::optional
     out += "kiln::i64 pixel[8];\nint top[8], left[8];\n";
     out += "#pragma unroll\nfor (int i = 0; i < 8; ++i) {\n";
     out += "const int m = (int)m0 + chunk_row + 16 * i;\n";
-    out += fmt::format("const int ni = m / {0}, pq = m - ni * {0}, pi = pq / {1}, qi = pq - pi * {1};\n", cv.p * cv.q, cv.q);
+    if (gm.window_rows != WindowRows::none)
+      out += pooled_pixel("m", "int", {"ni", "pi", "qi"}, cv.p, cv.q, gm.window_rows) + "\n";
+    else
+      out += fmt::format("const int ni = m / {0}, pq = m - ni * {0}, pi = pq / {1}, qi = pq - pi * {1};\n", cv.p * cv.q, cv.q);
     out += fmt::format("top[i] = m < {} ? pi * {} - {} : -(1 << 29);\n", gm.m, cv.stride[0], cv.padding[0]);
     out += fmt::format("left[i] = qi * {} - {};\n", cv.stride[1], cv.padding[1]);
     out += fmt::format("pixel[i] = (kiln::i64)ni * {}LL + (kiln::i64)top[i] * {}LL + (kiln::i64)left[i] * {}LL;\n",

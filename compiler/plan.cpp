@@ -34,6 +34,7 @@ std::string KernelParams::to_string(KernelKind kind) const {
     case KernelKind::Attention: {
       std::string s = fmt::format("batch={} m={} n={} k={}", batch, m, n, k);
       if (epilogue_reductions) s += fmt::format(" epilogue_reductions={}", epilogue_reductions);
+      if (pool_window) s += fmt::format(" pooled={}x{}", pool_window, pool_window);
       return s;
     }
     case KernelKind::Reduction:

@@ -60,6 +60,9 @@ struct KernelParams {
   // with M = N*P*Q, N = K, K = C/groups*R*S per group.
   int64_t batch = 1, m = 1, n = 1, k = 1;
   int64_t epilogue_reductions = 0;  // reductions of the anchor output (atomics)
+  // Conv anchors whose epilogue pools: the window's side (2). M then runs
+  // over [N, P/2, Q/2, 2, 2], each window's pixels in consecutive rows.
+  int64_t pool_window = 0;
 
   bool operator==(const KernelParams&) const = default;
   std::string to_string(KernelKind kind) const;

@@ -36,6 +36,7 @@ struct Group {
   bool holds_rows = false;
   std::set<TensorId> after_reduction;
   int epilogue_reductions = 0;       // anchors: reductions of the output
+  bool epilogue_pool = false;        // conv anchors: a pool of the output (strategies.cpp)
   std::set<int32_t> recomputed;
   std::vector<std::string> notes;
   std::vector<std::string> workspace;  // scratch buffers it writes (names for the dumps)

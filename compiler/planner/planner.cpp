@@ -130,6 +130,7 @@ class Planner {
     } else if (family == OpFamily::Reduce && (gr.kind == KernelKind::Matmul || gr.kind == KernelKind::Conv)) {
       ++gr.epilogue_reductions;
     }
+    if (family == OpFamily::Pool && gr.kind == KernelKind::Conv) gr.epilogue_pool = true;
     if (family == OpFamily::Pool && convertible) {
       gr.kind = KernelKind::Reduction;
       gr.pooling = true;

@@ -46,14 +46,51 @@ bool partials_per_column_or_row(const Graph& g, const Group& group, const Op& re
   return per_column || per_row;
 }
 
+// A pool in a conv's epilogue: 2 x 2 windows, stride 2, no padding, over the
+// conv's output at its own coordinates, both NHWC, the output's height and
+// width even. The conv's GEMM rows then run window by window, each window's
+// four pixels in consecutive rows (every pixel still once: a permutation),
+// so a tile holds whole windows and the conv's output never reaches memory.
+// Overlapping or padded windows (ResNet's 3 x 3 stride-2 stem pool) read
+// the conv's output once from a pooling kernel instead.
+Verdict take_pool_into_conv(const Graph& g, const Group& group, const Op& pool) {
+  const Op& conv = g.ops[static_cast<size_t>(group.anchor)];
+  const Attributes& a = pool.attrs;
+  const std::string what = fmt::format("{} ({}x{}, stride {}x{}, padding {}x{})", name_of(g, pool), a.kernel[0], a.kernel[1],
+                                       a.stride[0], a.stride[1], a.padding[0], a.padding[1]);
+  if (a.kernel != std::array<int64_t, 2>{2, 2} || a.stride != std::array<int64_t, 2>{2, 2} ||
+      a.padding != std::array<int64_t, 2>{0, 0})
+    return Verdict::no(fmt::format("{}: a conv kernel pools in its epilogue only 2x2 windows with stride 2 and no padding, "
+                                   "which its tiles hold whole; the pool reads the conv's output once instead",
+                                   what));
+  const Shape& out = g.result(conv).shape;
+  if (conv.attrs.layout != Layout::NHWC || a.layout != Layout::NHWC)
+    return Verdict::no(fmt::format("{}: a conv kernel pools in its epilogue only where conv and pool are both NHWC", what));
+  if (g.operand(pool, 0).shape != out)
+    return Verdict::no(fmt::format("{} pools a tensor of another shape than the conv's output", what));
+  if (out[1] % 2 != 0 || out[2] % 2 != 0)
+    return Verdict::no(fmt::format("{}: the conv's output is {}x{} pixels; its epilogue pools only an even height and "
+                                   "width (each pixel in one window)",
+                                   what, out[1], out[2]));
+  if (group.epilogue_pool || group.epilogue_reductions > 0)
+    return Verdict::no(fmt::format("{} would be a second reduction of the conv's output in its epilogue", what));
+  return Verdict::yes(1);
+}
+
 Verdict take_into_anchor(const Graph& g, const Group& group, const Op& op, int stage) {
   const OpFamily family = op_info(op.kind).family;
+  if (stage == 1 && group.epilogue_pool)
+    return Verdict::no(fmt::format("{} reads the pooled output of the conv kernel's epilogue, the last value it computes",
+                                   name_of(g, op)));
   if (stage == 1)
     return Verdict::no(fmt::format("{} reads the result of a reduction across the {} kernel's tiles, which is "
                                    "complete only when the kernel ends",
                                    name_of(g, op), to_string(group.kind)));
   if (pointwise_like(op.kind)) return take_pointwise(g, group, op, 0);
+  if (family == OpFamily::Pool && group.kind == KernelKind::Conv) return take_pool_into_conv(g, group, op);
   if (family == OpFamily::Reduce) {
+    if (group.epilogue_pool)
+      return Verdict::no(fmt::format("{}: the conv kernel already pools its output in its epilogue", name_of(g, op)));
     if (group.kind == KernelKind::Attention)
       return Verdict::no(fmt::format("an attention kernel does not reduce its output ({})", name_of(g, op)));
     if (element_count(g.operand(op, 0).shape) != group.count[0])
@@ -180,6 +217,7 @@ void anchor_params(const Graph& g, const Group& group, KernelParams& p) {
   const Op& op = g.ops[static_cast<size_t>(group.anchor)];
   const Shape& out = g.result(op).shape;
   p.epilogue_reductions = group.kind == KernelKind::Attention ? 0 : group.epilogue_reductions;
+  if (group.epilogue_pool) p.pool_window = 2;
   if (group.kind == KernelKind::Matmul) {
     const Shape& a = g.operand(op, 0).shape;
     p.batch = product(out, 0, out.size() - 2);

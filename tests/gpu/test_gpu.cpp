@@ -180,6 +180,14 @@ TEST(Gpu, FamiliesWithOddShapes) {
       "ops":[{{"op":"log_softmax","in":["x"],"out":"l","axis":1}}],"outputs":["l"]}})", dt));
     texts.push_back(fmt::format(R"({{"kiln":1,"inputs":{{"x":{{"shape":[2,40,40,96],"dtype":"{0}"}},"b":{{"shape":[96],"dtype":"{0}"}}}},
       "ops":[{{"op":"add","in":["x","b"],"out":"h"}},{{"op":"group_norm","in":["h"],"out":"g","groups":3}}],"outputs":["h","g"]}})", dt));
+    // A pool of 2x2 windows in a conv's epilogue (rows window by window):
+    // grouped, bias + relu + max; the result also written, average.
+    texts.push_back(fmt::format(R"({{"kiln":1,"inputs":{{"x":{{"shape":[2,10,12,24],"dtype":"{0}"}},"w":{{"shape":[20,3,3,12],"dtype":"{0}"}},"b":{{"shape":[20],"dtype":"{0}"}}}},
+      "ops":[{{"op":"conv2d","in":["x","w"],"out":"c","padding":[1,1],"groups":2}},{{"op":"add","in":["c","b"],"out":"h"}},{{"op":"relu","in":["h"],"out":"y"}},
+             {{"op":"max_pool2d","in":["y"],"out":"p","kernel":[2,2]}}],"outputs":["p"]}})", dt));
+    texts.push_back(fmt::format(R"({{"kiln":1,"inputs":{{"x":{{"shape":[3,6,18,16],"dtype":"{0}"}},"w":{{"shape":[13,1,3,16],"dtype":"{0}"}}}},
+      "ops":[{{"op":"conv2d","in":["x","w"],"out":"c","padding":[0,1]}},{{"op":"tanh","in":["c"],"out":"y"}},
+             {{"op":"avg_pool2d","in":["y"],"out":"p","kernel":[2,2]}}],"outputs":["y","p"]}})", dt));
     texts.push_back(fmt::format(R"({{"kiln":1,"inputs":{{"x":{{"shape":[33,65,7],"dtype":"{0}"}}}},
       "ops":[{{"op":"reduce_max","in":["x"],"out":"a","axes":[0,2]}},{{"op":"reduce_mean","in":["x"],"out":"b","axes":[1],"keepdims":true}},
              {{"op":"sub","in":["x","b"],"out":"d"}},{{"op":"reduce_min","in":["d"],"out":"c"}}],"outputs":["a","c"]}})", dt));
@@ -245,6 +253,10 @@ TEST(Gpu, FamiliesWithOddShapes) {
            {"op":"reduce_sum","in":["c"],"out":"s","axes":[0,1,2]}],"outputs":["c","s"]})");
   texts.push_back(R"({"kiln":1,"inputs":{"x":{"shape":[1,130,130,32],"dtype":"bf16"},"w":{"shape":[64,1,1,32],"dtype":"bf16"}},
     "ops":[{"op":"conv2d","in":["x","w"],"out":"y"}],"outputs":["y"]})");
+  // ... pooling 2x2 windows in its epilogue: M not a multiple of the tile, the result also written.
+  texts.push_back(R"({"kiln":1,"inputs":{"x":{"shape":[8,54,54,64],"dtype":"bf16"},"w":{"shape":[128,3,3,64],"dtype":"bf16"},"b":{"shape":[128],"dtype":"bf16"}},
+    "ops":[{"op":"conv2d","in":["x","w"],"out":"c","padding":[1,1]},{"op":"add","in":["c","b"],"out":"h"},{"op":"relu","in":["h"],"out":"y","dtype":"bf16"},
+           {"op":"max_pool2d","in":["y"],"out":"p","kernel":[2,2]}],"outputs":["p","y"]})");
   // Residuals through the staging buffers (the first by bulk tensor loads,
   // the second from memory): a Hopper conv, and batched (3-d maps) with M
   // and N not multiples of the tile.
@@ -439,6 +451,10 @@ TEST(Gpu, UnalignedBindingsMatchTheReference) {
       // Hopper conv: the input gathered element by element, no tensor map for the weights.
       R"({"kiln": 1, "inputs": {"x": {"shape": [2, 75, 117, 40], "dtype": "bf16"}, "w": {"shape": [72, 3, 3, 40], "dtype": "bf16"}},
           "ops": [{"op": "conv2d", "in": ["x", "w"], "out": "y", "padding": [1, 1]}], "outputs": ["y"]})",
+      // ... pooling its 2x2 windows in the epilogue.
+      R"({"kiln": 1, "inputs": {"x": {"shape": [2, 76, 118, 40], "dtype": "bf16"}, "w": {"shape": [72, 3, 3, 40], "dtype": "bf16"}},
+          "ops": [{"op": "conv2d", "in": ["x", "w"], "out": "c", "padding": [1, 1]},
+                  {"op": "max_pool2d", "in": ["c"], "out": "y", "kernel": [2, 2]}], "outputs": ["y"]})",
       // Hopper: no tensor map for either operand; the producer loads elements.
       R"({"kiln": 1, "inputs": {"a": {"shape": [1100, 200], "dtype": "bf16"}, "b": {"shape": [200, 2104], "dtype": "bf16"}},
           "ops": [{"op": "matmul", "in": ["a", "b"], "out": "y"}], "outputs": ["y"]})",
@@ -501,6 +517,9 @@ TEST(Gpu, EveryTuningChoiceMatchesTheReference) {
           "r": {"shape": [16, 38, 41, 128], "dtype": "f16"}},
           "ops": [{"op": "conv2d", "in": ["x", "w"], "out": "c", "padding": [1, 1]}, {"op": "add", "in": ["c", "r"], "out": "y", "dtype": "f16"}],
           "outputs": ["y"]})",
+      R"({"kiln": 1, "inputs": {"x": {"shape": [16, 38, 40, 64], "dtype": "bf16"}, "w": {"shape": [128, 3, 3, 64], "dtype": "bf16"}},
+          "ops": [{"op": "conv2d", "in": ["x", "w"], "out": "c", "padding": [1, 1]}, {"op": "relu", "in": ["c"], "out": "r"},
+                  {"op": "avg_pool2d", "in": ["r"], "out": "y", "kernel": [2, 2]}], "outputs": ["y"]})",
       R"({"kiln": 1, "inputs": {"a": {"shape": [9, 4100], "dtype": "bf16"}, "b": {"shape": [4100, 1000], "dtype": "bf16"},
           "bias": {"shape": [1000], "dtype": "f32"}},
           "ops": [{"op": "matmul", "in": ["a", "b"], "out": "m"}, {"op": "add", "in": ["m", "bias"], "out": "y"}], "outputs": ["y"]})",

@@ -100,6 +100,55 @@ TEST(Planner, ReductionEpilogueOfAConvReadsNothingBack) {
   EXPECT_EQ(names(g, p.kernels[0].reads), (std::vector<std::string>{"x", "w"}));
 }
 
+// A conv pools 2x2 windows (stride 2, no padding, both NHWC, an even output)
+// in its epilogue; every near miss reads the conv's output from a pooling
+// kernel, and the boundary says which condition failed.
+TEST(Planner, AConvPoolsWholeWindowsInItsEpilogue) {
+  auto plan_for = [](const std::string& x_shape, const std::string& pool) {
+    Graph g = must_parse(graph_of(R"("x": {"shape": )" + x_shape + R"(, "dtype": "bf16"},
+                                     "w": {"shape": [16, 3, 3, 16], "dtype": "bf16"}, "b": {"shape": [16], "dtype": "bf16"})",
+                                  R"({"op": "conv2d", "in": ["x", "w"], "out": "c", "padding": [1, 1]},
+                                     {"op": "add", "in": ["c", "b"], "out": "h"}, {"op": "relu", "in": ["h"], "out": "y"},
+                                     {"op": "max_pool2d", "in": ["y"], "out": "p")" + pool + "}",
+                                  R"(["p"])"));
+    return std::pair(plan_of(g), std::move(g));
+  };
+  {
+    const auto [p, g] = plan_for("[2, 8, 12, 16]", R"(, "kernel": [2, 2])");
+    ASSERT_EQ(p.kernels.size(), 1u);
+    EXPECT_EQ(p.kernels[0].params.pool_window, 2);
+    EXPECT_EQ(p.kernels[0].params.m, 2 * 8 * 12);
+    EXPECT_EQ(names(g, p.kernels[0].writes), (std::vector<std::string>{"p"}));
+  }
+  const std::pair<std::string, std::string> misses[] = {
+      {R"(, "kernel": [3, 3], "stride": [2, 2], "padding": [1, 1])", "only 2x2 windows with stride 2 and no padding"},
+      {R"(, "kernel": [2, 2], "stride": [1, 1])", "only 2x2 windows with stride 2 and no padding"},
+      {R"(, "kernel": [2, 2], "padding": [1, 1])", "only 2x2 windows with stride 2 and no padding"},
+  };
+  for (const auto& [pool, why] : misses) {
+    const auto [p, g] = plan_for("[2, 8, 12, 16]", pool);
+    ASSERT_EQ(p.kernels.size(), 2u) << pool;
+    EXPECT_EQ(p.kernels[0].params.pool_window, 0);
+    ASSERT_EQ(p.boundaries.size(), 1u);
+    EXPECT_THAT(p.boundaries[0].reason, HasSubstr(why));
+  }
+  {
+    const auto [p, g] = plan_for("[2, 9, 12, 16]", R"(, "kernel": [2, 2])");
+    ASSERT_EQ(p.kernels.size(), 2u);
+    EXPECT_THAT(p.boundaries[0].reason, HasSubstr("pools only an even height and width"));
+  }
+  // A conv's output both pooled and reduced: one reduction of it per epilogue.
+  Graph g = must_parse(graph_of(R"("x": {"shape": [2, 8, 8, 16], "dtype": "bf16"}, "w": {"shape": [16, 1, 1, 16], "dtype": "bf16"})",
+                                R"({"op": "conv2d", "in": ["x", "w"], "out": "c"},
+                                   {"op": "avg_pool2d", "in": ["c"], "out": "p", "kernel": [2, 2]},
+                                   {"op": "reduce_sum", "in": ["c"], "out": "s", "axes": [0, 1, 2]})",
+                                R"(["p", "s"])"));
+  const ir::Plan p = plan_of(g);
+  ASSERT_EQ(p.kernels.size(), 2u);
+  EXPECT_EQ(p.kernels[0].params.pool_window, 2);
+  EXPECT_THAT(p.boundaries[0].reason, HasSubstr("already pools its output in its epilogue"));
+}
+
 TEST(Planner, SiblingReductionsShareAKernelOnlyOverTheSameAxes) {
   Graph same = must_parse(graph_of(R"("x": {"shape": [32, 16], "dtype": "f32"})",
                                    R"({"op": "reduce_max", "in": ["x"], "out": "m", "axes": [1]},
@@ -250,7 +299,7 @@ TEST(Planner, DoneWhenPatternsAreOneKernelEach) {
                            "matmul/matmul_bias_residual_relu", "matmul/matmul_transposed_bias", "norm/add_layer_norm",
                            "norm/softmax_scale_mask", "pointwise/scale_shift_gelu", "pointwise/where_clamp_cast",
                            "reduction/exp_sum_rows", "attention/sdpa_causal_gqa", "attention/attention_decomposed",
-                           "conv/conv_channel_stats"}) {
+                           "conv/conv_channel_stats", "conv/conv_bias_relu_max_pool"}) {
     Graph g = Graph::load(std::string(KILN_SOURCE_DIR "/examples/") + name + ".json").value();
     EXPECT_EQ(plan_of(g).kernels.size(), 1u) << name << "\n" << ir::plan_to_text(ir_of(g), plan_of(g));
   }
