@@ -108,10 +108,23 @@ auto ReductionGenerator::held_row_layout() const -> HeldRowLayout {
                   ? static_cast<int>(std::clamp<int64_t>(std::bit_ceil(static_cast<uint64_t>((chunks + 1) / 2)), 32, 512))
                   : 512;
   h.per = (chunks + h.threads - 1) / h.threads;
-  h.loop = h.in_registers
-               ? fmt::format("#pragma unroll\nfor (int t = 0; t < {0}; ++t) {{\nconst int j0 = (threadIdx.x + t * {1}) * {2};\n"
-                             "if (j0 >= {3}) continue;\n", h.per, h.threads, h.ch.vec, h.n)
-               : fmt::format("for (int j0 = threadIdx.x * {0}; j0 < {1}; j0 += {2}) {{\n", h.ch.vec, h.n, h.threads * h.ch.vec);
+  // Registers: where the threads' chunks cover the row exactly no chunk is
+  // past it (no branch); else a chunk past it is skipped, and in the load
+  // holds zeros (a value on every path). With a branch per chunk and no
+  // zeros, H100, 16384 rows of 4096: softmax written out took 62 registers
+  // (48 without) and 0.115 ms (0.104); RMSNorm as Llama writes it 0.103
+  // (0.093, 96% of copy); LayerNorm written out 0.120 (0.106).
+  const bool exact = h.per * h.threads * h.ch.vec == h.n;
+  const std::string head = fmt::format("#pragma unroll\nfor (int t = 0; t < {0}; ++t) {{\nconst int j0 = (threadIdx.x + t * {1}) * {2};\n",
+                                       h.per, h.threads, h.ch.vec);
+  std::string zeros;
+  for (size_t i = 0; i < h.held.size(); ++i)
+    zeros += fmt::format("for (int v = 0; v < {}; ++v) xs{}[t * {} + v] = 0.0f;\n", h.ch.vec, i, h.ch.vec);
+  const std::string past = fmt::format("if (j0 >= {}) ", h.n);
+  h.loop = !h.in_registers ? fmt::format("for (int j0 = threadIdx.x * {0}; j0 < {1}; j0 += {2}) {{\n", h.ch.vec, h.n, h.threads * h.ch.vec)
+           : exact         ? head
+                           : head + past + "continue;\n";
+  h.load_loop = !h.in_registers || exact ? h.loop : head + past + "{\n#pragma unroll\n" + zeros + "continue;\n}\n";
   return h;
 }
 
@@ -198,7 +211,7 @@ void ReductionGenerator::held_rows() {
   if (h.in_registers && !h.held.empty()) {  // the row's inputs, read once
     for (size_t i = 0; i < h.held.size(); ++i)
       body += fmt::format("float xs{}[{}];  // {}\n", i, h.per * h.ch.vec, g_.tensor(h.held[i]).name);
-    body += h.loop + held_row_chunk(h.ch, [&](const Coords& c) {
+    body += h.load_loop + held_row_chunk(h.ch, [&](const Coords& c) {
                                 for (size_t i = 0; i < h.held.size(); ++i)
                                   em_.emit(fmt::format("{} = {};", h.slot(fmt::format("xs{}", i)), em_.value(h.held[i], c)));
                               }) + "}\n";

@@ -40,6 +40,7 @@ class ReductionGenerator : public KernelBuilder {
     int threads = 0;
     int64_t per = 0;            // chunks per thread
     std::string loop;           // the head of a loop over this thread's chunks of the row
+    std::string load_loop;      // ... for the load into registers: a chunk past the row holds zeros
     std::string slot(const std::string& array) const;
   };
   HeldRowLayout held_row_layout() const;
