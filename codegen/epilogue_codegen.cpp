@@ -283,7 +283,9 @@ void GemmGenerator::emit_epilogue_pool(const ir::Op& anchor, const Gemm& gm, con
   auto combine = [&](const std::string& a, const std::string& b) {
     return is_max ? fmt::format("kiln::MaxOp::combine({}, {})", a, b) : fmt::format("{} + {}", a, b);
   };
-  const std::string value = em_.value(pool->inputs[0], write_coords(anchor.output, oc, pool->inputs[0]));
+  const Coords at = write_coords(anchor.output, oc, pool->inputs[0]);
+  KILN_INTERNAL_CHECK(at == oc);  // the planner pools values at the conv's own coordinates (at_conv_coordinates)
+  const std::string value = em_.value(pool->inputs[0], at);
   const Coords pooled{oc[0], "(" + oc[1] + " >> 1)", "(" + oc[2] + " >> 1)", oc[3]};  // NHWC
   const std::string offset = em_.linearize(pooled, out.shape);
   const std::string result = em_.rounded(out, is_max ? "window" : "(window / 4.0f)");

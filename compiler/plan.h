@@ -61,7 +61,7 @@ struct KernelParams {
   int64_t batch = 1, m = 1, n = 1, k = 1;
   int64_t epilogue_reductions = 0;  // reductions of the anchor output (atomics)
   // Conv anchors whose epilogue pools: the window's side (2). M then runs
-  // over [N, P/2, Q/2, 2, 2], each window's pixels in consecutive rows.
+  // window by window over [N, P/2, Q/2] (codegen orders a window's pixels).
   int64_t pool_window = 0;
 
   bool operator==(const KernelParams&) const = default;

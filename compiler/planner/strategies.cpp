@@ -46,10 +46,30 @@ bool partials_per_column_or_row(const Graph& g, const Group& group, const Op& re
   return per_column || per_row;
 }
 
-// A pool in a conv's epilogue: 2 x 2 windows, stride 2, no padding, over the
-// conv's output at its own coordinates, both NHWC, the output's height and
-// width even. The conv's GEMM rows then run window by window, each window's
-// four pixels in consecutive rows (every pixel still once: a permutation),
+// Whether the group computes `t` at the conv's own output coordinates: the
+// conv's result, or pointwise ops of its shape over such values and over
+// tensors from memory (through views of their own). A view of a value the
+// group computes moves its elements: not at the conv's coordinates.
+bool at_conv_coordinates(const Graph& g, const Group& group, TensorId t) {
+  auto computed_here = [&](const Tensor& x) { return x.kind == TensorKind::OpResult && group.ops.count(x.producer); };
+  const Tensor& x = g.tensor(t);
+  if (x.kind != TensorKind::OpResult || x.producer == group.anchor) return true;
+  const Op& op = g.ops[static_cast<size_t>(x.producer)];
+  if (op_info(op.kind).family == OpFamily::View) {  // (views join a group with their readers: not a member yet)
+    const Tensor* s = &x;
+    while (s->kind == TensorKind::OpResult && op_info(g.ops[static_cast<size_t>(s->producer)].kind).family == OpFamily::View)
+      s = &g.operand(g.ops[static_cast<size_t>(s->producer)], 0);
+    return !computed_here(*s);  // from memory, else computed here and moved
+  }
+  if (!computed_here(x)) return true;
+  if (!pointwise_like(op.kind) || x.shape != g.result(g.ops[static_cast<size_t>(group.anchor)]).shape) return false;
+  return std::all_of(op.inputs.begin(), op.inputs.end(), [&](TensorId in) { return at_conv_coordinates(g, group, in); });
+}
+
+// A pool in a conv's epilogue: 2 x 2 windows, stride 2, no padding, over
+// values at the conv's output coordinates, both NHWC, the output's height
+// and width even. The conv's GEMM rows then run window by window (codegen
+// orders each window's four pixels; every pixel still once: a permutation),
 // so a tile holds whole windows and the conv's output never reaches memory.
 // Overlapping or padded windows (ResNet's 3 x 3 stride-2 stem pool) read
 // the conv's output once from a pooling kernel instead.
@@ -66,8 +86,10 @@ Verdict take_pool_into_conv(const Graph& g, const Group& group, const Op& pool) 
   const Shape& out = g.result(conv).shape;
   if (conv.attrs.layout != Layout::NHWC || a.layout != Layout::NHWC)
     return Verdict::no(fmt::format("{}: a conv kernel pools in its epilogue only where conv and pool are both NHWC", what));
-  if (g.operand(pool, 0).shape != out)
-    return Verdict::no(fmt::format("{} pools a tensor of another shape than the conv's output", what));
+  if (g.operand(pool, 0).shape != out || !at_conv_coordinates(g, group, pool.inputs[0]))
+    return Verdict::no(fmt::format("{} pools values that are not at the conv's output coordinates (another shape, or "
+                                   "moved by a view)",
+                                   what));
   if (out[1] % 2 != 0 || out[2] % 2 != 0)
     return Verdict::no(fmt::format("{}: the conv's output is {}x{} pixels; its epilogue pools only an even height and "
                                    "width (each pixel in one window)",

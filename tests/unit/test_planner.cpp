@@ -137,6 +137,17 @@ TEST(Planner, AConvPoolsWholeWindowsInItsEpilogue) {
     ASSERT_EQ(p.kernels.size(), 2u);
     EXPECT_THAT(p.boundaries[0].reason, HasSubstr("pools only an even height and width"));
   }
+  {  // the conv's output moved by a view of its own shape (H and W swapped) before the pool
+    Graph g = must_parse(graph_of(R"("x": {"shape": [2, 8, 8, 16], "dtype": "bf16"}, "w": {"shape": [16, 1, 1, 16], "dtype": "bf16"})",
+                                  R"({"op": "conv2d", "in": ["x", "w"], "out": "c"},
+                                     {"op": "transpose", "in": ["c"], "out": "t", "perm": [0, 2, 1, 3]},
+                                     {"op": "relu", "in": ["t"], "out": "r"},
+                                     {"op": "max_pool2d", "in": ["r"], "out": "p", "kernel": [2, 2]})",
+                                  R"(["p"])"));
+    const ir::Plan p = plan_of(g);
+    ASSERT_EQ(p.kernels.size(), 2u);
+    EXPECT_THAT(p.boundaries[0].reason, HasSubstr("not at the conv's output coordinates"));
+  }
   // A conv's output both pooled and reduced: one reduction of it per epilogue.
   Graph g = must_parse(graph_of(R"("x": {"shape": [2, 8, 8, 16], "dtype": "bf16"}, "w": {"shape": [16, 1, 1, 16], "dtype": "bf16"})",
                                 R"({"op": "conv2d", "in": ["x", "w"], "out": "c"},
