@@ -358,7 +358,7 @@ void GemmGenerator::load_epilogue_residuals(const Gemm& gm, const EpilogueLoops&
 // The fragment loops around the element code: rows (two per MMA tile),
 // column pairs, and with a staged tensor the 128-byte column blocks.
 void GemmGenerator::fragment_loops(const Gemm& gm, const EpilogueLoops& loops, const EpiloguePlan& plan,
-                                   const EpilogueText& text, std::string& open, std::string& close) {
+                                   const EpilogueText& text, std::string& open, std::string& close, TileLoopCarry* carry) {
   const bool blocks = plan.staged >= 0 || !text.column_values.empty();
   // A block's columns (ni = blk * columns + nj); unstaged blocks end at G::kNI.
   const std::string column_tile = fmt::format("#pragma unroll\nfor (int nj = 0; nj < {0}; ++nj) {{\nconst int ni = blk * {0} + nj;\n{1}",
@@ -378,20 +378,40 @@ void GemmGenerator::fragment_loops(const Gemm& gm, const EpilogueLoops& loops, c
     // Loads: each thread loads its own columns (8 lanes of a warp share each).
     open += values.declarations + column_tile + one_column("ni", "{}[nj][c] = {};\n") + "}\n";
   } else if (!values.empty()) {
-    // Computed values: a lane computes two of the block's columns, those of
+    // Computed values: a lane computes two of a block's columns, those of
     // MMA column tile (lane / 4) % columns at its own lane % 4, and the warp
     // exchanges them: acc_col depends on the lane through lane % 4 alone, so
     // lane nj * 4 + lane % 4 holds column pair nj of every lane of its quad.
+    // A persistent kernel computes every block's shares once per tile column,
+    // at the tile's start, where the main loop hides their loads (H100, conv
+    // 3x3 + BN + relu: 0.071 ms computed per block).
     KILN_INTERNAL_CHECK(8 % text.columns == 0);
-    open += values.declarations;
-    for (const auto& [value, array] : values.values) open += fmt::format("float {}_share[2] = {{0.0f, 0.0f}};\n", array);
-    open += fmt::format("{{\nconst int share_ni = blk * {0} + (int)((threadIdx.x & 31) >> 2) % {0};\n", text.columns);
-    if (plan.staged < 0) open += "if (share_ni < G::kNI) {\n";
-    open += one_column("share_ni", "{}_share[c] = {};\n");
-    if (plan.staged < 0) open += "}\n";
-    open += "}\n" + column_tile + "#pragma unroll\nfor (int c = 0; c < 2; ++c) {\n";
+    const std::string blocks = fmt::format("(G::kNI + {}) / {}", text.columns - 1, text.columns);
+    const std::string share_ni = fmt::format("const int share_ni = blk * {0} + (int)((threadIdx.x & 31) >> 2) % {0};\n", text.columns);
+    auto shares = [&](const std::string& index) {
+      std::string code;
+      for (const auto& [value, array] : values.values) code += fmt::format("{0}_share{1}[0] = {0}_share{1}[1] = 0.0f;\n", array, index);
+      code += share_ni + (plan.staged < 0 ? "if (share_ni < G::kNI) {\n" : "");
+      code += one_column("share_ni", "{}_share" + index + "[c] = {};\n");
+      return code + (plan.staged < 0 ? "}\n" : "");
+    };
+    std::string share_index;
+    if (carry && !plan.rolled) {  // (a rolled block loop would index the shares at run time: local memory)
+      share_index = "[blk]";
+      for (const auto& [value, array] : values.values) carry->before_loop += fmt::format("float {}_share[{}][2];\n", array, blocks);
+      carry->before_loop += "kiln::i64 shared_n0 = -1, shared_batch = -1;  // the tile column the shares are of\n";
+      carry->tile_start += "if (shared_n0 != n0 || shared_batch != batch) {\nshared_n0 = n0, shared_batch = batch;\n";
+      carry->tile_start += fmt::format("#pragma unroll\nfor (int blk = 0; blk < {}; ++blk) {{\n", blocks) + shares("[blk]") + "}\n}\n";
+      open += values.declarations;
+    } else {
+      open += values.declarations;
+      for (const auto& [value, array] : values.values) open += fmt::format("float {}_share[2];\n", array);
+      open += "{\n" + shares("") + "}\n";
+    }
+    open += column_tile + "#pragma unroll\nfor (int c = 0; c < 2; ++c) {\n";
     for (const auto& [value, array] : values.values)
-      open += fmt::format("{0}[nj][c] = __shfl_sync(0xffffffffu, {0}_share[c], nj * 4 + (int)(threadIdx.x & 3));\n", array);
+      open += fmt::format("{0}[nj][c] = __shfl_sync(0xffffffffu, {0}_share{1}[c], nj * 4 + (int)(threadIdx.x & 3));\n", array,
+                          share_index);
     open += "}\n}\n";
   }
   open += "#pragma unroll\nfor (int mi = 0; mi < G::kMI; ++mi)\n#pragma unroll\nfor (int half = 0; half < 2; ++half) {\n";
@@ -574,7 +594,7 @@ std::string GemmGenerator::epilogue(const ir::Op& anchor, const Gemm& gm, const 
 
   std::string open = loops.open, close = loops.close;
   if (tensor_core) {
-    fragment_loops(gm, loops, plan, text, open, close);
+    fragment_loops(gm, loops, plan, text, open, close, carry);
     if (plan.staged >= 0) {
       KILN_INTERNAL_CHECK(carry != nullptr);  // the staging state lives across the tile loop
       staged_column_blocks(gm, loops, plan, text, open, close, *carry);

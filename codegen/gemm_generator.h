@@ -176,7 +176,7 @@ class GemmGenerator : public KernelBuilder {
                           EpilogueText& text);
   void load_epilogue_residuals(const Gemm& gm, const EpilogueLoops& loops, const EpiloguePlan& plan, EpilogueText& text);
   void fragment_loops(const Gemm& gm, const EpilogueLoops& loops, const EpiloguePlan& plan, const EpilogueText& text,
-                      std::string& open, std::string& close);
+                      std::string& open, std::string& close, TileLoopCarry* carry);
   void staged_column_blocks(const Gemm& gm, const EpilogueLoops& loops, const EpiloguePlan& plan, const EpilogueText& text,
                             std::string& open, std::string& close, TileLoopCarry& carry);
   std::string flush_column_partials(const Gemm& gm, const EpiloguePlan& plan, const EpilogueText& text,

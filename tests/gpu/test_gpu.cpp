@@ -253,6 +253,12 @@ TEST(Gpu, FamiliesWithOddShapes) {
            {"op":"reduce_sum","in":["c"],"out":"s","axes":[0,1,2]}],"outputs":["c","s"]})");
   texts.push_back(R"({"kiln":1,"inputs":{"x":{"shape":[1,130,130,32],"dtype":"bf16"},"w":{"shape":[64,1,1,32],"dtype":"bf16"}},
     "ops":[{"op":"conv2d","in":["x","w"],"out":"y"}],"outputs":["y"]})");
+  // ... batch_norm's column values computed once per tile column (two columns of tiles, N not a
+  // multiple of the tile).
+  texts.push_back(R"({"kiln":1,"inputs":{"x":{"shape":[8,40,41,64],"dtype":"bf16"},"w":{"shape":[200,3,3,64],"dtype":"bf16"},
+    "mean":{"shape":[200],"dtype":"f32"},"var":{"shape":[200],"dtype":"f32"},"g":{"shape":[200],"dtype":"f32"},"b":{"shape":[200],"dtype":"f32"}},
+    "ops":[{"op":"conv2d","in":["x","w"],"out":"c","padding":[1,1]},{"op":"abs","in":["var"],"out":"v"},
+           {"op":"batch_norm","in":["c","mean","v","g","b"],"out":"n"},{"op":"relu","in":["n"],"out":"y","dtype":"bf16"}],"outputs":["y"]})");
   // ... pooling 2x2 windows in its epilogue: M not a multiple of the tile, the result also written.
   texts.push_back(R"({"kiln":1,"inputs":{"x":{"shape":[8,54,54,64],"dtype":"bf16"},"w":{"shape":[128,3,3,64],"dtype":"bf16"},"b":{"shape":[128],"dtype":"bf16"}},
     "ops":[{"op":"conv2d","in":["x","w"],"out":"c","padding":[1,1]},{"op":"add","in":["c","b"],"out":"h"},{"op":"relu","in":["h"],"out":"y","dtype":"bf16"},
