@@ -628,6 +628,17 @@ class Planner {
     drop_emptied_groups(copied, output_sources);
   }
 
+  // The tensors a group reads from memory: made by other kernels or the caller.
+  std::set<TensorId> reads_of(const Group& gr) const {
+    std::set<TensorId> read;
+    for (int32_t oi : gr.ops)
+      for (TensorId in : g_.ops[static_cast<size_t>(oi)].inputs) {
+        const TensorId s = source(in);
+        if (g_.tensor(s).kind != TensorKind::Constant && owner_[static_cast<size_t>(s)] != gr.id) read.insert(s);
+      }
+    return read;
+  }
+
   // The readers of each value: (group, op) pairs outside its group.
   std::map<TensorId, std::vector<std::pair<int, int32_t>>> readers_outside_producers() const {
     std::map<TensorId, std::vector<std::pair<int, int32_t>>> readers;
@@ -652,12 +663,21 @@ class Planner {
     std::set<TensorId> leaves;
     std::string why_not;
     const std::optional<std::set<int32_t>> cone = recompute_cone(group(gid), t, output_sources, leaves, why_not);
+    // The bytes a reader would read besides what it reads already: the most over the readers.
     int64_t leaf_bytes = 0;
     std::vector<std::string> leaf_names;
-    for (TensorId leaf : leaves) {
-      leaf_bytes += materialised_bytes(g_.tensor(leaf));
-      leaf_names.push_back(fmt::format("'{}'", g_.tensor(leaf).name));
+    for (auto [rid, oi] : users) {
+      const std::set<TensorId> read = reads_of(group(rid));
+      int64_t bytes = 0;
+      std::vector<std::string> names;
+      for (TensorId leaf : leaves)
+        if (!read.count(leaf)) {
+          bytes += materialised_bytes(g_.tensor(leaf));
+          names.push_back(fmt::format("'{}'", g_.tensor(leaf).name));
+        }
+      if (leaf_names.empty() || bytes > leaf_bytes) leaf_bytes = bytes, leaf_names = names;
     }
+    if (leaf_names.empty()) leaf_names.push_back("only what it reads already");
     if (cone && leaf_bytes > materialised_bytes(g_.tensor(t))) {
       why_not = fmt::format("recomputing it would read {} ({}) instead of {}", fmt::join(leaf_names, ", "),
                             human_bytes(leaf_bytes), human_bytes(materialised_bytes(g_.tensor(t))));
@@ -671,7 +691,7 @@ class Planner {
     for (auto [rid, oi] : users) {  // pointwise readers (or views, folded into their readers' indexing)
       const Group& r = group(rid);
       const OpKind kind = g_.ops[static_cast<size_t>(oi)].kind;
-      if (!(pointwise_like(kind) || is_view(kind)) || r.kind == KernelKind::Attention || r.holds_rows ||
+      if (!(pointwise_like(kind) || is_view(kind) || kind == OpKind::Concat) || r.kind == KernelKind::Attention || r.holds_rows ||
           full(rid, cone->size())) {
         for (auto [other, reader] : users)
           if (auto it = reasons_.find({t, reader}); it != reasons_.end())
@@ -748,7 +768,9 @@ class Planner {
       const Tensor& tensor = g_.tensor(v);
       if (tensor.kind == TensorKind::Constant) continue;
       const bool here = tensor.kind == TensorKind::OpResult && gr.ops.count(tensor.producer);
-      if (!here || (v != t && output_sources.count(v))) {
+      // (an anchor's result is never recomputed: a reader that recomputes from it reads it from memory)
+      const bool anchor_result = here && tensor.producer == gr.anchor;
+      if (!here || (v != t && (output_sources.count(v) || anchor_result))) {
         leaves.insert(v);
         continue;
       }
