@@ -612,11 +612,14 @@ class Planner {
   // ---- step 3b: recompute instead of materialise ---------------------------
   // A value a kernel writes only for other kernels, computed in its kernel by
   // cheap pointwise ops (cost Free or Cheap) from tensors in memory anyway
-  // (what the kernel reads, graph outputs it writes), is recomputed by every
-  // kernel that reads it, when each such reader reads it only in pointwise
-  // ops and the inputs it then reads are no more bytes than the value: its
-  // readers read no more than before, and its kernel writes it no more (a
-  // kernel left with nothing to write is gone). The Llama residual + RMSNorm
+  // (what the kernel reads, graph outputs it writes, its anchor's result), is
+  // recomputed by every kernel that reads it, when each such reader reads it
+  // only in pointwise ops or a concat and the inputs it then reads besides
+  // those it reads already are no more bytes than the value: its readers
+  // read no more than before, and its kernel writes it no more (a kernel
+  // left with nothing to write is gone). RoPE after q's projection: the
+  // negated half and q * cos are recomputed by the rotation's kernel, which
+  // reads the projection anyway. The Llama residual + RMSNorm
   // is the case: rsqrt(mean + eps) over [rows, 1], read by the multiply over
   // [rows, hidden], is recomputed there from the mean; and the f32 cast of
   // the residual sum, read from the bf16 sum that is written anyway.

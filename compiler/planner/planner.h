@@ -18,10 +18,12 @@
 //     the normalisation applied in the matmul's prologue;
 //  3b. recompute instead of materialise: a value a kernel writes only for
 //     other kernels, made by cheap pointwise ops (ops.def's cost Free or
-//     Cheap) from tensors in memory anyway, is computed again by each kernel
-//     that reads it in pointwise ops, when the inputs it then reads are no
-//     more bytes than the value (its readers read no more than before, its
-//     kernel writes it no more; a kernel left with nothing to write goes).
+//     Cheap) from tensors in memory anyway (an anchor's result among them), is
+//     computed again by each kernel that reads it in pointwise ops or a
+//     concat, when the inputs it then reads besides those it reads already
+//     are no more bytes than the value (its readers read no more than
+//     before, its kernel writes it no more; a kernel left with nothing to
+//     write goes). RoPE after a projection is one kernel this way.
 //     The plan notes what each kernel recomputes, and a boundary that stays
 //     says why it is not recomputed (a costly op, more bytes to read);
 //  3c. horizontal fusion: kernels with no path between them over the same
