@@ -215,11 +215,7 @@ void GemmGenerator::emit_epilogue_writes(const ir::Op& anchor, const Gemm& gm, c
       em_.emit(store(t, offset, value) + "  // " + g_.tensor(t).name);
       continue;
     }
-    text.pair_decls += fmt::format("float pair{0}[2];\nkiln::i64 pair{0}_at = 0;\n", t);
-    em_.emit(fmt::format("pair{0}[c] = {1};  // {2}", t, value, g_.tensor(t).name));
-    em_.emit(fmt::format("if (c == 0) pair{} = {};", std::to_string(t) + "_at", offset));
-    const std::string direct = fmt::format("kiln::store_pair_{0}({1}, pair{2}_at, pair{2}[0], pair{2}[1]);  // {3}\n",
-                                           to_string(storage), writes_.at(t), t, g_.tensor(t).name);
+    const std::string direct = gather_column_pair(t, value, offset, text) + "\n";
     if (t != plan.staged) {
       text.pair_stores += direct;
       continue;
@@ -246,6 +242,17 @@ void GemmGenerator::emit_epilogue_writes(const ir::Op& anchor, const Gemm& gm, c
     text.pair_stores += "if (staged) " + put + "else " + direct;
     text.staged_put = fmt::format("kiln::aligned16({})", writes_.at(t));
   }
+}
+
+// Element code that collects `value` of tensor t in column pairs (`offset`:
+// the pair's first element); returns the store of a pair, for after the pair.
+std::string GemmGenerator::gather_column_pair(ir::TensorId t, const std::string& value, const std::string& offset,
+                                              EpilogueText& text) {
+  text.pair_decls += fmt::format("float pair{0}[2];\nkiln::i64 pair{0}_at = 0;\n", t);
+  em_.emit(fmt::format("pair{}[c] = {};  // {}", t, value, g_.tensor(t).name));
+  em_.emit(fmt::format("if (c == 0) pair{}_at = {};", t, offset));
+  return fmt::format("kiln::store_pair_{0}({1}, pair{2}_at, pair{2}[0], pair{2}[1]);  // {3}", to_string(storage_dtype(g_.tensor(t))),
+                     writes_.at(t), t, g_.tensor(t).name);
 }
 
 const ir::Op* GemmGenerator::epilogue_pool() const {
@@ -316,11 +323,7 @@ void GemmGenerator::emit_epilogue_pool(const ir::Op& anchor, const Gemm& gm, con
   const DType storage = storage_dtype(out);
   const bool paired = gm.column_last && storage != DType::boolean && (!loops.check_n || gm.n % 2 == 0);
   if (paired) {
-    text.pair_decls += fmt::format("float pair{0}[2];\nkiln::i64 pair{0}_at = 0;\n", t);
-    em_.emit(fmt::format("pair{}[c] = {};  // {}", t, result, out.name));
-    em_.emit(fmt::format("if (c == 0) pair{}_at = {};", t, offset));
-    text.pair_stores += fmt::format("if ({0}) kiln::store_pair_{1}({2}, pair{3}_at, pair{3}[0], pair{3}[1]);  // {4}\n",
-                                    storing, to_string(storage), writes_.at(t), t, out.name);
+    text.pair_stores += fmt::format("if ({}) {}\n", storing, gather_column_pair(t, result, offset, text));
   } else {
     em_.emit(fmt::format("if ({}) {}  // {}", storing, store(t, offset, result), out.name));
   }
@@ -396,15 +399,14 @@ void GemmGenerator::fragment_loops(const Gemm& gm, const EpilogueLoops& loops, c
       return code + (plan.staged < 0 ? "}\n" : "");
     };
     std::string share_index;
+    open += values.declarations;
     if (carry && !plan.rolled) {  // (a rolled block loop would index the shares at run time: local memory)
       share_index = "[blk]";
       for (const auto& [value, array] : values.values) carry->before_loop += fmt::format("float {}_share[{}][2];\n", array, blocks);
       carry->before_loop += "kiln::i64 shared_n0 = -1, shared_batch = -1;  // the tile column the shares are of\n";
       carry->tile_start += "if (shared_n0 != n0 || shared_batch != batch) {\nshared_n0 = n0, shared_batch = batch;\n";
       carry->tile_start += fmt::format("#pragma unroll\nfor (int blk = 0; blk < {}; ++blk) {{\n", blocks) + shares("[blk]") + "}\n}\n";
-      open += values.declarations;
     } else {
-      open += values.declarations;
       for (const auto& [value, array] : values.values) open += fmt::format("float {}_share[2];\n", array);
       open += "{\n" + shares("") + "}\n";
     }

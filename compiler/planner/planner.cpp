@@ -669,7 +669,9 @@ class Planner {
     // The bytes a reader would read besides what it reads already: the most over the readers.
     int64_t leaf_bytes = 0;
     std::vector<std::string> leaf_names;
-    for (auto [rid, oi] : users) {
+    std::set<int> reader_groups;
+    for (auto [rid, oi] : users) reader_groups.insert(rid);
+    for (int rid : reader_groups) {
       const std::set<TensorId> read = reads_of(group(rid));
       int64_t bytes = 0;
       std::vector<std::string> names;
