@@ -169,11 +169,16 @@ HostTensor read(const std::string& path, DType dtype) {
   KILN_USER_CHECK(header_len <= data.size() - offset, "{}: truncated .npy header (or one over 1 MiB)", path);
   const Header h = parse_header(data.substr(offset, header_len), path);
   offset += header_len;
-  int64_t count = 1;
+  // The product of the non-zero dimensions bounds every stride (an empty array's too: (0, 6, 8888888888, ...)
+  // once overflowed them).
+  int64_t extent = 1;
+  bool empty = false;
   for (int64_t d : h.shape) {
-    KILN_USER_CHECK(d == 0 || count <= kMaxElements / std::max<int64_t>(d, 1), "{}: the array is too large", path);
-    count *= d;
+    empty = empty || d == 0;
+    KILN_USER_CHECK(d == 0 || extent <= kMaxElements / d, "{}: the array is too large", path);
+    extent *= std::max<int64_t>(d, 1);
   }
+  const int64_t count = empty ? 0 : extent;
   uint64_t needed = 0;
   KILN_USER_CHECK(!__builtin_mul_overflow(static_cast<uint64_t>(count), static_cast<uint64_t>(h.item_size), &needed),
                   "{}: the array is too large", path);

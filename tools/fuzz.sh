@@ -92,6 +92,7 @@ npy(">f8", [3, 1], True, struct.pack(">3d", 1.5, -2, 3), "f8")
 npy("|b1", [5], False, b"\x01\x00\x01\x01\x00", "b1")
 npy("<i8", [], False, struct.pack("<q", 7), "i8")
 npy("|u1", [2, 2, 2], False, bytes(range(8)), "u1")
+npy("|u1", [0, 6, 8888888888, 88, 88888888, 2], False, b"", "empty_huge")  # once overflowed the strides
 PY
 fuzz fuzz_npy "$npy_seeds" 4096
 rm -rf "$npy_seeds"

@@ -80,7 +80,14 @@ TEST(Npy, RejectsBadFiles) {
   const std::string not_npy = temp_path("x.npy");
   std::ofstream(not_npy) << "hello world";
   EXPECT_THAT(read_npy(not_npy, DType::f32).error().message, ::testing::HasSubstr("not a .npy file"));
-  for (const auto& p : {short_data, complex, not_npy}) std::remove(p.c_str());
+  // Empty, but its other dimensions' product overflows the strides (a fuzzer's find).
+  const std::string huge_empty =
+      make_npy("e.npy", "{'descr': '|u1', 'fortran_order': False, 'shape': (0, 6, 8888888888, 88, 88888888, 2), }", "");
+  EXPECT_THAT(read_npy(huge_empty, DType::f32).error().message, ::testing::HasSubstr("the array is too large"));
+  const std::string empty = make_npy("z.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (0, 3), }", "");
+  ASSERT_TRUE(read_npy(empty, DType::f32).ok());
+  EXPECT_EQ(read_npy(empty, DType::f32).value().values.size(), 0u);
+  for (const auto& p : {short_data, complex, not_npy, huge_empty, empty}) std::remove(p.c_str());
 }
 
 TEST(RandomInputs, AreDeterministicAndFollowTheSpec) {
