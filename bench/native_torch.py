@@ -83,6 +83,8 @@ NATIVE = {
     "matmul_plain": lambda i: (i["a"] @ i["w"],),
     "residual_rms_norm_after_matmul": lambda i: residual_rms_norm(i["a"], i["w"], i["r"], i["g"]),
     "rms_norm_matmul": lambda i: (F.rms_norm(i["x"], (i["x"].shape[-1],), i["g"], eps=1e-6) @ i["w"],),
+    "rms_norm_narrow_matmul": lambda i: (F.rms_norm(i["x"], (i["x"].shape[-1],), i["g"], eps=1e-6) @ i["w"],),
+    "rms_norm_written_out_narrow_matmul": lambda i: (rms_norm_as_llama_writes_it(i["x"], i["g"]) @ i["w"],),
     "sdpa_causal": lambda i: (F.scaled_dot_product_attention(i["q"], i["k"], i["v"], is_causal=True),),
     "sdpa_gqa": lambda i: (F.scaled_dot_product_attention(i["q"], i["k"], i["v"], enable_gqa=True),),
     "skinny_matmul": lambda i: (i["a"] @ i["w"],),

@@ -45,6 +45,7 @@ class Planner {
     if (options_.fuse) {
       absorb_prologues();
       split_norm_prologues();
+      split_held_rows_prologues();
       recompute_cheap_producers();
       fuse_horizontally();
     }
@@ -609,6 +610,132 @@ class Planner {
     }
   }
 
+  // A kernel holding rows whose only result is a narrow matmul's A (RMSNorm
+  // or LayerNorm written op by op): the pointwise tail after its reductions
+  // becomes the matmul's prologue, as split_norm_prologues does for the ops.
+  // The held-rows kernel keeps what the reductions need and writes only the
+  // finished row values the tail reads ([rows, 1]); the tail, recomputed for
+  // each column tile, is held to cheap ops by the same two-tile rule.
+  void split_held_rows_prologues() {
+    for (size_t ai = 0; ai < groups_.size(); ++ai) {
+      if (!groups_[ai].alive || groups_[ai].kind != KernelKind::Matmul) continue;
+      const int aid = groups_[ai].id;
+      const Op& mm = g_.ops[static_cast<size_t>(groups_[ai].anchor)];
+      const TensorId s = source(mm.inputs[0]);
+      const int hid = owner_[static_cast<size_t>(s)];
+      if (hid < 0 || hid == aid || !group(hid).holds_rows) continue;
+      const Group& h = group(hid);
+      std::string why;
+      std::set<int32_t> tail;
+      if (const int64_t tiles = *prologue_recomputations(mm, 0); tiles * kPrologueTileColumns > kNormPrologueMaxColumns)
+        why = fmt::format("'{}' would be recomputed for each of the {} column tiles of '{}' (at most {}); written once "
+                          "instead",
+                          g_.tensor(s).name, tiles, g_.result(mm).name, kNormPrologueMaxColumns / kPrologueTileColumns);
+      else if (!only_used_by(s, groups_[ai].anchor) || !escaping(h, groups_[ai].anchor).empty())
+        why = fmt::format("the kernel holding the rows of '{}' has other results", g_.tensor(s).name);
+      else
+        why = row_tail(h, s, tail);
+      if (!why.empty()) {
+        reasons_.insert_or_assign(std::make_pair(s, groups_[ai].anchor), why);
+        continue;
+      }
+      move_tail_into_prologue(hid, aid, s, tail);
+    }
+  }
+
+  // The ops of held-rows group `h` that `s` is computed by on the rows'
+  // domain, back to the finished reductions (which stay); empty when all
+  // are cheap pointwise ops or views, else why not.
+  std::string row_tail(const Group& h, TensorId s, std::set<int32_t>& tail) const {
+    std::vector<TensorId> todo{s};
+    while (!todo.empty()) {
+      const TensorId v = todo.back();
+      todo.pop_back();
+      const Tensor& tensor = g_.tensor(v);
+      if (tensor.kind != TensorKind::OpResult || !h.ops.count(tensor.producer)) continue;
+      if (auto st = h.stage.find(v); st != h.stage.end() && st->second == 1) continue;  // a finished row value
+      const Op& op = g_.ops[static_cast<size_t>(tensor.producer)];
+      if (!is_view(op.kind) && (!is_pointwise(op.kind) || op_info(op.kind).cost == OpCost::Heavy))
+        return fmt::format("'{}' is computed by {}, too costly to compute again in each column tile's loads of '{}'",
+                           tensor.name, op_name(op.kind), g_.tensor(s).name);
+      if (!tail.insert(tensor.producer).second) continue;
+      for (TensorId in : op.inputs) todo.push_back(in);
+    }
+    return {};
+  }
+
+  void move_tail_into_prologue(int hid, int aid, TensorId s, const std::set<int32_t>& tail) {
+    // What the held-rows kernel still computes: everything its other ops read.
+    std::set<int32_t> kept;
+    std::vector<int32_t> todo;
+    for (int32_t oi : group(hid).ops)
+      if (!tail.count(oi)) todo.push_back(oi);
+    while (!todo.empty()) {
+      const int32_t oi = todo.back();
+      todo.pop_back();
+      if (!kept.insert(oi).second) continue;
+      for (TensorId in : g_.ops[static_cast<size_t>(oi)].inputs)
+        if (const Tensor& t = g_.tensor(in); t.kind == TensorKind::OpResult && group(hid).ops.count(t.producer))
+          todo.push_back(t.producer);
+    }
+    // The tail, a pointwise group of its own for a moment, joins the matmul.
+    Group t;
+    t.id = static_cast<int>(groups_.size());
+    t.domain = g_.tensor(s).shape;
+    t.count[0] = element_count(t.domain);
+    std::set<std::string> row_values;
+    for (int32_t oi : tail) {
+      const Op& op = g_.ops[static_cast<size_t>(oi)];
+      t.ops.insert(oi);
+      t.stage[op.output] = 0;
+      if (kept.count(oi)) {
+        t.recomputed.insert(oi);
+      } else {
+        owner_[static_cast<size_t>(op.output)] = t.id;
+      }
+      for (TensorId in : op.inputs)  // the views it reads through fold into its indexing, as in add()
+        for (const Op* p = producer(in); p && is_view(p->kind); p = producer(p->inputs[0]))
+          t.ops.insert(g_.tensor(p->output).producer);
+      for (TensorId in : op.inputs)
+        if (const Tensor& v = g_.tensor(source(in)); v.kind == TensorKind::OpResult && group(hid).ops.count(v.producer) &&
+                                                     !tail.count(v.producer)) {
+          row_values.insert(fmt::format("'{}'", v.name));
+          reasons_.insert_or_assign(std::make_pair(source(in), oi),
+                                    fmt::format("a finished row value, written for the prologue of '{}'",
+                                                g_.tensor(s).name));
+        }
+    }
+    groups_.push_back(std::move(t));
+    succ_.emplace_back();
+    forward_.push_back(-1);
+    const int tid = groups_.back().id;
+    succ_[static_cast<size_t>(hid)].insert(tid);
+    succ_[static_cast<size_t>(tid)].insert(aid);
+    Group& h = group(hid);
+    for (int32_t oi : tail) {
+      if (kept.count(oi)) {
+        h.recomputed.insert(oi);
+        continue;
+      }
+      const TensorId out = g_.ops[static_cast<size_t>(oi)].output;
+      h.ops.erase(oi);
+      h.stage.erase(out);
+      h.after_reduction.erase(out);
+    }
+    if (h.after_reduction.empty()) {  // no value read back at its row any more: an ordinary reduction
+      h.holds_rows = false;
+      h.notes.erase(std::remove_if(h.notes.begin(), h.notes.end(),
+                                   [](const std::string& n) { return n.rfind("rows held:", 0) == 0; }),
+                    h.notes.end());
+    }
+    h.notes.push_back(fmt::format("writes the row values {} only, for the prologue of '{}'; '{}' itself is never "
+                                  "written",
+                                  fmt::join(row_values, ", "), g_.tensor(s).name, g_.tensor(s).name));
+    merge_into(aid, tid, fmt::format("prologue: '{}' (the tail after the row reductions) is applied while A is "
+                                     "loaded, from {}",
+                                     g_.tensor(s).name, fmt::join(row_values, ", ")));
+  }
+
   // ---- step 3b: recompute instead of materialise ---------------------------
   // A value a kernel writes only for other kernels, computed in its kernel by
   // cheap pointwise ops (cost Free or Cheap) from tensors in memory anyway
@@ -651,7 +778,8 @@ class Planner {
         for (TensorId t : g_.ops[static_cast<size_t>(oi)].inputs) {
           const TensorId s = source(t);
           const int from = owner_[static_cast<size_t>(s)];
-          if (from >= 0 && from != gr.id) readers[s].push_back({gr.id, oi});
+          const bool computed_here = g_.tensor(s).kind == TensorKind::OpResult && gr.ops.count(g_.tensor(s).producer);
+          if (from >= 0 && from != gr.id && !computed_here) readers[s].push_back({gr.id, oi});
         }
     }
     return readers;

@@ -15,7 +15,10 @@
 //  3. prologues: a pointwise kernel whose only result is only an anchor's
 //     operand is applied while the anchor loads it; a layer_norm/rms_norm
 //     whose only result is a matmul's A becomes a row-statistics kernel plus
-//     the normalisation applied in the matmul's prologue;
+//     the normalisation applied in the matmul's prologue; a kernel holding
+//     rows (a norm written op by op) whose only result is a narrow matmul's
+//     A writes the finished row values its tail reads, and the tail (cheap
+//     pointwise ops after the reductions) becomes the prologue;
 //  3b. recompute instead of materialise: a value a kernel writes only for
 //     other kernels, made by cheap pointwise ops (ops.def's cost Free or
 //     Cheap) from tensors in memory anyway (an anchor's result among them), is

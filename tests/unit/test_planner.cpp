@@ -265,6 +265,56 @@ TEST(Planner, NormPrologueOfMatmulNeverWritesTheNormalisedTensor) {
     for (ir::TensorId t : k.reads) EXPECT_NE(ir_of(g).tensor(t).name, "n");
 }
 
+// A norm written op by op feeding a narrow matmul: the held-rows kernel
+// writes only the row values its tail reads, and the tail runs in the
+// matmul's loads of A; near misses write A once and say why.
+TEST(Planner, NormsWrittenOutBecomeANarrowMatmulsPrologue) {
+  for (const char* name : {"rms_norm_into_narrow_matmul", "layer_norm_into_narrow_matmul"}) {
+    SCOPED_TRACE(name);
+    Graph g = Graph::load(std::string(KILN_SOURCE_DIR "/examples/held_rows/") + name + ".json").value();
+    ir::Plan p = plan_of(g);
+    ASSERT_EQ(p.kernels.size(), 2u);
+    EXPECT_EQ(p.kernels[0].kind, KernelKind::Reduction);
+    EXPECT_EQ(p.kernels[1].kind, KernelKind::Matmul);
+    EXPECT_EQ(names(g, p.kernels[1].writes), std::vector<std::string>{"out"});
+    for (ir::TensorId t : p.kernels[0].writes) {  // [rows, 1] values only
+      EXPECT_EQ(ir_of(g).tensor(t).shape.back(), 1) << ir_of(g).tensor(t).name;
+      EXPECT_NE(ir_of(g).tensor(t).name, "y");
+    }
+    for (const ir::PlannedKernel& k : p.kernels)
+      for (ir::TensorId t : k.reads) EXPECT_NE(ir_of(g).tensor(t).name, "y");
+  }
+  // LayerNorm's kernel still reads the centred values back for the variance.
+  Graph ln = Graph::load(KILN_SOURCE_DIR "/examples/held_rows/layer_norm_into_narrow_matmul.json").value();
+  EXPECT_TRUE(plan_of(ln).kernels[0].params.holds_rows);
+  Graph rms = Graph::load(KILN_SOURCE_DIR "/examples/held_rows/rms_norm_into_narrow_matmul.json").value();
+  EXPECT_FALSE(plan_of(rms).kernels[0].params.holds_rows);
+
+  const std::pair<const char*, const char*> near_misses[] = {
+      {"near_miss_wide_matmul", "recomputed for each of the 3 column tiles"},
+      {"near_miss_softmax_into_matmul", "computed by exp, too costly"},
+  };
+  for (const auto& [name, reason] : near_misses) {
+    SCOPED_TRACE(name);
+    Graph g = Graph::load(std::string(KILN_SOURCE_DIR "/examples/held_rows/") + name + ".json").value();
+    ir::Plan p = plan_of(g);
+    ASSERT_EQ(p.kernels.size(), 2u);
+    EXPECT_TRUE(p.kernels[0].params.holds_rows);
+    ASSERT_EQ(p.boundaries.size(), 1u);
+    EXPECT_THAT(p.boundaries[0].reason, HasSubstr(reason));
+  }
+  // The normalised value needed elsewhere too: written once, no prologue.
+  Graph both = must_parse(graph_of(R"("x": {"shape": [16, 64], "dtype": "f32"}, "w": {"shape": [64, 8], "dtype": "f32"})",
+                                   R"({"op": "reduce_mean", "in": ["x"], "out": "m", "axes": [1], "keepdims": true},
+                                      {"op": "sub", "in": ["x", "m"], "out": "c"},
+                                      {"op": "matmul", "in": ["c", "w"], "out": "y"})",
+                                   R"(["y", "c"])"));
+  ir::Plan p = plan_of(both);
+  ASSERT_EQ(p.kernels.size(), 2u);
+  EXPECT_EQ(names(both, p.kernels[0].writes), std::vector<std::string>{"c"});
+  EXPECT_THAT(p.boundaries[0].reason, HasSubstr("has other results"));
+}
+
 TEST(Planner, NormUsedElsewhereIsNotSplit) {
   Graph g = must_parse(graph_of(R"("x": {"shape": [8, 32], "dtype": "f32"}, "w": {"shape": [32, 8], "dtype": "f32"})",
                                 R"({"op": "rms_norm", "in": ["x"], "out": "n"}, {"op": "matmul", "in": ["n", "w"], "out": "y"})",
