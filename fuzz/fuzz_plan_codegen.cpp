@@ -22,17 +22,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   kiln::Expected<kiln::Graph> g = kiln::Graph::from_json(text);
   if (!g) return 0;
-  for (bool fuse : {true, false}) {
-    kiln::Expected<kiln::ir::Plan> plan = kiln::detail::catch_errors([&] { return kiln::ir::plan_fusion(kiln::ir_of(*g), {.fuse = fuse}); });
-    if (!plan) {
-      std::fprintf(stderr, "planning failed: %s\n", plan.error().message.c_str());
-      std::abort();
-    }
-    if (const std::string bad = kiln::ir::verify_plan(kiln::ir_of(*g), *plan); !bad.empty()) {
-      std::fprintf(stderr, "invalid plan: %s\n", bad.c_str());
-      std::abort();
-    }
-    for (int sm : {80, 90}) {
+  for (bool fuse : {true, false})
+    for (int sm : {80, 90}) {  // the plan depends on the target (PlanOptions::sm)
+      kiln::Expected<kiln::ir::Plan> plan =
+          kiln::detail::catch_errors([&] { return kiln::ir::plan_fusion(kiln::ir_of(*g), {.fuse = fuse, .sm = sm}); });
+      if (!plan) {
+        std::fprintf(stderr, "planning failed: %s\n", plan.error().message.c_str());
+        std::abort();
+      }
+      if (const std::string bad = kiln::ir::verify_plan(kiln::ir_of(*g), *plan); !bad.empty()) {
+        std::fprintf(stderr, "invalid plan: %s\n", bad.c_str());
+        std::abort();
+      }
       kiln::Expected<kiln::codegen::GeneratedProgram> program =
           kiln::detail::catch_errors([&] { return kiln::codegen::generate_program(kiln::ir_of(*g), *plan, sm); });
       if (!program && program.error().code == kiln::ErrorCode::Internal) {
@@ -40,6 +41,5 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         std::abort();
       }
     }
-  }
   return 0;
 }

@@ -139,7 +139,7 @@ Expected<std::string> kernel_cubin(const KernelJob& job, const codegen::Generate
 
 Expected<Planned> plan_and_generate(const Graph& graph, bool fuse, const std::string& arch,
                                     const codegen::ProgramTuning& tuning) {
-  ir::Plan plan = ir::plan_fusion(ir_of(graph), {.fuse = fuse});
+  ir::Plan plan = ir::plan_fusion(ir_of(graph), {.fuse = fuse, .sm = codegen::sm_of(arch)});
   if (std::string problem = ir::verify_plan(ir_of(graph), plan); !problem.empty())
     return Error{ErrorCode::Internal, "internal error: invalid plan: " + problem + " (this is a bug in kiln; please report it)"};
   Expected<codegen::GeneratedProgram> program =

@@ -40,14 +40,14 @@ Runner add_dump(CLI::App& app, const CommonOptions& common) {
       fmt::print("{}", graph->to_ir_text());
       return 0;
     }
-    const ir::Plan plan = ir::plan_fusion(ir_of(*graph));
+    const std::string arch = args->arch.empty() ? default_arch() : args->arch;
+    if (std::string problem = runtime::arch_problem(arch); !problem.empty())
+      return report({ErrorCode::InvalidInput, "--arch: " + problem});
+    const ir::Plan plan = ir::plan_fusion(ir_of(*graph), {.sm = codegen::sm_of(arch)});
     if (args->stage == "plan" && args->arch.empty()) {
       fmt::print("{}", ir::plan_to_text(ir_of(*graph), plan));
       return 0;
     }
-    const std::string arch = args->arch.empty() ? default_arch() : args->arch;
-    if (std::string problem = runtime::arch_problem(arch); !problem.empty())
-      return report({ErrorCode::InvalidInput, "--arch: " + problem});
     if (args->kernel >= static_cast<int>(plan.kernels.size()))
       return report({ErrorCode::InvalidInput, fmt::format("--kernel {}: the plan has {} kernels (0 to {})", args->kernel,
                                                           plan.kernels.size(), plan.kernels.size() - 1)});

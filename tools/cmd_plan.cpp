@@ -6,12 +6,15 @@
 #include <filesystem>
 #include <fstream>
 
+#include "codegen/kernel_codegen.h"
 #include "compiler/graph_internal.h"
 #include "compiler/plan_printer.h"
 #include "compiler/plan_verifier.h"
 #include "compiler/planner/planner.h"
 #include "kiln/graph.h"
+#include "runtime/nvrtc.h"
 #include "runtime/temp_files.h"
+#include "tools/helpers.h"
 #include "tools/external_tool.h"
 #include "tools/commands.h"
 
@@ -22,6 +25,7 @@ Runner add_plan(CLI::App& app, const CommonOptions& common) {
   struct Args {
     std::string path;
     bool json = false, dot = false, svg = false, no_fusion = false;
+    std::string arch;
   };
   auto args = std::make_shared<Args>();
   cmd->add_option("GRAPH", args->path, "graph file")->required();
@@ -29,11 +33,15 @@ Runner add_plan(CLI::App& app, const CommonOptions& common) {
   auto* dot = cmd->add_flag("--dot", args->dot, "the plan as Graphviz, one cluster per kernel")->excludes(json);
   cmd->add_flag("--svg", args->svg, "the plan as an SVG picture (needs Graphviz's dot)")->excludes(json)->excludes(dot);
   cmd->add_flag("--no-fusion", args->no_fusion, "one kernel per op");
+  cmd->add_option("--arch", args->arch, "plan for this target, sm_XX (default: the GPU present, else sm_90)");
   return [args] {
     Expected<Graph> graph = Graph::load(args->path);
     if (!graph) return report(graph.error());
     const ir::Graph& g = ir_of(*graph);
-    const ir::Plan plan = ir::plan_fusion(g, {.fuse = !args->no_fusion});
+    const std::string arch = args->arch.empty() ? default_arch() : args->arch;
+    if (std::string problem = runtime::arch_problem(arch); !problem.empty())
+      return report({ErrorCode::InvalidInput, "--arch: " + problem});
+    const ir::Plan plan = ir::plan_fusion(g, {.fuse = !args->no_fusion, .sm = codegen::sm_of(arch)});
     if (std::string problem = ir::verify_plan(g, plan); !problem.empty())
       return report({ErrorCode::Internal, "internal error: the planner produced an invalid plan: " + problem +
                                               " (this is a bug in kiln; please report it)"});

@@ -499,6 +499,16 @@ class Planner {
     return (other + kPrologueTileColumns - 1) / kPrologueTileColumns;
   }
 
+  // From sm_90 on, a matmul or conv loads its operands by TMA into wgmma;
+  // computed in its loads, an operand forces the mma.sync kernel with
+  // element loads (see planner.h): empty where prologues are allowed.
+  std::string why_no_operand_prologue(TensorId s, const Op& anchor) const {
+    if (options_.sm < 90 || (anchor.kind != OpKind::Matmul && anchor.kind != OpKind::Conv2d)) return {};
+    return fmt::format("'{}' is written once, so that '{}' loads it by TMA on sm_{}: computed in the anchor's loads it "
+                       "ran 1.4-5.9x slower on H100",
+                       g_.tensor(s).name, g_.result(anchor).name, options_.sm);
+  }
+
   void absorb_prologues() {
     for (Group& a : groups_) {
       if (!a.alive || (a.kind != KernelKind::Matmul && a.kind != KernelKind::Conv && a.kind != KernelKind::Attention))
@@ -543,6 +553,7 @@ class Planner {
           else if (full(a.id, p.ops.size()))
             why = fmt::format("the anchor's kernel and the prologue of '{}' together exceed {} ops", g_.tensor(s).name,
                               kMaxOpsPerKernel);
+          if (why.empty()) why = why_no_operand_prologue(s, op);
           if (!why.empty()) {
             reasons_.emplace(std::make_pair(s, oi), why);
             continue;
@@ -583,6 +594,7 @@ class Planner {
         // (measured: rms_norm 8192x4096 -> matmul N=4096 ran 3.4x slower).
         why = fmt::format("'{}' would be recomputed for every column tile of the {}-wide output; written once instead",
                           g_.tensor(s).name, n_cols);
+      if (why.empty()) why = why_no_operand_prologue(s, mm);
       if (!why.empty()) {
         reasons_.insert_or_assign(std::make_pair(s, a.anchor), why);  // more specific than absorb_prologues' reason
         continue;
@@ -635,6 +647,7 @@ class Planner {
         why = fmt::format("the kernel holding the rows of '{}' has other results", g_.tensor(s).name);
       else
         why = row_tail(h, s, tail);
+      if (why.empty()) why = why_no_operand_prologue(s, mm);
       if (!why.empty()) {
         reasons_.insert_or_assign(std::make_pair(s, groups_[ai].anchor), why);
         continue;

@@ -218,7 +218,8 @@ PyExecutable compile(const Graph& graph, std::optional<std::string> arch, bool f
   {
     nb::gil_scoped_release release;
     exe.emplace(Executable::compile(graph, options));
-    if (exe->ok()) plan = ir::plan_to_json(ir_of(graph), ir::plan_fusion(ir_of(graph), {.fuse = fuse}));
+    if (exe->ok())
+      plan = ir::plan_to_json(ir_of(graph), ir::plan_fusion(ir_of(graph), {.fuse = fuse, .sm = codegen::sm_of(exe->value().arch())}));
   }
   if (!exe->ok()) raise_compile_error(exe->error());
   return PyExecutable{std::move(exe->value()), std::move(plan)};
@@ -353,8 +354,9 @@ NB_MODULE(_kiln, m) {
       .def("ir_text", &Graph::to_ir_text)
       .def("input_specs", [](const Graph& g) { return describe(g.inputs()); })
       .def("output_specs", [](const Graph& g) { return describe(g.outputs()); })
-      .def("plan_json", [](const Graph& g, bool fuse) {
-        return ir::plan_to_json(ir_of(g), ir::plan_fusion(ir_of(g), {.fuse = fuse}));
+      .def("plan_json", [](const Graph& g, bool fuse) {  // for the GPU present, else sm_90, as compile() plans
+        const int sm = codegen::sm_of(runtime::device_arch().value_or("sm_90"));
+        return ir::plan_to_json(ir_of(g), ir::plan_fusion(ir_of(g), {.fuse = fuse, .sm = sm}));
       }, "fuse"_a = true)
       .def("run_reference", &run_reference_on);
 

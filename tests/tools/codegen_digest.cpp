@@ -44,8 +44,19 @@ void print_kernel(const std::string& label, int sm, size_t i, const codegen::Gen
              k.args.size());
 }
 
-void print_plan_digest(const std::string& label, const Graph& graph, const ir::Plan& plan) {
+// The plan for target `sm` (PlanOptions::sm; commits before it planned
+// alike for every target, and this tool also builds against them).
+template <class Options = ir::PlanOptions>
+ir::Plan plan_for(const Graph& graph, bool fuse, int sm) {
+  Options options{};
+  options.fuse = fuse;
+  if constexpr (requires { options.sm; }) options.sm = sm;
+  return ir::plan_fusion(ir_of(graph), options);
+}
+
+void print_plan_digest(const std::string& label, const Graph& graph, bool fuse) {
   for (int sm : {80, 90}) {
+    const ir::Plan plan = plan_for(graph, fuse, sm);
     Expected<codegen::GeneratedProgram> program =
         detail::catch_errors([&] { return codegen::generate_program(ir_of(graph), plan, sm); });
     if (!program) {
@@ -68,10 +79,7 @@ void print_plan_digest(const std::string& label, const Graph& graph, const ir::P
 // tuning space (what the autotuner compiles) makes it; fused as planned, and
 // one kernel per op (--no-fusion).
 void print_digest(const std::string& graph_label, const Graph& graph) {
-  for (bool fuse : {true, false}) {
-    const ir::Plan plan = ir::plan_fusion(ir_of(graph), {.fuse = fuse});
-    print_plan_digest(fuse ? graph_label : graph_label + " unfused", graph, plan);
-  }
+  for (bool fuse : {true, false}) print_plan_digest(fuse ? graph_label : graph_label + " unfused", graph, fuse);
 }
 
 std::vector<fs::path> json_files(const fs::path& dir) {

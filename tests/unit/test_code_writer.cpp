@@ -62,7 +62,7 @@ TEST(CodeWriter, WritesLinesAndBlocks) {
 // What each kernel kind's generator decided, as `kiln dump --stage plan --arch` prints it.
 std::string decisions(const char* example, int sm, size_t kernel = 0) {
   Graph g = Graph::load(std::string(KILN_SOURCE_DIR "/examples/") + example).value();
-  return codegen::generate_program(ir_of(g), ir::plan_fusion(ir_of(g)), sm).kernels.at(kernel).decisions;
+  return codegen::generate_program(ir_of(g), ir::plan_fusion(ir_of(g), {.sm = sm}), sm).kernels.at(kernel).decisions;
 }
 
 TEST(CodeWriter, EveryGeneratorSaysWhatItDecided) {

@@ -15,8 +15,10 @@ using ::testing::HasSubstr;
 using ir::KernelKind;
 using testing::must_parse;
 
-ir::Plan plan_of(const Graph& g, bool fuse = true) {
-  ir::Plan plan = ir::plan_fusion(ir_of(g), {.fuse = fuse});
+// sm: the target; operands are computed in a matmul's or conv's loads
+// (prologues) only below sm_90.
+ir::Plan plan_of(const Graph& g, bool fuse = true, int sm = 90) {
+  ir::Plan plan = ir::plan_fusion(ir_of(g), {.fuse = fuse, .sm = sm});
   EXPECT_EQ(ir::verify_plan(ir_of(g), plan), "");
   return plan;
 }
@@ -56,7 +58,7 @@ TEST(Planner, IntermediateReadByTwoKernelsIsWrittenOnce) {
                                 R"({"op": "relu", "in": ["x"], "out": "s"}, {"op": "matmul", "in": ["s", "w"], "out": "m"},
                                    {"op": "add", "in": ["s", "m"], "out": "y"})",
                                 R"(["y"])"));
-  ir::Plan p = plan_of(g);
+  ir::Plan p = plan_of(g, true, 80);  // (sm_80: where s could otherwise be the matmul's prologue)
   ASSERT_EQ(p.kernels.size(), 2u);
   EXPECT_EQ(p.kernels[0].kind, KernelKind::Pointwise);
   EXPECT_EQ(names(g, p.kernels[0].writes), std::vector<std::string>{"s"});
@@ -256,23 +258,29 @@ TEST(Planner, RowStrategyFollowsTheRowLength) {
 
 TEST(Planner, NormPrologueOfMatmulNeverWritesTheNormalisedTensor) {
   Graph g = Graph::load(KILN_SOURCE_DIR "/examples/matmul/rmsnorm_matmul.json").value();
-  ir::Plan p = plan_of(g);
+  ir::Plan p = plan_of(g, true, 80);
   ASSERT_EQ(p.kernels.size(), 2u);
   EXPECT_EQ(p.kernels[0].kind, KernelKind::Reduction);
   EXPECT_TRUE(p.kernels[0].writes.empty());
   EXPECT_EQ(p.kernels[1].kind, KernelKind::Matmul);
   for (const ir::PlannedKernel& k : p.kernels)
     for (ir::TensorId t : k.reads) EXPECT_NE(ir_of(g).tensor(t).name, "n");
+  // From sm_90 on, the matmul loads its operands by TMA: n is written once.
+  p = plan_of(g);
+  ASSERT_EQ(p.kernels.size(), 2u);
+  EXPECT_EQ(p.kernels[0].kind, KernelKind::Norm);
+  EXPECT_EQ(names(g, p.kernels[0].writes), std::vector<std::string>{"n"});
+  EXPECT_THAT(p.boundaries[0].reason, HasSubstr("loads it by TMA on sm_90"));
 }
 
-// A norm written op by op feeding a narrow matmul: the held-rows kernel
-// writes only the row values its tail reads, and the tail runs in the
-// matmul's loads of A; near misses write A once and say why.
+// A norm written op by op feeding a narrow matmul, planned for sm_80: the
+// held-rows kernel writes only the row values its tail reads, and the tail
+// runs in the matmul's loads of A; near misses write A once and say why.
 TEST(Planner, NormsWrittenOutBecomeANarrowMatmulsPrologue) {
   for (const char* name : {"rms_norm_into_narrow_matmul", "layer_norm_into_narrow_matmul"}) {
     SCOPED_TRACE(name);
     Graph g = Graph::load(std::string(KILN_SOURCE_DIR "/examples/held_rows/") + name + ".json").value();
-    ir::Plan p = plan_of(g);
+    ir::Plan p = plan_of(g, true, 80);
     ASSERT_EQ(p.kernels.size(), 2u);
     EXPECT_EQ(p.kernels[0].kind, KernelKind::Reduction);
     EXPECT_EQ(p.kernels[1].kind, KernelKind::Matmul);
@@ -286,9 +294,14 @@ TEST(Planner, NormsWrittenOutBecomeANarrowMatmulsPrologue) {
   }
   // LayerNorm's kernel still reads the centred values back for the variance.
   Graph ln = Graph::load(KILN_SOURCE_DIR "/examples/held_rows/layer_norm_into_narrow_matmul.json").value();
-  EXPECT_TRUE(plan_of(ln).kernels[0].params.holds_rows);
+  EXPECT_TRUE(plan_of(ln, true, 80).kernels[0].params.holds_rows);
   Graph rms = Graph::load(KILN_SOURCE_DIR "/examples/held_rows/rms_norm_into_narrow_matmul.json").value();
-  EXPECT_FALSE(plan_of(rms).kernels[0].params.holds_rows);
+  EXPECT_FALSE(plan_of(rms, true, 80).kernels[0].params.holds_rows);
+  // From sm_90 on, y is written once by the kernel holding the rows.
+  ir::Plan at90 = plan_of(rms);
+  ASSERT_EQ(at90.kernels.size(), 2u);
+  EXPECT_TRUE(at90.kernels[0].params.holds_rows);
+  EXPECT_EQ(names(rms, at90.kernels[0].writes), std::vector<std::string>{"y"});
 
   const std::pair<const char*, const char*> near_misses[] = {
       {"near_miss_wide_matmul", "recomputed for each of the 3 column tiles"},
@@ -297,7 +310,7 @@ TEST(Planner, NormsWrittenOutBecomeANarrowMatmulsPrologue) {
   for (const auto& [name, reason] : near_misses) {
     SCOPED_TRACE(name);
     Graph g = Graph::load(std::string(KILN_SOURCE_DIR "/examples/held_rows/") + name + ".json").value();
-    ir::Plan p = plan_of(g);
+    ir::Plan p = plan_of(g, true, 80);
     ASSERT_EQ(p.kernels.size(), 2u);
     EXPECT_TRUE(p.kernels[0].params.holds_rows);
     ASSERT_EQ(p.boundaries.size(), 1u);
@@ -309,7 +322,7 @@ TEST(Planner, NormsWrittenOutBecomeANarrowMatmulsPrologue) {
                                       {"op": "sub", "in": ["x", "m"], "out": "c"},
                                       {"op": "matmul", "in": ["c", "w"], "out": "y"})",
                                    R"(["y", "c"])"));
-  ir::Plan p = plan_of(both);
+  ir::Plan p = plan_of(both, true, 80);
   ASSERT_EQ(p.kernels.size(), 2u);
   EXPECT_EQ(names(both, p.kernels[0].writes), std::vector<std::string>{"c"});
   EXPECT_THAT(p.boundaries[0].reason, HasSubstr("has other results"));
@@ -371,6 +384,10 @@ TEST(Planner, RandomGraphsGiveValidPlans) {
   for (uint64_t seed = 1; seed <= 3000; ++seed) {
     Graph g = testing::random_graph(seed);
     for (bool fuse : {true, false}) {
+      if (fuse) {  // the sm_80 plan (operand prologues) too
+        const ir::Plan ampere = ir::plan_fusion(ir_of(g), {.sm = 80});
+        ASSERT_EQ(ir::verify_plan(ir_of(g), ampere), "") << "seed " << seed << " (sm_80)\n" << g.to_json();
+      }
       ir::Plan p = ir::plan_fusion(ir_of(g), {.fuse = fuse});
       const std::string problem = ir::verify_plan(ir_of(g), p);
       ASSERT_EQ(problem, "") << "seed " << seed << (fuse ? "" : " (no fusion)") << "\n"

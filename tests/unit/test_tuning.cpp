@@ -46,7 +46,7 @@ constexpr const char* kHopperConv = R"({"kiln": 1, "inputs": {"x": {"shape": [16
   {"op": "relu", "in": ["c"], "out": "y"}], "outputs": ["y"]})";
 
 codegen::GeneratedProgram generate(const Graph& g, int sm, const codegen::ProgramTuning& tuning = {}) {
-  return codegen::generate_program(ir_of(g), ir::plan_fusion(ir_of(g)), sm, tuning);
+  return codegen::generate_program(ir_of(g), ir::plan_fusion(ir_of(g), {.sm = sm}), sm, tuning);
 }
 
 TEST(Tuning, TextRoundTripsAndRejectsAnythingElse) {
