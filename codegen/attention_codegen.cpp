@@ -188,10 +188,14 @@ void AttentionGenerator::decode_attention(const ir::Op& op) {
   const AttentionOperand ka = *attention_operand(op.inputs[1]), va = *attention_operand(op.inputs[2]);
   const ExternalTensor &k = ka.memory, &v = va.memory;
   const int64_t batches = qs[0], heads = qs[1], sq = qs[2], d = qs[3], kv_heads = ka.heads, skv = g_.operand(op, 1).shape[2];
-  const int64_t group = heads / kv_heads, rows = group * sq, chunk = 512, chunks = (skv + chunk - 1) / chunk;
+  const int64_t group = heads / kv_heads, rows = group * sq, chunk = 1024, chunks = (skv + chunk - 1) / chunk;
   const int64_t units = batches * kv_heads;
   const int groups = static_cast<int>(256 / (d / 4));
-  const int shared_bytes = static_cast<int>((rows * d + rows * chunk + groups * rows * d + 2 * rows) * 4);
+  int64_t lanes = 32;  // kiln::decode::lanes_per_key: the scores' lanes a key
+  while (lanes > 1 && (d % lanes != 0 || (d / lanes) % 8 != 0 || d / lanes < 16)) lanes /= 2;
+  // K and V tiles in flight (4 slots of 256 / lanes keys), then the key groups' sums in their place.
+  const int64_t ring_or_sums = std::max<int64_t>(4 * (256 / lanes) * d / 2, groups * rows * d);
+  const int shared_bytes = static_cast<int>((ring_or_sums + rows * d + rows * chunk + 2 * rows) * 4);
   decided(fmt::format("flash decoding: {} query rows ({} heads x {} queries) a block, {} chunks of {} keys{}", rows, group, sq,
                       chunks, chunk, chunks > 1 ? " merged by the last block" : ""));
   KILN_INTERNAL_CHECK(units * chunks < (int64_t{1} << 31));

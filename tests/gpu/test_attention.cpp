@@ -112,7 +112,7 @@ TEST(GpuAttention, HeadDimsMasksAndGroups) {
 // Flash decoding (at most 16 query rows per kv head, at least 512 keys):
 // one query and a few, grouped-query ratios 1 to 8, head dimensions 64 to
 // 256 (80: column pairs that leave threads idle), chunks merged (Skv past
-// 512, not a multiple of it), masks and causality, rows that see no key.
+// 1024, not a multiple of it), masks and causality, rows that see no key.
 TEST(GpuAttention, Decode) {
   REQUIRE_GPU();
   std::vector<Case> cases;
@@ -137,7 +137,8 @@ TEST(GpuAttention, ManyHeads) {
 TEST(GpuAttention, UnalignedPointers) {
   REQUIRE_GPU();
   const runtime::Driver& cu = *runtime::driver().value();
-  for (const Case& c : {sdpa_case(1, 4, 2, 300, 257, 128, "bf16", true), sdpa_case(2, 2, 2, 100, 150, 64, "f16", false)}) {
+  for (const Case& c : {sdpa_case(1, 4, 2, 300, 257, 128, "bf16", true), sdpa_case(2, 2, 2, 100, 150, 64, "f16", false),
+                        sdpa_case(2, 8, 2, 1, 512, 128, "bf16", false)}) {  // (the last: flash decoding, one chunk)
     const Graph graph = testing::must_parse(c.text);
     Expected<Executable> exe = Executable::compile(graph);
     ASSERT_TRUE(exe.ok()) << exe.error().message;
@@ -160,7 +161,8 @@ TEST(GpuAttention, UnalignedPointers) {
     const ir::Tensor& o = g.tensor(g.outputs[0]);
     const size_t out_bytes = exe->binding_bytes(o.name).value();
     outputs.push_back(reinterpret_cast<void*>(allocate(out_bytes)));
-    ASSERT_TRUE(exe->launch(BoundArgs{inputs, outputs}, nullptr, nullptr).ok()) << c.name;
+    const auto launched = exe->launch(BoundArgs{inputs, outputs}, nullptr, nullptr);
+    ASSERT_TRUE(launched.ok()) << c.name << ": " << launched.error().message;
     ASSERT_EQ(cu.cuCtxSynchronize(), CUDA_SUCCESS);
     std::string bytes(out_bytes, '\0');
     cu.cuMemcpyDtoH(bytes.data(), reinterpret_cast<CUdeviceptr>(outputs[0]), bytes.size());
