@@ -64,7 +64,7 @@ struct FlashAttention {
   static constexpr int kSharedBytes = 1024 + kQBytes + 2 * STAGES * kKvBytes + kBarriers * 8;
   static constexpr int kDN = kD / 8, kSN = BKV / 8;
   static constexpr int kConsumerWarps = 8;
-  static_assert(HEAD_DIM % 8 == 0 && HEAD_DIM <= 256 && (BKV == 64 || BKV == 128) && STAGES >= 2, "tile shape");
+  static_assert(HEAD_DIM % 8 == 0 && HEAD_DIM <= 256 && (BKV == 64 || BKV == 128 || BKV == 176) && STAGES >= 2, "tile shape");
 
   float o[kDN][4];  // output accumulators: rows (lane/4, +8) of the warp's 16, columns d
   float row_max[2], row_sum[2];

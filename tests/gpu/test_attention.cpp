@@ -11,9 +11,11 @@
 #include <fmt/format.h>
 
 #include "compiler/graph_internal.h"
+#include "compiler/planner/planner.h"
 #include "kiln/kiln.h"
 #include "runtime/check.h"
 #include "runtime/cuda_driver.h"
+#include "runtime/pipeline.h"
 #include "runtime/random_inputs.h"
 #include "runtime/storage.h"
 #include "codegen/kernel_codegen.h"
@@ -124,6 +126,36 @@ TEST(GpuAttention, Decode) {
   cases.push_back(sdpa_case(2, 8, 2, 3, 2000, 128, "f16", false, "[2,8,3,2000]", "f32"));
   cases.push_back(sdpa_case(1, 4, 4, 4, 513, 128, "bf16", false, "[1,1,1,513]", "bool", 6.0));
   check_cases(cases, 4000);
+}
+
+// Every key-tile width the autotuner may choose for the Hopper kernel
+// (64, 128 and, at head dimension 128 without a causal mask, 176), at
+// lengths that leave partial tiles, with a mask through the score hook.
+TEST(GpuAttention, EveryKeyTileWidth) {
+  REQUIRE_GPU();
+  int checked = 0;
+  for (const Case& c : {sdpa_case(2, 4, 2, 300, 1000, 128, "bf16", false, "[2,1,1,1000]", "bool"),
+                        sdpa_case(1, 4, 4, 257, 177, 96, "f16", false), sdpa_case(1, 2, 2, 200, 200, 128, "bf16", true)}) {
+    const Graph g = testing::must_parse(c.text);
+    const codegen::GeneratedProgram heuristic =
+        codegen::generate_program(ir_of(g), ir::plan_fusion(ir_of(g)), 90);
+    ASSERT_EQ(heuristic.kernels.size(), 1u);
+    const std::vector<HostTensor> inputs = random_inputs(g, 33);
+    const Expected<std::vector<HostTensor>> want = run_reference(g, inputs);
+    ASSERT_TRUE(want.ok()) << want.error().message;
+    for (const codegen::Tuning& t : heuristic.kernels[0].tuning_space) {
+      const codegen::ProgramTuning tuning{{0, t}};
+      Expected<Executable> exe = runtime::compile_executable(g, {.use_cache = false}, &tuning);
+      ASSERT_TRUE(exe.ok()) << c.name << " " << t.to_string() << ": " << exe.error().message;
+      const Expected<std::vector<HostTensor>> got = exe->run_host(inputs);
+      ASSERT_TRUE(got.ok()) << got.error().message;
+      const runtime::Comparison cmp = runtime::compare(got->front(), want->front());
+      EXPECT_TRUE(cmp.passes(runtime::default_tolerance(ir_of(g), ir_of(g).outputs[0])))
+          << c.name << " " << t.to_string() << ": rel err " << cmp.relative_error;
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 7);  // 3 + 2 + 2 widths
 }
 
 // B x H past the 65535 of a grid's y dimension.
