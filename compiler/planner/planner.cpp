@@ -701,11 +701,10 @@ class Planner {
       const Op& op = g_.ops[static_cast<size_t>(oi)];
       t.ops.insert(oi);
       t.stage[op.output] = 0;
-      if (kept.count(oi)) {
+      if (kept.count(oi))
         t.recomputed.insert(oi);
-      } else {
+      else if (!is_view(op.kind))  // (views have no owner: they fold into their readers)
         owner_[static_cast<size_t>(op.output)] = t.id;
-      }
       for (TensorId in : op.inputs)  // the views it reads through fold into its indexing, as in add()
         for (const Op* p = producer(in); p && is_view(p->kind); p = producer(p->inputs[0]))
           t.ops.insert(g_.tensor(p->output).producer);
