@@ -316,6 +316,19 @@ TEST(Planner, NormsWrittenOutBecomeANarrowMatmulsPrologue) {
     ASSERT_EQ(p.boundaries.size(), 1u);
     EXPECT_THAT(p.boundaries[0].reason, HasSubstr(reason));
   }
+  // A mean reduced without keepdims and reshaped back: the view folds into
+  // the prologue's indexing, and the kernel holding the rows writes mean and rstd.
+  Graph viewed = must_parse(graph_of(R"("x": {"shape": [96, 256], "dtype": "f32"}, "w": {"shape": [256, 64], "dtype": "f32"})",
+                                     R"({"op": "reduce_mean", "in": ["x"], "out": "mu", "axes": [1]},
+                                        {"op": "reshape", "in": ["mu"], "out": "mu2", "shape": [96, 1]},
+                                        {"op": "sub", "in": ["x", "mu2"], "out": "c"}, {"op": "mul", "in": ["c", "c"], "out": "sq"},
+                                        {"op": "reduce_mean", "in": ["sq"], "out": "var", "axes": [1], "keepdims": true},
+                                        {"op": "rsqrt", "in": ["var"], "out": "rs"}, {"op": "mul", "in": ["c", "rs"], "out": "n"},
+                                        {"op": "matmul", "in": ["n", "w"], "out": "y"})",
+                                     R"(["y"])"));
+  ir::Plan v = plan_of(viewed, true, 80);
+  ASSERT_EQ(v.kernels.size(), 2u);
+  EXPECT_EQ(names(viewed, v.kernels[0].writes), (std::vector<std::string>{"mu", "rs"}));
   // The normalised value needed elsewhere too: written once, no prologue.
   Graph both = must_parse(graph_of(R"("x": {"shape": [16, 64], "dtype": "f32"}, "w": {"shape": [64, 8], "dtype": "f32"})",
                                    R"({"op": "reduce_mean", "in": ["x"], "out": "m", "axes": [1], "keepdims": true},
