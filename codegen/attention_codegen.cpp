@@ -193,8 +193,10 @@ void AttentionGenerator::decode_attention(const ir::Op& op) {
   const int groups = static_cast<int>(256 / (d / 4));
   int64_t lanes = 32;  // kiln::decode::lanes_per_key: the scores' lanes a key
   while (lanes > 1 && (d % lanes != 0 || (d / lanes) % 8 != 0 || d / lanes < 16)) lanes /= 2;
-  // K and V tiles in flight (4 slots of 256 / lanes keys), then the key groups' sums in their place.
-  const int64_t ring_or_sums = std::max<int64_t>(4 * (256 / lanes) * d / 2, groups * rows * d);
+  // K and V tiles in flight (3 slots of passes of 256 / lanes keys, at most 16 KiB a slot unless one pass is
+  // more), then the key groups' sums in their place.
+  const int64_t pass_keys = 256 / lanes, passes = std::max<int64_t>(1, 16384 / (pass_keys * d * 2));
+  const int64_t ring_or_sums = std::max<int64_t>(3 * passes * pass_keys * d / 2, groups * rows * d);
   const int shared_bytes = static_cast<int>((ring_or_sums + rows * d + rows * chunk + 2 * rows) * 4);
   decided(fmt::format("flash decoding: {} query rows ({} heads x {} queries) a block, {} chunks of {} keys{}", rows, group, sq,
                       chunks, chunk, chunks > 1 ? " merged by the last block" : ""));

@@ -39,10 +39,13 @@ __host__ __device__ constexpr int lanes_per_key(int d) {
 
 template <int D, int ROWS, int CHUNK, int BF16>
 struct DecodeAttention {
-  static constexpr int kThreads = 256, kStages = 4;
+  static constexpr int kThreads = 256, kStages = 3;
   static constexpr int kQuads = D / 4, kGroups = kThreads / kQuads;  // P V: four columns x key groups
   static constexpr int kLanes = lanes_per_key(D), kSpan = D / kLanes;  // scores: lanes a key, elements a lane
-  static constexpr int kTile = kThreads / kLanes, kTiles = CHUNK / kTile;  // keys a ring slot (one pass of the block)
+  // Keys a ring slot: the block's passes (kThreads / kLanes keys each) that fill at most 16 KiB, at least one.
+  static constexpr int kPassKeys = kThreads / kLanes;
+  static constexpr int kPasses = 16384 / (kPassKeys * D * 2) > 1 ? 16384 / (kPassKeys * D * 2) : 1;
+  static constexpr int kTile = kPasses * kPassKeys, kTiles = CHUNK / kTile;
   static_assert(D % 8 == 0 && D <= 256 && ROWS >= 1 && ROWS <= 16 && CHUNK % kThreads == 0 && CHUNK % kTile == 0,
                 "decode shape");
   // Shared memory: the ring [kStages][kTile][D] (16-bit), which the key groups' sums [kGroups][ROWS][D] take
@@ -146,43 +149,47 @@ struct DecodeAttention {
           }
     for (int t = 0; t < kTiles; ++t) {
       next_tile(t);
-      const u16* key_row = ring + (t % kStages) * kTile * D + kk * D;
-      float dot[ROWS];
 #pragma unroll
-      for (int r = 0; r < ROWS; ++r) dot[r] = 0.0f;
+      for (int pass = 0; pass < kPasses; ++pass) {
+        const int key_in_tile = pass * kPassKeys + kk;
+        const u16* key_row = ring + (t % kStages) * kTile * D + key_in_tile * D;
+        float dot[ROWS];
 #pragma unroll
-      for (int i = 0; i < kSpan / 8; ++i) {
-        const int c = (part + kLanes * i) * 8;  // interleaved pieces: a key's lanes read 16 * kLanes bytes in a row
-        float kv[8];
-        load8(key_row + c, true, kv);
+        for (int r = 0; r < ROWS; ++r) dot[r] = 0.0f;
 #pragma unroll
-        for (int r = 0; r < ROWS; ++r) {
-          if constexpr (kQInRegisters) {
+        for (int i = 0; i < kSpan / 8; ++i) {
+          const int c = (part + kLanes * i) * 8;  // interleaved pieces: a key's lanes read 16 * kLanes bytes in a row
+          float kv[8];
+          load8(key_row + c, true, kv);
 #pragma unroll
-            for (int e = 0; e < 8; e += 2) {
-              const u32 pair = q_reg[r][(8 * i + e) / 2];
-              const u16 lo = static_cast<u16>(pair & 0xffffu), hi = static_cast<u16>(pair >> 16);
-              dot[r] = fmaf(element(&lo, 0), kv[e], dot[r]);
-              dot[r] = fmaf(element(&hi, 0), kv[e + 1], dot[r]);
+          for (int r = 0; r < ROWS; ++r) {
+            if constexpr (kQInRegisters) {
+#pragma unroll
+              for (int e = 0; e < 8; e += 2) {
+                const u32 pair = q_reg[r][(8 * i + e) / 2];
+                const u16 lo = static_cast<u16>(pair & 0xffffu), hi = static_cast<u16>(pair >> 16);
+                dot[r] = fmaf(element(&lo, 0), kv[e], dot[r]);
+                dot[r] = fmaf(element(&hi, 0), kv[e + 1], dot[r]);
+              }
+            } else {
+              const float4 q0 = *reinterpret_cast<const float4*>(q_s + r * D + c);
+              const float4 q1 = *reinterpret_cast<const float4*>(q_s + r * D + c + 4);
+              dot[r] = fmaf(q0.x, kv[0], dot[r]), dot[r] = fmaf(q0.y, kv[1], dot[r]);
+              dot[r] = fmaf(q0.z, kv[2], dot[r]), dot[r] = fmaf(q0.w, kv[3], dot[r]);
+              dot[r] = fmaf(q1.x, kv[4], dot[r]), dot[r] = fmaf(q1.y, kv[5], dot[r]);
+              dot[r] = fmaf(q1.z, kv[6], dot[r]), dot[r] = fmaf(q1.w, kv[7], dot[r]);
             }
-          } else {
-            const float4 q0 = *reinterpret_cast<const float4*>(q_s + r * D + c);
-            const float4 q1 = *reinterpret_cast<const float4*>(q_s + r * D + c + 4);
-            dot[r] = fmaf(q0.x, kv[0], dot[r]), dot[r] = fmaf(q0.y, kv[1], dot[r]);
-            dot[r] = fmaf(q0.z, kv[2], dot[r]), dot[r] = fmaf(q0.w, kv[3], dot[r]);
-            dot[r] = fmaf(q1.x, kv[4], dot[r]), dot[r] = fmaf(q1.y, kv[5], dot[r]);
-            dot[r] = fmaf(q1.z, kv[6], dot[r]), dot[r] = fmaf(q1.w, kv[7], dot[r]);
           }
         }
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r)
+#pragma unroll
+          for (int o = kLanes / 2; o > 0; o >>= 1) dot[r] += __shfl_xor_sync(0xffffffffu, dot[r], o);
+        const int jj = t * kTile + key_in_tile, key = key0 + jj;
+        if (part == 0)
+#pragma unroll
+          for (int r = 0; r < ROWS; ++r) p_s[jj * ROWS + r] = jj < keys ? score(dot[r], r, key) : -inf();
       }
-#pragma unroll
-      for (int r = 0; r < ROWS; ++r)
-#pragma unroll
-        for (int o = kLanes / 2; o > 0; o >>= 1) dot[r] += __shfl_xor_sync(0xffffffffu, dot[r], o);
-      const int jj = t * kTile + kk, key = key0 + jj;
-      if (part == 0)
-#pragma unroll
-        for (int r = 0; r < ROWS; ++r) p_s[jj * ROWS + r] = jj < keys ? score(dot[r], r, key) : -inf();
     }
     __syncthreads();
     // Softmax per row over the chunk: warp w takes rows w, w + 8, ...
