@@ -79,7 +79,7 @@ TEST(CodeWriter, EveryGeneratorSaysWhatItDecided) {
   EXPECT_EQ(decisions("attention/sdpa_causal_gqa.json", 80),
             "flash attention (mma.sync): 64 query rows x 64 keys a tile, 128 threads");
   EXPECT_EQ(decisions("attention/sdpa_decode_gqa.json", 90),
-            "flash decoding: 4 query rows (4 heads x 1 queries) a block, 3 chunks of 512 keys merged by the last block");
+            "flash decoding: 4 query rows (4 heads x 1 queries) a block, 2 chunks of 1024 keys merged by the last block");
   EXPECT_EQ(decisions("attention/attention_decomposed.json", 90),
             "exact two-pass attention: a block per query row, 1 output columns a thread");
   EXPECT_EQ(decisions("pool/relu_max_pool.json", 90), "a thread per pooled element");
