@@ -74,7 +74,6 @@ class Planner {
 
   int new_group(KernelKind kind, int32_t op_index) {
     Group gr;
-    gr.id = static_cast<int>(groups_.size());
     gr.kind = kind;
     const Op& op = g_.ops[static_cast<size_t>(op_index)];
     const Shape& out = g_.result(op).shape;
@@ -82,10 +81,17 @@ class Planner {
     const bool reduces = family == OpFamily::Reduce || family == OpFamily::Pool;
     gr.domain = reduces || kind == KernelKind::Norm ? g_.operand(op, 0).shape : out;
     gr.count[0] = element_count(gr.domain);
+    const int id = append_group(std::move(gr));
+    add(id, op_index, reduces ? 1 : 0);
+    return id;
+  }
+
+  // A group (its id the next one's) with no edges yet.
+  int append_group(Group gr) {
+    gr.id = static_cast<int>(groups_.size());
     groups_.push_back(std::move(gr));
     succ_.emplace_back();
     forward_.push_back(-1);
-    add(groups_.back().id, op_index, reduces ? 1 : 0);
     return groups_.back().id;
   }
 
@@ -717,10 +723,7 @@ class Planner {
                                                 g_.tensor(s).name));
         }
     }
-    groups_.push_back(std::move(t));
-    succ_.emplace_back();
-    forward_.push_back(-1);
-    const int tid = groups_.back().id;
+    const int tid = append_group(std::move(t));
     succ_[static_cast<size_t>(hid)].insert(tid);
     succ_[static_cast<size_t>(tid)].insert(aid);
     Group& h = group(hid);
