@@ -68,19 +68,14 @@ struct DecodeAttention {
   static __device__ __forceinline__ float element(const u16* p, int i) {
     return BF16 ? bf16_to_f32(p[i]) : f16_to_f32(p[i]);
   }
-  // Eight consecutive values (16 bytes when aligned).
-  static __device__ __forceinline__ void load8(const u16* p, bool aligned, float (&v)[8]) {
-    if (aligned) {
-      const uint4 raw = *reinterpret_cast<const uint4*>(p);
-      const u32 words[4] = {raw.x, raw.y, raw.z, raw.w};
+  // Eight consecutive values of a ring slot (16 bytes, aligned whatever the source was).
+  static __device__ __forceinline__ void load8(const u16* p, float (&v)[8]) {
+    const uint4 raw = *reinterpret_cast<const uint4*>(p);
+    const u32 words[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const u16 lo = static_cast<u16>(words[i] & 0xffffu), hi = static_cast<u16>(words[i] >> 16);
-        v[2 * i] = element(&lo, 0), v[2 * i + 1] = element(&hi, 0);
-      }
-    } else {
-#pragma unroll
-      for (int i = 0; i < 8; ++i) v[i] = element(p, i);
+    for (int i = 0; i < 4; ++i) {
+      const u16 lo = static_cast<u16>(words[i] & 0xffffu), hi = static_cast<u16>(words[i] >> 16);
+      v[2 * i] = element(&lo, 0), v[2 * i + 1] = element(&hi, 0);
     }
   }
 
@@ -120,8 +115,6 @@ struct DecodeAttention {
       load_tile(t, k, k_stride, v, v_stride, key0, keys, aligned);
       tc::cp_async_commit();
     }
-    for (int i = threadIdx.x; i < ROWS * D; i += kThreads) q_s[i] = element(q(i / D), i % D);
-    __syncthreads();
     // Tile t has landed for every thread, and the slot tile t + kStages - 1 takes was last read at t - 1.
     auto next_tile = [&](int t) {
       tc::cp_async_wait<kStages - 2>();
@@ -137,7 +130,7 @@ struct DecodeAttention {
     // Two 16-bit values a register, as stored (exact).
     constexpr bool kQInRegisters = ROWS * kSpan <= 64;
     u32 q_reg[kQInRegisters ? ROWS : 1][kQInRegisters ? kSpan / 2 : 1];
-    if constexpr (kQInRegisters)
+    if constexpr (kQInRegisters) {
 #pragma unroll
       for (int r = 0; r < ROWS; ++r)
 #pragma unroll
@@ -147,6 +140,9 @@ struct DecodeAttention {
             const u16* row = q(r) + (part + kLanes * i) * 8 + e;
             q_reg[r][(8 * i + e) / 2] = static_cast<u32>(row[0]) | (static_cast<u32>(row[1]) << 16);
           }
+    } else {  // read after tile 0's barrier in next_tile
+      for (int i = threadIdx.x; i < ROWS * D; i += kThreads) q_s[i] = element(q(i / D), i % D);
+    }
     for (int t = 0; t < kTiles; ++t) {
       next_tile(t);
 #pragma unroll
@@ -160,7 +156,7 @@ struct DecodeAttention {
         for (int i = 0; i < kSpan / 8; ++i) {
           const int c = (part + kLanes * i) * 8;  // interleaved pieces: a key's lanes read 16 * kLanes bytes in a row
           float kv[8];
-          load8(key_row + c, true, kv);
+          load8(key_row + c, kv);
 #pragma unroll
           for (int r = 0; r < ROWS; ++r) {
             if constexpr (kQInRegisters) {
