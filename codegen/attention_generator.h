@@ -54,7 +54,7 @@ class AttentionGenerator : public KernelBuilder {
   // Pieces the kernels share: the score hook (`coordinates` defines qi and
   // kj, and hi where the kernel's rows span heads, from row and key), and
   // the output loops.
-  std::string score_hook(const ir::Op& op, bool causal_in_hook, const std::string& coordinates);
+  std::string score_hook(const ir::Op& op, bool causal_in_hook, const std::string& coordinates, bool scale_in_softmax = false);
   std::string flash_outputs(const ir::Op& op, int64_t head_dim, bool padded);
   std::string attention_outputs(const ir::Op& op, const std::string& open, const std::string& value);
 

@@ -60,14 +60,17 @@ struct FlashAttention {
   static constexpr int kD = HEAD_DIM <= 64 ? 64 : HEAD_DIM <= 128 ? 128 : 256;  // padded
   static constexpr int kBlocks = kD / 64;                                         // 64-column swizzle blocks
   static constexpr int kQBytes = kBQ * kD * 2, kKvBytes = BKV * kD * 2;
-  static constexpr int kBarriers = 1 + 4 * STAGES;  // q_full; k_full, v_full, k_empty, v_empty per stage
+  static constexpr int kBarriers = 2 + 4 * STAGES;  // q_full, q_empty; k_full, v_full, k_empty, v_empty per stage
   static constexpr int kSharedBytes = 1024 + kQBytes + 2 * STAGES * kKvBytes + kBarriers * 8;
   static constexpr int kDN = kD / 8, kSN = BKV / 8;
   static constexpr int kConsumerWarps = 8;
+  typedef Ring<STAGES> Slots;  // where the next K and V tiles go (the producer) or come from (the consumers)
   static_assert(HEAD_DIM % 8 == 0 && HEAD_DIM <= 256 && (BKV == 64 || BKV == 128 || BKV == 176) && STAGES >= 2, "tile shape");
 
   float o[kDN][4];  // output accumulators: rows (lane/4, +8) of the warp's 16, columns d
-  float row_max[2], row_sum[2];
+  float row_max[2], row_sum[2];  // row maxima of the hook's scores (before exponent_scale)
+  float inverse_sum[2];          // 1 / row_sum once a tile is done
+  float exponent_scale;          // log2(e) times the scale the hook left to the softmax
 
   // ---- shared memory: Q [blocks][128][64], K and V [stage][blocks][BKV][64], barriers ----
   static __device__ __forceinline__ unsigned char* base(unsigned char* raw) {
@@ -83,16 +86,17 @@ struct FlashAttention {
   static __device__ __forceinline__ u64* q_full(unsigned char* s) {
     return reinterpret_cast<u64*>(s + kQBytes + 2 * STAGES * kKvBytes);
   }
-  static __device__ __forceinline__ u64* k_full(unsigned char* s) { return q_full(s) + 1; }
-  static __device__ __forceinline__ u64* v_full(unsigned char* s) { return q_full(s) + 1 + STAGES; }
-  static __device__ __forceinline__ u64* k_empty(unsigned char* s) { return q_full(s) + 1 + 2 * STAGES; }
-  static __device__ __forceinline__ u64* v_empty(unsigned char* s) { return q_full(s) + 1 + 3 * STAGES; }
+  static __device__ __forceinline__ u64* q_empty(unsigned char* s) { return q_full(s) + 1; }
+  static __device__ __forceinline__ u64* k_full(unsigned char* s) { return q_full(s) + 2; }
+  static __device__ __forceinline__ u64* v_full(unsigned char* s) { return q_full(s) + 2 + STAGES; }
+  static __device__ __forceinline__ u64* k_empty(unsigned char* s) { return q_full(s) + 2 + 2 * STAGES; }
+  static __device__ __forceinline__ u64* v_empty(unsigned char* s) { return q_full(s) + 2 + 3 * STAGES; }
 
   // Full barriers complete on one arrival plus the copy engine's bytes;
   // empty ones on one arrival per consumer warp.
   static __device__ __forceinline__ void init_barriers(unsigned char* s) {
     if (threadIdx.x == 0) {
-      bar_init(q_full(s), 1);
+      bar_init(q_full(s), 1), bar_init(q_empty(s), kConsumerWarps);
       for (int i = 0; i < STAGES; ++i) {
         bar_init(k_full(s) + i, 1), bar_init(v_full(s) + i, 1);
         bar_init(k_empty(s) + i, kConsumerWarps), bar_init(v_empty(s) + i, kConsumerWarps);
@@ -103,16 +107,19 @@ struct FlashAttention {
   }
 
   // ---- the producer warpgroup ------------------------------------------------------------
-  // Thread 0 copies Q's tile, then K and V tile by tile, each into its slot
-  // once the consumers have handed it back.
-  static __device__ __forceinline__ void produce_by_copies(unsigned char* s, const AttentionSource& q, const AttentionSource& k,
-                                                           const AttentionSource& v, int q0, int kv_tiles) {
+  // The block's n-th query tile (blocks loop over tiles; `ring` carries the
+  // K and V slots from one tile to the next). Thread 0 copies Q's tile once
+  // the consumers are done with the last one, then K and V tile by tile,
+  // each into its slot once the consumers have handed it back.
+  static __device__ __forceinline__ void produce_by_copies(unsigned char* s, Ring<STAGES>& ring, int n, const AttentionSource& q,
+                                                           const AttentionSource& k, const AttentionSource& v, int q0,
+                                                           int kv_tiles) {
     if (threadIdx.x != 0) return;
-    prefetch_map(q.map), prefetch_map(k.map), prefetch_map(v.map);
+    if (n == 0) prefetch_map(q.map), prefetch_map(k.map), prefetch_map(v.map);
+    bar_wait(q_empty(s), (n & 1) ^ 1);
     bar_arrive_expect(q_full(s), kQBytes);
 #pragma unroll
     for (int b = 0; b < kBlocks; ++b) tma_load(q_tile(s) + b * kBQ * 64, q.map, q_full(s), b * 64, q0, q.head, q.batch);
-    Ring<STAGES> ring;
     for (int t = 0; t < kv_tiles; ++t, ring.advance()) {
       bar_wait(k_empty(s) + ring.stage, ring.phase ^ 1);
       bar_arrive_expect(k_full(s) + ring.stage, kKvBytes);
@@ -142,10 +149,11 @@ struct FlashAttention {
     named_sync(1, 128);
     if (threadIdx.x == 0) bar_arrive(full);
   }
-  static __device__ __forceinline__ void produce_by_elements(unsigned char* s, const AttentionSource& q, const AttentionSource& k,
-                                                             const AttentionSource& v, int q0, int kv_tiles) {
+  static __device__ __forceinline__ void produce_by_elements(unsigned char* s, Ring<STAGES>& ring, int n, const AttentionSource& q,
+                                                             const AttentionSource& k, const AttentionSource& v, int q0,
+                                                             int kv_tiles) {
+    bar_wait(q_empty(s), (n & 1) ^ 1);
     load_elements<kBQ>(q_tile(s), q, q0, q_full(s));
-    Ring<STAGES> ring;
     for (int t = 0; t < kv_tiles; ++t, ring.advance()) {
       bar_wait(k_empty(s) + ring.stage, ring.phase ^ 1);
       load_elements<BKV>(k_tile(s, ring.stage), k, t * BKV, k_full(s) + ring.stage);
@@ -211,9 +219,10 @@ struct FlashAttention {
 
   // The online softmax over one tile's scores, in place: new row maxima,
   // the probabilities, the running sums, and how far the maxima moved
-  // (`correction`, for O once no wgmma still writes it).
+  // (`correction`, for O once no wgmma still writes it). Probabilities are
+  // 2^(score * exponent_scale - max * exponent_scale): one multiply-add an
+  // element, the scale folded in.
   __device__ __forceinline__ void softmax(float (&s_acc)[kSN][4], float (&correction)[2]) {
-    constexpr float kLog2e = 1.4426950408889634f;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       float maxima[2] = {-inf(), -inf()};
@@ -223,15 +232,15 @@ struct FlashAttention {
       mx = tc::quad_max(mx);
       const float m_new = fmaxf(row_max[h], mx);
       const float m_use = m_new == -inf() ? 0.0f : m_new;  // nothing seen yet: keep exp finite
-      correction[h] = exp2_approx((row_max[h] - m_use) * kLog2e);
+      correction[h] = exp2_approx((row_max[h] - m_use) * exponent_scale);
       row_max[h] = m_new;
       row_sum[h] *= correction[h];
-      const float offset = m_use * kLog2e;
+      const float offset = m_use * exponent_scale;
       float sums[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // four chains, not one: the adds overlap
 #pragma unroll
       for (int ni = 0; ni < kSN; ++ni) {
-        s_acc[ni][2 * h] = exp2_approx(fmaf(s_acc[ni][2 * h], kLog2e, -offset));
-        s_acc[ni][2 * h + 1] = exp2_approx(fmaf(s_acc[ni][2 * h + 1], kLog2e, -offset));
+        s_acc[ni][2 * h] = exp2_approx(fmaf(s_acc[ni][2 * h], exponent_scale, -offset));
+        s_acc[ni][2 * h + 1] = exp2_approx(fmaf(s_acc[ni][2 * h + 1], exponent_scale, -offset));
         sums[ni & 3] += s_acc[ni][2 * h] + s_acc[ni][2 * h + 1];
       }
       row_sum[h] += (sums[0] + sums[1]) + (sums[2] + sums[3]);
@@ -268,17 +277,20 @@ struct FlashAttention {
   static __device__ __forceinline__ void await_turn() { wg::await_turn<2>(); }
   static __device__ __forceinline__ void pass_turn() { wg::pass_turn<2>(); }
 
-  // A consumer warpgroup's 64 query rows over kv_tiles key tiles; on return
-  // o, row_max and row_sum hold them. score(dot, row, key): the score of
+  // A consumer warpgroup's 64 query rows of the block's n-th query tile
+  // over kv_tiles key tiles, the first in `ring`'s slot (on return, the
+  // next tile's); then o, row_max and row_sum hold them. score(dot, row, key): the score of
   // query row `row` of the block's tile and key `key`, called only for
   // keys < skv and rows < sq. causal_offset: skv - sq (key j is hidden from
-  // row i when j > i + causal_offset).
+  // row i when j > i + causal_offset). softmax_scale: the positive factor
+  // the hook's scores still need (1 where the hook applies the scale).
   //
   // Per tile t: S of tile t and P V of tile t - 1 are issued together; the
   // softmax of tile t runs while P V of tile t - 1 is on the tensor cores.
   template <class Score>
-  __device__ __forceinline__ void consume(unsigned char* s, int q0, int sq, int skv, int kv_tiles, int causal_offset,
-                                          Score&& score) {
+  __device__ __forceinline__ void consume(unsigned char* s, Ring<STAGES>& ring, int n, int q0, int sq, int skv, int kv_tiles,
+                                          int causal_offset, float softmax_scale, Score&& score) {
+    exponent_scale = softmax_scale * 1.4426950408889634f;
     const bool signals = (threadIdx.x & 31) == 0;
 #pragma unroll
     for (int dn = 0; dn < kDN; ++dn)
@@ -286,13 +298,13 @@ struct FlashAttention {
       for (int e = 0; e < 4; ++e) o[dn][e] = 0.0f;
     row_max[0] = row_max[1] = -inf();
     row_sum[0] = row_sum[1] = 0.0f;
-    bar_wait(q_full(s), 0);
+    bar_wait(q_full(s), n & 1);
+    if (kv_tiles == 0 && signals) bar_arrive(q_empty(s));
     if (kv_tiles > 0) {
       // Both warpgroups issue kv_tiles + 1 times; the first goes first, and
       // the second's last turn is passed to no one.
       const bool first = threadIdx.x < 256;
       if (!first) pass_turn();
-      Ring<STAGES> ring;  // the slot of the tile whose P V is next
       float s_acc[kSN][4], correction[2];
       u32 p[BKV / 16][4];
       bar_wait(k_full(s) + ring.stage, ring.phase);
@@ -312,35 +324,51 @@ struct FlashAttention {
         bar_wait(v_full(s) + ring.stage, ring.phase);
         await_turn();
         issue_scores(s_acc, s, next.stage);
+        rescale(correction);  // O for tile t - 1's maxima, while S runs (no wgmma writes O now)
         issue_values(p, s, ring.stage);
         pass_turn();
         wgmma_wait<1>();  // S of tile t (P V of tile t - 1 may still run)
         fence_accumulators(s_acc);
-        if (signals) bar_arrive(k_empty(s) + next.stage);
         scores(s_acc, t, q0, sq, skv, causal_offset, score);
         softmax(s_acc, correction);
+        // K's slot is handed back once the softmax is done, and the
+        // predicate reads the row sums so that it cannot be done sooner:
+        // ptxas places the wait for P V after the last memory operation
+        // before it, and an arrive it could move up would bring the wait
+        // with it, before the softmax (measured: the overlap lost, the
+        // tensor pipe idle while the softmax runs). The sums are never
+        // negative, so every warp's lane 0 arrives.
+        if (signals && !(row_sum[0] + row_sum[1] < 0.0f)) bar_arrive(k_empty(s) + next.stage);
         wgmma_wait<0>();
         fence_accumulators(o);
         fence_fragments(p);
         if (signals) bar_arrive(v_empty(s) + ring.stage);
-        rescale(correction);
         pack(s_acc, p);
         ring = next;
       }
+      if (signals) bar_arrive(q_empty(s));  // every S = Q K^T done: the producer may load the next tile's Q
       bar_wait(v_full(s) + ring.stage, ring.phase);
       await_turn();
+      rescale(correction);
       issue_values(p, s, ring.stage);
       if (first) pass_turn();
       wgmma_wait<0>();
       fence_accumulators(o);
       fence_fragments(p);
       if (signals) bar_arrive(v_empty(s) + ring.stage);
+      ring.advance();
     }
-    row_sum[0] = tc::quad_sum(row_sum[0]), row_sum[1] = tc::quad_sum(row_sum[1]);
+    // Each row's 1 / sum once (0 for a row whose keys are all masked), for its 64 or more outputs.
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      row_sum[h] = tc::quad_sum(row_sum[h]);
+      inverse_sum[h] = row_sum[h] > 0.0f ? 1.0f / row_sum[h] : 0.0f;
+    }
   }
 
-  // The normalised output element e of column tile dn (0 for an all-masked row).
-  __device__ __forceinline__ float out(int dn, int e) const { return tc::normalised(o[dn][e], row_sum[e >> 1]); }
+  // The normalised output element e of column tile dn: O times the row's 1 / sum, as flash-attention
+  // kernels divide (within an f32 rounding of O / sum; 0 for an all-masked row).
+  __device__ __forceinline__ float out(int dn, int e) const { return o[dn][e] * inverse_sum[e >> 1]; }
 };
 
 }  // namespace wg

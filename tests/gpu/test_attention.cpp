@@ -158,6 +158,19 @@ TEST(GpuAttention, EveryKeyTileWidth) {
   EXPECT_GE(checked, 7);  // 3 + 2 + 2 widths
 }
 
+// More query tiles than blocks run at once: without a causal mask the
+// Hopper kernel's blocks take several tiles each (the ring of K and V
+// slots and Q's barriers carried from one to the next), with partial
+// tiles, masks, groups and every padded head dimension.
+TEST(GpuAttention, SeveralTilesABlock) {
+  REQUIRE_GPU();
+  check_cases({sdpa_case(4, 16, 4, 300, 1000, 128, "bf16", false, "[4,1,1,1000]", "bool"),  // 192 tiles
+               sdpa_case(8, 16, 16, 130, 77, 64, "f16", false),                             // 256 tiles of one key tile
+               sdpa_case(2, 16, 8, 1000, 333, 256, "bf16", false, "[1,16,1000,1]", "f32"),   // 256 tiles
+               sdpa_case(3, 12, 4, 1100, 900, 96, "bf16", false, "", "bool", 0.2)},          // 324 tiles
+              5000);
+}
+
 // B x H past the 65535 of a grid's y dimension.
 TEST(GpuAttention, ManyHeads) {
   REQUIRE_GPU();
@@ -170,6 +183,7 @@ TEST(GpuAttention, UnalignedPointers) {
   REQUIRE_GPU();
   const runtime::Driver& cu = *runtime::driver().value();
   for (const Case& c : {sdpa_case(1, 4, 2, 300, 257, 128, "bf16", true), sdpa_case(2, 2, 2, 100, 150, 64, "f16", false),
+                        sdpa_case(4, 16, 4, 300, 257, 128, "bf16", false),  // 192 tiles: blocks of the persistent kernel take two
                         sdpa_case(2, 8, 2, 1, 512, 128, "bf16", false)}) {  // (the last: flash decoding, one chunk)
     const Graph graph = testing::must_parse(c.text);
     Expected<Executable> exe = Executable::compile(graph);

@@ -75,7 +75,7 @@ TEST(CodeWriter, EveryGeneratorSaysWhatItDecided) {
             "held rows: 1 passes, the row in registers, 32 threads, 8-element chunks");
   EXPECT_EQ(decisions("attention/sdpa_causal_gqa.json", 90),
             "flash attention (TMA + wgmma): 128 query rows x 128 keys a tile, 4 stages, head dim 64 as 64, 2 consumer "
-            "warpgroups, causal tiles skipped, mask on the diagonal only, registers 40/232");
+            "warpgroups, causal tiles skipped, mask on the diagonal only, registers 40/232, a block per query tile");
   EXPECT_EQ(decisions("attention/sdpa_causal_gqa.json", 80),
             "flash attention (mma.sync): 64 query rows x 64 keys a tile, 128 threads");
   EXPECT_EQ(decisions("attention/sdpa_decode_gqa.json", 90),

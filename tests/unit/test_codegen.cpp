@@ -447,6 +447,39 @@ TEST(ProgramCache, HopperMatmulKeepsItsTensorMapsAndPersistentGrid) {
   EXPECT_NE(ampere.kernels[0].source.find("kiln::tc::Gemm<"), std::string::npos);
 }
 
+// sm_90's attention kernel: blocks loop over query tiles, a persistent
+// grid without a causal mask and a block per tile under one (the hardware
+// starts the next as one ends: the triangle's tiles differ in work); the
+// scale goes into the softmax's exponent unless an additive mask needs it
+// in the score; outputs are stored a column pair at a time.
+TEST(Codegen, HopperAttentionLoopsOverQueryTiles) {
+  auto kernel = [](bool causal, const std::string& mask_dtype) {
+    const std::string mask = mask_dtype.empty() ? "" : fmt::format(R"(, "m": {{"shape": [300, 200], "dtype": "{}"}})", mask_dtype);
+    const Graph g = testing::must_parse(fmt::format(
+        R"({{"kiln": 1, "inputs": {{"q": {{"shape": [2, 8, 300, 128], "dtype": "bf16"}}, "k": {{"shape": [2, 8, 200, 128], "dtype": "bf16"}},
+            "v": {{"shape": [2, 8, 200, 128], "dtype": "bf16"}}{}}},
+            "ops": [{{"op": "sdpa", "in": ["q", "k", "v"{}], "out": "o", "causal": {}}}], "outputs": ["o"]}})",
+        mask, mask.empty() ? "" : R"(, "m")", causal ? "true" : "false"));
+    codegen::GeneratedProgram p = codegen::generate_program(ir_of(g), ir::plan_fusion(ir_of(g)), 90);
+    EXPECT_EQ(p.kernels.size(), 1u);
+    return p.kernels.at(0);
+  };
+  const codegen::GeneratedKernel plain = kernel(false, ""), causal = kernel(true, ""), additive = kernel(false, "f32"),
+                                 hidden = kernel(false, "bool");
+  EXPECT_EQ(plain.persistent_group, 1u);
+  EXPECT_EQ(causal.persistent_group, 0u);
+  for (const codegen::GeneratedKernel* k : {&plain, &causal, &additive, &hidden}) {
+    EXPECT_EQ(k->grid[0], 2u * 8 * 3);  // query tiles of 128 rows
+    EXPECT_NE(k->source.find("for (kiln::i64 tile = blockIdx.x; tile < 48LL; tile += gridDim.x, ++n)"), std::string::npos);
+    EXPECT_NE(k->source.find("kiln::store_pair_"), std::string::npos);
+  }
+  EXPECT_NE(plain.source.find("return dot;"), std::string::npos);
+  EXPECT_NE(plain.source.find("kv_tiles, -100, 0.0883883461f, score);"), std::string::npos);
+  EXPECT_NE(hidden.source.find("kv_tiles, -100, 0.0883883461f, score);"), std::string::npos);
+  EXPECT_NE(additive.source.find("dot * 0.0883883461f"), std::string::npos);
+  EXPECT_NE(additive.source.find("kv_tiles, -100, 1.0f, score);"), std::string::npos);
+}
+
 TEST(ProgramCache, AWarmProcessSkipsPlanningAndCompiling) {
   const fs::path dir = testing::fresh_cache("recipe");
   Graph g = testing::must_parse(R"({"kiln": 1, "inputs": {"x": {"shape": [9, 301], "dtype": "f32"}},
