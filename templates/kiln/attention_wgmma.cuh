@@ -172,22 +172,22 @@ struct FlashAttention {
 
   // S = Q K^T for this warpgroup's 64 rows and the key tile in `stage`, issued, not waited for.
   static __device__ __forceinline__ void issue_scores(float (&s_acc)[kSN][4], unsigned char* s, int stage) {
-    const unsigned char* q = reinterpret_cast<const unsigned char*>(q_tile(s)) + ((threadIdx.x >> 7) - 1) * 64 * 128;
-    const unsigned char* k = reinterpret_cast<const unsigned char*>(k_tile(s, stage));
+    const u64 q = descriptor(reinterpret_cast<const unsigned char*>(q_tile(s)) + ((threadIdx.x >> 7) - 1) * 64 * 128, 16, 1024);
+    const u64 k = descriptor(k_tile(s, stage), 16, 1024);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk)
-      mma<BKV, KIND, 0>(s_acc, descriptor(q + (kk >> 2) * kBQ * 128 + (kk & 3) * 32, 16, 1024),
-                        descriptor(k + (kk >> 2) * BKV * 128 + (kk & 3) * 32, 16, 1024), kk > 0);
+      mma<BKV, KIND, 0>(s_acc, advanced(q, (kk >> 2) * kBQ * 128 + (kk & 3) * 32), advanced(k, (kk >> 2) * BKV * 128 + (kk & 3) * 32),
+                        kk > 0);
     wgmma_commit();
   }
 
   // O += P V for the key tile in `stage`, issued, not waited for.
   __device__ __forceinline__ void issue_values(const u32 (&p)[BKV / 16][4], unsigned char* s, int stage) {
-    const unsigned char* v = reinterpret_cast<const unsigned char*>(v_tile(s, stage));
+    const u64 v = descriptor(v_tile(s, stage), BKV * 128, 1024);
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < BKV / 16; ++kk) mma_rs<kD, KIND>(o, p[kk], descriptor(v + kk * 2048, BKV * 128, 1024), 1);
+    for (int kk = 0; kk < BKV / 16; ++kk) mma_rs<kD, KIND>(o, p[kk], advanced(v, kk * 2048), 1);
     wgmma_commit();
   }
 

@@ -180,6 +180,12 @@ __device__ __forceinline__ u64 descriptor(const void* p, u32 leading, u32 stride
          (static_cast<u64>(stride >> 4) << 32) | (1ull << 62);
 }
 
+// The descriptor of the operand `bytes` further on in shared memory: the
+// address field is the address / 16 in 14 bits, and shared addresses stay
+// below 256 KiB, so adding never carries into the next field. (One add on
+// a uniform register per wgmma, instead of encoding each address anew.)
+__device__ __forceinline__ u64 advanced(u64 descriptor, u32 bytes) { return descriptor + (bytes >> 4); }
+
 // ---- wgmma --------------------------------------------------------------------------
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
