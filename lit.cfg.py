@@ -2,6 +2,7 @@
 # they check (examples/, tests/malformed/). CMake passes the paths:
 #   lit --param kiln=BIN --param filecheck_dir=DIR --param exec_root=DIR PATHS
 import os
+import shutil
 import sys
 import lit.formats
 
@@ -22,7 +23,11 @@ config.substitutions.append(("%python", sys.executable))
 config.substitutions.append(
     ("%expect-exit", "bash " + os.path.join(config.test_source_root, "tests", "expect-exit.sh")))
 
-path = [lit_config.params.get("filecheck_dir", ""), config.environment.get("PATH", os.environ.get("PATH", ""))]
+path = [lit_config.params.get("filecheck_dir", ""), lit_config.params.get("sass_dir", ""),
+        config.environment.get("PATH", os.environ.get("PATH", ""))]
 config.environment["PATH"] = os.pathsep.join(p for p in path if p)
+# `REQUIRES: sass`: tests that read a kernel's SASS need cuobjdump or nvdisasm.
+if any(shutil.which(tool, path=config.environment["PATH"]) for tool in ("cuobjdump", "nvdisasm")):
+    config.available_features.add("sass")
 # Tests must not touch the user's kernel cache.
 config.environment["KILN_CACHE_DIR"] = os.path.join(config.test_exec_root, "cache")

@@ -74,6 +74,29 @@ nvrtc_root() {
   echo "$dir"
 }
 
+# A SASS disassembler (`kiln dump --stage sass`, and the golden tests that
+# read a kernel's SASS): the CUDA toolkit's, else the nvidia-cuda-nvdisasm
+# wheel from PyPI (installed for python3 when missing). Prints the folder
+# holding it, or nothing when none can be had.
+sass_tool_dir() {
+  local tool
+  for tool in cuobjdump nvdisasm; do
+    if command -v $tool >/dev/null 2>&1; then dirname "$(command -v $tool)"; return 0; fi
+  done
+  local cuda=${CUDA_HOME:-/usr/local/cuda}
+  if [[ -x $cuda/bin/nvdisasm ]]; then echo "$cuda/bin"; return 0; fi
+  local probe='import nvidia.cu13 as m, os; print(next((os.path.join(p, "bin") for p in m.__path__ if os.path.exists(os.path.join(p, "bin", "nvdisasm"))), ""))'
+  local dir
+  dir=$(python3 -c "$probe" 2>/dev/null) || true
+  if [[ -z $dir ]]; then
+    if [[ ${KILN_NO_INSTALL:-0} == 1 ]]; then return 0; fi
+    say "installing nvdisasm (nvidia-cuda-nvdisasm==13.5.37, PyPI)" >&2
+    python3 -m pip install -q --disable-pip-version-check nvidia-cuda-nvdisasm==13.5.37 >&2 || return 0
+    dir=$(python3 -c "$probe" 2>/dev/null) || true
+  fi
+  echo "$dir"
+}
+
 configure_and_build() {
   install_missing
   local generator=()
@@ -81,7 +104,7 @@ configure_and_build() {
   if [[ ! -f $build/CMakeCache.txt ]]; then
     say "configuring $build"
     cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE="${KILN_BUILD_TYPE:-RelWithDebInfo}" \
-      -DKILN_NVRTC_ROOT="$(nvrtc_root)" >/dev/null
+      -DKILN_NVRTC_ROOT="$(nvrtc_root)" -DKILN_SASS_TOOL_DIR="$(sass_tool_dir)" >/dev/null
   fi
   say "building with $jobs jobs"
   cmake --build "$build" -j "$jobs"
@@ -155,5 +178,6 @@ case ${1:-} in
   build) configure_and_build ;;
   deps) install_missing ;;
   nvrtc-root) nvrtc_root ;;
+  sass-tool-dir) sass_tool_dir ;;
   *) echo "usage: tools/dev.sh demo [GRAPH] | test | build | python | deps" >&2; exit 2 ;;
 esac
