@@ -1,11 +1,14 @@
 // kiln's flash-attention kernel for Hopper (sm_90a): softmax(q k^T + mask) v
-// for one (batch, head) and a tile of 128 query rows per block, on the
+// for one (batch, head) and a tile of 128 query rows at a time, on the
 // pieces of the Hopper GEMM (wgmma.cuh): the copy engine, an mbarrier ring,
-// wgmma, register reallocation between warpgroups.
+// wgmma, register reallocation between warpgroups. Blocks loop over query
+// tiles (the generated kernel's loop: persistent without a causal mask, a
+// block per tile under one); the ring and the barriers' phases carry over.
 //
-// Warpgroup 0 produces: Q's tile once, then K and V tiles of BKV keys into
-// a STAGES-deep ring, K and V on barriers of their own (S = Q K^T starts
-// before V has landed). The copies are bulk tensor copies of 4-d maps
+// Warpgroup 0 produces: each tile's Q once the consumers are done with the
+// last one's (q_empty), then K and V tiles of BKV keys into a STAGES-deep
+// ring, K and V on barriers of their own (S = Q K^T starts before V has
+// landed). The copies are bulk tensor copies of 4-d maps
 // (d, row, head, batch), or, where a pointer is not 16-byte aligned,
 // element loads by all 128 producer threads into the same layout.
 // Warpgroups 1 and 2 consume, 64 query rows each: per key tile
@@ -18,8 +21,9 @@
 //                      is the A fragment's), V from shared memory (N-major).
 // Each tile's S = Q K^T is issued with the previous tile's P V, and the
 // softmax runs while P V is on the tensor cores (FlashAttention-3's
-// intra-warpgroup overlap); the two consumer warpgroups take turns to
-// issue (ping-pong), so one's softmax overlaps the other's multiplications.
+// intra-warpgroup overlap; examples/attention/sdpa_softmax_under_pv.test
+// checks it in SASS); the two consumer warpgroups take turns to issue
+// (ping-pong), so one's softmax overlaps the other's multiplications.
 //
 // Head dimensions are padded to 64, 128 or 256 (the 128-byte swizzle holds
 // 64 columns): the copy engine fills columns past the head dimension with
@@ -28,8 +32,9 @@
 //
 // Numerics (graph-format.md rule 6): scores, maxima and sums in f32; the
 // probabilities rounded to V's type before they multiply V, as in every
-// flash-attention kernel (before the final division by the row sum). A
-// row whose keys are all masked has sum 0 and gives zeros.
+// flash-attention kernel (before O is normalised at the end: times the
+// row's 1 / sum, within an f32 rounding of the division). A row whose keys
+// are all masked has sum 0 and gives zeros.
 #pragma once
 
 #include "kiln/attention.cuh"
