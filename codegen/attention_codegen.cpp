@@ -83,57 +83,55 @@ std::string AttentionGenerator::score_hook(const ir::Op& op, bool causal_in_hook
   return out + em_.take() + "};\n";
 }
 
+// The output element `value` (rounded as the result is) and the kernel's
+// epilogue on it, into the emitter's open block: each written tensor
+// stored, or, given `pairs`, gathered in column pairs where its last
+// coordinate is the column d (pair declarations and stores appended to
+// `pairs`).
+struct AttentionGenerator::PairText {
+  std::string decls, stores;
+};
+void AttentionGenerator::output_element(const ir::Op& op, const std::string& value, PairText* pairs) {
+  const ir::Tensor& result = g_.result(op);
+  em_.emit(fmt::format("const float out = {};  // {}", em_.rounded(result, value), result.name));
+  em_.set_leaf(op.output, "out");
+  const Coords oc{"bi", "hi", "qi", "d"};
+  for (ir::TensorId t : k_.writes) {
+    const ir::Tensor& tensor = g_.tensor(t);
+    const Coords tc = write_coords(op.output, oc, t);
+    const std::string offset = em_.linearize(tc, tensor.shape), value_t = em_.value(t, tc);
+    if (pairs && tc.back() == "d" && storage_dtype(tensor) != DType::boolean && tensor.shape.back() % 2 == 0)
+      pairs->stores += gather_column_pair(t, value_t, offset, pairs->decls) + "\n";
+    else
+      em_.emit(store(t, offset, value_t) + "  // " + tensor.name);
+  }
+}
+
 // The output loop of both flash kernels: element e of column tile dn of
 // `fa`, at query row q0 + A::acc_row(e) and column A::acc_col(dn, e), and
 // the kernel's epilogue on it. Elements 2h and 2h + 1 are adjacent columns
 // of one row: a written tensor whose last coordinate is the column is
-// stored a column pair at a time (one 4-byte store where aligned), the
-// element code run for each column of the pair first.
+// stored a column pair at a time, the element code run for each column of
+// the pair first.
 std::string AttentionGenerator::flash_outputs(const ir::Op& op, int64_t head_dim, bool padded) {
   const int64_t sq = g_.operand(op, 0).shape[2];
   std::string body = "#pragma unroll\nfor (int dn = 0; dn < A::kDN; ++dn)\n#pragma unroll\nfor (int half = 0; half < 2; ++half) {\n";
   body += fmt::format("const kiln::i64 qi = q0 + A::acc_row(2 * half);\nif (qi >= {}LL{}) continue;\n", sq,
                       padded ? fmt::format(" || A::acc_col(dn, 0) >= {}LL", head_dim) : "");
-  const ir::Tensor& result = g_.result(op);
   em_.begin_block();
   em_.emit("const int e = 2 * half + c;");
   em_.emit("const kiln::i64 d = A::acc_col(dn, e);");
-  em_.emit(fmt::format("const float out = {};  // {}", em_.rounded(result, "fa.out(dn, e)"), result.name));
-  em_.set_leaf(op.output, "out");
-  const Coords oc{"bi", "hi", "qi", "d"};
-  std::string pairs, pair_stores;
-  for (ir::TensorId t : k_.writes) {
-    const ir::Tensor& tensor = g_.tensor(t);
-    const Coords tc = write_coords(op.output, oc, t);
-    const std::string offset = em_.linearize(tc, tensor.shape), value = em_.value(t, tc);
-    const DType storage = storage_dtype(tensor);
-    if (tc.back() != "d" || storage == DType::boolean || tensor.shape.back() % 2 != 0) {
-      em_.emit(store(t, offset, value) + "  // " + tensor.name);
-      continue;
-    }
-    pairs += fmt::format("float pair{0}[2];\nkiln::i64 pair{0}_at = 0;\n", t);
-    em_.emit(fmt::format("pair{}[c] = {};  // {}", t, value, tensor.name));
-    em_.emit(fmt::format("if (c == 0) pair{}_at = {};", t, offset));
-    pair_stores += fmt::format("kiln::store_pair_{0}({1}, pair{2}_at, pair{2}[0], pair{2}[1]);  // {3}\n", to_string(storage),
-                               writes_.at(t), t, tensor.name);
-  }
-  return body + pairs + "#pragma unroll\nfor (int c = 0; c < 2; ++c) {\n" + em_.take() + "}\n" + pair_stores + "}\n";
+  PairText pairs;
+  output_element(op, "fa.out(dn, e)", &pairs);
+  return body + pairs.decls + "#pragma unroll\nfor (int c = 0; c < 2; ++c) {\n" + em_.take() + "}\n" + pairs.stores + "}\n";
 }
 
 // A loop over output elements (`open`: its header and the coordinates bi,
 // hi, qi, d of the element), the value there, and the kernel's epilogue.
 std::string AttentionGenerator::attention_outputs(const ir::Op& op, const std::string& open, const std::string& value) {
-  const ir::Tensor& result = g_.result(op);
-  std::string body = open;
   em_.begin_block();
-  em_.emit(fmt::format("const float out = {};  // {}", em_.rounded(result, value), result.name));
-  em_.set_leaf(op.output, "out");
-  const Coords oc{"bi", "hi", "qi", "d"};
-  for (ir::TensorId t : k_.writes) {
-    const Coords tc = write_coords(op.output, oc, t);
-    em_.emit(store(t, em_.linearize(tc, g_.tensor(t).shape), em_.value(t, tc)) + "  // " + g_.tensor(t).name);
-  }
-  return body + em_.take() + "}\n";
+  output_element(op, value, nullptr);
+  return open + em_.take() + "}\n";
 }
 
 // The first element of (batch bi, head `head`) of an operand in memory.

@@ -57,6 +57,8 @@ class AttentionGenerator : public KernelBuilder {
   std::string score_hook(const ir::Op& op, bool causal_in_hook, const std::string& coordinates, bool scale_in_softmax = false);
   std::string flash_outputs(const ir::Op& op, int64_t head_dim, bool padded);
   std::string attention_outputs(const ir::Op& op, const std::string& open, const std::string& value);
+  struct PairText;
+  void output_element(const ir::Op& op, const std::string& value, PairText* pairs);
 
   // ---- attention without tensor cores: a block per query row, exact softmax in
   // two passes (f32 or mixed operands, decomposed matmul-softmax-matmul graphs).

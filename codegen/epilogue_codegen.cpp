@@ -215,7 +215,7 @@ void GemmGenerator::emit_epilogue_writes(const ir::Op& anchor, const Gemm& gm, c
       em_.emit(store(t, offset, value) + "  // " + g_.tensor(t).name);
       continue;
     }
-    const std::string direct = gather_column_pair(t, value, offset, text) + "\n";
+    const std::string direct = gather_column_pair(t, value, offset, text.pair_decls) + "\n";
     if (t != plan.staged) {
       text.pair_stores += direct;
       continue;
@@ -242,17 +242,6 @@ void GemmGenerator::emit_epilogue_writes(const ir::Op& anchor, const Gemm& gm, c
     text.pair_stores += "if (staged) " + put + "else " + direct;
     text.staged_put = fmt::format("kiln::aligned16({})", writes_.at(t));
   }
-}
-
-// Element code that collects `value` of tensor t in column pairs (`offset`:
-// the pair's first element); returns the store of a pair, for after the pair.
-std::string GemmGenerator::gather_column_pair(ir::TensorId t, const std::string& value, const std::string& offset,
-                                              EpilogueText& text) {
-  text.pair_decls += fmt::format("float pair{0}[2];\nkiln::i64 pair{0}_at = 0;\n", t);
-  em_.emit(fmt::format("pair{}[c] = {};  // {}", t, value, g_.tensor(t).name));
-  em_.emit(fmt::format("if (c == 0) pair{}_at = {};", t, offset));
-  return fmt::format("kiln::store_pair_{0}({1}, pair{2}_at, pair{2}[0], pair{2}[1]);  // {3}", to_string(storage_dtype(g_.tensor(t))),
-                     writes_.at(t), t, g_.tensor(t).name);
 }
 
 const ir::Op* GemmGenerator::epilogue_pool() const {
@@ -323,7 +312,7 @@ void GemmGenerator::emit_epilogue_pool(const ir::Op& anchor, const Gemm& gm, con
   const DType storage = storage_dtype(out);
   const bool paired = gm.column_last && storage != DType::boolean && (!loops.check_n || gm.n % 2 == 0);
   if (paired) {
-    text.pair_stores += fmt::format("if ({}) {}\n", storing, gather_column_pair(t, result, offset, text));
+    text.pair_stores += fmt::format("if ({}) {}\n", storing, gather_column_pair(t, result, offset, text.pair_decls));
   } else {
     em_.emit(fmt::format("if ({}) {}  // {}", storing, store(t, offset, result), out.name));
   }

@@ -170,7 +170,6 @@ class GemmGenerator : public KernelBuilder {
   void emit_epilogue_reductions(const EpiloguePlan& plan, const std::vector<std::string>& ws, EpilogueText& text);
   void emit_epilogue_writes(const ir::Op& anchor, const Gemm& gm, const EpilogueLoops& loops, const Coords& oc,
                             const EpiloguePlan& plan, EpilogueText& text);
-  std::string gather_column_pair(ir::TensorId t, const std::string& value, const std::string& offset, EpilogueText& text);
   // The pool of a conv's epilogue (KernelParams::pool_window), or nullptr.
   const ir::Op* epilogue_pool() const;
   void emit_epilogue_pool(const ir::Op& anchor, const Gemm& gm, const EpilogueLoops& loops, const Coords& oc,

@@ -41,6 +41,15 @@ std::string KernelBuilder::store(ir::TensorId t, const std::string& offset, cons
   return Emitter::store_call(storage_dtype(g_.tensor(t)), writes_.at(t), offset, value);
 }
 
+std::string KernelBuilder::gather_column_pair(ir::TensorId t, const std::string& value, const std::string& offset,
+                                              std::string& decls) {
+  decls += fmt::format("float pair{0}[2];\nkiln::i64 pair{0}_at = 0;\n", t);
+  em_.emit(fmt::format("pair{}[c] = {};  // {}", t, value, g_.tensor(t).name));
+  em_.emit(fmt::format("if (c == 0) pair{}_at = {};", t, offset));
+  return fmt::format("kiln::store_pair_{0}({1}, pair{2}_at, pair{2}[0], pair{2}[1]);  // {3}", to_string(storage_dtype(g_.tensor(t))),
+                     writes_.at(t), t, g_.tensor(t).name);
+}
+
 std::vector<const ir::Op*> KernelBuilder::ops_of(std::initializer_list<ir::OpFamily> families) const {
   std::vector<const ir::Op*> out;
   for (int32_t oi : k_.ops) {

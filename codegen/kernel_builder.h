@@ -111,6 +111,11 @@ class KernelBuilder {
   std::optional<ir::TensorId> tensor_behind(const std::string& pointer) const;
 
   std::string store(ir::TensorId t, const std::string& offset, const std::string& value);
+  // Element code, run for columns c = 0 and 1 of a pair, that collects
+  // `value` of tensor t (`offset`: the pair's first element) into
+  // pair<t>[2], declared by what it appends to `decls`; returns the pair's
+  // store (one 4-byte store where aligned), for after the pair.
+  std::string gather_column_pair(ir::TensorId t, const std::string& value, const std::string& offset, std::string& decls);
 
   // ---- the pieces each kind needs ---------------------------------------------
   std::vector<const ir::Op*> ops_of(std::initializer_list<ir::OpFamily> families) const;
