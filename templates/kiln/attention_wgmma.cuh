@@ -70,7 +70,7 @@ struct FlashAttention {
   static constexpr int kDN = kD / 8, kSN = BKV / 8;
   static constexpr int kConsumerWarps = 8;
   typedef Ring<STAGES> Slots;  // where the next K and V tiles go (the producer) or come from (the consumers)
-  static_assert(HEAD_DIM % 8 == 0 && HEAD_DIM <= 256 && (BKV == 64 || BKV == 128 || BKV == 176) && STAGES >= 2, "tile shape");
+  static_assert(HEAD_DIM % 8 == 0 && HEAD_DIM <= 256 && (BKV == 64 || BKV == 80 || BKV == 128 || BKV == 176) && STAGES >= 2, "tile shape");
 
   float o[kDN][4];  // output accumulators: rows (lane/4, +8) of the warp's 16, columns d
   float row_max[2], row_sum[2];  // row maxima of the hook's scores (before exponent_scale)

@@ -281,11 +281,28 @@ template <int N> __device__ __forceinline__ void wgmma_wait() { asm volatile("wg
                  "+f"(d[20][0]), "+f"(d[20][1]), "+f"(d[20][2]), "+f"(d[20][3]), "+f"(d[21][0]), "+f"(d[21][1]), "+f"(d[21][2]), "+f"(d[21][3]) \
                : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_B))
 
+#define KILN_WGMMA_N80(TYPE)                                                                 \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %42, 0;\n"                                   \
+               "wgmma.mma_async.sync.aligned.m64n80k16.f32." TYPE "." TYPE " "                 \
+               "{" \
+               "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+               "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+               "%32, %33, %34, %35, %36, %37, %38, %39" \
+               "}, %40, %41, p, 1, 1, 0, %43;\n}\n"                    \
+               : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), \
+                 "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), \
+                 "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), \
+                 "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), \
+                 "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]) \
+               : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_B))
+
 template <int N, int KIND, int TRANS_B>
 __device__ __forceinline__ void mma(float (&d)[N / 8][4], u64 desc_a, u64 desc_b, int scale_d) {
-  static_assert(N == 64 || N == 128 || N == 176 || N == 256, "wgmma N");
+  static_assert(N == 64 || N == 80 || N == 128 || N == 176 || N == 256, "wgmma N");
   if constexpr (N == 64) {
     if constexpr (KIND == tc::kBf16) KILN_WGMMA_N64("bf16"); else KILN_WGMMA_N64("f16");
+  } else if constexpr (N == 80) {  // the attention kernel's key tile at head dim 256 (kiln/attention_wgmma.cuh)
+    if constexpr (KIND == tc::kBf16) KILN_WGMMA_N80("bf16"); else KILN_WGMMA_N80("f16");
   } else if constexpr (N == 128) {
     if constexpr (KIND == tc::kBf16) KILN_WGMMA_N128("bf16"); else KILN_WGMMA_N128("f16");
   } else if constexpr (N == 176) {  // the attention kernel's key tile at head dim 128 (kiln/attention_wgmma.cuh)

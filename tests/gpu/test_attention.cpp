@@ -128,14 +128,15 @@ TEST(GpuAttention, Decode) {
   check_cases(cases, 4000);
 }
 
-// Every key-tile width the autotuner may choose for the Hopper kernel
-// (64, 128 and, at head dimension 128 without a causal mask, 176), at
-// lengths that leave partial tiles, with a mask through the score hook.
+// Every key-tile width the autotuner may choose for the Hopper kernel (64,
+// 128 and 176 up to head dimension 128; 80 and 64 at 256), at lengths that
+// leave partial tiles, with a mask through the score hook.
 TEST(GpuAttention, EveryKeyTileWidth) {
   REQUIRE_GPU();
   int checked = 0;
   for (const Case& c : {sdpa_case(2, 4, 2, 300, 1000, 128, "bf16", false, "[2,1,1,1000]", "bool"),
-                        sdpa_case(1, 4, 4, 257, 177, 96, "f16", false), sdpa_case(1, 2, 2, 200, 200, 128, "bf16", true)}) {
+                        sdpa_case(1, 4, 4, 257, 177, 96, "f16", false), sdpa_case(1, 2, 2, 200, 200, 128, "bf16", true),
+                        sdpa_case(1, 2, 2, 150, 333, 256, "bf16", true)}) {
     const Graph g = testing::must_parse(c.text);
     const codegen::GeneratedProgram heuristic =
         codegen::generate_program(ir_of(g), ir::plan_fusion(ir_of(g)), 90);
@@ -155,19 +156,23 @@ TEST(GpuAttention, EveryKeyTileWidth) {
       ++checked;
     }
   }
-  EXPECT_GE(checked, 7);  // 3 + 2 + 2 widths
+  EXPECT_EQ(checked, 11);  // 3 + 3 + 3 + 2 widths
 }
 
 // More query tiles than blocks run at once: without a causal mask the
 // Hopper kernel's blocks take several tiles each (the ring of K and V
 // slots and Q's barriers carried from one to the next), with partial
-// tiles, masks, groups and every padded head dimension.
+// tiles, masks, groups and every padded head dimension; under a causal
+// mask as many blocks as tiles, rows that see no key (sq > skv) among them.
 TEST(GpuAttention, SeveralTilesABlock) {
   REQUIRE_GPU();
   check_cases({sdpa_case(4, 16, 4, 300, 1000, 128, "bf16", false, "[4,1,1,1000]", "bool"),  // 192 tiles
                sdpa_case(8, 16, 16, 130, 77, 64, "f16", false),                             // 256 tiles of one key tile
                sdpa_case(2, 16, 8, 1000, 333, 256, "bf16", false, "[1,16,1000,1]", "f32"),   // 256 tiles
-               sdpa_case(3, 12, 4, 1100, 900, 96, "bf16", false, "", "bool", 0.2)},          // 324 tiles
+               sdpa_case(3, 12, 4, 1100, 900, 96, "bf16", false, "", "bool", 0.2),           // 324 tiles
+               sdpa_case(2, 16, 4, 1000, 1000, 64, "bf16", true),                            // 256 tiles, causal
+               sdpa_case(2, 16, 16, 1100, 400, 128, "f16", true, "[2,1,1100,400]", "bool"),  // 288, 160 seeing no key
+               sdpa_case(3, 8, 2, 777, 1500, 256, "bf16", true)},                            // 168, causal, skv > sq
               5000);
 }
 
