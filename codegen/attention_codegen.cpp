@@ -326,13 +326,15 @@ auto AttentionGenerator::hopper_attention(const ir::Op& op) -> std::optional<Hop
   //     1.354 against 1.332 for 128);
   //   head dim 256: 80, two stages (B4 H16 S4096: 1.650 ms against 1.793 for 64);
   //   otherwise 128 (causal B4 H32 S4096: 176 measured 1% slower).
-  // The alternatives for --autotune: 64, 128, and 176 at head dim 128.
-  const bool long_rows = a.padded_dim == 128 && !a.causal && a.skv >= 2048;
-  const int heuristic = a.padded_dim == 256 ? 80 : long_rows ? 176 : 128;
-  std::vector<Tuning> space{{heuristic, 0, 0, 0, 0}};
-  for (int bkv : {128, 176, 64})
-    if (bkv != heuristic && (bkv != 176 || a.padded_dim == 128) && (bkv != 128 || a.padded_dim < 256))
-      space.push_back({bkv, 0, 0, 0, 0});
+  // The widths that fit each padded head dimension, the heuristic's first:
+  // the rest are --autotune's alternatives.
+  std::vector<int> widths = a.padded_dim == 256 ? std::vector<int>{80, 64}
+                            : a.padded_dim == 128 ? std::vector<int>{128, 176, 64}
+                                                  : std::vector<int>{128, 64};
+  const bool many_keys = a.padded_dim == 128 && !a.causal && a.skv >= 2048;
+  if (many_keys) std::swap(widths[0], widths[1]);  // 176 first
+  std::vector<Tuning> space;
+  for (int bkv : widths) space.push_back({bkv, 0, 0, 0, 0});
   a.bkv = choose_tuning(space).tile_n;
   const int q_bytes = 128 * a.padded_dim * 2, kv_bytes = a.bkv * a.padded_dim * 2;
   a.stages = std::min(4, (kHopperSharedLimit - 1024 - q_bytes - 8 * 18) / (2 * kv_bytes));
