@@ -320,7 +320,7 @@ auto AttentionGenerator::hopper_attention(const ir::Op& op) -> std::optional<Hop
   a.type = a.q.memory.storage;
   a.padded_dim = a.head_dim <= 64 ? 64 : a.head_dim <= 128 ? 128 : 256;
   // Key tiles (H100, bf16, --autotune's timings, each against the next best):
-  //   head dim 128 without a causal mask, at least 2048 keys: 176, two
+  //   head dim 128 without a causal or other mask, at least 2048 keys: 176, two
   //     stages (FlashAttention-3's choice; B4 H32 S4096: 1.844 ms against
   //     1.901 and 1.953 for 128's three stages; at 512 keys, B128 H32 S512:
   //     1.354 against 1.332 for 128);
@@ -331,7 +331,9 @@ auto AttentionGenerator::hopper_attention(const ir::Op& op) -> std::optional<Hop
   std::vector<int> widths = a.padded_dim == 256 ? std::vector<int>{80, 64}
                             : a.padded_dim == 128 ? std::vector<int>{128, 176, 64}
                                                   : std::vector<int>{128, 64};
-  const bool many_keys = a.padded_dim == 128 && !a.causal && a.skv >= 2048;
+  // Not with a mask: its addresses beside 176 keys' S and P spill (ptxas,
+  // f16 with an additive mask: 204 bytes; 128 keys: none).
+  const bool many_keys = a.padded_dim == 128 && !a.causal && a.skv >= 2048 && op.inputs.size() == 3;
   if (many_keys) std::swap(widths[0], widths[1]);  // 176 first
   std::vector<Tuning> space;
   for (int bkv : widths) space.push_back({bkv, 0, 0, 0, 0});
