@@ -67,7 +67,7 @@ struct FlashAttention {
   static constexpr int kQBytes = kBQ * kD * 2, kKvBytes = BKV * kD * 2;
   static constexpr int kBarriers = 2 + 4 * STAGES;  // q_full, q_empty; k_full, v_full, k_empty, v_empty per stage
   static constexpr int kSharedBytes = 1024 + kQBytes + 2 * STAGES * kKvBytes + kBarriers * 8;
-  static constexpr int kDN = kD / 8, kSN = BKV / 8;
+  static constexpr int kDN = kD / 8;
   static constexpr int kConsumerWarps = 8;
   typedef Ring<STAGES> Slots;  // where the next K and V tiles go (the producer) or come from (the consumers)
   static_assert(HEAD_DIM % 8 == 0 && HEAD_DIM <= 256 && (BKV == 64 || BKV == 80 || BKV == 128 || BKV == 176) && STAGES >= 2, "tile shape");
@@ -168,6 +168,22 @@ struct FlashAttention {
   }
 
   // ---- the consumer warpgroups ---------------------------------------------------------------
+  // A key tile's scores (N keys: BKV, or fewer for a narrower last tile)
+  // in S's accumulator layout, and its probabilities as wgmma's A fragments.
+  template <int N>
+  using Scores = float[N / 8][4];
+  template <int N>
+  using Fragments = u32[N / 16][4];
+
+  // What every step of the key loop reads: where the block's query tile
+  // lies (its first row, the lengths, skv - sq: key j is hidden from row i
+  // when j > i + causal_offset), and whether this thread is its warp's lane
+  // 0, which arrives on the ring's barriers for the warp.
+  struct KeyLoop {
+    int q0, sq, skv, causal_offset;
+    bool signals;
+  };
+
   // Row in the block's query tile of accumulator element e, and column.
   static __device__ __forceinline__ int acc_row(int e) {
     const int t = threadIdx.x - 128;  // consumers follow the producer warpgroup
@@ -175,49 +191,51 @@ struct FlashAttention {
   }
   static __device__ __forceinline__ int acc_col(int dn, int e) { return dn * 8 + (threadIdx.x & 3) * 2 + (e & 1); }
 
-  // S = Q K^T for this warpgroup's 64 rows and the key tile in `stage`, issued, not waited for.
-  static __device__ __forceinline__ void issue_scores(float (&s_acc)[kSN][4], unsigned char* s, int stage) {
+  // S = Q K^T for this warpgroup's 64 rows and the first N keys of the tile in `stage`, issued, not waited for.
+  template <int N>
+  static __device__ __forceinline__ void issue_scores(Scores<N>& s_acc, unsigned char* s, int stage) {
     const u64 q = descriptor(reinterpret_cast<const unsigned char*>(q_tile(s)) + ((threadIdx.x >> 7) - 1) * 64 * 128, 16, 1024);
     const u64 k = descriptor(k_tile(s, stage), 16, 1024);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk)
-      mma<BKV, KIND, 0>(s_acc, advanced(q, (kk >> 2) * kBQ * 128 + (kk & 3) * 32), advanced(k, (kk >> 2) * BKV * 128 + (kk & 3) * 32),
-                        kk > 0);
+      mma<N, KIND, 0>(s_acc, advanced(q, (kk >> 2) * kBQ * 128 + (kk & 3) * 32), advanced(k, (kk >> 2) * BKV * 128 + (kk & 3) * 32),
+                      kk > 0);
     wgmma_commit();
   }
 
-  // O += P V for the key tile in `stage`, issued, not waited for.
-  __device__ __forceinline__ void issue_values(const u32 (&p)[BKV / 16][4], unsigned char* s, int stage) {
+  // O += P V for the first N keys of the tile in `stage`, issued, not waited for.
+  template <int N>
+  __device__ __forceinline__ void issue_values(const Fragments<N>& p, unsigned char* s, int stage) {
     const u64 v = descriptor(v_tile(s, stage), BKV * 128, 1024);
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < BKV / 16; ++kk) mma_rs<kD, KIND>(o, p[kk], advanced(v, kk * 2048), 1);
+    for (int kk = 0; kk < N / 16; ++kk) mma_rs<kD, KIND>(o, p[kk], advanced(v, kk * 2048), 1);
     wgmma_commit();
   }
 
-  // Scores of key tile `t` from raw dot products, in place: the hook on
-  // every element; on tiles at an edge (keys past skv, rows past sq, the
-  // causal diagonal), -inf where the key does not exist or is hidden.
-  template <class Score>
-  static __device__ __forceinline__ void scores(float (&s_acc)[kSN][4], int t, int q0, int sq, int skv, int causal_offset,
-                                                Score& score) {
-    const int key0 = t * BKV, wg_row0 = q0 + ((threadIdx.x >> 7) - 1) * 64;
-    const bool edge = key0 + BKV > skv || wg_row0 + 64 > sq || (CAUSAL && key0 + BKV - 1 > wg_row0 + causal_offset);
+  // Scores of key tile `t` (its first N keys) from raw dot products, in
+  // place: the hook on every element; on tiles at an edge (keys past skv,
+  // rows past sq, the causal diagonal), -inf where the key does not exist
+  // or is hidden.
+  template <int N, class Score>
+  static __device__ __forceinline__ void scores(Scores<N>& s_acc, int t, KeyLoop loop, Score& score) {
+    const int key0 = t * BKV, wg_row0 = loop.q0 + ((threadIdx.x >> 7) - 1) * 64;
+    const bool edge = key0 + N > loop.skv || wg_row0 + 64 > loop.sq || (CAUSAL && key0 + N - 1 > wg_row0 + loop.causal_offset);
     if (!edge) {
 #pragma unroll
-      for (int ni = 0; ni < kSN; ++ni)
+      for (int ni = 0; ni < N / 8; ++ni)
 #pragma unroll
         for (int e = 0; e < 4; ++e) s_acc[ni][e] = score(s_acc[ni][e], acc_row(e), key0 + acc_col(ni, e));
       return;
     }
 #pragma unroll
-    for (int ni = 0; ni < kSN; ++ni)
+    for (int ni = 0; ni < N / 8; ++ni)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int row = acc_row(e), key = key0 + acc_col(ni, e);
         // Rows past the queries exist only to fill the tile: never call the hook for them (it may read a mask).
-        const bool seen = key < skv && q0 + row < sq && (!CAUSAL || key <= q0 + row + causal_offset);
+        const bool seen = key < loop.skv && loop.q0 + row < loop.sq && (!CAUSAL || key <= loop.q0 + row + loop.causal_offset);
         s_acc[ni][e] = seen ? score(s_acc[ni][e], row, key) : -inf();
       }
   }
@@ -227,12 +245,13 @@ struct FlashAttention {
   // (`correction`, for O once no wgmma still writes it). Probabilities are
   // 2^(score * exponent_scale - max * exponent_scale): one multiply-add an
   // element, the scale folded in.
-  __device__ __forceinline__ void softmax(float (&s_acc)[kSN][4], float (&correction)[2]) {
+  template <int N>
+  __device__ __forceinline__ void softmax(Scores<N>& s_acc, float (&correction)[2]) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       float maxima[2] = {-inf(), -inf()};
 #pragma unroll
-      for (int ni = 0; ni < kSN; ++ni) maxima[ni & 1] = fmaxf(maxima[ni & 1], fmaxf(s_acc[ni][2 * h], s_acc[ni][2 * h + 1]));
+      for (int ni = 0; ni < N / 8; ++ni) maxima[ni & 1] = fmaxf(maxima[ni & 1], fmaxf(s_acc[ni][2 * h], s_acc[ni][2 * h + 1]));
       float mx = fmaxf(maxima[0], maxima[1]);
       mx = tc::quad_max(mx);
       const float m_new = fmaxf(row_max[h], mx);
@@ -243,7 +262,7 @@ struct FlashAttention {
       const float offset = m_use * exponent_scale;
       float sums[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // four chains, not one: the adds overlap
 #pragma unroll
-      for (int ni = 0; ni < kSN; ++ni) {
+      for (int ni = 0; ni < N / 8; ++ni) {
         s_acc[ni][2 * h] = exp2_approx(fmaf(s_acc[ni][2 * h], exponent_scale, -offset));
         s_acc[ni][2 * h + 1] = exp2_approx(fmaf(s_acc[ni][2 * h + 1], exponent_scale, -offset));
         sums[ni & 3] += s_acc[ni][2 * h] + s_acc[ni][2 * h + 1];
@@ -258,10 +277,11 @@ struct FlashAttention {
       for (int e = 0; e < 4; ++e) o[dn][e] *= correction[e >> 1];
   }
   // The probabilities as wgmma's A fragments (rounded to V's type).
-  static __device__ __forceinline__ void pack(const float (&s_acc)[kSN][4], u32 (&p)[BKV / 16][4]) {
+  template <int N>
+  static __device__ __forceinline__ void pack(const Scores<N>& s_acc, Fragments<N>& p) {
     const bool bf = KIND == tc::kBf16;
 #pragma unroll
-    for (int kk = 0; kk < BKV / 16; ++kk) {
+    for (int kk = 0; kk < N / 16; ++kk) {
       p[kk][0] = tc::pack2(s_acc[2 * kk][0], s_acc[2 * kk][1], bf);
       p[kk][1] = tc::pack2(s_acc[2 * kk][2], s_acc[2 * kk][3], bf);
       p[kk][2] = tc::pack2(s_acc[2 * kk + 1][0], s_acc[2 * kk + 1][1], bf);
@@ -269,9 +289,10 @@ struct FlashAttention {
     }
   }
   // Keeps P's registers live (not reused) until the wgmma reading them is waited for.
-  static __device__ __forceinline__ void fence_fragments(u32 (&p)[BKV / 16][4]) {
+  template <int N>
+  static __device__ __forceinline__ void fence_fragments(Fragments<N>& p) {
 #pragma unroll
-    for (int kk = 0; kk < BKV / 16; ++kk)
+    for (int kk = 0; kk < N / 16; ++kk)
 #pragma unroll
       for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(p[kk][i])::"memory");
   }
@@ -282,6 +303,78 @@ struct FlashAttention {
   static __device__ __forceinline__ void await_turn() { wg::await_turn<2>(); }
   static __device__ __forceinline__ void pass_turn() { wg::pass_turn<2>(); }
 
+  // ---- the key loop, a tile at a time: begin, steps, finish ----
+  // The first tile (in `ring`'s slot): S = Q K^T alone, then its softmax.
+  template <int N, class Score>
+  __device__ __forceinline__ void begin(unsigned char* s, const Ring<STAGES>& ring, const KeyLoop& loop, Scores<N>& s_acc,
+                                        Fragments<N>& p, float (&correction)[2], Score& score) {
+    bar_wait(k_full(s) + ring.stage, ring.phase);
+    await_turn();
+    issue_scores<N>(s_acc, s, ring.stage);
+    pass_turn();
+    wgmma_wait<0>();
+    fence_accumulators(s_acc);
+    if (loop.signals) bar_arrive(k_empty(s) + ring.stage);
+    scores<N>(s_acc, 0, loop, score);
+    softmax<N>(s_acc, correction);
+    pack<N>(s_acc, p);
+  }
+
+  // Tile t (N keys, the ring's next slot) while the tile before it (PN
+  // keys, in `ring`'s slot, its probabilities in `p_prev`) finishes: S of
+  // tile t and P V of tile t - 1 are issued together; the softmax of tile
+  // t runs while P V of tile t - 1 is on the tensor cores. On return `ring`
+  // is tile t's slot and `p` holds its probabilities (`p` may be `p_prev`).
+  template <int N, int PN, class Score>
+  __device__ __forceinline__ void step(unsigned char* s, Ring<STAGES>& ring, int t, const KeyLoop& loop, Scores<N>& s_acc,
+                                       Fragments<PN>& p_prev, Fragments<N>& p, float (&correction)[2], Score& score) {
+    Ring<STAGES> next = ring;
+    next.advance();
+    bar_wait(k_full(s) + next.stage, next.phase);
+    bar_wait(v_full(s) + ring.stage, ring.phase);
+    await_turn();
+    issue_scores<N>(s_acc, s, next.stage);
+    rescale(correction);  // O for tile t - 1's maxima, while S runs (no wgmma writes O now)
+    issue_values<PN>(p_prev, s, ring.stage);
+    pass_turn();
+    wgmma_wait<1>();  // S of tile t (P V of tile t - 1 may still run)
+    fence_accumulators(s_acc);
+    scores<N>(s_acc, t, loop, score);
+    softmax<N>(s_acc, correction);
+    // K's slot is handed back once the softmax is done, and the predicate
+    // reads the row sums so that it cannot be done sooner: ptxas places the
+    // wait for P V after the last memory operation before it, and an arrive
+    // it could move up would bring the wait with it, before the softmax
+    // (measured: the overlap lost, the tensor pipe idle while the softmax
+    // runs). The sums are never negative, so every warp's lane 0 arrives.
+    if (loop.signals && !(row_sum[0] + row_sum[1] < 0.0f)) bar_arrive(k_empty(s) + next.stage);
+    wgmma_wait<0>();
+    fence_accumulators(o);
+    fence_fragments<PN>(p_prev);
+    if (loop.signals) bar_arrive(v_empty(s) + ring.stage);
+    pack<N>(s_acc, p);
+    ring = next;
+  }
+
+  // The last tile's P V (N keys, in `ring`'s slot), once every S = Q K^T is
+  // done (the producer may load the next query tile's Q); the ring moves on.
+  // The second warpgroup's last turn is passed to no one.
+  template <int N>
+  __device__ __forceinline__ void finish(unsigned char* s, Ring<STAGES>& ring, const KeyLoop& loop, Fragments<N>& p,
+                                         const float (&correction)[2], bool first) {
+    if (loop.signals) bar_arrive(q_empty(s));
+    bar_wait(v_full(s) + ring.stage, ring.phase);
+    await_turn();
+    rescale(correction);
+    issue_values<N>(p, s, ring.stage);
+    if (first) pass_turn();
+    wgmma_wait<0>();
+    fence_accumulators(o);
+    fence_fragments<N>(p);
+    if (loop.signals) bar_arrive(v_empty(s) + ring.stage);
+    ring.advance();
+  }
+
   // A consumer warpgroup's 64 query rows of the block's n-th query tile
   // over kv_tiles key tiles, the first in `ring`'s slot (on return, the
   // next tile's); then o, row_max and row_sum hold them. score(dot, row, key): the score of
@@ -289,9 +382,6 @@ struct FlashAttention {
   // keys < skv and rows < sq. causal_offset: skv - sq (key j is hidden from
   // row i when j > i + causal_offset). softmax_scale: the positive factor
   // the hook's scores still need (1 where the hook applies the scale).
-  //
-  // Per tile t: S of tile t and P V of tile t - 1 are issued together; the
-  // softmax of tile t runs while P V of tile t - 1 is on the tensor cores.
   template <class Score>
   __device__ __forceinline__ void consume(unsigned char* s, Ring<STAGES>& ring, int n, int q0, int sq, int skv, int kv_tiles,
                                           int causal_offset, float softmax_scale, Score&& score) {
@@ -306,62 +396,16 @@ struct FlashAttention {
     bar_wait(q_full(s), n & 1);
     if (kv_tiles == 0 && signals) bar_arrive(q_empty(s));
     if (kv_tiles > 0) {
-      // Both warpgroups issue kv_tiles + 1 times; the first goes first, and
-      // the second's last turn is passed to no one.
+      // Both warpgroups issue kv_tiles + 1 times; the first goes first.
       const bool first = threadIdx.x < 256;
       if (!first) pass_turn();
-      float s_acc[kSN][4], correction[2];
-      u32 p[BKV / 16][4];
-      bar_wait(k_full(s) + ring.stage, ring.phase);
-      await_turn();
-      issue_scores(s_acc, s, ring.stage);
-      pass_turn();
-      wgmma_wait<0>();
-      fence_accumulators(s_acc);
-      if (signals) bar_arrive(k_empty(s) + ring.stage);
-      scores(s_acc, 0, q0, sq, skv, causal_offset, score);
-      softmax(s_acc, correction);
-      pack(s_acc, p);
-      for (int t = 1; t < kv_tiles; ++t) {
-        Ring<STAGES> next = ring;
-        next.advance();
-        bar_wait(k_full(s) + next.stage, next.phase);
-        bar_wait(v_full(s) + ring.stage, ring.phase);
-        await_turn();
-        issue_scores(s_acc, s, next.stage);
-        rescale(correction);  // O for tile t - 1's maxima, while S runs (no wgmma writes O now)
-        issue_values(p, s, ring.stage);
-        pass_turn();
-        wgmma_wait<1>();  // S of tile t (P V of tile t - 1 may still run)
-        fence_accumulators(s_acc);
-        scores(s_acc, t, q0, sq, skv, causal_offset, score);
-        softmax(s_acc, correction);
-        // K's slot is handed back once the softmax is done, and the
-        // predicate reads the row sums so that it cannot be done sooner:
-        // ptxas places the wait for P V after the last memory operation
-        // before it, and an arrive it could move up would bring the wait
-        // with it, before the softmax (measured: the overlap lost, the
-        // tensor pipe idle while the softmax runs). The sums are never
-        // negative, so every warp's lane 0 arrives.
-        if (signals && !(row_sum[0] + row_sum[1] < 0.0f)) bar_arrive(k_empty(s) + next.stage);
-        wgmma_wait<0>();
-        fence_accumulators(o);
-        fence_fragments(p);
-        if (signals) bar_arrive(v_empty(s) + ring.stage);
-        pack(s_acc, p);
-        ring = next;
-      }
-      if (signals) bar_arrive(q_empty(s));  // every S = Q K^T done: the producer may load the next tile's Q
-      bar_wait(v_full(s) + ring.stage, ring.phase);
-      await_turn();
-      rescale(correction);
-      issue_values(p, s, ring.stage);
-      if (first) pass_turn();
-      wgmma_wait<0>();
-      fence_accumulators(o);
-      fence_fragments(p);
-      if (signals) bar_arrive(v_empty(s) + ring.stage);
-      ring.advance();
+      Scores<BKV> s_acc;
+      Fragments<BKV> p;
+      float correction[2];
+      const KeyLoop loop = {q0, sq, skv, causal_offset, signals};
+      begin<BKV>(s, ring, loop, s_acc, p, correction, score);
+      for (int t = 1; t < kv_tiles; ++t) step<BKV, BKV>(s, ring, t, loop, s_acc, p, p, correction, score);
+      finish<BKV>(s, ring, loop, p, correction, first);
     }
     // Each row's 1 / sum once (0 for a row whose keys are all masked), for its 64 or more outputs.
 #pragma unroll
