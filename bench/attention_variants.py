@@ -29,14 +29,12 @@ import threading
 import time
 
 import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention import SDPBackend
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-from attention import SHAPES, graph_for  # noqa: E402
-from run_bench import graph_ms  # noqa: E402
+from attention import SHAPES, graph_for, vendor_ms  # noqa: E402
 
 DEFAULT_SHAPES = ["d128", "d128 causal", "d64", "d256", "s512", "gqa 32/8 causal", "vit-s"]
 
@@ -57,13 +55,13 @@ CHECKS = [
 
 
 def check_graph(name, b, h, hkv, sq, skv, d, causal, dtype, mask):
-    ins = {"q": {"shape": [b, h, sq, d], "dtype": dtype}, "k": {"shape": [b, hkv, skv, d], "dtype": dtype},
-           "v": {"shape": [b, hkv, skv, d], "dtype": dtype}}
-    sdpa = {"op": "sdpa", "in": ["q", "k", "v"], "out": "o", "causal": causal}
+    g = graph_for(name, (b, h, hkv, sq, skv, d, causal))
+    for spec in g["inputs"].values():
+        spec["dtype"] = dtype
     if mask:  # a bool mask of every row and key; an additive one broadcast over heads and rows
-        ins["m"] = {"shape": [1, 1, sq, skv], "dtype": "bool"} if mask == "bool" else {"shape": [b, 1, 1, skv], "dtype": dtype}
-        sdpa["in"].append("m")
-    return {"kiln": 1, "name": "check " + name, "inputs": ins, "ops": [sdpa], "outputs": ["o"]}
+        g["inputs"]["m"] = {"shape": [1, 1, sq, skv], "dtype": "bool"} if mask == "bool" else {"shape": [b, 1, 1, skv], "dtype": dtype}
+        g["ops"][-1]["in"].append("m")
+    return g
 
 
 def patch_tool():
@@ -157,20 +155,7 @@ def time_kiln(binary, paths, env):
 
 
 def time_cudnn(shapes):
-    ms = {}
-    for name in shapes:
-        b, h, hkv, sq, skv, d, causal = SHAPES[name]
-        q = torch.randn(b, h, sq, d, device="cuda", dtype=torch.bfloat16)
-        k = torch.randn(b, hkv, skv, d, device="cuda", dtype=torch.bfloat16)
-        v = torch.randn(b, hkv, skv, d, device="cuda", dtype=torch.bfloat16)
-        try:
-            with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
-                ms[name] = graph_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=hkv != h),
-                                    runs=100)
-        except RuntimeError as e:  # the backend does not take the shape
-            print(f"cuDNN on {name}: {str(e).splitlines()[0]}", flush=True)
-            ms[name] = float("nan")
-    return ms
+    return {name: vendor_ms(SHAPES[name], SDPBackend.CUDNN_ATTENTION) for name in shapes}
 
 
 def report(columns, shapes, times, clocks, rounds, json_out=None):

@@ -168,12 +168,10 @@ struct FlashAttention {
   }
 
   // ---- the consumer warpgroups ---------------------------------------------------------------
-  // A key tile's scores (N keys: BKV, or fewer for a narrower last tile)
-  // in S's accumulator layout, and its probabilities as wgmma's A fragments.
-  template <int N>
-  using Scores = float[N / 8][4];
-  template <int N>
-  using Fragments = u32[N / 16][4];
+  // A key tile's scores in S's accumulator layout, and its probabilities as
+  // wgmma's A fragments.
+  typedef float Scores[BKV / 8][4];
+  typedef u32 Fragments[BKV / 16][4];
 
   // What every step of the key loop reads: where the block's query tile
   // lies (its first row, the lengths, skv - sq: key j is hidden from row i
@@ -191,46 +189,45 @@ struct FlashAttention {
   }
   static __device__ __forceinline__ int acc_col(int dn, int e) { return dn * 8 + (threadIdx.x & 3) * 2 + (e & 1); }
 
-  // S = Q K^T for this warpgroup's 64 rows and the first N keys of the tile in `stage`, issued, not waited for.
-  template <int N>
-  static __device__ __forceinline__ void issue_scores(Scores<N>& s_acc, unsigned char* s, int stage) {
+  // S = Q K^T for this warpgroup's 64 rows and the key tile in `stage`, issued, not waited for.
+  static __device__ __forceinline__ void issue_scores(Scores& s_acc, unsigned char* s, int stage) {
     const u64 q = descriptor(reinterpret_cast<const unsigned char*>(q_tile(s)) + ((threadIdx.x >> 7) - 1) * 64 * 128, 16, 1024);
     const u64 k = descriptor(k_tile(s, stage), 16, 1024);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk)
-      mma<N, KIND, 0>(s_acc, advanced(q, (kk >> 2) * kBQ * 128 + (kk & 3) * 32), advanced(k, (kk >> 2) * BKV * 128 + (kk & 3) * 32),
-                      kk > 0);
+      mma<BKV, KIND, 0>(s_acc, advanced(q, (kk >> 2) * kBQ * 128 + (kk & 3) * 32), advanced(k, (kk >> 2) * BKV * 128 + (kk & 3) * 32),
+                        kk > 0);
     wgmma_commit();
   }
 
-  // O += P V for the first N keys of the tile in `stage`, issued, not waited for.
-  template <int N>
-  __device__ __forceinline__ void issue_values(const Fragments<N>& p, unsigned char* s, int stage) {
+  // O += P V for the key tile in `stage`, issued, not waited for.
+  __device__ __forceinline__ void issue_values(const Fragments& p, unsigned char* s, int stage) {
     const u64 v = descriptor(v_tile(s, stage), BKV * 128, 1024);
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < N / 16; ++kk) mma_rs<kD, KIND>(o, p[kk], advanced(v, kk * 2048), 1);
+    for (int kk = 0; kk < BKV / 16; ++kk) mma_rs<kD, KIND>(o, p[kk], advanced(v, kk * 2048), 1);
     wgmma_commit();
   }
 
-  // Scores of key tile `t` (its first N keys) from raw dot products, in
-  // place: the hook on every element; on tiles at an edge (keys past skv,
-  // rows past sq, the causal diagonal), -inf where the key does not exist
-  // or is hidden.
-  template <int N, class Score>
-  static __device__ __forceinline__ void scores(Scores<N>& s_acc, int t, KeyLoop loop, Score& score) {
+  // Scores of key tile `t` from raw dot products, in place: the hook on
+  // every element; on tiles at an edge (keys past skv, rows past sq, the
+  // causal diagonal), -inf where the key does not exist or is hidden.
+  // (`loop` by value, as the ints it carries once were: by reference,
+  // ptxas kept the edge tests' constants in registers.)
+  template <class Score>
+  static __device__ __forceinline__ void scores(Scores& s_acc, int t, KeyLoop loop, Score& score) {
     const int key0 = t * BKV, wg_row0 = loop.q0 + ((threadIdx.x >> 7) - 1) * 64;
-    const bool edge = key0 + N > loop.skv || wg_row0 + 64 > loop.sq || (CAUSAL && key0 + N - 1 > wg_row0 + loop.causal_offset);
+    const bool edge = key0 + BKV > loop.skv || wg_row0 + 64 > loop.sq || (CAUSAL && key0 + BKV - 1 > wg_row0 + loop.causal_offset);
     if (!edge) {
 #pragma unroll
-      for (int ni = 0; ni < N / 8; ++ni)
+      for (int ni = 0; ni < BKV / 8; ++ni)
 #pragma unroll
         for (int e = 0; e < 4; ++e) s_acc[ni][e] = score(s_acc[ni][e], acc_row(e), key0 + acc_col(ni, e));
       return;
     }
 #pragma unroll
-    for (int ni = 0; ni < N / 8; ++ni)
+    for (int ni = 0; ni < BKV / 8; ++ni)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int row = acc_row(e), key = key0 + acc_col(ni, e);
@@ -245,13 +242,12 @@ struct FlashAttention {
   // (`correction`, for O once no wgmma still writes it). Probabilities are
   // 2^(score * exponent_scale - max * exponent_scale): one multiply-add an
   // element, the scale folded in.
-  template <int N>
-  __device__ __forceinline__ void softmax(Scores<N>& s_acc, float (&correction)[2]) {
+  __device__ __forceinline__ void softmax(Scores& s_acc, float (&correction)[2]) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       float maxima[2] = {-inf(), -inf()};
 #pragma unroll
-      for (int ni = 0; ni < N / 8; ++ni) maxima[ni & 1] = fmaxf(maxima[ni & 1], fmaxf(s_acc[ni][2 * h], s_acc[ni][2 * h + 1]));
+      for (int ni = 0; ni < BKV / 8; ++ni) maxima[ni & 1] = fmaxf(maxima[ni & 1], fmaxf(s_acc[ni][2 * h], s_acc[ni][2 * h + 1]));
       float mx = fmaxf(maxima[0], maxima[1]);
       mx = tc::quad_max(mx);
       const float m_new = fmaxf(row_max[h], mx);
@@ -262,7 +258,7 @@ struct FlashAttention {
       const float offset = m_use * exponent_scale;
       float sums[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // four chains, not one: the adds overlap
 #pragma unroll
-      for (int ni = 0; ni < N / 8; ++ni) {
+      for (int ni = 0; ni < BKV / 8; ++ni) {
         s_acc[ni][2 * h] = exp2_approx(fmaf(s_acc[ni][2 * h], exponent_scale, -offset));
         s_acc[ni][2 * h + 1] = exp2_approx(fmaf(s_acc[ni][2 * h + 1], exponent_scale, -offset));
         sums[ni & 3] += s_acc[ni][2 * h] + s_acc[ni][2 * h + 1];
@@ -277,11 +273,10 @@ struct FlashAttention {
       for (int e = 0; e < 4; ++e) o[dn][e] *= correction[e >> 1];
   }
   // The probabilities as wgmma's A fragments (rounded to V's type).
-  template <int N>
-  static __device__ __forceinline__ void pack(const Scores<N>& s_acc, Fragments<N>& p) {
+  static __device__ __forceinline__ void pack(const Scores& s_acc, Fragments& p) {
     const bool bf = KIND == tc::kBf16;
 #pragma unroll
-    for (int kk = 0; kk < N / 16; ++kk) {
+    for (int kk = 0; kk < BKV / 16; ++kk) {
       p[kk][0] = tc::pack2(s_acc[2 * kk][0], s_acc[2 * kk][1], bf);
       p[kk][1] = tc::pack2(s_acc[2 * kk][2], s_acc[2 * kk][3], bf);
       p[kk][2] = tc::pack2(s_acc[2 * kk + 1][0], s_acc[2 * kk + 1][1], bf);
@@ -289,10 +284,9 @@ struct FlashAttention {
     }
   }
   // Keeps P's registers live (not reused) until the wgmma reading them is waited for.
-  template <int N>
-  static __device__ __forceinline__ void fence_fragments(Fragments<N>& p) {
+  static __device__ __forceinline__ void fence_fragments(Fragments& p) {
 #pragma unroll
-    for (int kk = 0; kk < N / 16; ++kk)
+    for (int kk = 0; kk < BKV / 16; ++kk)
 #pragma unroll
       for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(p[kk][i])::"memory");
   }
@@ -305,42 +299,42 @@ struct FlashAttention {
 
   // ---- the key loop, a tile at a time: begin, steps, finish ----
   // The first tile (in `ring`'s slot): S = Q K^T alone, then its softmax.
-  template <int N, class Score>
-  __device__ __forceinline__ void begin(unsigned char* s, const Ring<STAGES>& ring, const KeyLoop& loop, Scores<N>& s_acc,
-                                        Fragments<N>& p, float (&correction)[2], Score& score) {
+  template <class Score>
+  __device__ __forceinline__ void begin(unsigned char* s, const Ring<STAGES>& ring, const KeyLoop& loop, Scores& s_acc,
+                                        Fragments& p, float (&correction)[2], Score& score) {
     bar_wait(k_full(s) + ring.stage, ring.phase);
     await_turn();
-    issue_scores<N>(s_acc, s, ring.stage);
+    issue_scores(s_acc, s, ring.stage);
     pass_turn();
     wgmma_wait<0>();
     fence_accumulators(s_acc);
     if (loop.signals) bar_arrive(k_empty(s) + ring.stage);
-    scores<N>(s_acc, 0, loop, score);
-    softmax<N>(s_acc, correction);
-    pack<N>(s_acc, p);
+    scores(s_acc, 0, loop, score);
+    softmax(s_acc, correction);
+    pack(s_acc, p);
   }
 
-  // Tile t (N keys, the ring's next slot) while the tile before it (PN
-  // keys, in `ring`'s slot, its probabilities in `p_prev`) finishes: S of
-  // tile t and P V of tile t - 1 are issued together; the softmax of tile
-  // t runs while P V of tile t - 1 is on the tensor cores. On return `ring`
-  // is tile t's slot and `p` holds its probabilities (`p` may be `p_prev`).
-  template <int N, int PN, class Score>
-  __device__ __forceinline__ void step(unsigned char* s, Ring<STAGES>& ring, int t, const KeyLoop& loop, Scores<N>& s_acc,
-                                       Fragments<PN>& p_prev, Fragments<N>& p, float (&correction)[2], Score& score) {
+  // Tile t (the ring's next slot) while the tile before it (in `ring`'s
+  // slot, its probabilities in `p`) finishes: S of tile t and P V of tile
+  // t - 1 are issued together; the softmax of tile t runs while P V of tile
+  // t - 1 is on the tensor cores. On return `ring` is tile t's slot and `p`
+  // holds its probabilities.
+  template <class Score>
+  __device__ __forceinline__ void step(unsigned char* s, Ring<STAGES>& ring, int t, const KeyLoop& loop, Scores& s_acc,
+                                       Fragments& p, float (&correction)[2], Score& score) {
     Ring<STAGES> next = ring;
     next.advance();
     bar_wait(k_full(s) + next.stage, next.phase);
     bar_wait(v_full(s) + ring.stage, ring.phase);
     await_turn();
-    issue_scores<N>(s_acc, s, next.stage);
+    issue_scores(s_acc, s, next.stage);
     rescale(correction);  // O for tile t - 1's maxima, while S runs (no wgmma writes O now)
-    issue_values<PN>(p_prev, s, ring.stage);
+    issue_values(p, s, ring.stage);
     pass_turn();
     wgmma_wait<1>();  // S of tile t (P V of tile t - 1 may still run)
     fence_accumulators(s_acc);
-    scores<N>(s_acc, t, loop, score);
-    softmax<N>(s_acc, correction);
+    scores(s_acc, t, loop, score);
+    softmax(s_acc, correction);
     // K's slot is handed back once the softmax is done, and the predicate
     // reads the row sums so that it cannot be done sooner: ptxas places the
     // wait for P V after the last memory operation before it, and an arrive
@@ -350,27 +344,26 @@ struct FlashAttention {
     if (loop.signals && !(row_sum[0] + row_sum[1] < 0.0f)) bar_arrive(k_empty(s) + next.stage);
     wgmma_wait<0>();
     fence_accumulators(o);
-    fence_fragments<PN>(p_prev);
+    fence_fragments(p);
     if (loop.signals) bar_arrive(v_empty(s) + ring.stage);
-    pack<N>(s_acc, p);
+    pack(s_acc, p);
     ring = next;
   }
 
-  // The last tile's P V (N keys, in `ring`'s slot), once every S = Q K^T is
+  // The last tile's P V (in `ring`'s slot), once every S = Q K^T is
   // done (the producer may load the next query tile's Q); the ring moves on.
   // The second warpgroup's last turn is passed to no one.
-  template <int N>
-  __device__ __forceinline__ void finish(unsigned char* s, Ring<STAGES>& ring, const KeyLoop& loop, Fragments<N>& p,
+  __device__ __forceinline__ void finish(unsigned char* s, Ring<STAGES>& ring, const KeyLoop& loop, Fragments& p,
                                          const float (&correction)[2], bool first) {
     if (loop.signals) bar_arrive(q_empty(s));
     bar_wait(v_full(s) + ring.stage, ring.phase);
     await_turn();
     rescale(correction);
-    issue_values<N>(p, s, ring.stage);
+    issue_values(p, s, ring.stage);
     if (first) pass_turn();
     wgmma_wait<0>();
     fence_accumulators(o);
-    fence_fragments<N>(p);
+    fence_fragments(p);
     if (loop.signals) bar_arrive(v_empty(s) + ring.stage);
     ring.advance();
   }
@@ -399,13 +392,13 @@ struct FlashAttention {
       // Both warpgroups issue kv_tiles + 1 times; the first goes first.
       const bool first = threadIdx.x < 256;
       if (!first) pass_turn();
-      Scores<BKV> s_acc;
-      Fragments<BKV> p;
+      Scores s_acc;
+      Fragments p;
       float correction[2];
       const KeyLoop loop = {q0, sq, skv, causal_offset, signals};
-      begin<BKV>(s, ring, loop, s_acc, p, correction, score);
-      for (int t = 1; t < kv_tiles; ++t) step<BKV, BKV>(s, ring, t, loop, s_acc, p, p, correction, score);
-      finish<BKV>(s, ring, loop, p, correction, first);
+      begin(s, ring, loop, s_acc, p, correction, score);
+      for (int t = 1; t < kv_tiles; ++t) step(s, ring, t, loop, s_acc, p, correction, score);
+      finish(s, ring, loop, p, correction, first);
     }
     // Each row's 1 / sum once (0 for a row whose keys are all masked), for its 64 or more outputs.
 #pragma unroll
