@@ -100,6 +100,7 @@ def passes_checks(variant, binary, work, env):
         path = os.path.join(work, "check.json")
         with open(path, "w") as f:
             json.dump(check_graph(*case), f)
+        start = time.time()
         try:
             r = subprocess.run([binary, "run", "--device", "cuda", "--check", "--random", "7", path], capture_output=True,
                                text=True, env=env, timeout=180)
@@ -110,6 +111,8 @@ def passes_checks(variant, binary, work, env):
         if r.returncode != 0:
             ok = False
             print(f"{variant}: FAILS {case[0]} (exit {r.returncode}): {(r.stderr or r.stdout).strip()[-300:]}", flush=True)
+        else:
+            print(f"{variant}: {case[0]} passed in {time.time() - start:.1f} s", flush=True)
     print(f"{variant}: {'every check passed' if ok else 'left out of the timings'} ({len(CHECKS)} shapes)", flush=True)
     return ok
 

@@ -91,7 +91,7 @@ if [[ ${KILN_SKIP_ANCHOR_BENCH:-0} != 1 ]]; then
   timeout 240 python3 bench/resnet50_convs.py build-gpu/bin/kiln --json "$out/resnet50.json" 2>"$out/resnet50.log" || {
     status=1; tail -20 "$out/resnet50.log"; }
   section "attention against cuDNN and FlashAttention-2 (PyTorch's SDPA backends, same shapes, same run)"
-  timeout 420 python3 -u bench/attention.py build-gpu/bin/kiln --json "$out/attention.json" 2>"$out/attention.log" || {
+  timeout 420 python3 -u bench/attention.py --json "$out/attention.json" 2>"$out/attention.log" || {
     status=1; tail -20 "$out/attention.log"; }
   section "anchor benchmarks (matmul, conv, attention; torch.compile max-autotune for matmul graphs)"
   timeout 480 python3 bench/run_bench.py build-gpu/bin/kiln bench/graphs/anchors/*.json --json "$out/bench-anchors.json" \
