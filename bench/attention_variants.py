@@ -258,7 +258,10 @@ def main():
             clocks[c].append(clock.means())
             for s in shapes:
                 times[c][s].append(ms[s])
-        print(f"round {r + 1} of {args.rounds} done", flush=True)
+        # Each round's figures as they come: a call that runs out of time still leaves them in its log.
+        print(f"round {r + 1} of {args.rounds}: " + "; ".join(
+            f"{c} " + " ".join(f"{times[c][s][-1]:.3f}" for s in shapes) for c in columns if len(times[c][shapes[0]]) == r + 1),
+              flush=True)
     if "tree" not in columns:
         sys.exit("the tree's own timing failed")
     report(columns, shapes, times, clocks, args.rounds, args.json)
