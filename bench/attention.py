@@ -15,7 +15,9 @@ the table has the median over rounds, and each side's spread (largest over
 smallest round) is in the JSON. FLOPs: 4 * B * H * Sq * Skv * D, halved
 under a causal mask (Sq = Skv). Decode shapes also report the GB/s of K and
 V read (the bytes every kernel must move) against the device's copy ceiling
-measured in the same run.
+measured in the same run. The last column is the largest difference between
+the output of kiln's last replay and cuDNN's (FlashAttention-2's where
+cuDNN declines the shape): the timed kernel computed the attention.
 """
 import argparse
 import json
@@ -110,7 +112,7 @@ def main():
     rows = []
     print(f"copy ceiling {ceil['copy_gbps']:.0f} GB/s; {args.rounds} rounds, each side by CUDA-graph replay")
     print(f"{'shape':18} {'kiln ms':>8} {'TFLOP/s':>8} {'cuDNN ms':>9} {'TFLOP/s':>8} {'FA2 ms':>8} {'kiln/cuDNN':>10} {'kiln/FA2':>9}"
-          f" {'K/V GB/s':>9}")
+          f" {'K/V GB/s':>9} {'max|kiln-vendor|':>16}")
     for name, shape in shapes.items():
         b, h, hkv, sq, skv, d, causal = shape
         flops = 4 * b * h * sq * skv * d * (0.5 if causal and sq == skv else 1.0)
@@ -124,15 +126,19 @@ def main():
             for side, call in sides.items():
                 times[side].append(graph_ms(call) if call else float("nan"))
         ms = {side: statistics.median(t) for side, t in times.items()}
+        # The output kiln's last replay left in `o` against cuDNN's (FlashAttention-2's where cuDNN declines).
+        reference = next((sides[side]() for side in ("cudnn", "flash2") if sides[side]), None)
+        torch.cuda.synchronize()
+        difference = (o.float() - reference.float()).abs().max().item() if reference is not None else float("nan")
         k_ms, cudnn, flash = ms["kiln"], ms["cudnn"], ms["flash2"]
         row = {"shape": name, "B": b, "H": h, "Hkv": hkv, "Sq": sq, "Skv": skv, "D": d, "causal": causal,
                "kiln_ms": k_ms, "cudnn_ms": cudnn, "flash2_ms": flash, "kiln_tflops": flops / k_ms / 1e9,
                "cudnn_tflops": flops / cudnn / 1e9, "kv_gbps": kv_bytes / k_ms / 1e6, "copy_gbps": ceil["copy_gbps"],
-               "rounds_ms": times}
+               "rounds_ms": times, "max_abs_difference_from_vendor": difference}
         rows.append(row)
         print(f"{name:18} {k_ms:8.3f} {row['kiln_tflops']:8.0f} {cudnn:9.3f} {row['cudnn_tflops']:8.0f} {flash:8.3f}"
-              f" {k_ms / cudnn:10.2f} {k_ms / flash:9.2f} {row['kv_gbps']:9.0f}", flush=True)
-        del q, k, v, o, sides
+              f" {k_ms / cudnn:10.2f} {k_ms / flash:9.2f} {row['kv_gbps']:9.0f} {difference:16.2e}", flush=True)
+        del q, k, v, o, sides, reference
         torch.cuda.empty_cache()
     if args.json_out:
         with open(args.json_out, "w") as f:
