@@ -11,8 +11,8 @@ around every replay (bench/run_bench.py's graph_ms): the kernels' time,
 without host time per call, measured the same way for every side. The sides
 alternate within a round (kiln, cuDNN, FlashAttention-2, then the next
 round), so that a GPU clocking down under sustained load slows all alike;
-the table has the median over rounds, and each side's spread (largest over
-smallest round) is in the JSON. FLOPs: 4 * B * H * Sq * Skv * D, halved
+the table has the median over rounds, and every round's time is in the
+JSON. FLOPs: 4 * B * H * Sq * Skv * D, halved
 under a causal mask (Sq = Skv). Decode shapes also report the GB/s of K and
 V read (the bytes every kernel must move) against the device's copy ceiling
 measured in the same run. The last column is the largest difference between
@@ -89,13 +89,6 @@ def kiln_call(name, shape, q, k, v, o):
     # Split keys (decode) combine partial results in a workspace: given, so that the replay allocates nothing.
     workspace = torch.empty(exe.workspace_bytes, dtype=torch.uint8, device=q.device)
     return lambda: exe.run({"q": q, "k": k, "v": v}, {"o": o}, workspace=workspace)
-
-
-def vendor_ms(shape, backend):
-    """One backend's time on `shape` by CUDA-graph replay (NaN if it does not take the shape)."""
-    q, k, v, _ = tensors(shape)
-    call = vendor_call(shape, backend, q, k, v)
-    return graph_ms(call) if call else float("nan")
 
 
 def main():

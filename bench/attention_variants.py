@@ -34,7 +34,8 @@ from torch.nn.attention import SDPBackend
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-from attention import SHAPES, graph_for, vendor_ms  # noqa: E402
+from attention import SHAPES, graph_for, tensors, vendor_call  # noqa: E402
+from run_bench import graph_ms  # noqa: E402
 
 DEFAULT_SHAPES = ["d128", "d128 causal", "d64", "d256", "s512", "gqa 32/8 causal", "vit-s"]
 
@@ -157,8 +158,17 @@ def time_kiln(binary, paths, env):
     return {r["path"]: r["unfused_ms"] for r in json.loads(out)}
 
 
-def time_cudnn(shapes):
-    return {name: vendor_ms(SHAPES[name], SDPBackend.CUDNN_ATTENTION) for name in shapes}
+def cudnn_calls(shapes):
+    """PyTorch's SDPA on cuDNN for each shape, on tensors made once for every round."""
+    calls = {}
+    for name in shapes:
+        q, k, v, _ = tensors(SHAPES[name])
+        calls[name] = vendor_call(SHAPES[name], SDPBackend.CUDNN_ATTENTION, q, k, v)
+    return calls
+
+
+def time_cudnn(calls):
+    return {name: graph_ms(call) if call else float("nan") for name, call in calls.items()}
 
 
 def report(columns, shapes, times, clocks, rounds, json_out=None):
@@ -239,6 +249,7 @@ def main():
             json.dump(graph_for(name, SHAPES[name]), f)
     for v, binary in binaries.items():  # compile every kernel and time once, outside the rounds
         time_kiln(binary, list(paths.values()), envs[v])
+    cudnn = cudnn_calls(shapes)
     columns = list(binaries) + ["cuDNN"]
     times = {c: {s: [] for s in shapes} for c in columns}
     clocks = {c: [] for c in columns}
@@ -247,7 +258,7 @@ def main():
             try:
                 with Clock() as clock:
                     if c == "cuDNN":
-                        ms = time_cudnn(shapes)
+                        ms = time_cudnn(cudnn)
                     else:
                         by_path = time_kiln(binaries[c], [paths[s] for s in shapes], envs[c])
                         ms = {s: by_path[paths[s]] for s in shapes}
@@ -260,7 +271,7 @@ def main():
                 times[c][s].append(ms[s])
         # Each round's figures as they come: a call that runs out of time still leaves them in its log.
         print(f"round {r + 1} of {args.rounds}: " + "; ".join(
-            f"{c} " + " ".join(f"{times[c][s][-1]:.3f}" for s in shapes) for c in columns if len(times[c][shapes[0]]) == r + 1),
+            f"{c} " + " ".join(f"{times[c][s][-1]:.3f}" for s in shapes) for c in columns),
               flush=True)
     if "tree" not in columns:
         sys.exit("the tree's own timing failed")
