@@ -98,6 +98,15 @@ TEST(RandomInputs, AreDeterministicAndFollowTheSpec) {
   auto a = random_inputs(g, 7), b = random_inputs(g, 7), c = random_inputs(g, 8);
   EXPECT_EQ(a[0].values, b[0].values);
   EXPECT_NE(a[0].values, c[0].values);
+  // The values themselves, as every version has drawn them (the inputs are
+  // drawn on several threads, each from its own stream): a reordering or a
+  // changed stream shows here.
+  EXPECT_EQ(a[0].values[0], 1.671875f);
+  EXPECT_EQ(a[0].values[999], 1.1484375f);
+  EXPECT_EQ(a[1].values[1], -0.9958745837211609f);
+  EXPECT_EQ(a[2].values[2], 1.3502165079116821f);
+  EXPECT_EQ(a[3].values[0], 1.0f);
+  EXPECT_EQ(a[3].values[1], 0.0f);
   double sum = 0, sum_sq = 0;
   for (float v : a[0].values) {
     sum += v, sum_sq += v * v;
