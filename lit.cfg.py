@@ -18,6 +18,12 @@ if not kiln:
     lit_config.fatal("pass --param kiln=/path/to/kiln")
 config.substitutions.append(("%kiln", kiln))
 config.substitutions.append(("%python", sys.executable))
+# %long_matmul_n: the side of a square f32 matmul that the reference
+# interpreter takes a few seconds on (8 s at 2400 in a release build on a
+# CI-sized machine; a sanitizer build is about 30 times slower, and 800 is
+# 27 times less work).
+sanitized = lit_config.params.get("sanitized", "0") == "1"
+config.substitutions.append(("%long_matmul_n", "800" if sanitized else "2400"))
 # %expect-exit CODE CMD...: passes when CMD exits with exactly CODE (a crash,
 # a hang past 60 s, or any other code fails the test).
 config.substitutions.append(

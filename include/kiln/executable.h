@@ -35,11 +35,13 @@ namespace kiln {
 
 // Per compile. Library-wide settings (cache size, dumps, diagnostics) are
 // kiln::Options (kiln/options.h); the fields here override them for one compile.
+// Every member has an initializer, the strings `{}`: GCC warns of a
+// designated initializer that skips a member without one (GCC bug 96868).
 struct CompileOptions {
-  std::string arch;       // "sm_90"; empty: the GPU of `device` (else 0), else sm_90
-  bool fuse = true;       // false: one kernel per op
-  bool use_cache = true;  // the on-disk kernel cache (and Options::use_cache)
-  std::string cache_dir;  // empty: Options::cache_dir
+  std::string arch{};       // "sm_90"; empty: the GPU of `device` (else 0), else sm_90
+  bool fuse = true;         // false: one kernel per op
+  bool use_cache = true;    // the on-disk kernel cache (and Options::use_cache)
+  std::string cache_dir{};  // empty: Options::cache_dir
   // Fail instead of compiling anything: proves a warm cache. Also on when
   // Options::fail_if_compiling is (KILN_FAIL_IF_COMPILING=1).
   bool fail_if_compiling = false;

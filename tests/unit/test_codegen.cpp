@@ -67,8 +67,9 @@ TEST(Codegen, EveryDeviceFunctorOfTheOpTableIsInTheTemplates) {
   int named = 0;
   for (int k = 0; k < ir::kOpKindCount; ++k) {
     const ir::OpInfo& op = ir::op_info(static_cast<ir::OpKind>(k));
-    if (ir::is_pointwise(op.kind) && op.kind != ir::OpKind::Cast && op.kind != ir::OpKind::Clamp)
+    if (ir::is_pointwise(op.kind) && op.kind != ir::OpKind::Cast && op.kind != ir::OpKind::Clamp) {
       EXPECT_FALSE(op.device.empty()) << op.name << " is pointwise but names no device functor";
+    }
     if (op.device.empty()) continue;
     ASSERT_EQ(op.device.substr(0, 6), "kiln::") << op.name;
     const std::string_view name = op.device.substr(6);
