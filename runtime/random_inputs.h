@@ -3,9 +3,9 @@
 // |normal(0,1)| + 0.5; bool inputs true with p = 0.5. Values are rounded to
 // each input's dtype. The same seed gives the same values on every machine
 // (mt19937_64 and a Box-Muller transform written out here, not the library's
-// implementation-defined distributions), one stream per input, drawn on
-// several threads. An input declared with stride 0
-// along an axis holds one stored value along it, so it is drawn that way.
+// implementation-defined distributions), one stream per input, the inputs
+// drawn on several threads. An input declared with stride 0 along an axis
+// holds one stored value along it, so it is drawn that way.
 #pragma once
 
 #include <cstdint>
