@@ -17,6 +17,15 @@ std::string_view to_string(KernelKind kind) {
 
 int64_t materialised_bytes(const Tensor& t) { return element_count(t.shape) * byte_size(t.value_dtype()); }
 
+int64_t bytes_through_memory(const Graph& g, const Plan& plan) {
+  int64_t moved = 0;
+  for (const PlannedKernel& k : plan.kernels) {
+    for (TensorId t : k.reads) moved += materialised_bytes(g.tensor(t));
+    for (TensorId t : k.writes) moved += materialised_bytes(g.tensor(t));
+  }
+  return moved;
+}
+
 std::string_view to_string(RowStrategy s) {
   switch (s) {
     case RowStrategy::Warp: return "warp";

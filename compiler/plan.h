@@ -94,4 +94,7 @@ struct Plan {
   bool fused = true;  // false for --no-fusion
 };
 
+// The bytes a plan's kernels read and write in device memory, each kernel's reads and writes counted.
+int64_t bytes_through_memory(const Graph& g, const Plan& plan);
+
 }  // namespace kiln::ir

@@ -25,11 +25,7 @@ std::vector<std::string> tensor_names(const Graph& g, const std::vector<TensorId
 }  // namespace
 
 std::string plan_to_text(const Graph& g, const Plan& plan) {
-  int64_t moved = 0;
-  for (const PlannedKernel& k : plan.kernels) {
-    for (TensorId t : k.reads) moved += materialised_bytes(g.tensor(t));
-    for (TensorId t : k.writes) moved += materialised_bytes(g.tensor(t));
-  }
+  const int64_t moved = bytes_through_memory(g, plan);
   std::string out = fmt::format("plan for {}: {} ops in {} kernel{}{}, {} through device memory\n",
                                 detail::quoted(g.name), g.ops.size(), plan.kernels.size(),
                                 plan.kernels.size() == 1 ? "" : "s", plan.fused ? "" : " (fusion off)",

@@ -36,8 +36,11 @@ bool is_anchor(OpKind k) {
 
 class Planner {
  public:
-  Planner(const Graph& g, const PlanOptions& options)
-      : g_(g), options_(options), owner_(g.tensors.size(), -1), pattern_(g.ops.size(), -1) {}
+  // `kept_from_siblings`: ops that start or join a kernel of their own producers only, never a
+  // sibling's (see sibling_joins_that_cross_memory).
+  Planner(const Graph& g, const PlanOptions& options, std::set<int32_t> kept_from_siblings = {})
+      : g_(g), options_(options), owner_(g.tensors.size(), -1), pattern_(g.ops.size(), -1),
+        kept_from_siblings_(std::move(kept_from_siblings)) {}
 
   Plan run() {
     if (options_.fuse) find_attention_patterns();
@@ -51,6 +54,21 @@ class Planner {
     }
     place_output_views();
     return finish();
+  }
+
+  // Ops that joined a sibling kernel (one reading the same inputs, not their result) whose
+  // result that kernel then writes for another kernel to read back: without the join, the op
+  // would start a kernel of its own and its reader could compute it there. Call after run().
+  std::set<int32_t> sibling_joins_that_cross_memory() const {
+    std::set<int32_t> crossing;
+    const auto read_elsewhere = readers_outside_producers();
+    std::set<TensorId> output_sources;
+    for (TensorId t : g_.outputs) output_sources.insert(source(t));
+    for (int32_t oi : sibling_joined_) {
+      const TensorId t = g_.ops[static_cast<size_t>(oi)].output;
+      if (read_elsewhere.count(t) && !output_sources.count(t)) crossing.insert(oi);
+    }
+    return crossing;
   }
 
  private:
@@ -205,7 +223,8 @@ class Planner {
     }
     // Siblings: a kernel that already reads the same tensors over the same
     // space takes the op (one pass over the shared input instead of two).
-    if (op_info(op.kind).family != OpFamily::Norm && op_info(op.kind).family != OpFamily::Pool) {
+    const bool kept_apart = kept_from_siblings_.count(op_index) > 0;
+    if (op_info(op.kind).family != OpFamily::Norm && op_info(op.kind).family != OpFamily::Pool && !kept_apart) {
       for (int gid : sibling_candidates(op)) {
         if (std::find(candidates.begin(), candidates.end(), gid) != candidates.end()) continue;
         const Group& gr = group(gid);
@@ -213,11 +232,16 @@ class Planner {
         const planner::Verdict v = planner::can_take(g_, gr, op, 0);
         if (v.ok && !creates_cycle(gid, op)) {
           add(gid, op_index, v.stage);
+          sibling_joined_.push_back(op_index);
           return;
         }
       }
     }
-    new_group(planner::kind_for(op.kind), op_index);
+    const int gid = new_group(planner::kind_for(op.kind), op_index);
+    if (kept_apart)
+      group(gid).notes.push_back(fmt::format("'{}' kept out of a sibling kernel: that kernel would write it for its "
+                                             "reader to load back",
+                                             g_.result(op).name));
   }
 
   // Groups that read one of the op's operands (by source), newest first
@@ -1160,10 +1184,24 @@ class Planner {
   std::vector<int32_t> pattern_anchor_;  // pattern -> its last matmul
   std::map<TensorId, int> written_views_;
   std::vector<std::pair<int, int>> norm_stat_edges_;
+  std::set<int32_t> kept_from_siblings_;  // ops never placed in a sibling's kernel
+  std::vector<int32_t> sibling_joined_;   // ops placed in a sibling's kernel
 };
 
 }  // namespace
 
-Plan plan_fusion(const Graph& graph, const PlanOptions& options) { return Planner(graph, options).run(); }
+// A sibling join is a bet that the op's result stays in the kernel it joins. Where it did not
+// (the kernel writes the result for another to read back), the graph is planned again with those
+// ops kept apart, and the plan that moves fewer bytes (then has fewer kernels) is kept: joining
+// siblings only ever makes a plan cheaper.
+Plan plan_fusion(const Graph& graph, const PlanOptions& options) {
+  Planner first(graph, options);
+  Plan plan = first.run();
+  std::set<int32_t> crossing = first.sibling_joins_that_cross_memory();
+  if (crossing.empty()) return plan;
+  Plan apart = Planner(graph, options, std::move(crossing)).run();
+  const auto cost = [&](const Plan& p) { return std::make_pair(bytes_through_memory(graph, p), p.kernels.size()); };
+  return cost(apart) < cost(plan) ? std::move(apart) : std::move(plan);
+}
 
 }  // namespace kiln::ir
