@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import operator
 import threading
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -26,7 +27,7 @@ import torch
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupport
 
-from . import GraphBuilder, KilnError, OP_TABLE, compile as kiln_compile
+from . import BindingError, GraphBuilder, KilnError, OP_TABLE, compile as kiln_compile
 
 aten = torch.ops.aten
 
@@ -531,9 +532,19 @@ def _pool(c, n):
 
 @converts(aten.adaptive_avg_pool2d.default, aten._adaptive_avg_pool2d.default)
 def _adaptive(c, n):
-    if list(n.args[1]) != [1, 1]:
-        raise Unsupported(f"adaptive_avg_pool2d to {list(n.args[1])} (kiln: to 1x1)")
-    return op(c, n, "reduce_mean", [c.arg(n.args[0])], axes=[2, 3], keepdims=True)
+    """PyTorch's windows are [floor(i*H/out), ceil((i+1)*H/out)): where out divides H they are
+    avg_pool2d's with kernel = stride = H/out; to 1x1 a mean over H and W."""
+    out = [int(s) for s in n.args[1]]
+    if out == [1, 1]:
+        return op(c, n, "reduce_mean", [c.arg(n.args[0])], axes=[2, 3], keepdims=True)
+    h, w = shape_of(n.args[0])[-2:]
+    if len(out) != 2 or h % out[0] or w % out[1]:
+        raise Unsupported(f"adaptive_avg_pool2d from {h}x{w} to {out} (kiln: to sizes that divide the input's)")
+    kernel = [h // out[0], w // out[1]]
+    if kernel == [1, 1]:
+        return op(c, n, "identity", [c.arg(n.args[0])])
+    return op(c, n, "avg_pool2d", [c.arg(n.args[0])], layout="NCHW", kernel=kernel, stride=kernel, padding=[0, 0],
+              count_include_pad=True)
 
 
 # ---- which nodes kiln takes ----------------------------------------------------
@@ -594,13 +605,16 @@ def why_not(node: torch.fx.Node) -> Optional[str]:
             return f"a rank-{v.dim()} tensor (kiln: at most 8)"
         if v.device.type not in ("cuda", "cpu"):
             return f"a tensor on {v.device}"
+    devices = {str(v.device) for v in values}
+    if len(devices) > 1:  # (PyTorch lets a CPU scalar meet CUDA tensors; a kiln graph runs on one device)
+        return f"tensors on several devices ({', '.join(sorted(devices))})"
     try:  # a dry conversion of the node alone catches what only its converter knows
         probe = Conversion("probe")
         for a in node.all_input_nodes:
             if a.op == "call_function" and a.target in _FIRST_ONLY:
                 continue
             av = _tensors(a.meta.get("val"))
-            if a.target is not operator.getitem and isinstance(a.meta.get("val"), torch.Tensor) and av[0].numel() > 0:
+            if isinstance(a.meta.get("val"), torch.Tensor) and av[0].numel() > 0:
                 probe.env[a] = probe.b.input(f"p{len(probe.env)}", [int(s) for s in av[0].shape], _KILN_DTYPE[av[0].dtype],
                                              [int(s) for s in av[0].stride()])
         empty = [a for a in node.all_input_nodes if isinstance(a.meta.get("val"), torch.Tensor) and a.meta["val"].numel() == 0]
@@ -699,12 +713,17 @@ class KilnSubgraph(torch.nn.Module):
             self._last_layout = layout
         exe, seen, live, live_layout = self._last_entry
         if exe is None:
-            return tuple(self.gm(*args)) if len(self.output_nodes) > 1 else self.gm(*args)
+            return self._in_pytorch(args)
         checked = exe._torch_inputs
         if checked is not None and checked[1] == live_layout:  # the executable's last checked call: these layouts
             results = exe._run_as_last_checked([args[i].data_ptr() for i in live])
         else:
-            results = exe({f"in{i}": args[i] for i in live})
+            try:
+                results = exe({f"in{i}": args[i] for i in live})
+            except BindingError as e:  # arguments kiln cannot bind (checked before anything ran): PyTorch runs them
+                self._refuse(tuple(layout), f"its arguments: {e}")
+                self._last_layout = None
+                return self._in_pytorch(args)
         env = None
         outs = []
         for i, n in enumerate(self.output_nodes):
@@ -716,24 +735,40 @@ class KilnSubgraph(torch.nn.Module):
                 outs.append(results[seen[n]])
         return tuple(outs) if len(self.output_nodes) > 1 or isinstance(self._output_arg(), (list, tuple)) else outs[0]
 
+    def _in_pytorch(self, args):
+        return tuple(self.gm(*args)) if len(self.output_nodes) > 1 else self.gm(*args)
+
     def _entry_for(self, key, args):
         """(executable, output names) for arguments laid out as `key`; (None, reason) where
-        kiln refused the partition, which then runs in PyTorch."""
+        kiln refused the partition, which then runs in PyTorch: whatever kiln cannot take is
+        never an error of the user's forward."""
         entry = self._executables.get(key)
         if entry is None:
             with self._lock:
                 entry = self._executables.get(key)
                 if entry is None:
+                    devices = sorted({str(t.device) for t in args if t.numel() > 0})
                     try:
+                        if len(devices) > 1:
+                            raise Unsupported(f"its inputs are on several devices ({', '.join(devices)})")
                         graph, seen = self._graph_for(args)
                         self.graphs.append(graph)
                         exe = kiln_compile(graph)
                         entry = (exe, seen)
                         self.report.add_subgraph(self.name, self.gm, graph, exe)
-                    except KilnError as e:  # never an error: this partition runs in PyTorch
-                        entry = (None, str(e))
-                        self.report.add_fallback(self.name, self.gm, str(e))
+                    except (Unsupported, KilnError) as e:
+                        entry = self._refuse(key, str(e))
+                    except Exception as e:  # noqa: BLE001  (a kiln bug: PyTorch still runs the user's forward)
+                        warnings.warn(f"kiln: subgraph {self.name} runs in PyTorch after an internal error: "
+                                      f"{type(e).__name__}: {e}", RuntimeWarning, stacklevel=2)
+                        entry = self._refuse(key, f"internal error {type(e).__name__}: {e}")
                     self._executables[key] = entry
+        return entry
+
+    def _refuse(self, key, reason: str):
+        entry = (None, reason)
+        self._executables[key] = entry
+        self.report.add_fallback(self.name, self.gm, reason)
         return entry
 
     def _output_arg(self):
@@ -790,6 +825,8 @@ class Report:
     subgraphs: List[dict] = field(default_factory=list)
     left_to_pytorch: List[dict] = field(default_factory=list)
     graphs_in_pytorch: List[str] = field(default_factory=list)
+    backward_in_pytorch: List[str] = field(default_factory=list)
+    cuda_graphs: List[str] = field(default_factory=list)
 
     def add_subgraph(self, name, gm, graph, exe):
         ops = [n for n in gm.graph.nodes if n.op == "call_function"]
@@ -802,9 +839,16 @@ class Report:
             if n.op == "call_function":
                 self.left_to_pytorch.append({"op": str(n.target), "node": n.name, "reason": f"its subgraph failed in kiln: {reason}"})
 
+    def note_gradients(self, forward: torch.fx.GraphModule):
+        output = next(n for n in forward.graph.nodes if n.op == "output")
+        count = len(output.args[0]) if isinstance(output.args[0], (list, tuple)) else 1
+        self.backward_in_pytorch.append(f"autograd is on: kiln runs the forward ({count} outputs, the activations "
+                                        f"saved for the backward among them); the backward runs in PyTorch")
+
     def to_dict(self) -> dict:
         return {"subgraphs": self.subgraphs, "left_to_pytorch": self.left_to_pytorch,
-                "graphs_in_pytorch": self.graphs_in_pytorch}
+                "graphs_in_pytorch": self.graphs_in_pytorch, "backward_in_pytorch": self.backward_in_pytorch,
+                "cuda_graphs": self.cuda_graphs}
 
     def __str__(self) -> str:
         lines = [f"kiln subgraphs: {len(self.subgraphs)}, "
@@ -816,6 +860,7 @@ class Report:
                          f"kernel(s) ({', '.join(s['kinds'])}), graph {s['hash'][:12]}")
         for why in self.graphs_in_pytorch:
             lines.append(f"  a whole graph ran in PyTorch: {why}")
+        lines += [f"  {what}" for what in self.backward_in_pytorch + self.cuda_graphs]
         if self.left_to_pytorch:
             lines.append("left to PyTorch:")
             for e in self.left_to_pytorch:
@@ -858,14 +903,81 @@ def _compile_aten(gm: torch.fx.GraphModule, example_inputs, report: Report) -> C
     return fused
 
 
-def backend(gm: torch.fx.GraphModule, example_inputs) -> Callable:
-    """The `torch.compile` backend "kiln"."""
+# torch.compile's `mode=` and `options=` settings the backend carries out (python.md, "PyTorch"):
+# "reduce-overhead" (or options={"cudagraphs": True}) replays each inference forward from CUDA
+# graphs; any other setting is named in one warning and ignored.
+_MODES_TAKEN = {None, "default", "reduce-overhead"}
+_OPTIONS_TAKEN = {"cudagraphs"}
+_WARNED: set = set()
+
+
+def _settings(mode, options) -> bool:
+    """Whether CUDA graphs are wanted; warns once about each setting the backend ignores."""
+    ignored = [] if mode in _MODES_TAKEN else [f"mode={mode!r}"]
+    ignored += [f"options[{k!r}]" for k in (options or {}) if k not in _OPTIONS_TAKEN]
+    new = [i for i in ignored if i not in _WARNED]
+    if new:
+        _WARNED.update(new)
+        warnings.warn(f"kiln backend: {', '.join(new)} not supported; ignored (kiln compiles the graph as by default)",
+                      UserWarning, stacklevel=3)
+    return mode == "reduce-overhead" or bool((options or {}).get("cudagraphs", False))
+
+
+def _replayed_from_cuda_graphs(compiled: Callable, aot_model: torch.fx.GraphModule, aot_inputs, dynamo_inputs: int,
+                               report: "Report") -> Callable:
+    """The inference forward (kiln's launches and the PyTorch ops between them) recorded and
+    replayed by PyTorch's CUDA-graph trees, as Inductor's reduce-overhead mode does: parameters
+    stay where they are, other inputs are copied into the graph's own, a new address or size
+    records anew. A forward that cannot be captured (CPU tensors, input mutation) runs as is."""
+    from torch._dynamo.backends.cudagraphs import check_for_skip, find_input_mutations, get_device_index, get_stack_traces
+    from torch._inductor.cudagraph_trees import cudagraphify_impl
+    from torch._inductor.cudagraph_utils import get_placeholder_info
+    from torch._inductor.utils import num_fw_fixed_arguments
+
+    fixed = num_fw_fixed_arguments(dynamo_inputs, len(aot_inputs))
+    skip = check_for_skip(aot_model, fixed)
+    if skip:
+        report.cuda_graphs.append(f"not replayed from CUDA graphs: {skip}")
+        return compiled
+
+    def run(args: list):
+        outs = compiled(*args)
+        args.clear()  # (boxed: the caller's list is ours to empty, as CUDA-graph trees expect)
+        return outs
+    run._boxed_call = True  # type: ignore[attr-defined]
+    replayed = cudagraphify_impl(run, aot_inputs, range(fixed), device_index=get_device_index(aot_model),
+                                 is_backward=False, is_inference=True, stack_traces=get_stack_traces(aot_model),
+                                 placeholders=get_placeholder_info(aot_model.graph),
+                                 mutated_input_idxs=find_input_mutations(aot_model.graph))
+    replayed._boxed_call = True  # type: ignore[attr-defined]
+    report.cuda_graphs.append("replayed from CUDA graphs (PyTorch's CUDA-graph trees)")
+    return replayed
+
+
+def backend(gm: torch.fx.GraphModule, example_inputs, mode: Optional[str] = None,
+            options: Optional[Dict[str, Any]] = None) -> Callable:
+    """The `torch.compile` backend "kiln". With autograd off, AOT autograd hands kiln the inference
+    graph. With autograd on, it partitions the joint graph: the forward (its outputs and the
+    activations the backward saves) is compiled with kiln like any inference graph, and the
+    backward runs in PyTorch (eager ATen)."""
     from torch._functorch.aot_autograd import aot_module_simplified
+    cuda_graphs = _settings(mode, options)
     report = _current_report()
-    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs):
-        report.graphs_in_pytorch.append("it needs gradients (kiln compiles inference: use torch.no_grad() or eval())")
-        return gm.forward
-    return aot_module_simplified(gm, example_inputs, fw_compiler=lambda g, ex: _compile_aten(g, ex, report))
+
+    def inference(g, ex):
+        compiled = _compile_aten(g, ex, report)
+        return _replayed_from_cuda_graphs(compiled, g, ex, len(example_inputs), report) if cuda_graphs else compiled
+
+    def forward_with_gradients(g, ex):
+        report.note_gradients(g)
+        return _compile_aten(g, ex, report)
+
+    def backward_in_pytorch(g, ex):  # (called with the saved activations and the outputs' gradients)
+        from torch._functorch.aot_autograd import make_boxed_func
+        return make_boxed_func(g)
+
+    return aot_module_simplified(gm, example_inputs, fw_compiler=forward_with_gradients,
+                                 bw_compiler=backward_in_pytorch, inference_compiler=inference)
 
 
 def explain(model: Callable, *example_inputs, **kwargs) -> Report:

@@ -226,3 +226,69 @@ def test_examples_through_python_against_the_reference(path):
         finite = np.isfinite(want[name])
         assert np.array_equal(np.isfinite(have), finite), name
         assert relative_error(np.where(finite, have, 0), np.where(finite, want[name], 0)) <= tolerance, name
+
+
+def test_backend_a_cpu_constant_in_a_cuda_forward_runs_in_pytorch():
+    """A model that makes a CPU scalar tensor in its forward (PyTorch lets it meet CUDA tensors):
+    the op that reads both stays in PyTorch, the rest is kiln's, and the forward never raises."""
+    import kiln.torch  # noqa: F401  (registers the backend)
+
+    def fn(x):
+        return torch.relu(x * torch.tensor(2.0)) + x.exp()
+    x = torch.randn(64, 128, device="cuda")
+    torch._dynamo.reset()
+    with torch.no_grad():
+        got = torch.compile(fn, backend="kiln", dynamic=False)(x)
+        report = kiln.torch.explain(fn, x)
+    assert torch.allclose(got, fn(x), atol=1e-5)
+    assert report.subgraphs, str(report)
+
+
+def test_backend_with_gradients_on_the_gpu():
+    import kiln.torch  # noqa: F401
+    torch.manual_seed(3)
+    make = lambda: torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.LayerNorm(128),  # noqa: E731
+                                       torch.nn.Linear(128, 32)).cuda()
+    eager, ours = make(), make()
+    ours.load_state_dict(eager.state_dict())
+    x = torch.randn(16, 64, device="cuda")
+    xe, xk = x.clone().requires_grad_(), x.clone().requires_grad_()
+    torch._dynamo.reset()
+    ye, yk = eager(xe), torch.compile(ours, backend="kiln")(xk)
+    assert torch.allclose(yk, ye, atol=1e-4)
+    ye.square().sum().backward()
+    yk.square().sum().backward()
+    assert torch.allclose(xk.grad, xe.grad, atol=1e-3)
+    for (name, pe), pk in zip(eager.named_parameters(), ours.parameters()):
+        assert torch.allclose(pk.grad, pe.grad, atol=1e-3, rtol=1e-3), name
+
+
+def test_backend_reduce_overhead_replays_cuda_graphs():
+    """mode="reduce-overhead": kiln's launches and the PyTorch ops between them replayed from CUDA
+    graphs; equal to eager over several calls, a new input address and a new size."""
+    import kiln.torch
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.fc2 = torch.nn.Linear(64, 256), torch.nn.Linear(256, 64)
+            self.norm = torch.nn.LayerNorm(64)
+
+        def forward(self, x):
+            h = self.fc2(torch.nn.functional.gelu(self.fc1(self.norm(x))))
+            return x + torch.cumsum(h, -1) * 0.01  # (cumsum stays in PyTorch: both sides in one graph)
+
+    m = Block().cuda().eval()
+    report = kiln.torch.Report()
+    kiln.torch._REPORTS.report = report
+    try:
+        torch._dynamo.reset()
+        c = torch.compile(m, backend="kiln", mode="reduce-overhead", dynamic=False)
+        with torch.no_grad():
+            for rows in (32, 32, 32, 48, 32):
+                x = torch.randn(rows, 64, device="cuda")  # a new address every call
+                got = c(x).clone()
+                assert torch.allclose(got, m(x), atol=1e-4), rows
+    finally:
+        kiln.torch._REPORTS.report = None
+    assert report.subgraphs and any("replayed from CUDA graphs" in w for w in report.cuda_graphs), str(report)

@@ -76,6 +76,9 @@ OPS = [
     ("group_norm", lambda x, w, b: F.group_norm(x, 2, w, b), (X(2, 4, 5, 5), X(4), X(4))),
     ("reductions", lambda x: x.mean(-1, keepdim=True) + x.sum(0) + x.amax(1, keepdim=True) - x.amin((0, 1)), (X(4, 8),)),
     ("pools", lambda x: F.max_pool2d(x, 2) + F.avg_pool2d(x, 2) + F.adaptive_avg_pool2d(x, 1), (X(2, 3, 8, 8),)),
+    # (VGG: adaptive pooling to 7x7 after a max pool, whose first output alone kiln reads)
+    ("adaptive_pool_sizes", lambda x: F.adaptive_avg_pool2d(F.max_pool2d(x, 2), 2).sum((2, 3)) +
+     F.adaptive_avg_pool2d(x, (4, 2)).mean((2, 3)) + F.adaptive_avg_pool2d(x, 8).amax((2, 3)), (X(2, 3, 8, 8),)),
     ("avg_pool_padding", lambda x: F.avg_pool2d(x, 3, stride=2, padding=1, count_include_pad=False), (X(2, 3, 8, 8),)),
     ("sdpa", lambda q, k, v: F.scaled_dot_product_attention(q, k, v), (X(2, 4, 16, 8), X(2, 4, 16, 8), X(2, 4, 16, 8))),
     ("sdpa_causal_scale", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.3),
@@ -198,15 +201,122 @@ def test_identical_layers_share_one_kiln_graph():
     assert len(report.subgraphs) == 1 and report.subgraphs[0]["kernels"] == 3, str(report)
 
 
-def test_a_graph_that_needs_gradients_runs_in_pytorch():
-    m = nn.Linear(8, 4)
-    x = X(2, 8)
+def test_a_model_in_eval_with_gradients_on_runs_its_forward_in_kiln():
+    # eval() changes dropout and batch norm, not autograd: how many inference scripts call torch.compile
+    m = nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.LayerNorm(64)).eval()
+    x = X(8, 32)
     report = kiln.torch.explain(m, x)
-    assert not report.subgraphs and any("gradients" in w for w in report.graphs_in_pytorch), str(report)
+    assert report.subgraphs and not report.graphs_in_pytorch, str(report)
+    assert report.backward_in_pytorch and "backward runs in PyTorch" in str(report), str(report)
     torch._dynamo.reset()
     y = torch.compile(m, backend="kiln")(x)
-    y.sum().backward()
-    assert m.weight.grad is not None
+    assert torch.allclose(y, m(x), atol=1e-5)
+    assert y.requires_grad
+
+
+class GradientModel(nn.Module):
+    """A little of each family: conv, batch norm in eval, pooling, linear, layer norm, softmax."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8).eval()
+        self.fc = nn.Linear(8 * 4 * 4, 16)
+        self.norm = nn.LayerNorm(16)
+        self.head = nn.Linear(16, 10)
+
+    def forward(self, x):
+        h = F.avg_pool2d(F.relu(self.bn(self.conv(x))), 2)
+        h = self.norm(F.gelu(self.fc(h.flatten(1))))
+        return torch.softmax(self.head(h), -1) * 2 + torch.tanh(h).sum(-1, keepdim=True)
+
+
+def test_gradients_of_inputs_and_parameters_match_eager():
+    torch.manual_seed(1)
+    eager = GradientModel()
+    ours = GradientModel()
+    ours.load_state_dict(eager.state_dict())
+    x = X(2, 3, 8, 8)
+    xe, xk = x.clone().requires_grad_(), x.clone().requires_grad_()
+    torch._dynamo.reset()
+    compiled = torch.compile(ours, backend="kiln")
+    ye, yk = eager(xe), compiled(xk)
+    assert torch.allclose(yk, ye, atol=1e-5)
+    weights = X(*ye.shape)
+    (ye * weights).sum().backward()
+    (yk * weights).sum().backward()
+    assert torch.allclose(xk.grad, xe.grad, atol=1e-5)
+    for (name, pe), pk in zip(eager.named_parameters(), ours.parameters()):
+        assert pk.grad is not None and torch.allclose(pk.grad, pe.grad, atol=1e-5), name
+    report = kiln.torch.explain(ours, xk)
+    assert report.subgraphs and report.backward_in_pytorch, str(report)
+
+
+def test_a_training_step_matches_eager_over_iterations():
+    torch.manual_seed(2)
+    def make():
+        return nn.Sequential(nn.Linear(16, 32), nn.SiLU(), nn.LayerNorm(32), nn.Linear(32, 4))
+    eager, ours = make(), make()
+    ours.load_state_dict(eager.state_dict())
+    torch._dynamo.reset()
+    compiled = torch.compile(ours, backend="kiln")
+    opt_e = torch.optim.SGD(eager.parameters(), lr=0.1, momentum=0.9)
+    opt_k = torch.optim.SGD(ours.parameters(), lr=0.1, momentum=0.9)
+    for step in range(4):
+        x, target = X(8, 16), torch.randint(0, 4, (8,))
+        for model, opt in ((eager, opt_e), (compiled, opt_k)):
+            opt.zero_grad()
+            F.cross_entropy(model(x), target).backward()
+            opt.step()
+        for (name, pe), pk in zip(eager.named_parameters(), ours.parameters()):
+            assert torch.allclose(pk, pe, atol=1e-5), (step, name)
+
+
+@pytest.mark.parametrize("settings, warned", [
+    ({"mode": "default"}, None),
+    ({"mode": "reduce-overhead"}, None),  # (CUDA graphs: on CPU tensors the forward runs as is)
+    ({"options": {"cudagraphs": True}}, None),
+    ({"mode": "max-autotune"}, "mode='max-autotune'"),
+    ({"options": {"some_option": True}}, "options['some_option']"),
+], ids=["default", "reduce_overhead", "cudagraphs_option", "max_autotune", "options"])
+def test_mode_and_options_are_accepted(settings, warned, recwarn):
+    m = nn.Sequential(nn.Linear(8, 8), nn.ReLU()).eval()
+    x = X(2, 8)
+    kiln.torch._WARNED.clear()
+    torch._dynamo.reset()
+    c = torch.compile(m, backend="kiln", **settings)
+    with torch.no_grad():
+        for _ in range(2):
+            assert torch.allclose(c(x), m(x), atol=1e-6)
+    ours = [str(w.message) for w in recwarn if "kiln backend" in str(w.message)]
+    if warned is None:
+        assert not ours, ours
+    else:
+        assert len(ours) == 1 and warned in ours[0], ours
+
+
+def test_adaptive_pooling_to_a_size_that_does_not_divide_stays_in_pytorch():
+    def fn(x):
+        return F.adaptive_avg_pool2d(F.max_pool2d(x.exp(), 2), 3) * 2
+    report = check(fn, X(2, 3, 16, 16))
+    assert any("adaptive_avg_pool2d from 8x8 to [3, 3]" in e["reason"] for e in report.left_to_pytorch), str(report)
+
+
+def test_a_subgraph_kiln_fails_to_build_runs_in_pytorch(monkeypatch):
+    """Whatever goes wrong in kiln with a subgraph, the user's forward returns eager's result and
+    explain says why (here a fault injected into the compile step)."""
+    def broken(graph):
+        raise RuntimeError("injected fault")
+    monkeypatch.setattr(kiln.torch, "kiln_compile", broken)
+    fn = lambda x: torch.relu(x) * 2 + 1  # noqa: E731
+    x = X(4, 8)
+    with pytest.warns(RuntimeWarning, match="internal error RuntimeError: injected fault|after an internal error"):
+        with torch.no_grad():
+            assert torch.equal(compiled(fn)(x), fn(x))
+    with pytest.warns(RuntimeWarning):
+        with torch.no_grad():
+            report = kiln.torch.explain(fn, x)
+    assert not report.subgraphs and all("injected fault" in e["reason"] for e in report.left_to_pytorch), str(report)
 
 
 def test_explain_reports_subgraphs_kernels_and_reasons():
@@ -215,7 +325,7 @@ def test_explain_reports_subgraphs_kernels_and_reasons():
     with torch.no_grad():
         report = kiln.torch.explain(fn, X(4, 8))
     d = report.to_dict()
-    assert set(d) == {"subgraphs", "left_to_pytorch", "graphs_in_pytorch"}
+    assert set(d) == {"subgraphs", "left_to_pytorch", "graphs_in_pytorch", "backward_in_pytorch", "cuda_graphs"}
     assert all({"name", "aten_ops", "kiln_ops", "kernels", "hash", "kinds"} <= set(s) for s in d["subgraphs"])
     text = str(report)
     assert text.startswith("kiln subgraphs: 2,") and "cumsum" in text and "left to PyTorch:" in text
