@@ -463,9 +463,24 @@ def _layer_norm(c, n):
         if w is None:
             raise Unsupported("layer_norm with a bias and no weight")
         inputs.append(c.arg(b))
-    y = c.b.op("layer_norm", inputs, {"axis": len(shape_of(x)) - len(normalized), "eps": float(eps)},
-               dtype=_KILN_DTYPE[val(x).dtype])
-    return [y, None, None]
+    axis = len(shape_of(x)) - len(normalized)
+    y = c.b.op("layer_norm", inputs, {"axis": axis, "eps": float(eps)}, dtype=_KILN_DTYPE[val(x).dtype])
+    read = {u.args[1]: u for u in n.users if u.target is operator.getitem and u.args[1] in (1, 2)}
+    if not read:
+        return [y, None, None]
+    # mean and 1/sqrt(var + eps) over the normalised axes, as PyTorch saves them (in f32 for narrow inputs)
+    axes = list(range(axis, len(shape_of(x))))
+    xs = c.arg(x)
+    mean = c.b.op("reduce_mean", [xs], {"axes": axes, "keepdims": True}, dtype="f32")
+    var = c.b.op("reduce_mean", [c.b.op("square", [c.b.op("sub", [xs, mean], dtype="f32")], dtype="f32")],
+                 {"axes": axes, "keepdims": True}, dtype="f32")
+    rstd = c.b.op("rsqrt", [c.b.op("add", [var, float(eps)], dtype="f32")], dtype="f32")
+    stats = [None, None]
+    for index, value in ((1, mean), (2, rstd)):
+        if index in read:
+            stats[index - 1] = c.b.op("reshape", [c.b.op("identity", [value], dtype=dtype_of(read[index]))],
+                                      {"shape": shape_of(read[index])})
+    return [y] + stats
 
 
 @converts(aten._native_batch_norm_legit_no_training.default)
@@ -561,6 +576,11 @@ _FIRST_ONLY = {aten.native_layer_norm.default, aten._native_batch_norm_legit_no_
                aten._scaled_dot_product_efficient_attention.default, aten._scaled_dot_product_cudnn_attention.default}
 
 
+# Multi-output ops whose converters compute every output that is read (a layer norm's mean and
+# reciprocal standard deviation, which a forward with gradients on saves for the backward).
+_EVERY_OUTPUT = {aten.native_layer_norm.default}
+
+
 def _tensors(x) -> List[torch.Tensor]:
     if isinstance(x, torch.Tensor):
         return [x]
@@ -578,13 +598,15 @@ def why_not(node: torch.fx.Node) -> Optional[str]:
             f"no kiln conversion for {node.target}"
     if node.target in _FIRST_ONLY:
         for user in node.users:
-            if user.target is not operator.getitem or user.args[1] != 0:
-                return "an output other than the first is used (kiln computes only the first)"
+            if user.target is not operator.getitem:
+                return "its outputs are read as a tuple"
+            if user.args[1] != 0 and not _is_empty(user) and node.target not in _EVERY_OUTPUT:
+                return f"output {user.args[1]} is used (kiln computes the first, and empty ones)"
     def checked_values(n: torch.fx.Node) -> List[torch.Tensor]:
         # a multi-output op kiln takes: its first output alone (the others are unused)
-        if n.op == "call_function" and n.target in _FIRST_ONLY:
+        if n.op == "call_function" and n.target in _FIRST_ONLY and n.target not in _EVERY_OUTPUT:
             return _tensors(n.meta.get("val"))[:1]
-        if n.target is operator.getitem and n.args[0].target in _FIRST_ONLY:
+        if n.target is operator.getitem and n.args[0].target in _FIRST_ONLY and n.args[0].target not in _EVERY_OUTPUT:
             return _tensors(n.args[0].meta.get("val"))[:1]
         return _tensors(n.meta.get("val"))
 
@@ -673,6 +695,9 @@ class KilnSubgraph(torch.nn.Module):
             if all(a.op == "placeholder" or (a.target in _VIEWS) for a in _ancestors(n)) and (
                     n.op == "placeholder" or n.target in _VIEWS):
                 self.torch_outputs.add(i)
+        # Empty outputs (the statistics an inference batch norm saves for a backward): PyTorch's.
+        self.empty_outputs = {i: n.meta["val"] for i, n in enumerate(self.output_nodes) if _is_empty(n)}
+        self.torch_outputs |= set(self.empty_outputs)
 
     def _graph_for(self, args):
         c = Conversion(self.name)
@@ -680,20 +705,22 @@ class KilnSubgraph(torch.nn.Module):
             if t.numel() > 0:  # an empty input (read only by a cat, which drops it) is no kiln input
                 c.env[n] = c.b.input(f"in{i}", list(t.shape), _KILN_DTYPE[t.dtype], list(t.stride()))
         for n in self.gm.graph.nodes:
-            if n.op == "call_function":
+            if n.op == "call_function" and not _is_empty(n):
                 c.env[n] = CONVERTERS[n.target](c, n)
-        names, seen = [], {}
+        names, seen, by_value = [], {}, {}
         for i, n in enumerate(self.output_nodes):
-            if i in self.torch_outputs:
+            if i in self.torch_outputs or n in seen:
                 continue
             t = c.env[n]
-            if n in seen:
+            if t.name in by_value:  # (the same value under two nodes: a detach of an output)
+                seen[n] = by_value[t.name]
                 continue
+            value_name = t.name
             if t.name in {c.env[x].name for x in self.placeholders if x in c.env}:
                 t = c.b.op("identity", [t])  # an output that is an input through identities
             out_name = f"out{len(names)}"
             c.b.output(t, name=out_name)
-            seen[n] = out_name
+            seen[n] = by_value[value_name] = out_name
             names.append((i, out_name))
         graph = c.b.build()
         for i, out_name in names:  # the conversion's shapes and dtypes are PyTorch's
@@ -727,7 +754,10 @@ class KilnSubgraph(torch.nn.Module):
         env = None
         outs = []
         for i, n in enumerate(self.output_nodes):
-            if i in self.torch_outputs:
+            if i in self.empty_outputs:
+                v = self.empty_outputs[i]
+                outs.append(torch.empty(v.shape, dtype=v.dtype, device=v.device))
+            elif i in self.torch_outputs:
                 if env is None:
                     env = _run_views(self.gm, args)
                 outs.append(env[n])
@@ -773,6 +803,11 @@ class KilnSubgraph(torch.nn.Module):
 
     def _output_arg(self):
         return next(n for n in self.gm.graph.nodes if n.op == "output").args[0]
+
+
+def _is_empty(n: torch.fx.Node) -> bool:
+    v = n.meta.get("val")
+    return n.op == "call_function" and isinstance(v, torch.Tensor) and v.numel() == 0
 
 
 def _ancestors(n: torch.fx.Node):
