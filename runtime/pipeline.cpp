@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <optional>
 
 #include "compiler/error.h"
 #include "compiler/graph_internal.h"
@@ -22,6 +23,7 @@
 #include "runtime/kernel_cache.h"
 #include "runtime/log.h"
 #include "runtime/nvrtc.h"
+#include "runtime/parallel_for.h"
 #include "runtime/tuning_record.h"
 
 namespace kiln::runtime {
@@ -228,18 +230,37 @@ Expected<std::shared_ptr<Compiled>> compile_kernels(const CompileJob& job, Plann
   if (job.dumping) write_dumps(*job.settings, job.graph, planned.plan, c->recipe.program, job.arch, job.recipe_key);
   const KernelJob kernel_job{job.graph, job.arch, job.disk ? &*job.disk : nullptr,
                              job.options.fail_if_compiling || job.settings->fail_if_compiling};
-  for (codegen::GeneratedKernel& k : c->recipe.program.kernels) {
+  // The distinct kernels (a model's identical layers generate identical kernels) are found or
+  // compiled at once on every core; the others take their cubin.
+  std::vector<codegen::GeneratedKernel>& kernels = c->recipe.program.kernels;
+  std::vector<size_t> same_as(kernels.size()), distinct;
+  std::map<ir::Hash128, size_t> first_of_key;
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    const auto [it, fresh] = first_of_key.emplace(key_parts(kernels[i].canonical, job.arch).key(), i);
+    same_as[i] = it->second;
+    if (fresh) distinct.push_back(i);
+  }
+  std::vector<KernelReport> reports;
+  for (const codegen::GeneratedKernel& k : kernels)
+    reports.push_back(job.report_of(k, std::string(ir::to_string(planned.plan.kernels[static_cast<size_t>(k.plan_kernel)].kind)), ""));
+  std::vector<std::optional<Expected<std::string>>> cubins(kernels.size());
+  parallel_for(distinct.size(), [&](size_t d) {
+    const size_t i = distinct[d];
     const auto kernel_start = std::chrono::steady_clock::now();
-    const std::string kind(ir::to_string(planned.plan.kernels[static_cast<size_t>(k.plan_kernel)].kind));
-    KernelReport report = job.report_of(k, kind, "");
-    Expected<std::string> cubin = kernel_cubin(kernel_job, k, report);
+    cubins[i] = kernel_cubin(kernel_job, kernels[i], reports[i]);
+    reports[i].milliseconds = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - kernel_start).count();
+  });
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    const Expected<std::string>& cubin = *cubins[same_as[i]];
     if (!cubin) return cubin.error();
-    report.milliseconds = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - kernel_start).count();
-    c->cubins.push_back(std::move(*cubin));
-    c->recipe.kernel_keys.push_back(report.key);
-    c->recipe.kernel_kinds.push_back(report.kind);
-    impl.reports.push_back(std::move(report));
-    k.source.clear();  // not needed to launch
+    if (same_as[i] != i) reports[i].key = reports[same_as[i]].key;  // (found in memory: a hit taking no time)
+    c->cubins.push_back(*cubin);
+    c->recipe.kernel_keys.push_back(reports[i].key);
+    c->recipe.kernel_kinds.push_back(reports[i].kind);
+    impl.reports.push_back(std::move(reports[i]));
+  }
+  for (codegen::GeneratedKernel& k : kernels) {  // not needed to launch
+    k.source.clear();
     k.canonical.clear();
   }
   return c;

@@ -3,16 +3,14 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <numeric>
 #include <random>
-#include <system_error>
-#include <thread>
 
 #include "compiler/graph_internal.h"
 #include "compiler/ir.h"
 #include "compiler/numerics.h"
+#include "runtime/parallel_for.h"
 
 namespace kiln {
 namespace {
@@ -97,21 +95,7 @@ std::vector<HostTensor> random_inputs(const Graph& graph, uint64_t seed) {
     return element_count(g.tensor(g.inputs[a]).shape) > element_count(g.tensor(g.inputs[b]).shape);
   });
   std::vector<HostTensor> inputs(count);
-  std::atomic<size_t> next{0};
-  auto draw = [&] {
-    for (size_t i; (i = next.fetch_add(1)) < count;) inputs[order[i]] = random_input(g, order[i], seed);
-  };
-  const size_t threads = std::min<size_t>(count, std::max(1u, std::thread::hardware_concurrency()));
-  std::vector<std::thread> helpers;
-  for (size_t t = 1; t < threads; ++t) {
-    try {
-      helpers.emplace_back(draw);
-    } catch (const std::system_error&) {  // no more threads to be had: fewer draw, the values the same
-      break;
-    }
-  }
-  draw();
-  for (std::thread& t : helpers) t.join();
+  runtime::parallel_for(count, [&](size_t i) { inputs[order[i]] = random_input(g, order[i], seed); });
   return inputs;
 }
 
