@@ -142,7 +142,8 @@ demo() {
 
 # The Python package (pip install . into $build/venv, incrementally through
 # $build/python) and what its tests need: nanobind, scikit-build-core,
-# pytest, hypothesis, NumPy, and PyTorch's CPU build.
+# pytest, hypothesis, NumPy, PyTorch's CPU build, and the model zoo's
+# packages (transformers, timm, torchvision).
 python_package() {
   local venv=$build/venv
   if [[ ! -x $venv/bin/python ]]; then
@@ -153,6 +154,17 @@ python_package() {
   if ! "$venv/bin/python" -c "import nanobind, scikit_build_core, numpy, pytest, hypothesis, torch, nvidia.cu13" 2>/dev/null; then
     say "installing into $venv: ${wanted[*]}"
     "$venv/bin/python" -m pip install -q --disable-pip-version-check "${wanted[@]}"
+  fi
+  # The model zoo's tiny tests (python/tests/test_zoo_tiny.py): transformers, timm and torchvision,
+  # pinned together with torch==2.13.0 so that nothing they pull replaces PyTorch's CPU build (timm
+  # alone would bring the newest torchvision and, with it, a CUDA torch). torchvision 0.28.0 is the
+  # release for torch 2.13; its PyPI wheel is a CUDA build whose compiled ops do not load on the CPU
+  # build (bench/zoo_models.py makes it importable all the same; no zoo model uses those ops).
+  local zoo=("torch==2.13.0" "torchvision==0.28.0" "transformers==5.24.0" "timm==1.0.31")
+  local have_zoo='import importlib.util as u, sys; sys.exit(any(u.find_spec(m) is None for m in ("torchvision", "transformers", "timm")))'
+  if ! "$venv/bin/python" -c "$have_zoo" 2>/dev/null; then
+    say "installing into $venv: ${zoo[*]}"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check "${zoo[@]}"
   fi
   say "pip install . (the kiln package, built in $build/python)"
   local start=$SECONDS

@@ -1,0 +1,486 @@
+"""The model zoo: real models through torch.compile(backend="kiln") against
+eager PyTorch and Inductor, one table (models: bench/zoo_models.py).
+
+    python3 bench/zoo.py [--models llama,bert,...] [--batch N | --batch-scale F] [--rounds N]
+                         [--json OUT] [--no-cold] [--quick] [--grad]
+    python3 bench/zoo.py --device cpu --quick --tiny     # the harness itself, checked without a GPU
+
+Every model is built from its config or constructor with random weights
+(nothing is downloaded), in bf16 (f32 on the CPU), eval(), under
+torch.no_grad() (--grad: autograd on, the forward alone timed). Per model,
+in this one process:
+
+- correctness: each compiled forward's output against eager's: the largest
+  absolute difference, and that over the largest |eager| ("max rel err");
+- time: kiln, Inductor (default mode), Inductor mode="reduce-overhead" (CUDA
+  graphs) and eager, each warmed up, then timed in alternating rounds
+  (kiln, Inductor, reduce-overhead, eager, then the next round), so that a
+  GPU clocking down under sustained load slows every side alike. A side's
+  time in a round is run_bench.median_ms over --iters calls: CUDA events
+  around each call, recorded back to back (the host's time per call
+  overlaps the previous call's kernels, as a serving loop's does); the
+  table has the median over rounds, the JSON every round;
+- what kiln took (kiln.torch.explain): kernels, kiln subgraphs, the share of
+  ATen ops and of anchor FLOPs (matmul, conv, attention) in kiln, and the
+  ops left to PyTorch grouped by reason;
+- where the time goes: one kiln-compiled forward under the torch profiler,
+  its GPU kernels by time (kiln's kernels labelled with their kind from the
+  kiln plans, in launch order);
+- first calls (unless --no-cold), each in a fresh process per model and
+  backend: cold (new empty KILN_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR and
+  TRITON_CACHE_DIR, no remote kiln cache) and warm (a second process with
+  those caches kept): the wall time of the first call, tracing, compiling
+  and running included (the backends' modules imported before it).
+
+A model that raises anything through the kiln backend is a FAILURE row (the
+message printed, the traceback on stderr), never the harness's end. At the
+bottom: the geometric mean of kiln/Inductor over the models that ran, and
+the failures.
+"""
+import argparse
+import gc
+import json
+import math
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections import Counter
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import zoo_models  # noqa: E402  (first: it makes torchvision importable on a CPU PyTorch)
+from run_bench import geomean, median_ms  # noqa: E402  (CUDA events around each call, the median)
+
+FIRST_CALL_PREFIX = "first-call: "
+
+
+# ---- timing --------------------------------------------------------------------
+
+def cpu_median_ms(fn, warmup=3, runs=20):
+    """median_ms's CPU counterpart (the smoke check without a GPU): the median
+    wall time of `runs` calls."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def synchronize(device):
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def timed_first_call(fn, device):
+    """(result, seconds) of one call, the device's work included."""
+    t0 = time.perf_counter()
+    result = fn()
+    synchronize(device)
+    return result, time.perf_counter() - t0
+
+
+def alternating_rounds(sides, device, rounds, iters, warmup):
+    """{side: [ms per round]}: every side warmed up, then timed round after
+    round in turn (see the module's docstring)."""
+    timer = median_ms if device == "cuda" else cpu_median_ms
+    for fn in sides.values():
+        for _ in range(warmup):
+            fn()
+    synchronize(device)
+    times = {side: [] for side in sides}
+    for _ in range(rounds):
+        for side, fn in sides.items():
+            times[side].append(timer(fn, warmup=1, runs=iters))
+    return times
+
+
+# ---- correctness ---------------------------------------------------------------
+
+def errors(got, want):
+    """The largest |got - want|, that over the largest |want|, and the norm-wise relative error."""
+    got, want = got.detach().float(), want.detach().float()
+    if got.shape != want.shape:
+        raise ValueError(f"output shape {list(got.shape)}, eager's {list(want.shape)}")
+    diff = (got - want).abs()
+    max_abs = diff.max().item()
+    scale = want.abs().max().item()
+    return {"max_abs": max_abs, "max_rel": max_abs / scale if scale else float("nan"),
+            "norm_rel": ((got - want).norm() / want.norm()).item() if want.norm().item() else float("nan")}
+
+
+# ---- what kiln took (explain) --------------------------------------------------
+
+def explain_summary(report):
+    """The table's figures from kiln.torch.explain's report (as a dict)."""
+    subgraphs, left = report["subgraphs"], report["left_to_pytorch"]
+    in_kiln = sum(s["aten_ops"] for s in subgraphs)
+    flops_kiln = sum(s.get("flops", 0) for s in subgraphs)
+    flops_all = flops_kiln + sum(e.get("flops", 0) for e in left)
+    reasons = Counter(f"{e['op']}: {e['reason']}" for e in left)
+    return {"kernels": sum(s["kernels"] for s in subgraphs), "subgraphs": len(subgraphs),
+            "aten_ops_in_kiln": in_kiln, "aten_ops": in_kiln + len(left),
+            "aten_share": in_kiln / (in_kiln + len(left)) if in_kiln + len(left) else float("nan"),
+            "flops_share": flops_kiln / flops_all if flops_all else float("nan"),
+            "left_to_pytorch": [{"count": n, "what": what} for what, n in reasons.most_common()],
+            "graphs_in_pytorch": report.get("graphs_in_pytorch", [])}
+
+
+# ---- where the time goes (the profiler) ----------------------------------------
+
+def top_kernels(fn, report, device, top=10):
+    """One forward under the torch profiler: its kernels (on the CPU, its ops)
+    by time, largest first, as [{kernel, calls, ms, share}]. kiln's kernels
+    are all named kiln_kernel: they are labelled in launch order with the
+    kinds of explain's subgraphs, in the order kiln compiled them (the order
+    a forward runs them), where the counts agree."""
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    synchronize(device)
+    activities = [ProfilerActivity.CUDA] if device == "cuda" else [ProfilerActivity.CPU]
+    with profile(activities=activities) as prof:
+        fn()
+        synchronize(device)
+    totals, calls = Counter(), Counter()
+    if device == "cuda":
+        events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+        kinds = [f"kiln subgraph {j} ({s['name']}) kernel {i}: {kind}"
+                 for j, s in enumerate(report["subgraphs"]) for i, kind in enumerate(s["kinds"])]
+        kiln_launches = sum(e.name == "kiln_kernel" for e in events)
+        labels = iter(kinds if kiln_launches == len(kinds) else [])
+        for e in events:
+            name = next(labels, "kiln_kernel") if e.name == "kiln_kernel" else e.name
+            totals[name] += e.device_time
+            calls[name] += 1
+    else:
+        for e in prof.key_averages():
+            totals[e.key] += e.self_cpu_time_total
+            calls[e.key] += e.count
+    whole = sum(totals.values()) or float("nan")
+    return {"total_ms": whole / 1e3,
+            "kernels": [{"kernel": name, "calls": calls[name], "ms": us / 1e3, "share": us / whole}
+                        for name, us in totals.most_common(top)]}
+
+
+# ---- first calls, each in a fresh process --------------------------------------
+
+def compiled(model, backend, mode=None):
+    if backend == "kiln":
+        return torch.compile(model, backend="kiln", dynamic=False)
+    return torch.compile(model, dynamic=False, mode=mode)
+
+
+def first_call_child(args):
+    """The child's job (--first-call NAME --backend B): build the model, time
+    the first call through B, print the seconds on one line."""
+    spec = zoo_models.BY_NAME[args.first_call]
+    batch, seq = (int(x) for x in args.shape.split(","))
+    device, dtype = args.device, dtype_of(args)
+    model, inputs = zoo_models.instantiate(spec, tiny=args.tiny, device=device, dtype=dtype, batch=batch, seq=seq)
+    if device == "cuda":
+        torch.backends.cudnn.benchmark = True  # as in the parent
+    # The backends' modules imported before the clock starts, for both alike.
+    import torch._dynamo  # noqa: F401
+    if args.backend == "kiln":
+        import kiln.torch  # noqa: F401  (registers the backend)
+    else:
+        import torch._inductor.compile_fx  # noqa: F401
+    with torch.set_grad_enabled(args.grad):
+        fn = compiled(model, args.backend)
+        _, seconds = timed_first_call(lambda: fn(**inputs), device)
+    print(FIRST_CALL_PREFIX + json.dumps({"seconds": seconds}), flush=True)
+
+
+def first_calls(spec, batch, seq, backend, args):
+    """{cold_s, warm_s}: the first call through `backend` in a process with
+    empty caches, then in a second process with the caches the first left."""
+    cache = tempfile.mkdtemp(prefix=f"zoo-{backend}-")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KILN_REMOTE_CACHE")}
+    env.update(KILN_CACHE_DIR=os.path.join(cache, "kiln"), TORCHINDUCTOR_CACHE_DIR=os.path.join(cache, "inductor"),
+               TRITON_CACHE_DIR=os.path.join(cache, "triton"))
+    command = [sys.executable, os.path.abspath(__file__), "--first-call", spec.name, "--backend", backend,
+               "--shape", f"{batch},{seq}", "--device", args.device, "--dtype", args.dtype or ""]
+    command += ["--tiny"] * args.tiny + ["--grad"] * args.grad
+    result = {}
+    try:
+        for phase in ("cold", "warm"):
+            try:
+                done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=args.child_timeout)
+            except subprocess.TimeoutExpired:
+                result[f"{phase}_error"] = f"timed out after {args.child_timeout} s"
+                break
+            lines = [ln for ln in done.stdout.splitlines() if ln.startswith(FIRST_CALL_PREFIX)]
+            if done.returncode != 0 or not lines:
+                tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+                result[f"{phase}_error"] = f"exit {done.returncode}: {tail}"
+                break
+            result[f"{phase}_s"] = json.loads(lines[-1][len(FIRST_CALL_PREFIX):])["seconds"]
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+    return result
+
+
+def describe(e):
+    """An exception in one line: the innermost cause (dynamo wraps a backend's
+    error in BackendCompilerFailed), its message's first line, and where it
+    was raised."""
+    while (e.__cause__ or getattr(e, "inner_exception", None)) is not None:
+        e = e.__cause__ or e.inner_exception
+    lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
+    where = traceback.extract_tb(e.__traceback__)[-1] if e.__traceback__ else None
+    at = f" (at {os.path.basename(where.filename)}:{where.lineno} in {where.name})" if where else ""
+    return f"{type(e).__name__}: {lines[0] if lines else ''}{at}"
+
+
+# ---- one model -----------------------------------------------------------------
+
+def dtype_of(args):
+    if args.dtype:
+        return {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[args.dtype]
+    return torch.bfloat16 if args.device == "cuda" else torch.float32
+
+
+def shape_for(spec, args):
+    batch = spec.tiny_batch if args.tiny else spec.batch
+    if args.batch:
+        batch = args.batch
+    elif args.batch_scale:
+        batch = max(1, round(batch * args.batch_scale))
+    return batch, (spec.tiny_seq if args.tiny else spec.seq)
+
+
+def measure(spec, args):
+    """One row: every figure of one model (see the module's docstring). An
+    exception through the kiln backend becomes the row's `failure`."""
+    import kiln.torch
+    batch, seq = shape_for(spec, args)
+    row = {"model": spec.name, "batch": batch, "seq": seq}
+    device, stage = args.device, "building the model"
+    try:
+        model, inputs = zoo_models.instantiate(spec, tiny=args.tiny, device=device, dtype=dtype_of(args),
+                                               batch=batch, seq=seq)
+        with torch.set_grad_enabled(args.grad):
+            stage = "eager"
+            eager = lambda: model(**inputs)  # noqa: E731
+            want = spec.output(eager()).detach()
+
+            stage = "kiln.torch.explain"
+            explained = kiln.torch.explain(model, **inputs).to_dict()
+            row.update(explain_summary(explained))
+
+            stage = "kiln (first call in this process)"
+            torch._dynamo.reset()
+            kiln_fn = compiled(model, "kiln")
+            got, row["kiln_first_call_in_process_s"] = timed_first_call(lambda: kiln_fn(**inputs), device)
+            row["kiln_error"] = errors(spec.output(got), want)
+            del got
+            sides = {"kiln": lambda: kiln_fn(**inputs)}
+
+            if args.inductor:
+                for side, mode in (("inductor", None), ("reduce_overhead", "reduce-overhead")):
+                    try:
+                        fn = compiled(model, "inductor", mode)
+                        if mode == "reduce-overhead":  # a new step each call, as torch's benchmarks run it
+                            call = lambda fn=fn: (torch.compiler.cudagraph_mark_step_begin(), fn(**inputs))[1]  # noqa: E731
+                        else:
+                            call = lambda fn=fn: fn(**inputs)  # noqa: E731
+                        got, row[f"{side}_first_call_in_process_s"] = timed_first_call(call, device)
+                        row[f"{side}_error"] = errors(spec.output(call()), want)
+                        del got
+                        sides[side] = call
+                    except Exception as e:  # noqa: BLE001 (Inductor's failure is a missing column, not a FAILURE)
+                        row[f"{side}_failure"] = describe(e)
+            sides["eager"] = eager
+            del want
+
+            stage = "timing"
+            times = alternating_rounds(sides, device, args.rounds, args.iters, args.warmup)
+            row["rounds_ms"] = times
+            for side, t in times.items():
+                row[f"{side}_ms"] = statistics.median(t)
+
+            stage = "profiling the kiln forward"
+            row["top_kernels"] = top_kernels(sides["kiln"], explained, device)
+        del sides, kiln_fn, model, inputs
+    except Exception as e:  # noqa: BLE001 (a model that fails is a row, the others run)
+        print(f"{spec.name}: FAILURE while {stage}:", file=sys.stderr)
+        traceback.print_exc()
+        row["failure"] = {"stage": stage, "error": describe(e)}
+    finally:
+        torch._dynamo.reset()
+        gc.collect()
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    if not args.no_cold and "failure" not in row:
+        for backend in ("kiln", "inductor") if args.inductor else ("kiln",):
+            for key, value in first_calls(spec, batch, seq, backend, args).items():
+                row[f"{backend}_{key}"] = value
+    return row
+
+
+# ---- the table -----------------------------------------------------------------
+
+def number(x, digits=3):
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def ratio(a, b):
+    return a / b if a is not None and b and not math.isnan(a) and not math.isnan(b) else float("nan")
+
+
+def shape_text(spec, row):
+    if spec.package == "transformers":
+        return f"B{row['batch']} S{row['seq']}"
+    return f"B{row['batch']} {row['seq']}x{row['seq']}" + (" NHWC" if spec.channels_last else "")
+
+
+COLUMNS = ["model", "batch/seq", "kiln ms", "Inductor ms", "kiln/Ind", "Ind r-o ms", "kiln/r-o", "eager ms",
+           "max rel err kiln / Ind", "cold 1st call kiln / Ind s", "warm 1st call kiln / Ind s", "kernels", "subgraphs",
+           "ATen ops in kiln", "FLOPs in kiln"]
+
+
+def table_line(spec, row):
+    if "failure" in row:
+        f = row["failure"]
+        cells = [spec.name, shape_text(spec, row), f"**FAILURE** ({f['stage']}): {f['error'][:160]}"]
+        return "| " + " | ".join(cells + [""] * (len(COLUMNS) - len(cells))) + " |"
+    g = row.get
+    err = lambda side: f"{g(f'{side}_error')['max_rel']:.1e}" if g(f"{side}_error") else "-"  # noqa: E731
+    cells = [spec.name, shape_text(spec, row), number(g("kiln_ms")), number(g("inductor_ms")),
+             number(ratio(g("kiln_ms"), g("inductor_ms")), 2), number(g("reduce_overhead_ms")),
+             number(ratio(g("kiln_ms"), g("reduce_overhead_ms")), 2), number(g("eager_ms")),
+             f"{err('kiln')} / {err('inductor')}", f"{number(g('kiln_cold_s'), 1)} / {number(g('inductor_cold_s'), 1)}",
+             f"{number(g('kiln_warm_s'), 1)} / {number(g('inductor_warm_s'), 1)}", str(row["kernels"]), str(row["subgraphs"]),
+             f"{100 * row['aten_share']:.0f}% ({row['aten_ops_in_kiln']}/{row['aten_ops']})" if row["aten_ops"] else "-",
+             f"{100 * row['flops_share']:.0f}%" if not math.isnan(row["flops_share"]) else "-"]
+    return "| " + " | ".join(cells) + " |"
+
+
+def details(spec, row):
+    """The per-model lists below the table: ops left to PyTorch, top kernels, what did not run."""
+    lines = [f"### {spec.name} ({shape_text(spec, row)})"]
+    if "failure" in row:
+        return lines + [f"FAILURE while {row['failure']['stage']}: {row['failure']['error']}", ""]
+    for key in ("inductor_failure", "reduce_overhead_failure", "kiln_cold_error", "kiln_warm_error",
+                "inductor_cold_error", "inductor_warm_error"):
+        if key in row:
+            lines.append(f"- {key.replace('_', ' ')}: {row[key]}")
+    for why in row["graphs_in_pytorch"]:
+        lines.append(f"- a whole graph ran in PyTorch: {why}")
+    left = row["left_to_pytorch"]
+    lines.append(f"ops left to PyTorch ({row['aten_ops'] - row['aten_ops_in_kiln']} of {row['aten_ops']} ATen ops):"
+                 + ("" if left else " none"))
+    lines += [f"- {e['count']} x {e['what']}" for e in left]
+    top = row["top_kernels"]
+    where = "GPU kernels" if row.get("device") == "cuda" else "ops (CPU time)"
+    lines.append(f"top {where} of one kiln forward ({number(top['total_ms'])} ms in all):")
+    lines += [f"- {100 * k['share']:5.1f}%  {k['ms']:8.3f} ms  x{k['calls']:<4d} {k['kernel'][:100]}"
+              for k in top["kernels"]]
+    return lines + [""]
+
+
+def summary(rows):
+    ran = [r for r in rows if "failure" not in r]
+    means = {}
+    for side in ("inductor", "reduce_overhead", "eager"):
+        ratios = [ratio(r.get("kiln_ms"), r.get(f"{side}_ms")) for r in ran]
+        ratios = [x for x in ratios if not math.isnan(x)]
+        means[side] = {"geomean": geomean(ratios), "models": len(ratios)}
+    return means, [r["model"] for r in rows if "failure" in r]
+
+
+def report(rows, args):
+    specs = [zoo_models.BY_NAME[r["model"]] for r in rows]
+    print("| " + " | ".join(COLUMNS) + " |")
+    print("|" + "|".join(["---"] * len(COLUMNS)) + "|")
+    for spec, row in zip(specs, rows):
+        print(table_line(spec, row))
+    means, failures = summary(rows)
+    print()
+    names = {"inductor": "Inductor (default)", "reduce_overhead": "Inductor reduce-overhead", "eager": "eager"}
+    for side, m in means.items():
+        print(f"geomean kiln/{names[side]} over {m['models']} models: {number(m['geomean'], 3)}")
+    print(f"failures: {len(failures)}" + (f" ({', '.join(failures)})" if failures else ""))
+    print()
+    for spec, row in zip(specs, rows):
+        print("\n".join(details(spec, row)))
+    return means, failures
+
+
+# ---- main ----------------------------------------------------------------------
+
+def arguments(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", help="comma-separated names (a decoder's name selects its long-context row too)")
+    ap.add_argument("--batch", type=int, help="every model at this batch")
+    ap.add_argument("--batch-scale", type=float, help="every model's serving batch times this")
+    ap.add_argument("--rounds", type=int, help="timing rounds (default 5; --quick 2)")
+    ap.add_argument("--iters", type=int, help="calls per side per round (default 20; --quick 3)")
+    ap.add_argument("--warmup", type=int, help="calls per side before the rounds (default 3; --quick 1)")
+    ap.add_argument("--json", dest="json_out", help="every figure, and every round's time, to this file")
+    ap.add_argument("--no-cold", action="store_true", help="skip the first-call measurements (fresh processes)")
+    ap.add_argument("--quick", action="store_true", help="fewer rounds and calls")
+    ap.add_argument("--grad", action="store_true", help="autograd on (model.eval() alone); the forward timed")
+    ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    ap.add_argument("--tiny", action="store_true", help="the tiny configs of python/tests/test_zoo_tiny.py")
+    ap.add_argument("--dtype", choices=("bf16", "f16", "f32", ""), default=None,
+                    help="default bf16 on the GPU, f32 on the CPU")
+    ap.add_argument("--inductor", choices=("auto", "on", "off"), default="auto",
+                    help="the Inductor sides (auto: on the GPU only; on the CPU its compiles take minutes)")
+    ap.add_argument("--child-timeout", type=int, default=1800, help="seconds for one first-call process")
+    # the first-call child's own arguments
+    ap.add_argument("--first-call", help=argparse.SUPPRESS)
+    ap.add_argument("--backend", choices=("kiln", "inductor"), help=argparse.SUPPRESS)
+    ap.add_argument("--shape", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.batch and args.batch_scale:
+        ap.error("--batch and --batch-scale: give one")
+    args.rounds = args.rounds or (2 if args.quick else 5)
+    args.iters = args.iters or (3 if args.quick else 20)
+    args.warmup = args.warmup if args.warmup is not None else (1 if args.quick else 3)
+    args.inductor = args.inductor == "on" or (args.inductor == "auto" and args.device == "cuda")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        ap.error("no CUDA device here: --device cpu (with --tiny --quick) checks the harness")
+    return args
+
+
+def main(argv=None):
+    args = arguments(argv)
+    if args.first_call:
+        return first_call_child(args)
+    try:
+        specs = zoo_models.select(args.models)
+    except ValueError as e:
+        sys.exit(str(e))
+    if args.device == "cuda":
+        torch.backends.cudnn.benchmark = True  # cuDNN at its best, as in run_bench.py
+    device_name = torch.cuda.get_device_name() if args.device == "cuda" else "CPU"
+    print(f"{device_name}, PyTorch {torch.__version__}, {dtype_of(args)}, "
+          f"{'gradients on' if args.grad else 'no_grad'}, {args.rounds} rounds x {args.iters} calls"
+          + ("" if args.inductor else "; Inductor skipped") + ("" if not args.tiny else "; tiny configs"), flush=True)
+    rows = []
+    for spec in specs:
+        row = measure(spec, args)
+        row["device"] = args.device
+        rows.append(row)
+        status = "FAILURE" if "failure" in row else f"kiln {number(row.get('kiln_ms'))} ms"
+        print(f"{spec.name}: {status}", file=sys.stderr, flush=True)
+    print()
+    means, failures = report(rows, args)
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump({"device": device_name, "torch": torch.__version__, "options": vars(args), "rows": rows,
+                       "geomean_kiln_over": means, "failures": failures}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
