@@ -6,6 +6,7 @@
 #include <pwd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -26,41 +27,50 @@ Error unsafe(const std::string& dir, const std::string& why, const std::string& 
 
 constexpr char kMarkerName[] = "CACHEDIR.TAG";
 constexpr char kMarkerSignature[] = "Signature: 8a477f597d28d172789f06886806bc55";
+constexpr char kMarkerKilnLine[] = "# This folder is a kernel cache of kiln";
 constexpr char kMarkerText[] =
     "Signature: 8a477f597d28d172789f06886806bc55\n"
     "# This folder is a kernel cache of kiln (see https://bford.info/cachedir/).\n"
     "# kiln verifies, clears and evicts only in folders holding this file.\n";
 
-// The names kiln itself puts at the root of its cache folder.
-bool kiln_root_name(const std::string& name) {
-  for (const char* own : {"kernels", "graphs", "tuning", "remote_counters", "remote_counters.lock", kMarkerName})
-    if (name == own) return true;
-  return name.rfind("remote_counters.tmp.", 0) == 0 || name.rfind("CACHEDIR.TAG.tmp.", 0) == 0;
+// Whether `dir` holds the marker kiln writes (another program's CACHEDIR.TAG
+// has the same signature, but its folder is not kiln's).
+bool marked_by_kiln(const std::string& dir) {
+  std::string text;
+  return read_regular_file((std::filesystem::path(dir) / kMarkerName).string(), text, 4096) &&
+         text.rfind(kMarkerSignature, 0) == 0 && text.find(kMarkerKilnLine) != std::string::npos;
 }
 
-// The folder is kiln's: marked, or marked now because it holds only kiln's names.
+// The folder is kiln's: marked by kiln, or empty and marked now. Anything in
+// an unmarked folder may be the user's, even a folder named `graphs`: kiln
+// adopts no such folder, so that it never deletes what it did not write.
 Status claim(const std::string& dir) {
   namespace fs = std::filesystem;
-  const std::string marker = (fs::path(dir) / kMarkerName).string();
-  std::string text;
-  if (read_regular_file(marker, text) && text.rfind(kMarkerSignature, 0) == 0) return {};
-  std::vector<std::string> foreign;
+  if (marked_by_kiln(dir)) return {};
+  std::vector<std::string> held;
   std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec))
-    if (!kiln_root_name(e.path().filename().string())) foreign.push_back("'" + e.path().filename().string() + "'");
-  if (ec) return Error{ErrorCode::InvalidInput, fmt::format("kernel cache: cannot list '{}': {}", dir, ec.message())};
-  if (!foreign.empty()) {
-    const size_t shown = std::min<size_t>(foreign.size(), 3);
-    return Error{ErrorCode::InvalidInput,
-                 fmt::format("'{}' is not a kiln cache folder: it holds {}{} and no {} written by kiln; kiln keeps its "
-                             "kernels in a folder of its own (point --cache-dir or KILN_CACHE_DIR at a new or empty folder)",
-                             dir, fmt::join(foreign.begin(), foreign.begin() + static_cast<ptrdiff_t>(shown), ", "),
-                             foreign.size() > shown ? fmt::format(" and {} more", foreign.size() - shown) : "",
-                             kMarkerName)};
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(std::string(kMarkerName) + ".tmp.", 0) != 0)  // (another kiln marking this folder right now)
+      held.push_back("'" + name + "'");
   }
-  if (!write_file_atomically(marker, kMarkerText))
-    return Error{ErrorCode::InvalidInput, fmt::format("kernel cache: cannot write '{}'", marker)};
-  return {};
+  if (ec) return Error{ErrorCode::InvalidInput, fmt::format("kernel cache: cannot list '{}': {}", dir, ec.message())};
+  const std::string marker = (fs::path(dir) / kMarkerName).string();
+  if (held.empty()) {
+    if (!write_file_atomically(marker, kMarkerText))
+      return Error{ErrorCode::InvalidInput, fmt::format("kernel cache: cannot write '{}': {}", marker, std::strerror(errno))};
+    return {};
+  }
+  if (marked_by_kiln(dir)) return {};  // another kiln process adopted it while this one looked
+  std::sort(held.begin(), held.end());
+  const size_t shown = std::min<size_t>(held.size(), 3);
+  return Error{ErrorCode::InvalidInput,
+               fmt::format("'{}' is not a kiln cache folder: it holds {}{} and no {} written by kiln; kiln adopts only a "
+                           "new or empty folder, so that it never deletes a file of yours (point --cache-dir or "
+                           "KILN_CACHE_DIR at a new or empty folder; a cache left by a kiln older than the marker can "
+                           "be deleted)",
+                           dir, fmt::join(held.begin(), held.begin() + static_cast<ptrdiff_t>(shown), ", "),
+                           held.size() > shown ? fmt::format(" and {} more", held.size() - shown) : "", kMarkerName)};
 }
 
 // The root folder, and the home folder itself, are nobody's cache.
@@ -181,14 +191,53 @@ bool write_file_atomically(const std::string& path, const std::string& text, uns
   return false;
 }
 
+bool carries_header(const std::string& path, std::string_view magic, bool or_shorter) {
+  int fd;
+  struct stat st {};
+  if (!open_regular_file(path, fd, st).empty()) return false;
+  const size_t size = static_cast<size_t>(std::min<off_t>(st.st_size, static_cast<off_t>(magic.size())));
+  std::string head(size, '\0');
+  const bool read = read_exactly(fd, 0, size, head.data());
+  ::close(fd);
+  return read && (size == magic.size() || or_shorter) && magic.compare(0, size, head) == 0;
+}
+
+bool remove_if_kilns(const std::string& path, std::string_view magic, bool or_shorter) {
+  return carries_header(path, magic, or_shorter) && ::unlink(path.c_str()) == 0;
+}
+
+CacheFile classify_cache_file(const std::filesystem::path& path, std::string_view extension, std::string_view magic) {
+  const std::string name = path.filename().string();
+  const size_t tmp = name.find(".tmp.");
+  if (tmp != std::string::npos) {
+    // <entry name>.tmp.<pid>.<8 hex>, as write_file_atomically and the kernel cache name them.
+    const std::string stem = name.substr(0, tmp), tail = name.substr(tmp + 5);
+    const size_t dot = tail.find('.');
+    const bool digits = dot != 0 && dot != std::string::npos &&
+                        tail.find_first_not_of("0123456789") == dot;
+    const bool hex = dot != std::string::npos && tail.size() - dot - 1 == 8 &&
+                     tail.find_first_not_of("0123456789abcdef", dot + 1) == std::string::npos;
+    const bool entry_stem = stem.size() > extension.size() && stem.compare(stem.size() - extension.size(), extension.size(), extension) == 0;
+    if (!digits || !hex || !entry_stem || !carries_header(path.string(), magic, true)) return CacheFile::Foreign;
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) == 0 && st.st_mtime < ::time(nullptr) - 60) return CacheFile::StaleTemporary;
+    return CacheFile::FreshTemporary;
+  }
+  const bool candidate = name.size() > extension.size() && name.compare(name.size() - extension.size(), extension.size(), extension) == 0;
+  return candidate ? CacheFile::Candidate : CacheFile::Foreign;
+}
+
 std::string with_checksum(const std::string& body) {
-  return fmt::format("{:016x}\n{}", XXH3_64bits(body.data(), body.size()), body);
+  return fmt::format("{} {:016x}\n{}", kDocumentMagic, XXH3_64bits(body.data(), body.size()), body);
 }
 
 std::optional<std::string> checked_body(const std::string& text) {
-  if (text.size() < 17 || text[16] != '\n') return std::nullopt;
-  std::string body = text.substr(17);
-  if (fmt::format("{:016x}", XXH3_64bits(body.data(), body.size())) != text.substr(0, 16)) return std::nullopt;
+  const size_t head = kDocumentMagic.size() + 1 + 16;  // "KILNJSON " + checksum
+  if (text.size() <= head || text.compare(0, kDocumentMagic.size(), kDocumentMagic) != 0 || text[kDocumentMagic.size()] != ' ' ||
+      text[head] != '\n')
+    return std::nullopt;
+  std::string body = text.substr(head + 1);
+  if (fmt::format("{:016x}", XXH3_64bits(body.data(), body.size())) != text.substr(kDocumentMagic.size() + 1, 16)) return std::nullopt;
   return body;
 }
 

@@ -30,6 +30,7 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'C', 'U', 'B', 'N'};
+constexpr std::string_view kMagicText(kMagic, sizeof kMagic);
 constexpr uint32_t kFormat = 3;  // 3: the checksum covers the key
 constexpr int64_t kMaxEntryBytes = int64_t{1} << 30;  // cubins are megabytes; a larger file is not kiln's entry
 
@@ -198,9 +199,8 @@ std::optional<std::string> KernelCache::load(const ir::Hash128& key) const {
   std::error_code exists_ec;
   if (!fs::exists(fs::symlink_status(path, exists_ec))) return from_remote(key);
   Parsed p;
-  if (!load_entry(path, &key, p).empty()) {  // corrupt, truncated, grown or foreign: drop it, recompile
-    std::error_code ec;
-    fs::remove(path, ec);
+  if (!load_entry(path, &key, p).empty()) {  // corrupt, truncated or grown: drop it, recompile
+    remove_if_kilns(path, kMagicText);        // (not kiln's: left; the store replaces it)
     return std::nullopt;
   }
   ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);  // last use
@@ -266,7 +266,8 @@ Status KernelCache::store(const KeyParts& parts, const std::string& kind, const 
   return {};
 }
 
-std::vector<CacheEntry> KernelCache::list(std::vector<std::string>* problems, bool remove_bad) const {
+std::vector<CacheEntry> KernelCache::list(std::vector<std::string>* problems, bool remove_bad,
+                                         std::vector<std::string>* foreign) const {
   std::vector<CacheEntry> out;
   const fs::path root = fs::path(dir_) / "kernels";
   std::error_code ec;
@@ -274,24 +275,31 @@ std::vector<CacheEntry> KernelCache::list(std::vector<std::string>* problems, bo
   for (auto it = fs::recursive_directory_iterator(root, fs::directory_options::skip_permission_denied, ec);
        it != fs::recursive_directory_iterator(); it.increment(ec)) {
     if (ec) break;
-    if (it->path().filename().string().find(".tmp.") != std::string::npos && !it->is_directory()) {
-      // A writer's temporary file; one untouched for a minute belongs to a
-      // writer that died (entries appear only by rename, so never half-written).
-      struct stat st {};
-      if (::lstat(it->path().c_str(), &st) == 0 && st.st_mtime < ::time(nullptr) - 60) {
-        if (problems) problems->push_back(fmt::format("{}: stale temporary file (its writer died)", it->path().string()));
-        if (remove_bad) fs::remove(it->path(), ec);
-      }
-      continue;
-    }
-    if (it->path().extension() != ".cubin" || it->is_directory()) continue;
+    if (it->is_directory(ec) && !it->is_symlink(ec)) continue;  // the <2 hex> folders (walked into)
     const std::string path = it->path().string();
+    switch (classify_cache_file(it->path(), ".cubin", kMagicText)) {
+      case CacheFile::FreshTemporary:  // a writer's, at work (entries appear only by rename, never half-written)
+        continue;
+      case CacheFile::StaleTemporary:
+        if (problems) problems->push_back(fmt::format("{}: stale temporary file (its writer died)", path));
+        if (remove_bad) remove_if_kilns(path, kMagicText, true);
+        continue;
+      case CacheFile::Foreign:
+        if (foreign) foreign->push_back(path);
+        continue;
+      case CacheFile::Candidate:
+        break;
+    }
     const std::optional<ir::Hash128> key = ir::Hash128::from_hex(it->path().stem().string());
     Parsed p;
     const std::string why = key ? load_entry(path, &*key, p) : "not named after a key";
     if (!why.empty()) {
+      if (!carries_header(path, kMagicText)) {
+        if (foreign) foreign->push_back(path);
+        continue;
+      }
       if (problems) problems->push_back(fmt::format("{}: {}", path, why));
-      if (remove_bad) fs::remove(path, ec);
+      if (remove_bad) remove_if_kilns(path, kMagicText);
       continue;
     }
     CacheEntry e;
@@ -317,8 +325,7 @@ int KernelCache::evict(int64_t limit) const {
   int removed = 0;
   for (const CacheEntry& e : entries) {
     if (total <= limit) break;
-    std::error_code ec;
-    if (fs::remove(e.path, ec)) total -= e.bytes, ++removed;
+    if (remove_if_kilns(e.path, kMagicText)) total -= e.bytes, ++removed;
   }
   return removed;
 }

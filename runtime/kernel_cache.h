@@ -8,7 +8,8 @@
 // the same folder, then rename), so readers never see half an entry and
 // concurrent writers of one key are harmless. Every read re-checks magic,
 // format, key, sizes and checksum; a bad entry is deleted and reported as a
-// miss, never loaded. A read sets the file's modification time: it is the
+// miss, never loaded (a file without kiln's header is never deleted:
+// cache_dir.h). A read sets the file's modification time: it is the
 // entry's last use, which size-limited eviction (least recently used first)
 // goes by. Deleting a file another process is reading is safe on POSIX (its
 // open handle keeps the data).
@@ -68,9 +69,12 @@ class KernelCache {
   // On a disk miss, load() asks the remote cache (remote_cache.h), and
   // store() writes through to it.
 
-  // Every readable entry; `problems` gets "path: reason" for the others
-  // (which are removed when `remove_bad`).
-  std::vector<CacheEntry> list(std::vector<std::string>* problems = nullptr, bool remove_bad = false) const;
+  // Every readable entry; `problems` gets "path: reason" for damaged
+  // entries and stale temporary files of kiln's (removed when
+  // `remove_bad`), `foreign` the path of every file without kiln's header
+  // (never removed: cache_dir.h).
+  std::vector<CacheEntry> list(std::vector<std::string>* problems = nullptr, bool remove_bad = false,
+                               std::vector<std::string>* foreign = nullptr) const;
   // Removes least recently used entries until the cache holds at most
   // `limit` bytes; returns how many it removed.
   int evict(int64_t limit) const;

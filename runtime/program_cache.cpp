@@ -120,10 +120,10 @@ std::optional<ProgramRecipe> load_recipe(const std::string& dir, const ir::Hash1
 }
 
 std::vector<std::pair<std::string, ProgramRecipe>> list_recipes(const std::string& dir, std::vector<std::string>* problems,
-                                                                bool remove_bad) {
+                                                                bool remove_bad, std::vector<std::string>* foreign) {
   return list_documents<ProgramRecipe>(dir, "graphs", "graph recipe",
                                        [](const std::string& text) { return recipe_from_text(text, SIZE_MAX); }, problems,
-                                       remove_bad);
+                                       remove_bad, foreign);
 }
 
 void store_recipe(const std::string& dir, const ir::Hash128& key, const ProgramRecipe& recipe) {

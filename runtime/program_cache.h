@@ -4,8 +4,9 @@
 // Key: the exact canonical document (Graph::to_json(): tensor names and
 // order matter here, because bindings and tensor ids do), the arch, the
 // options, kiln's and NVRTC's versions. Entry: <dir>/graphs/<32 hex>.json,
-// whose first line is the XXH3-64 of the rest; written atomically; a bad or
-// foreign entry is deleted and ignored (the graph is simply compiled).
+// whose first line is kiln's header and the XXH3-64 of the rest
+// (with_checksum); written atomically; a bad entry is deleted (only if it
+// carries kiln's header) and ignored (the graph is simply compiled).
 #pragma once
 
 #include <optional>
@@ -24,10 +25,12 @@ struct ProgramRecipe {
   std::string graph_name;  // for `kiln cache ls`
 };
 
-// Every readable recipe of a cache (`problems` as KernelCache::list).
+// Every readable recipe of a cache (`problems`, `remove_bad` and `foreign`
+// as KernelCache::list).
 std::vector<std::pair<std::string, ProgramRecipe>> list_recipes(const std::string& cache_dir,
                                                                 std::vector<std::string>* problems = nullptr,
-                                                                bool remove_bad = false);
+                                                                bool remove_bad = false,
+                                                                std::vector<std::string>* foreign = nullptr);
 
 // The recipe's cache key: the graph, arch, fusion switch, NVRTC and kiln
 // versions, and the build's fingerprint (a kiln with another planner or

@@ -6,20 +6,24 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <bitset>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <mutex>
+#include <set>
 
 #include "runtime/cache_dir.h"
 #include "runtime/log.h"
 
 #ifdef KILN_HAVE_REMOTE_CACHE
-#include <hiredis/hiredis.h>
+#include <hiredis/hiredis.h>  // (its version, for the TLS message)
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
+
+#include "runtime/redis_connection.h"
 #endif
 
 namespace kiln::runtime {
@@ -154,64 +158,107 @@ struct RemoteCache::Impl {
   int timeout_ms = 250;
   int breaker_ms = 30000;
   std::mutex mutex;
-  redisContext* context = nullptr;
-  std::chrono::steady_clock::time_point down_until{};
+  std::unique_ptr<RedisConnection> connection;
+  RemoteClock::time_point down_until{};
+  unsigned recent_slow = 0;              // the last kSlowWindow exchanges, newest in bit 0 (1: slow)
+  std::set<std::string> refused_keys;    // refused once: not asked, warned about or counted again
 
-  ~Impl() {
-    if (context) redisFree(context);
-  }
-
-  timeval timeout() const { return {timeout_ms / 1000, (timeout_ms % 1000) * 1000}; }
+  std::chrono::milliseconds timeout() const { return std::chrono::milliseconds(timeout_ms); }
 
   void trip(const std::string& why) {
-    if (context) redisFree(context);
-    context = nullptr;
+    connection.reset();
+    recent_slow = 0;
     ++errors;
-    down_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(breaker_ms);
+    down_until = RemoteClock::now() + std::chrono::milliseconds(breaker_ms);
     detail::warn(fmt::format("remote cache {}: {}; not asked again for {} s (compiling goes on locally)", described(url), why,
                              breaker_ms / 1000));
   }
 
-  // A reply of the command, or null (the server is down, slow or refused it: tripped).
-  redisReply* command(const std::vector<std::string>& argv) {
-    if (std::chrono::steady_clock::now() < down_until) return nullptr;
-    if (!context && !connect()) return nullptr;
-    std::vector<const char*> args;
-    std::vector<size_t> lengths;
-    for (const std::string& a : argv) args.push_back(a.data()), lengths.push_back(a.size());
-    auto* reply = static_cast<redisReply*>(redisCommandArgv(context, static_cast<int>(args.size()), args.data(), lengths.data()));
-    if (!reply) {
-      trip(context->errstr[0] ? context->errstr : "no reply");
-      return nullptr;
+  // Counts an exchange that took `took`; trips the breaker (true) when the
+  // server has become too slow to be worth asking.
+  bool note_time(RemoteClock::duration took) {
+    recent_slow = ((recent_slow << 1) | (took * 2 > timeout() ? 1u : 0u)) & ((1u << kSlowWindow) - 1);
+    if (std::bitset<kSlowWindow>(recent_slow).count() < kSlowTrips) return false;
+    trip(fmt::format("{} of its last {} answers took more than half the {} ms timeout", kSlowTrips, kSlowWindow, timeout_ms));
+    return true;
+  }
+
+  // One request on the open connection, bounded by the timeout as a whole.
+  // Anything but a reply trips the breaker, except, for a GET, a value
+  // longer than kMaxRemoteValueBytes (that entry is refused; the connection
+  // is dropped with the value unread).
+  RedisExchange exchange(const std::vector<std::string>& argv) {
+    const bool get = argv.front() == "GET";
+    const RemoteClock::time_point start = RemoteClock::now();
+    RedisExchange r = connection->exchange(argv, start + timeout(), get ? kMaxRemoteValueBytes : kMaxReplyLine);
+    using Outcome = RedisExchange::Outcome;
+    switch (r.outcome) {
+      case Outcome::Reply:
+        if (r.reply.kind == RedisReply::Kind::Error) {
+          trip("the server answered: " + r.reply.text);
+          r.outcome = Outcome::Protocol;
+          return r;
+        }
+        note_time(RemoteClock::now() - start);  // a reply that came is used even if it was the last slow one
+        return r;
+      case Outcome::TooLarge:
+        if (!get) {
+          trip("not a Redis answer: " + r.why + " where a status was expected");
+          return r;
+        }
+        connection.reset();
+        note_time(RemoteClock::now() - start);
+        return r;
+      case Outcome::Timeout:
+        trip(fmt::format("no whole answer within the {} ms timeout ({})", timeout_ms, r.why));
+        return r;
+      case Outcome::Closed:
+        trip(r.why);
+        return r;
+      case Outcome::Protocol:
+        trip("not a Redis answer: " + r.why);
+        return r;
     }
-    if (reply->type == REDIS_REPLY_ERROR) {
-      const std::string message(reply->str, reply->len);
-      freeReplyObject(reply);
-      trip("the server answered: " + message);
-      return nullptr;
-    }
-    return reply;
+    return r;
+  }
+
+  // The reply to a command, or why none (the breaker is open, or this
+  // exchange tripped it, or the value was too large).
+  RedisExchange command(const std::vector<std::string>& argv) {
+    if (RemoteClock::now() < down_until) return unavailable();
+    if (connection && !connection->usable()) connection.reset();  // closed by the server while idle: connect again
+    if (!connection && !connect()) return unavailable();
+    return exchange(argv);
+  }
+
+  static RedisExchange unavailable() {
+    RedisExchange r;
+    r.outcome = RedisExchange::Outcome::Closed;
+    return r;
   }
 
   bool connect() {
-    const timeval tv = timeout();
-    context = redisConnectWithTimeout(url.host.c_str(), url.port, tv);
-    if (!context || context->err) {
-      const std::string why = context ? context->errstr : "out of memory";
+    const RemoteClock::time_point start = RemoteClock::now();
+    std::string why;
+    connection = RedisConnection::open(url.host, url.port, start + timeout(), why);
+    if (!connection) {
       trip("cannot connect: " + why);
       return false;
     }
-    redisSetTimeout(context, tv);
-    auto simple = [&](const std::vector<std::string>& argv) {
-      redisReply* r = command(argv);
-      if (r) freeReplyObject(r);
-      return r != nullptr;
-    };
+    if (note_time(RemoteClock::now() - start)) return false;
+    auto simple = [&](const std::vector<std::string>& argv) { return exchange(argv).outcome == RedisExchange::Outcome::Reply; };
     if (!url.password.empty() &&
         !simple(url.user.empty() ? std::vector<std::string>{"AUTH", url.password} : std::vector<std::string>{"AUTH", url.user, url.password}))
       return false;
     if (url.db != 0 && !simple({"SELECT", std::to_string(url.db)})) return false;
-    return true;
+    return connection != nullptr;  // (a slow AUTH may have tripped the breaker)
+  }
+
+  // The value under `key` is not used, nor asked for again by this process.
+  void refuse(const std::string& key, const std::string& why) {
+    if (!refused_keys.insert(key).second) return;
+    ++refused;
+    detail::warn(fmt::format("remote cache: the value under {} is refused: {}; compiling it instead", key, why));
   }
 };
 
@@ -247,39 +294,48 @@ RemoteCache* RemoteCache::instance() {
 std::optional<std::string> RemoteCache::get(std::string_view kind, const std::string& id) {
   const std::string key = remote_key(kind, id);
   std::lock_guard<std::mutex> lock(impl_->mutex);
-  redisReply* reply = impl_->command({"GET", key});
-  if (!reply) return std::nullopt;
-  std::optional<std::string> payload;
-  if (reply->type == REDIS_REPLY_STRING) {
-    payload = unseal(impl_->secret, key, std::string(reply->str, reply->len));
-    if (!payload) {
-      ++refused;
-      detail::warn(fmt::format("remote cache: the value under {} is refused: its tag does not verify (another secret, or "
-                               "damaged or forged); compiling it instead",
-                               key));
-    }
+  if (impl_->refused_keys.count(key)) return std::nullopt;
+  const RedisExchange r = impl_->command({"GET", key});
+  if (r.outcome == RedisExchange::Outcome::TooLarge) {
+    impl_->refuse(key, fmt::format("the server announced {} bytes, more than the {} MiB a kiln entry may be, so it was not read",
+                                   r.claimed, kMaxRemoteValueBytes >> 20));
+    ++misses;
+    return std::nullopt;
   }
-  freeReplyObject(reply);
+  if (r.outcome != RedisExchange::Outcome::Reply) return std::nullopt;
+  if (r.reply.kind != RedisReply::Kind::Bulk && r.reply.kind != RedisReply::Kind::Nil) {
+    impl_->trip("not a Redis answer: a GET answered with neither a value nor nil");
+    return std::nullopt;
+  }
+  std::optional<std::string> payload;
+  if (r.reply.kind == RedisReply::Kind::Bulk) {
+    payload = unseal(impl_->secret, key, r.reply.text);
+    if (!payload) impl_->refuse(key, "its tag does not verify (another secret, or damaged or forged)");
+  }
   payload ? ++hits : ++misses;
   return payload;
 }
 
 void RemoteCache::put(std::string_view kind, const std::string& id, const std::string& payload) {
   const std::string key = remote_key(kind, id);
+  std::string value = seal(impl_->secret, key, payload);
+  if (value.size() > kMaxRemoteValueBytes) return;  // every reader would refuse it
   std::lock_guard<std::mutex> lock(impl_->mutex);
-  if (redisReply* reply = impl_->command({"SET", key, seal(impl_->secret, key, payload)})) {
-    freeReplyObject(reply);
-    ++writes;
-  }
+  if (impl_->command({"SET", key, std::move(value)}).outcome == RedisExchange::Outcome::Reply) ++writes;
 }
 
 std::optional<bool> RemoteCache::holds(std::string_view kind, const std::string& id) {
   std::lock_guard<std::mutex> lock(impl_->mutex);
-  redisReply* reply = impl_->command({"EXISTS", remote_key(kind, id)});
-  if (!reply) return std::nullopt;
-  const bool held = reply->type == REDIS_REPLY_INTEGER && reply->integer > 0;
-  freeReplyObject(reply);
-  return held;
+  const RedisExchange r = impl_->command({"EXISTS", remote_key(kind, id)});
+  if (r.outcome != RedisExchange::Outcome::Reply) return std::nullopt;
+  return r.reply.kind == RedisReply::Kind::Integer && r.reply.integer > 0;
+}
+
+void RemoteCache::note_refused(std::string_view kind, const std::string& id, const std::string& why) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  --hits;
+  ++misses;
+  impl_->refuse(remote_key(kind, id), why);
 }
 
 #else
@@ -297,18 +353,12 @@ RemoteCache* RemoteCache::instance() {
 std::optional<std::string> RemoteCache::get(std::string_view, const std::string&) { return std::nullopt; }
 void RemoteCache::put(std::string_view, const std::string&, const std::string&) {}
 std::optional<bool> RemoteCache::holds(std::string_view, const std::string&) { return std::nullopt; }
+void RemoteCache::note_refused(std::string_view, const std::string&, const std::string&) {}
 
 #endif
 
 RemoteCache::RemoteCache(std::unique_ptr<Impl> impl, std::string description)
     : impl_(std::move(impl)), description_(std::move(description)) {}
-
-void RemoteCache::note_refused(std::string_view kind, const std::string& id, const std::string& why) {
-  ++refused;
-  --hits;
-  ++misses;
-  detail::warn(fmt::format("remote cache: the entry {} is refused: {}; compiling it instead", remote_key(kind, id), why));
-}
 
 void publish(std::string_view kind, const std::string& id, const std::string& payload) {
   if (RemoteCache* remote = RemoteCache::instance()) remote->put(kind, id, payload);

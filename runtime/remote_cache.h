@@ -9,15 +9,25 @@
 // payload; anything else (another secret, a tampered or truncated value, a
 // value copied under another key) is counted as refused and reported as a
 // miss. Nothing here reaches NVRTC or the loader: callers check the payload
-// again as they check disk entries (key parts, checksums). A server that is
-// down or slow costs at most one connect or operation timeout, after which
-// a breaker keeps the remote off for a while; failures are never errors.
+// again as they check disk entries (key parts, checksums). A value is
+// refused once per process: asked for again, it is a miss, neither fetched,
+// warned about nor counted again.
+// Time and memory: each request (send and the whole reply) and the connect
+// have a deadline of one timeout (redis_connection.h), not a limit per read.
+// A server that is down, silent, trickling or speaking anything but Redis
+// costs at most one timeout, after which a breaker keeps the remote off for
+// a while; so does one that answers, but slowly: kSlowTrips of the last
+// kSlowWindow answers taking over half the timeout trip the breaker too. A
+// value longer than kMaxRemoteValueBytes is refused from its announced
+// length, before any of it is read, and never written. Failures are never
+// errors.
 // One value per entry, a Redis string under kiln:v1:<kind>:<id>:
 //   "KILNR1" + tag (32 bytes) + payload.
 // Thread-safe (one connection, one request at a time).
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <memory>
 #include <optional>
 #include <string>
@@ -27,6 +37,19 @@
 #include "kiln/status.h"
 
 namespace kiln::runtime {
+
+// The longest remote value kiln reads or writes. kiln's largest entries are
+// kernels (header, metadata and cubin): the largest of the examples'
+// (attention, matmul and conv for sm_90) is 173 KiB; recipes and tuning
+// records are a few KiB. 16 MiB is about ninety times that, room for far
+// larger kernels, while a planted value costs a client at most 16 MiB of
+// memory (a 500 MB one cost a compile 11.9 s and 3.1 GB).
+constexpr size_t kMaxRemoteValueBytes = size_t{16} << 20;
+// A slow answer takes more than half the timeout; kSlowTrips of the last
+// kSlowWindow trip the breaker (a server just under the timeout every time
+// would otherwise delay every request by almost all of it, unnoticed).
+constexpr int kSlowWindow = 8;
+constexpr int kSlowTrips = 3;
 
 struct RemoteCounters {
   int64_t hits = 0, misses = 0, writes = 0, refused = 0, errors = 0;

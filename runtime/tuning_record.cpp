@@ -101,8 +101,8 @@ bool store_tuning(const std::string& dir, const ir::Hash128& key, const TuningRe
 }
 
 std::vector<std::pair<std::string, TuningRecord>> list_tunings(const std::string& dir, std::vector<std::string>* problems,
-                                                               bool remove_bad) {
-  return list_documents<TuningRecord>(dir, "tuning", "tuning record", tuning_from_text, problems, remove_bad);
+                                                               bool remove_bad, std::vector<std::string>* foreign) {
+  return list_documents<TuningRecord>(dir, "tuning", "tuning record", tuning_from_text, problems, remove_bad, foreign);
 }
 
 }  // namespace kiln::runtime

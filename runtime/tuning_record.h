@@ -4,8 +4,9 @@
 // Key: the graph's program key (program_cache.h: the exact canonical
 // document, arch, fusion switch, kiln and NVRTC versions, the build's
 // fingerprint), so a kiln that generates different code never reuses a
-// record. Entry: <dir>/tuning/<32 hex>.json, first line the XXH3-64 of the
-// rest, written atomically; a bad record is deleted and ignored (the
+// record. Entry: <dir>/tuning/<32 hex>.json, first line kiln's header and
+// the XXH3-64 of the rest (with_checksum), written atomically; a bad record
+// is deleted (only if it carries kiln's header) and ignored (the
 // heuristic's choices are used). Choices a kernel's generator does not
 // accept are ignored by codegen (tuning.h), so even a forged record
 // selects only kernels kiln would make.
@@ -39,10 +40,11 @@ std::optional<TuningRecord> tuning_from_text(const std::string& text);
 std::optional<TuningRecord> load_tuning(const std::string& cache_dir, const ir::Hash128& program_key);
 // False when it could not be written (the cache is then simply without it).
 bool store_tuning(const std::string& cache_dir, const ir::Hash128& program_key, const TuningRecord& record);
-// Every readable record (`problems` and `remove_bad` as list_recipes).
+// Every readable record (`problems`, `remove_bad` and `foreign` as list_recipes).
 std::vector<std::pair<std::string, TuningRecord>> list_tunings(const std::string& cache_dir,
                                                                std::vector<std::string>* problems = nullptr,
-                                                               bool remove_bad = false);
+                                                               bool remove_bad = false,
+                                                               std::vector<std::string>* foreign = nullptr);
 
 // The choices recorded for a program in the cache at `cache_dir` (empty
 // when none or the cache is unusable), remembered by this process;

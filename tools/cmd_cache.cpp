@@ -1,6 +1,7 @@
 // kiln cache stats|ls|verify|clear|explain: inspect and maintain the kernel
 // cache (runtime/kernel_cache.h says how it is laid out).
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <ctime>
 #include <filesystem>
@@ -75,21 +76,30 @@ int ls(const std::string& dir) {
   return 0;
 }
 
+// Files in the cache's folders that kiln did not write: said, never deleted.
+void report_foreign(const std::vector<std::string>& foreign) {
+  for (const std::string& path : foreign)
+    fmt::print("left {}: not written by kiln (no kiln header); kiln deletes only its own files\n", path);
+}
+
 int verify(const std::string& dir) {
-  std::vector<std::string> problems;
-  const auto entries = runtime::KernelCache(dir).list(&problems, /*remove_bad=*/true);
-  const auto recipes = runtime::list_recipes(dir, &problems, /*remove_bad=*/true);
-  const auto tunings = runtime::list_tunings(dir, &problems, /*remove_bad=*/true);
+  std::vector<std::string> problems, foreign;
+  const auto entries = runtime::KernelCache(dir).list(&problems, /*remove_bad=*/true, &foreign);
+  const auto recipes = runtime::list_recipes(dir, &problems, /*remove_bad=*/true, &foreign);
+  const auto tunings = runtime::list_tunings(dir, &problems, /*remove_bad=*/true, &foreign);
   for (const std::string& p : problems) fmt::print("removed {}\n", p);
-  fmt::print("verified: {} kernels and {} graph recipes ok{}, {} removed\n", entries.size(), recipes.size(),
-             tunings.empty() ? "" : fmt::format(", {} tuning records ok", tunings.size()), problems.size());
+  report_foreign(foreign);
+  fmt::print("verified: {} kernels and {} graph recipes ok{}, {} removed{}\n", entries.size(), recipes.size(),
+             tunings.empty() ? "" : fmt::format(", {} tuning records ok", tunings.size()), problems.size(),
+             foreign.empty() ? "" : fmt::format(", {} files not kiln's left alone", foreign.size()));
   return 0;
 }
 
 int clear(const std::string& dir) {
-  const auto entries = runtime::KernelCache(dir).list();
-  const auto recipes = runtime::list_recipes(dir);
-  const auto tunings = runtime::list_tunings(dir);
+  std::vector<std::string> foreign;
+  const auto entries = runtime::KernelCache(dir).list(nullptr, false, &foreign);
+  const auto recipes = runtime::list_recipes(dir, nullptr, false, &foreign);
+  const auto tunings = runtime::list_tunings(dir, nullptr, false, &foreign);
   int64_t bytes = 0;
   for (const auto& e : entries) bytes += e.bytes;
   // Only what kiln recognises as its own: entries, recipes and records that
@@ -104,11 +114,13 @@ int clear(const std::string& dir) {
     std::error_code walk;
     for (auto it = fs::recursive_directory_iterator(root, walk); !walk && it != fs::recursive_directory_iterator();
          it.increment(walk))
-      if (it->is_directory()) folders.push_back(it->path());
-    for (auto f = folders.rbegin(); f != folders.rend(); ++f) fs::remove(*f, ec);  // removes a folder only if empty
+      if (it->is_directory() && !it->is_symlink()) folders.push_back(it->path());
+    for (auto f = folders.rbegin(); f != folders.rend(); ++f) ::rmdir(f->c_str());  // only if empty
   }
-  fmt::print("cleared: {} kernels ({}) and {} graph recipes{} from {}\n", entries.size(), human_bytes(bytes), recipes.size(),
-             tunings.empty() ? "" : fmt::format(" and {} tuning records", tunings.size()), dir);
+  report_foreign(foreign);
+  fmt::print("cleared: {} kernels ({}) and {} graph recipes{} from {}{}\n", entries.size(), human_bytes(bytes), recipes.size(),
+             tunings.empty() ? "" : fmt::format(" and {} tuning records", tunings.size()), dir,
+             foreign.empty() ? "" : fmt::format("; {} files not kiln's left alone", foreign.size()));
   return 0;
 }
 
@@ -159,8 +171,8 @@ Runner add_cache(CLI::App& app, const CommonOptions& common) {
   auto args = std::make_shared<Args>();
   CLI::App* s = cmd->add_subcommand("stats", "entries, bytes, per arch and kernel kind, oldest and newest use");
   CLI::App* l = cmd->add_subcommand("ls", "one line per entry: key, kind, arch, size, last use, graphs using it");
-  CLI::App* v = cmd->add_subcommand("verify", "re-check every entry; remove and report bad ones");
-  CLI::App* c = cmd->add_subcommand("clear", "remove every entry");
+  CLI::App* v = cmd->add_subcommand("verify", "re-check every entry; remove and report bad ones (files kiln did not write are reported, never removed)");
+  CLI::App* c = cmd->add_subcommand("clear", "remove every entry (files kiln did not write are reported, never removed)");
   CLI::App* e = cmd->add_subcommand("explain", "say whether each kernel of a graph is cached, and if not, why");
   e->add_option("GRAPH", args->graph, "graph file")->required();
   e->add_option("--arch", args->arch, "target architecture (default: the GPU present, else sm_90)");

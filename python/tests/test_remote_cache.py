@@ -14,6 +14,8 @@ import pytest
 
 from kiln._warm import binary
 
+from measured import run_kiln
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 GRAPH = EXAMPLES / "pointwise" / "scale_shift_gelu.json"
@@ -105,13 +107,17 @@ def test_a_second_machine_compiles_nothing(redis, tmp_path):
 
 
 def refused_then_recompiled(tmp_path, env, label):
-    """A compile in a fresh folder refuses the remote entry and compiles the kernel itself."""
+    """A compile in a fresh folder refuses the remote entries and compiles the
+    kernel itself. Each refused value is warned about and counted once,
+    though the compile looks for the kernel twice (through the remote's
+    recipe, then to compile it)."""
     done = kiln("compile", GRAPH, "--arch", "sm_90", "--cache-dir", tmp_path / label, env=env)
     assert done.returncode == 0, done.stderr
-    assert "refused" in done.stderr, done.stderr
+    refused = [line.split("the value under ")[1].split()[0] for line in done.stderr.splitlines() if "is refused" in line]
+    assert refused and len(refused) == len(set(refused)), done.stderr
     assert "compiled in" in done.stdout  # not a cache hit
     stats = kiln("cache", "stats", "--cache-dir", tmp_path / label, env=env)
-    assert " 0 refused" not in stats.stdout, stats.stdout
+    assert f" {len(refused)} refused," in stats.stdout, stats.stdout
 
 
 def fill(redis, tmp_path, env):
@@ -144,6 +150,28 @@ def test_damaged_or_forged_values_are_refused(redis, tmp_path, damage):
         donor = next(k for k in redis.keys("kernel") if k != key)
         redis.cli("EVAL", "redis.call('SET', KEYS[1], redis.call('GET', KEYS[2])) return 1", "2", key, donor)
     refused_then_recompiled(tmp_path, env, "victim")
+
+
+def test_values_larger_than_any_entry_are_refused_unread(redis, tmp_path):
+    # 100 MiB under each of the graph's keys (its kernel and its recipe):
+    # refused from the length Redis announces, so the compile neither
+    # downloads nor hashes them and its memory stays near a compile's. (A
+    # timeout of 3 s: redis-server takes a few hundred ms to begin sending
+    # 100 MiB on a busy machine, and the first bytes must come in time.)
+    env = environment(redis, secret_file(tmp_path), KILN_REMOTE_CACHE_TIMEOUT_MS="3000")
+    fill(redis, tmp_path, env)
+    planted = redis.keys("kernel") + redis.keys("recipe")
+    for key in planted:
+        redis.cli("EVAL", "redis.call('SET', KEYS[1], string.rep('x', ARGV[1])) return 1", "1", key, str(100 << 20))
+    base = run_kiln(["compile", GRAPH, "--arch", "sm_90", "--cache-dir", tmp_path / "baseline"], {})
+    done = run_kiln(["compile", GRAPH, "--arch", "sm_90", "--cache-dir", tmp_path / "victim"], env)
+    assert done.returncode == 0, done.stderr
+    assert "compiled in" in done.stdout
+    assert done.stderr.count("more than the 16 MiB a kiln entry may be, so it was not read") == len(planted), done.stderr
+    assert done.peak_bytes - base.peak_bytes < 64 << 20, (done.peak_bytes, base.peak_bytes)
+    assert done.seconds - base.seconds < len(planted) * 3.0, (done.seconds, base.seconds)  # each within its deadline
+    stats = kiln("cache", "stats", "--cache-dir", tmp_path / "victim", env=env)
+    assert f" {len(planted)} refused, 0 errors" in stats.stdout, stats.stdout
 
 
 def test_a_dead_server_costs_one_timeout_and_compiles_go_on(redis, tmp_path):

@@ -138,7 +138,14 @@ TEST(KernelCache, BadEntriesAreDroppedAndRecompiled) {
   rewrite([](std::string& b) { b.resize(b.size() / 2); });  // truncated
   rewrite([](std::string& b) { b[8] = 9; });                // another format version
   rewrite([](std::string& b) { b[20] ^= 1; });              // another key (a foreign entry)
-  rewrite([](std::string& b) { b = "garbage"; });
+  // A file without kiln's header at an entry's name is not kiln's: not
+  // loaded and not deleted (kiln deletes only what it wrote); the next store
+  // replaces it.
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << "garbage";
+  EXPECT_FALSE(cache.load(key).has_value());
+  EXPECT_TRUE(fs::exists(path));
+  ASSERT_TRUE(cache.store(parts, "pointwise", cubin).ok());
+  EXPECT_EQ(cache.load(key).value_or(""), cubin);
   fs::remove_all(dir);
 }
 
@@ -187,6 +194,58 @@ TEST(CacheDirectory, CreatedPrivate) {
   ASSERT_TRUE(runtime::secure_cache_dir(dir.string()).ok());
   EXPECT_EQ(fs::status(dir).permissions() & fs::perms::all, fs::perms::owner_all);
   fs::remove_all(dir.parent_path());
+}
+
+TEST(CacheDirectory, OnlyANewOrEmptyFolderIsAdopted) {
+  const fs::path root = testing::fresh_cache("adopt");
+  // A user's folder holding only folders named like kiln's own is refused,
+  // unmarked and untouched.
+  const fs::path user = root / "user";
+  fs::create_directories(user / "graphs");
+  fs::create_directories(user / "tuning");
+  std::ofstream(user / "graphs" / "my_model.json") << R"({"ops": []})";
+  std::ofstream(user / "tuning" / "notes.txt") << "mine";
+  const Status refused = runtime::secure_cache_dir(user.string());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("holds 'graphs', 'tuning' and no CACHEDIR.TAG written by kiln"), std::string::npos)
+      << refused.error().message;
+  EXPECT_FALSE(fs::exists(user / "CACHEDIR.TAG"));
+  EXPECT_TRUE(fs::exists(user / "graphs" / "my_model.json") && fs::exists(user / "tuning" / "notes.txt"));
+  // An empty folder is adopted (marked), and then accepted with anything in it.
+  const fs::path empty = root / "empty";
+  fs::create_directories(empty);
+  ASSERT_TRUE(runtime::secure_cache_dir(empty.string()).ok());
+  EXPECT_TRUE(fs::exists(empty / "CACHEDIR.TAG"));
+  std::ofstream(empty / "notes.txt") << "mine";
+  EXPECT_TRUE(runtime::secure_cache_dir(empty.string()).ok());
+  fs::remove_all(root);
+}
+
+TEST(CacheDirectory, OnlyFilesWithKilnsHeaderAreDeleted) {
+  const fs::path dir = testing::fresh_cache("header");
+  ASSERT_TRUE(runtime::secure_cache_dir(dir.string()).ok());
+  fs::create_directories(dir / "graphs");
+  const auto parse = [](const std::string& text) { return runtime::checked_body(text); };
+  // A damaged document of kiln's is deleted when loaded; a file without
+  // kiln's header under the same kind of name is left, and listed as foreign.
+  const fs::path damaged = dir / "graphs" / "00000000000000000000000000000001.json";
+  const fs::path mine = dir / "graphs" / "00000000000000000000000000000002.json";
+  std::string text = runtime::with_checksum("{}");
+  text.back() = ']';
+  std::ofstream(damaged) << text;
+  std::ofstream(mine) << "{}";
+  EXPECT_FALSE(runtime::load_document<std::string>(damaged.string(), parse).has_value());
+  EXPECT_FALSE(fs::exists(damaged));
+  EXPECT_FALSE(runtime::load_document<std::string>(mine.string(), parse).has_value());
+  EXPECT_TRUE(fs::exists(mine));
+  std::ofstream(damaged) << text;
+  std::vector<std::string> problems, foreign;
+  runtime::list_documents<std::string>(dir.string(), "graphs", "graph recipe", parse, &problems, /*remove_bad=*/true, &foreign);
+  EXPECT_EQ(problems, std::vector<std::string>{damaged.string() + ": damaged graph recipe"});
+  EXPECT_EQ(foreign, std::vector<std::string>{mine.string()});
+  EXPECT_FALSE(fs::exists(damaged));
+  EXPECT_TRUE(fs::exists(mine));
+  fs::remove_all(dir);
 }
 
 TEST(CacheDirectory, WritableByOthersIsRefusedAndKilnCompilesInMemory) {
@@ -273,8 +332,12 @@ TEST(KernelCache, SymlinksAreNeverFollowed) {
   fs::rename(entry, elsewhere);
   fs::create_symlink(elsewhere, entry);
   EXPECT_FALSE(cache.load(parts.key()).has_value());  // a valid entry, but reached through a link
-  EXPECT_FALSE(fs::exists(fs::symlink_status(entry)));  // the link is gone
+  EXPECT_TRUE(fs::is_symlink(entry));                   // not kiln's to delete
   EXPECT_TRUE(fs::exists(elsewhere));                   // its target untouched
+  ASSERT_TRUE(cache.store(parts, "pointwise", std::string(500, 'c')).ok());  // replaces the link, not its target
+  EXPECT_FALSE(fs::is_symlink(entry));
+  EXPECT_TRUE(cache.load(parts.key()).has_value());
+  EXPECT_TRUE(fs::exists(elsewhere));
   // A linked folder makes the whole directory untrusted.
   fs::remove_all(dir / "kernels");
   fs::create_directory_symlink(fs::temp_directory_path(), dir / "kernels");
@@ -330,15 +393,23 @@ TEST(KernelCache, AWriterKilledMidWriteLeavesNoEntryAndVerifyClearsItsLitter) {
   const auto entries = cache.list(&problems);
   EXPECT_TRUE(problems.empty()) << problems.front();
   for (const auto& e : entries) EXPECT_TRUE(cache.load(e.key).has_value()) << e.path;
-  // A temporary file a minute old is litter: verify (list with remove_bad) deletes it.
+  // A temporary file of kiln's (its name, the first bytes of an entry) a
+  // minute old is litter: verify (list with remove_bad) deletes it. A file
+  // named like one but without kiln's header is not kiln's: reported, left.
   const fs::path litter = fs::path(cache.path_of(ir::Hash128{1, 2})).parent_path() / "x.cubin.tmp.1.deadbeef";
+  const fs::path foreign = litter.parent_path() / "y.cubin.tmp.1.deadbeef";
   fs::create_directories(litter.parent_path());
-  std::ofstream(litter) << "half";
+  std::ofstream(litter) << "KILN";
+  std::ofstream(foreign) << "half";
   const timespec old[2] = {{::time(nullptr) - 120, 0}, {::time(nullptr) - 120, 0}};
   ::utimensat(AT_FDCWD, litter.c_str(), old, 0);
+  ::utimensat(AT_FDCWD, foreign.c_str(), old, 0);
   problems.clear();
-  cache.list(&problems, /*remove_bad=*/true);
+  std::vector<std::string> left;
+  cache.list(&problems, /*remove_bad=*/true, &left);
   EXPECT_FALSE(fs::exists(litter));
+  EXPECT_TRUE(fs::exists(foreign));
+  EXPECT_EQ(left, std::vector<std::string>{foreign.string()});
   fs::remove_all(dir);
 }
 
