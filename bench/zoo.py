@@ -188,11 +188,12 @@ def first_call_child(args):
     if device == "cuda":
         torch.backends.cudnn.benchmark = True  # as in the parent
     # The backends' modules imported before the clock starts, for both alike.
-    import torch._dynamo  # noqa: F401
+    # (aliased: a plain `import torch.x` here would make `torch` a local of this function)
+    import torch._dynamo as _dynamo  # noqa: F401
     if args.backend == "kiln":
         import kiln.torch  # noqa: F401  (registers the backend)
     else:
-        import torch._inductor.compile_fx  # noqa: F401
+        import torch._inductor.compile_fx as _compile_fx  # noqa: F401
     with torch.set_grad_enabled(args.grad):
         fn = compiled(model, args.backend)
         _, seconds = timed_first_call(lambda: fn(**inputs), device)
