@@ -1,6 +1,7 @@
 // Attention kernels: flash attention on tensor cores
 // (templates/kiln/attention.cuh) with a score hook for scale, mask and
-// causality; an exact two-pass kernel for f32 and decomposed graphs.
+// causality; an exact two-pass kernel for what those do not take (f32 or
+// mixed operands).
 #include "codegen/attention_generator.h"
 
 namespace kiln::codegen {
@@ -408,27 +409,18 @@ void AttentionGenerator::flash_attention_wgmma(const ir::Op& op, const HopperAtt
   out_.persistent_group = a.causal ? 0 : 1;
 }
 
-// The exact two-pass kernel's view of its ops: an sdpa, or a matmul ->
-// (score ops) -> softmax -> matmul chain, and the sizes it loops over.
+// The exact two-pass kernel's view of its sdpa: the sizes it loops over.
 auto AttentionGenerator::exact_attention_shape() const -> ExactAttention {
   ExactAttention a;
   a.last = &g_.ops[static_cast<size_t>(k_.anchor)];
-  a.sdpa = a.last->kind == OpKind::Sdpa;
-  if (!a.sdpa) {
-    for (int32_t oi : k_.ops) {
-      const ir::Op& op = g_.ops[static_cast<size_t>(oi)];
-      if (op.kind == OpKind::Matmul && oi != k_.anchor) a.first_mm = &op;
-      if (op.kind == OpKind::Softmax) a.softmax = &op;
-    }
-    KILN_INTERNAL_CHECK(a.first_mm && a.softmax);
-  }
+  KILN_INTERNAL_CHECK(a.last->kind == OpKind::Sdpa);
   const Shape& out_shape = g_.result(*a.last).shape;
   a.sq = out_shape[out_shape.size() - 2], a.dv = out_shape.back();
   a.batch_shape = Shape(out_shape.begin(), out_shape.end() - 2);
   a.batches = element_count(a.batch_shape);
-  a.skv = a.sdpa ? g_.operand(*a.last, 1).shape[2] : g_.operand(*a.last, 0).shape.back();
-  a.dq = a.sdpa ? g_.operand(*a.last, 0).shape[3] : g_.operand(*a.first_mm, 0).shape.back();
-  if (a.sdpa) a.heads_per_kv = g_.operand(*a.last, 0).shape[1] / g_.operand(*a.last, 1).shape[1];
+  a.skv = g_.operand(*a.last, 1).shape[2];
+  a.dq = g_.operand(*a.last, 0).shape[3];
+  a.heads_per_kv = g_.operand(*a.last, 0).shape[1] / g_.operand(*a.last, 1).shape[1];
   a.per_thread = static_cast<int>((a.dv + 127) / 128);
   return a;
 }
@@ -438,45 +430,30 @@ auto AttentionGenerator::exact_attention_shape() const -> ExactAttention {
 std::string AttentionGenerator::exact_attention_score(const ExactAttention& a, const Coords& bc, const std::string& j) {
   const ir::Op& last = *a.last;
   em_.emit("float dot = 0.0f;");
-  if (a.sdpa) {
-    em_.emit(fmt::format("const kiln::i64 kvh = {} / {}LL;", bc[1], a.heads_per_kv));
-    em_.emit(fmt::format("for (kiln::i64 e = 0; e < {}LL; ++e) {{", a.dq));
-    em_.begin_block();
-    em_.emit(fmt::format("dot += q_row[e] * {};", em_.value(last.inputs[1], Coords{bc[0], "kvh", j, "e"})));
-    em_.emit("}");
-    em_.begin_block();
-    std::string s = fmt::format("dot * {}", Emitter::float_literal(last.attrs.scale));
-    if (last.inputs.size() > 3) {
-      const ir::Tensor& mask = g_.operand(last, 3);
-      const Coords full{bc[0], bc[1], "qi", j};
-      Coords mc(mask.shape.size());
-      for (size_t d = 0; d < mask.shape.size(); ++d) mc[d] = mask.shape[d] == 1 ? "0" : full[4 - mask.shape.size() + d];
-      const std::string mv = em_.value(last.inputs[3], mc);
-      s = mask.dtype == DType::boolean ? fmt::format("({} != 0.0f ? {} : -kiln::inf())", mv, s) : fmt::format("({} + {})", s, mv);
-    }
-    if (last.attrs.causal) s = fmt::format("({} > qi + {}LL ? -kiln::inf() : {})", j, a.skv - a.sq, s);
-    const std::string v = em_.fresh("s");
-    em_.emit(fmt::format("const float {} = {};", v, s));
-    return v;
-  }
-  Coords c = broadcast_batch(bc, g_.operand(*a.first_mm, 1).shape);
-  c.push_back("e");
-  c.push_back(j);
+  em_.emit(fmt::format("const kiln::i64 kvh = {} / {}LL;", bc[1], a.heads_per_kv));
   em_.emit(fmt::format("for (kiln::i64 e = 0; e < {}LL; ++e) {{", a.dq));
   em_.begin_block();
-  em_.emit(fmt::format("dot += q_row[e] * {};", operand_value(*a.first_mm, 1, c)));
+  em_.emit(fmt::format("dot += q_row[e] * {};", em_.value(last.inputs[1], Coords{bc[0], "kvh", j, "e"})));
   em_.emit("}");
   em_.begin_block();
-  em_.emit(fmt::format("const float s_raw = {};", em_.rounded(g_.result(*a.first_mm), "dot")));
-  em_.set_leaf(a.first_mm->output, "s_raw");
-  Coords sc = bc;
-  sc.push_back("qi");
-  sc.push_back(j);
-  return em_.value(a.softmax->inputs[0], sc);
+  std::string s = fmt::format("dot * {}", Emitter::float_literal(last.attrs.scale));
+  if (last.inputs.size() > 3) {
+    const ir::Tensor& mask = g_.operand(last, 3);
+    const Coords full{bc[0], bc[1], "qi", j};
+    Coords mc(mask.shape.size());
+    for (size_t d = 0; d < mask.shape.size(); ++d) mc[d] = mask.shape[d] == 1 ? "0" : full[4 - mask.shape.size() + d];
+    const std::string mv = em_.value(last.inputs[3], mc);
+    s = mask.dtype == DType::boolean ? fmt::format("({} != 0.0f ? {} : -kiln::inf())", mv, s) : fmt::format("({} + {})", s, mv);
+  }
+  if (last.attrs.causal) s = fmt::format("({} > qi + {}LL ? -kiln::inf() : {})", j, a.skv - a.sq, s);
+  const std::string v = em_.fresh("s");
+  em_.emit(fmt::format("const float {} = {};", v, s));
+  return v;
 }
 
-// Pass 2: each probability formed exactly as the graph defines it (rounded
-// where it says), 128 keys at a time through shared memory, and p * v.
+// Pass 2: each probability formed as sdpa defines it (rounded to v's type
+// where v holds f16/bf16 values), 128 keys at a time through shared
+// memory, and p * v.
 std::string AttentionGenerator::exact_attention_pass2(const ExactAttention& a, const Coords& bc) {
   const ir::Op& last = *a.last;
   std::string body = fmt::format("float acc[{}] = {{}};\n", a.per_thread);
@@ -486,28 +463,20 @@ std::string AttentionGenerator::exact_attention_pass2(const ExactAttention& a, c
   em_.begin_block();
   const std::string s = exact_attention_score(a, bc, "j");
   const std::string p = fmt::format("expf({} - row_max) / row_sum", s);
-  em_.emit(fmt::format("p = {};", a.sdpa ? Emitter::round_as(g_.operand(last, 2).value_dtype(), p)
-                                         : em_.rounded(g_.result(*a.softmax), p)));
+  em_.emit(fmt::format("p = {};", Emitter::round_as(g_.operand(last, 2).value_dtype(), p)));
   body += em_.take() + "}\n__syncthreads();\np_chunk[threadIdx.x] = p;\n__syncthreads();\n";
   body += fmt::format("for (int jj = 0; jj < 128 && j0 + jj < {}LL; ++jj) {{\n", a.skv);
   body += "const kiln::i64 jk = j0 + jj;\n";
   body += fmt::format("#pragma unroll\nfor (int t = 0; t < {}; ++t) {{\n", a.per_thread);
   body += fmt::format("const kiln::i64 d = threadIdx.x + t * 128;\nif (d >= {}LL) break;\n", a.dv);
   em_.begin_block();
-  if (a.sdpa) {
-    em_.emit(fmt::format("const kiln::i64 kvh2 = {} / {}LL;", bc[1], a.heads_per_kv));
-    em_.emit(fmt::format("acc[t] += p_chunk[jj] * {};", em_.value(last.inputs[2], Coords{bc[0], "kvh2", "jk", "d"})));
-  } else {
-    Coords c = broadcast_batch(bc, g_.operand(last, 1).shape);
-    c.push_back("jk");
-    c.push_back("d");
-    em_.emit(fmt::format("acc[t] += p_chunk[jj] * {};", operand_value(last, 1, c)));
-  }
+  em_.emit(fmt::format("const kiln::i64 kvh2 = {} / {}LL;", bc[1], a.heads_per_kv));
+  em_.emit(fmt::format("acc[t] += p_chunk[jj] * {};", em_.value(last.inputs[2], Coords{bc[0], "kvh2", "jk", "d"})));
   return body + em_.take() + "}\n}\n}\n";
 }
 
-// Pass 1 finds the row's max and sum, pass 2 forms each probability exactly
-// as the graph defines it (rounded where it says) and accumulates p * v.
+// Pass 1 finds the row's max and sum, pass 2 forms each probability as sdpa
+// defines it (rounded to v's type) and accumulates p * v.
 void AttentionGenerator::attention() {
   const ir::Op& last = g_.ops[static_cast<size_t>(k_.anchor)];
   if (decode_fits(last)) return decode_attention(last);
@@ -528,14 +497,7 @@ void AttentionGenerator::attention() {
   // q row into shared memory.
   body += fmt::format("for (kiln::i64 e = threadIdx.x; e < {}LL; e += blockDim.x) {{\n", a.dq);
   em_.begin_block();
-  if (a.sdpa) {
-    em_.emit(fmt::format("q_row[e] = {};", em_.value(last.inputs[0], Coords{bc[0], bc[1], "qi", "e"})));
-  } else {
-    Coords c = broadcast_batch(bc, g_.operand(*a.first_mm, 0).shape);
-    c.push_back("qi");
-    c.push_back("e");
-    em_.emit(fmt::format("q_row[e] = {};", operand_value(*a.first_mm, 0, c)));
-  }
+  em_.emit(fmt::format("q_row[e] = {};", em_.value(last.inputs[0], Coords{bc[0], bc[1], "qi", "e"})));
   body += em_.take() + "}\n__syncthreads();\n";
   // Pass 1.
   const std::string neg_inf = "(-kiln::inf())";
@@ -554,8 +516,8 @@ void AttentionGenerator::attention() {
   body += fmt::format("#pragma unroll\nfor (int t = 0; t < {}; ++t) {{\n", a.per_thread);
   body += fmt::format("const kiln::i64 d = threadIdx.x + t * 128;\nif (d >= {}LL) break;\n", a.dv);
   em_.begin_block();
-  // sdpa: a row whose keys are all masked gives zeros (graph-format.md rule 6).
-  const std::string o = a.sdpa ? "(row_max == -kiln::inf() ? 0.0f : acc[t])" : "acc[t]";
+  // A row whose keys are all masked gives zeros (graph-format.md rule 6).
+  const std::string o = "(row_max == -kiln::inf() ? 0.0f : acc[t])";
   em_.emit(fmt::format("const float out = {};  // {}", em_.rounded(result, o), result.name));
   em_.set_leaf(last.output, "out");
   Coords oc = bc;

@@ -1,7 +1,8 @@
 // The generator of attention kernels (attention_codegen.cpp): flash
 // attention on tensor cores (templates/kiln/attention.cuh) and the exact
-// two-pass kernel for what it does not take (f32 or mixed operands,
-// decomposed matmul-softmax-matmul graphs).
+// two-pass kernel for what it does not take (f32 or mixed operands). Every
+// attention kernel's anchor is an sdpa: written-out attention became one
+// before planning (compiler/attention_rewrite.h).
 #pragma once
 
 #include "codegen/kernel_builder.h"
@@ -61,17 +62,14 @@ class AttentionGenerator : public KernelBuilder {
   void output_element(const ir::Op& op, const std::string& value, PairText* pairs);
 
   // ---- attention without tensor cores: a block per query row, exact softmax in
-  // two passes (f32 or mixed operands, decomposed matmul-softmax-matmul graphs).
+  // two passes (f32 or mixed operands).
 
-  // Pass 1 finds the row's max and sum, pass 2 forms each probability exactly
-  // as the graph defines it (rounded where it says) and accumulates p * v.
+  // Pass 1 finds the row's max and sum, pass 2 forms each probability as
+  // sdpa defines it (rounded to v's type) and accumulates p * v.
   void attention();
   // The exact two-pass attention kernel (what flash attention does not take).
   struct ExactAttention {
-    const ir::Op* last = nullptr;      // the anchor: sdpa, or the p @ v matmul
-    bool sdpa = true;
-    const ir::Op* first_mm = nullptr;  // decomposed: q @ k^T
-    const ir::Op* softmax = nullptr;   // decomposed: the probabilities
+    const ir::Op* last = nullptr;      // the anchor: the sdpa
     int64_t sq = 0, skv = 0, dq = 0, dv = 0, batches = 0, heads_per_kv = 1;
     Shape batch_shape;
     int per_thread = 1;                // output columns per thread (128 threads)

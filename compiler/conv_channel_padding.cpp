@@ -3,7 +3,7 @@
 #include "compiler/conv_channel_padding.h"
 
 #include <map>
-#include <optional>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -25,20 +25,19 @@ bool qualifies(const Graph& g, const Op& op) {
 
 class Padder {
  public:
-  explicit Padder(const Graph& g) : g_(g), out_(g) {}
+  Padder(const Graph& g, const RowMatches& m) : g_(g), out_(g) {
+    for (const RewriteSite& s : m.sites) convs_.insert(s.op);
+  }
 
-  std::optional<Graph> run() {
-    bool padded = false;
-    for (const Op& op : g_.ops) {
-      Op copy = op;
-      if (qualifies(g_, op)) {
-        copy.inputs[0] = padded_channels(op.inputs[0]);
-        copy.inputs[1] = padded_channels(op.inputs[1]);
-        padded = true;
+  Graph run() {
+    for (size_t i = 0; i < g_.ops.size(); ++i) {
+      Op copy = g_.ops[i];
+      if (convs_.count(static_cast<int32_t>(i))) {
+        copy.inputs[0] = padded_channels(copy.inputs[0]);
+        copy.inputs[1] = padded_channels(copy.inputs[1]);
       }
       out_.emit(std::move(copy));
     }
-    if (!padded) return std::nullopt;
     return out_.take();
   }
 
@@ -84,14 +83,25 @@ class Padder {
   const Graph& g_;
   GraphRewrite out_;
   std::map<TensorId, TensorId> padded_;
+  std::set<int32_t> convs_;
 };
 
 }  // namespace
 
-std::shared_ptr<const Graph> pad_conv_channels(const std::shared_ptr<const Graph>& graph) {
-  std::optional<Graph> padded = Padder(*graph).run();
-  if (!padded) return graph;
-  return std::make_shared<const Graph>(std::move(*padded));
+RowMatches find_thin_convs(const Graph& g) {
+  RowMatches m;
+  for (size_t i = 0; i < g.ops.size(); ++i)
+    if (qualifies(g, g.ops[i])) {
+      const int64_t c = g.operand(g.ops[i], 0).shape[3];
+      m.sites.push_back({static_cast<int32_t>(i),
+                         fmt::format("{}: input and weights read with {} channels padded to {}",
+                                     g.describe(static_cast<int32_t>(i)), c,
+                                     (c + kChannelMultiple - 1) / kChannelMultiple * kChannelMultiple),
+                         {}});
+    }
+  return m;
 }
+
+Graph pad_conv_channels(const Graph& g, const RowMatches& m) { return Padder(g, m).run(); }
 
 }  // namespace kiln::ir

@@ -2,16 +2,17 @@
 // channels are not a multiple of 8 (ResNet's stem: 3) reads its input and
 // weights padded with zero channels to the next multiple of 8.
 //
+// A row of the rewrite table (rewrite_table.h).
+//
 // Expects: a constructed Graph (graph_construction.cpp), after layout
-// sinking.
+// sinking (the row after it in the table).
 // Guarantees: a Graph that computes what the given one computes (the added
 // channels contribute products 0 * 0 to each sum: the same f32 values, up to
 // the sign of a zero sum), with the same inputs and outputs under the same
 // ids; each padded operand is concat(operand, zeros) along its channel axis,
 // the zeros an expanded constant cast to the operand's dtype (ops the JSON
 // format does not let a user write, and that kiln's passes, codegen and
-// reference interpreter take). Nothing changes (the given graph is returned)
-// when no conv qualifies.
+// reference interpreter take).
 //
 // Why. A conv's implicit GEMM gathers its input 16 bytes (8 channels) at a
 // time; with 3 channels it reads each element alone on mma.sync, and its
@@ -22,12 +23,13 @@
 // all on wgmma.
 #pragma once
 
-#include <memory>
-
-#include "compiler/ir.h"
+#include "compiler/rewrite_table.h"
 
 namespace kiln::ir {
 
-std::shared_ptr<const Graph> pad_conv_channels(const std::shared_ptr<const Graph>& graph);
+// The matcher: each conv that qualifies, a site.
+RowMatches find_thin_convs(const Graph& g);
+// The replacement: each site's input and weights padded.
+Graph pad_conv_channels(const Graph& g, const RowMatches& m);
 
 }  // namespace kiln::ir

@@ -5,9 +5,7 @@
 #include <memory>
 
 #include "compiler/ir.h"
-#include "compiler/conv_channel_padding.h"
-#include "compiler/layout_sinking.h"
-#include "compiler/patch_convolutions.h"
+#include "compiler/rewrite_table.h"
 #include "kiln/graph.h"
 
 namespace kiln {
@@ -15,23 +13,22 @@ namespace kiln {
 struct Graph::Internal {
   static const ir::Graph& ir(const Graph& g) { return *g.planned_; }
   static const ir::Graph& as_written(const Graph& g) { return *g.ir_; }
-  // The graph planned as written, layout sinking skipped (tests compare the two).
+  // The graph planned as written, the rewrites skipped (tests compare the two).
   static Graph unsunk(const Graph& g) { return Graph(g.ir_, g.ir_); }
-  // The graph as written, and for everything after it: patch convolutions
-  // as matmuls, then its layout-sunk form with thin convolutions' channels
-  // padded (compiler/patch_convolutions.h, compiler/layout_sinking.h,
-  // compiler/conv_channel_padding.h).
+  // The graph as written, and for everything after it the graph the rewrite
+  // table makes of it (compiler/rewrite_table.h: patch convolutions as
+  // matmuls, written-out attention as sdpa, transposes sunk, thin
+  // convolutions' channels padded).
   static Graph make(std::shared_ptr<const ir::Graph> ir) {
-    std::shared_ptr<const ir::Graph> planned = ir::pad_conv_channels(ir::sink_transposes(ir::patch_convs_as_matmuls(ir)));
+    std::shared_ptr<const ir::Graph> planned = ir::run_rewrites(ir);
     return Graph(std::move(ir), std::move(planned));
   }
 };
 
 // The IR the planner, codegen, runtime and reference interpreter take: the
-// graph with patch convolutions as matmuls, its transposes sunk and thin
-// convolutions' channels padded
-// (the same values; the same inputs and outputs under the same ids). The hash, JSON and `dump --stage
-// ir` are of the graph as written.
+// graph the rewrite table made (the same values, up to what each row's
+// header allows; the same inputs and outputs under the same ids). The hash,
+// JSON and `dump --stage ir` are of the graph as written.
 inline const ir::Graph& ir_of(const Graph& g) { return Graph::Internal::ir(g); }
 
 }  // namespace kiln

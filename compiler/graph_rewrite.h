@@ -1,10 +1,11 @@
-// A graph rebuilt op by op by a pass that replaces some ops (channel
-// padding, patch convolutions): it starts with the given graph's name,
-// tensors, inputs and outputs and no ops; the pass emits ops in evaluation
-// order, adding the tensors its new ops make.
+// A graph rebuilt op by op by a pass that replaces some ops (the rows of
+// rewrite_table.h): it starts with the given graph's name, tensors, inputs
+// and outputs and no ops; the pass emits ops in evaluation order, adding the
+// tensors its new ops make.
 //
-// Guarantees: each emitted op is its result's producer; take() returns the
-// graph with its users indexed.
+// Guarantees: each emitted op is its result's producer; a result that no
+// emitted op makes (an op the pass dropped) has none (-1); take() returns
+// the graph with its users indexed.
 #pragma once
 
 #include <utility>
@@ -20,6 +21,8 @@ class GraphRewrite {
     out_.tensors = g.tensors;
     out_.inputs = g.inputs;
     out_.outputs = g.outputs;
+    for (Tensor& t : out_.tensors)
+      if (t.kind == TensorKind::OpResult) t.producer = -1;
   }
 
   TensorId add(Tensor t) {

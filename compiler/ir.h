@@ -54,6 +54,15 @@ struct Op {
   bool explicit_dtype = false;  // the document gave `dtype` (rounds the result)
 };
 
+// What a row of the rewrite table (rewrite_table.h) did to the graph as
+// written, or declined to do and why: for the plan's text and the dumps.
+struct RewriteNote {
+  std::string row;    // the table's row
+  bool applied = false;
+  std::string where;  // the ops, named as describe() names them, and what became of them
+  std::string why;    // a near miss: why the row left it as written
+};
+
 class Graph {
  public:
   std::string name;
@@ -62,6 +71,9 @@ class Graph {
   std::vector<Op> ops;            // evaluation order
   std::vector<TensorId> outputs;  // the document's order
   std::vector<std::vector<int32_t>> users;  // tensor id -> indices of ops reading it
+  // The graph as planned: the rewrites applied to the graph as written and
+  // the near misses declined (empty for the graph as written).
+  std::vector<RewriteNote> rewrites;
 
   const Tensor& tensor(TensorId id) const { return tensors[static_cast<size_t>(id)]; }
   const Tensor& result(const Op& op) const { return tensor(op.output); }

@@ -53,14 +53,17 @@ class Sinker {
 
   // The rewritten graph, or nothing when no op moved.
   std::optional<Graph> run() {
-    for (const Op& op : old_.ops) {
-      if (!rewrite(op)) keep(op);
+    for (size_t i = 0; i < old_.ops.size(); ++i) {
+      current_ = static_cast<int32_t>(i);
+      if (!rewrite(old_.ops[i])) keep(old_.ops[i]);
     }
     if (!moved_) return std::nullopt;
     check_every_read_is_made_first();
     out_.index_users();
     return std::move(out_);
   }
+  // The old ops run() computed over their operands' untransposed sources.
+  const std::vector<int32_t>& rewritten() const { return rewritten_; }
 
  private:
   // Each op reads inputs, constants or results of earlier ops; each output
@@ -133,6 +136,7 @@ class Sinker {
     carried_[old_result] = {op.output, perm};
     emit(std::move(op));
     moved_ = true;
+    rewritten_.push_back(current_);
   }
 
   bool rewrite(const Op& op) {
@@ -253,6 +257,7 @@ class Sinker {
       rewritten.output = op.output;
       emit(std::move(rewritten));
       moved_ = true;
+      rewritten_.push_back(current_);
       return true;
     }
     sink(std::move(rewritten), op.output, perm);
@@ -276,14 +281,37 @@ class Sinker {
   std::set<TensorId> done_;
   std::map<TensorId, std::pair<Perm, TensorId>> input_views_;
   bool moved_ = false;
+  int32_t current_ = -1;            // the old op being rewritten
+  std::vector<int32_t> rewritten_;  // old ops now computed over their operands' sources
 };
+
+// "op 3 'a' (relu), op 5 'b' (add) and 7 more"
+std::string some_ops(const Graph& g, const std::vector<int32_t>& ops) {
+  constexpr size_t kNamed = 3;
+  std::vector<std::string> named;
+  for (size_t i = 0; i < ops.size() && i < kNamed; ++i) named.push_back(g.describe(ops[i]));
+  std::string out = fmt::format("{}", fmt::join(named, ", "));
+  if (ops.size() > kNamed) out += fmt::format(" and {} more", ops.size() - kNamed);
+  return out;
+}
 
 }  // namespace
 
-std::shared_ptr<const Graph> sink_transposes(const std::shared_ptr<const Graph>& graph) {
-  std::optional<Graph> sunk = Sinker(*graph).run();
-  if (!sunk) return graph;
-  return std::make_shared<const Graph>(std::move(*sunk));
+RowMatches find_sinkable_transposes(const Graph& g) {
+  Sinker sinker(g);
+  std::optional<Graph> sunk = sinker.run();
+  RowMatches m;
+  if (!sunk) return m;
+  const int32_t first = sinker.rewritten().empty() ? -1 : sinker.rewritten().front();
+  const std::string where =
+      sinker.rewritten().empty() ? std::string("transposes composed (no op rewritten)")
+                                : fmt::format("{} computed over their operands' untransposed sources", some_ops(g, sinker.rewritten()));
+  m.sites.push_back({first, where, std::make_shared<const Graph>(std::move(*sunk))});
+  return m;
+}
+
+Graph sink_transposes(const Graph&, const RowMatches& m) {
+  return *std::any_cast<std::shared_ptr<const Graph>>(m.sites.front().detail);
 }
 
 }  // namespace kiln::ir

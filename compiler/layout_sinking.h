@@ -1,12 +1,15 @@
 // Layout sinking: transposes move past the ops that do not care about the
 // order of dimensions, so that tensors stay in the layout they were made in.
 //
+// A row of the rewrite table (rewrite_table.h). Its matcher runs the whole
+// pass (a value is carried through every op after its transpose) and its
+// one site is the graph sunk.
+//
 // Expects: a constructed Graph (graph_construction.cpp).
 // Guarantees: a Graph that computes exactly what the given one computes, bit
 // for bit (a transpose moves no value and changes no arithmetic), with the
 // same inputs (same ids, names, shapes, strides) and the same outputs (same
 // ids, names, shapes, dtypes); ops may be rewritten and intermediates added.
-// Nothing changes (the given graph is returned) when no transpose can move.
 //
 // Why. A framework's channels-last model is NCHW in its graph and NHWC in
 // memory: each convolution reads transpose(x) and its result is transposed
@@ -27,13 +30,13 @@
 // rewritten (the output would become a view, written by a copy).
 #pragma once
 
-#include <memory>
-
-#include "compiler/ir.h"
+#include "compiler/rewrite_table.h"
 
 namespace kiln::ir {
 
-// The graph with its transposes sunk; `graph` itself when none moves.
-std::shared_ptr<const Graph> sink_transposes(const std::shared_ptr<const Graph>& graph);
+// The matcher: one site, the graph with its transposes sunk, when one moves.
+RowMatches find_sinkable_transposes(const Graph& g);
+// The replacement: that graph.
+Graph sink_transposes(const Graph& g, const RowMatches& m);
 
 }  // namespace kiln::ir

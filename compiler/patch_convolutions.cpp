@@ -1,8 +1,8 @@
 // Patch convolutions as matmuls (patch_convolutions.h): one pass over the
-// ops in order, each qualifying conv replaced by its views and matmul.
+// ops in order, each site's conv replaced by its views and matmul.
 #include "compiler/patch_convolutions.h"
 
-#include <optional>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -32,19 +32,17 @@ bool qualifies(const Graph& g, const Op& op) {
 
 class Rewriter {
  public:
-  explicit Rewriter(const Graph& g) : g_(g), out_(g) {}
+  Rewriter(const Graph& g, const RowMatches& m) : g_(g), out_(g) {
+    for (const RewriteSite& s : m.sites) convs_.insert(s.op);
+  }
 
-  std::optional<Graph> run() {
-    bool changed = false;
-    for (const Op& op : g_.ops) {
-      if (!qualifies(g_, op)) {
-        out_.emit(op);
-        continue;
-      }
-      as_matmul(op);
-      changed = true;
+  Graph run() {
+    for (size_t i = 0; i < g_.ops.size(); ++i) {
+      if (convs_.count(static_cast<int32_t>(i)))
+        as_matmul(g_.ops[i]);
+      else
+        out_.emit(g_.ops[i]);
     }
-    if (!changed) return std::nullopt;
     return out_.take();
   }
 
@@ -115,14 +113,25 @@ class Rewriter {
 
   const Graph& g_;
   GraphRewrite out_;
+  std::set<int32_t> convs_;
 };
 
 }  // namespace
 
-std::shared_ptr<const Graph> patch_convs_as_matmuls(const std::shared_ptr<const Graph>& graph) {
-  std::optional<Graph> rewritten = Rewriter(*graph).run();
-  if (!rewritten) return graph;
-  return std::make_shared<const Graph>(std::move(*rewritten));
+RowMatches find_patch_convs(const Graph& g) {
+  RowMatches m;
+  for (size_t i = 0; i < g.ops.size(); ++i)
+    if (qualifies(g, g.ops[i])) {
+      const Shape& w = g.operand(g.ops[i], 1).shape;
+      const bool nchw = g.ops[i].attrs.layout == Layout::NCHW;
+      m.sites.push_back({static_cast<int32_t>(i),
+                         fmt::format("{} -> matmul of its {}x{} patches", g.describe(static_cast<int32_t>(i)),
+                                     nchw ? w[2] : w[1], nchw ? w[3] : w[2]),
+                         {}});
+    }
+  return m;
 }
+
+Graph patch_convs_as_matmuls(const Graph& g, const RowMatches& m) { return Rewriter(g, m).run(); }
 
 }  // namespace kiln::ir

@@ -6,6 +6,7 @@
 
 #include "compiler/error.h"
 #include "compiler/graph_hash.h"
+#include "compiler/rewrite_table.h"
 
 namespace kiln::ir {
 namespace {
@@ -30,6 +31,7 @@ std::string plan_to_text(const Graph& g, const Plan& plan) {
                                 detail::quoted(g.name), g.ops.size(), plan.kernels.size(),
                                 plan.kernels.size() == 1 ? "" : "s", plan.fused ? "" : " (fusion off)",
                                 human_bytes(moved));
+  out += rewrite_notes_text(g);
   for (const PlannedKernel& k : plan.kernels) {
     out += fmt::format("\nkernel {}: {}", k.id, to_string(k.kind));
     if (k.anchor >= 0) out += fmt::format(", anchor {}", g.result(g.ops[static_cast<size_t>(k.anchor)]).name);

@@ -9,6 +9,7 @@
 
 #include "compiler/graph_internal.h"
 #include "compiler/error.h"
+#include "compiler/rewrite_table.h"
 #include "runtime/autotune.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/executable_impl.h"
@@ -29,7 +30,28 @@ const std::vector<KernelReport>& Executable::report() const { return impl_->repo
 size_t Executable::kernel_count() const { return impl_->program().kernels.size(); }
 size_t Executable::workspace_bytes() const { return impl_->workspace_bytes; }
 
+namespace {
+
+// KILN_DUMP=rewrites: each rewrite applied before planning, and each near
+// miss with why, a line of the log (compiler/rewrite_table.h).
+void log_rewrites(const Graph& graph) {
+  const std::shared_ptr<const Options> o = current_options();
+  if (("," + o->dump + ",").find(",rewrites,") == std::string::npos) return;
+  const ir::Graph& planned = ir_of(graph);
+  const std::string who = fmt::format("rewrites of graph {}: ", detail::quoted(graph.name()));
+  if (planned.rewrites.empty()) detail::log(LogLevel::info, who + "none apply");
+  const std::string text = ir::rewrite_notes_text(planned);
+  for (size_t at = 0; at < text.size();) {
+    const size_t end = text.find('\n', at);
+    detail::log(LogLevel::info, who + text.substr(at, end - at));
+    at = end + 1;
+  }
+}
+
+}  // namespace
+
 Expected<Executable> Executable::compile(const Graph& graph, const CompileOptions& options) {
+  log_rewrites(graph);
   if (!options.autotune) return runtime::compile_executable(graph, options, nullptr);
   // Autotuning measures the choices; the pipeline compiles with them.
   Expected<runtime::TunedProgram> tuned = runtime::autotune(graph, options);

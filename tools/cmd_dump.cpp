@@ -3,7 +3,9 @@
 
 #include "compiler/graph_internal.h"
 #include "codegen/kernel_codegen.h"
+#include "compiler/ir_printer.h"
 #include "compiler/plan_printer.h"
+#include "compiler/rewrite_table.h"
 #include "runtime/nvrtc.h"
 #include "tools/helpers.h"
 #include "compiler/planner/planner.h"
@@ -13,15 +15,17 @@
 namespace kiln::cli {
 
 Runner add_dump(CLI::App& app, const CommonOptions& common) {
-  CLI::App* cmd = app.add_subcommand("dump", "print one stage of the pipeline: ir, plan, cuda, ptx, sass");
+  CLI::App* cmd = app.add_subcommand("dump", "print one stage of the pipeline: ir, rewrites, plan, cuda, ptx, sass");
   struct Args {
     std::string path, stage = "ir", arch;
     int kernel = -1;
   };
   auto args = std::make_shared<Args>();
   cmd->add_option("GRAPH", args->path, "graph file")->required();
-  cmd->add_option("--stage", args->stage, "ir | plan | cuda | ptx | sass (default: ir)")
-      ->check(CLI::IsMember({"ir", "plan", "cuda", "ptx", "sass"}));
+  cmd->add_option("--stage", args->stage,
+                  "ir | rewrites (the graph the planner takes: each rewrite applied and declined, then its IR) | plan | "
+                  "cuda | ptx | sass (default: ir)")
+      ->check(CLI::IsMember({"ir", "rewrites", "plan", "cuda", "ptx", "sass"}));
   cmd->add_option("--kernel", args->kernel, "only this kernel (plan, cuda, ptx, sass)")->check(CLI::Validator(
       [](std::string& text) {
         return !text.empty() && text.size() <= 9 && text.find_first_not_of("0123456789") == std::string::npos
@@ -38,6 +42,15 @@ Runner add_dump(CLI::App& app, const CommonOptions& common) {
         return report({ErrorCode::InvalidInput, "--kernel: the ir stage is the whole graph, before kernels exist; "
                                                 "--kernel applies to plan, cuda, ptx and sass"});
       fmt::print("{}", graph->to_ir_text());
+      return 0;
+    }
+    if (args->stage == "rewrites") {
+      if (args->kernel >= 0)
+        return report({ErrorCode::InvalidInput, "--kernel: the rewrites stage is the whole graph, before kernels exist; "
+                                                "--kernel applies to plan, cuda, ptx and sass"});
+      const ir::Graph& planned = ir_of(*graph);
+      fmt::print("{}{}\n{}", ir::rewrite_notes_text(planned), planned.rewrites.empty() ? "no rewrite applies\n" : "",
+                 ir::print_ir(planned));
       return 0;
     }
     const std::string arch = args->arch.empty() ? default_arch() : args->arch;

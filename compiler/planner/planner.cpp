@@ -39,11 +39,9 @@ class Planner {
   // `kept_from_siblings`: ops that start or join a kernel of their own producers only, never a
   // sibling's (see sibling_joins_that_cross_memory).
   Planner(const Graph& g, const PlanOptions& options, std::set<int32_t> kept_from_siblings = {})
-      : g_(g), options_(options), owner_(g.tensors.size(), -1), pattern_(g.ops.size(), -1),
-        kept_from_siblings_(std::move(kept_from_siblings)) {}
+      : g_(g), options_(options), owner_(g.tensors.size(), -1), kept_from_siblings_(std::move(kept_from_siblings)) {}
 
   Plan run() {
-    if (options_.fuse) find_attention_patterns();
     for (size_t i = 0; i < g_.ops.size(); ++i) place(static_cast<int32_t>(i));
     if (options_.fuse) {
       absorb_prologues();
@@ -184,18 +182,6 @@ class Planner {
   void place(int32_t op_index) {
     const Op& op = g_.ops[static_cast<size_t>(op_index)];
     if (is_view(op.kind)) return;  // folded into the kernels that read it
-    if (pattern_[static_cast<size_t>(op_index)] >= 0) {
-      int& gid = pattern_group_[static_cast<size_t>(pattern_[static_cast<size_t>(op_index)])];
-      if (gid < 0) gid = new_group(KernelKind::Attention, op_index);
-      else add(gid, op_index, 0);
-      if (op_index == pattern_anchor_[static_cast<size_t>(pattern_[static_cast<size_t>(op_index)])]) {
-        Group& gr = group(gid);  // the kernel's output space is the attention output's
-        gr.anchor = op_index;
-        gr.domain = g_.result(op).shape;
-        gr.count[0] = element_count(gr.domain);
-      }
-      return;
-    }
     if (!options_.fuse || is_anchor(op.kind)) {
       new_group(planner::kind_for(op.kind), op_index);
       return;
@@ -428,48 +414,6 @@ class Planner {
         if (gr.stage.at(s) == 1 || gr.after_reduction.count(s)) return true;
       }
     return false;
-  }
-
-  // ---- step 1: decomposed attention ----------------------------------------
-  // matmul(q, kt) -> pointwise chain on the scores -> softmax(last axis) ->
-  // matmul(p, v), each intermediate read only by the next step and not a
-  // graph output.
-  bool single_use(TensorId t) const {
-    return g_.users[static_cast<size_t>(t)].size() == 1 && !g_.tensor(t).is_output;
-  }
-
-  void find_attention_patterns() {
-    for (size_t i = 0; i < g_.ops.size(); ++i) {
-      const Op& pv = g_.ops[i];
-      if (pv.kind != OpKind::Matmul) continue;
-      const Op* softmax = producer(pv.inputs[0]);
-      if (!softmax || softmax->kind != OpKind::Softmax || !single_use(softmax->output)) continue;
-      const Tensor& probs = g_.result(*softmax);
-      if (softmax->attrs.axis != probs.rank() - 1) continue;
-      std::vector<int32_t> chain{g_.tensor(softmax->output).producer};
-      const Op* cur = producer(softmax->inputs[0]);
-      TensorId cur_t = softmax->inputs[0];
-      while (cur && cur->kind != OpKind::Matmul && is_pointwise(cur->kind) && single_use(cur_t) &&
-             g_.result(*cur).shape == probs.shape) {
-        // The chain runs through exactly one operand; the rest are scalars or
-        // tensors from outside (a mask).
-        int chained = 0, next = -1;
-        for (size_t k = 0; k < cur->inputs.size(); ++k)
-          if (const Op* p = producer(cur->inputs[k]); p && !is_view(p->kind) && g_.result(*p).shape == probs.shape)
-            ++chained, next = static_cast<int>(k);
-        if (chained != 1) break;
-        chain.push_back(g_.tensor(cur->output).producer);
-        cur_t = cur->inputs[static_cast<size_t>(next)];
-        cur = producer(cur_t);
-      }
-      if (!cur || cur->kind != OpKind::Matmul || !single_use(cur_t) || g_.result(*cur).shape != probs.shape) continue;
-      chain.push_back(g_.tensor(cur->output).producer);
-      const int id = static_cast<int>(pattern_group_.size());
-      pattern_group_.push_back(-1);
-      pattern_anchor_.push_back(static_cast<int32_t>(i));
-      for (int32_t op : chain) pattern_[static_cast<size_t>(op)] = id;
-      pattern_[i] = id;
-    }
   }
 
   // ---- step 3: prologues ---------------------------------------------------
@@ -1179,9 +1123,6 @@ class Planner {
   std::unordered_map<TensorId, std::vector<int>> readers_;  // source tensor -> groups that read it (maybe merged since)
   std::vector<int> owner_;  // tensor -> group computing it (-1: input, constant or view)
   std::map<std::pair<TensorId, int32_t>, std::string> reasons_;  // (tensor, reader op) -> why not fused
-  std::vector<int> pattern_;            // op -> attention pattern, or -1
-  std::vector<int> pattern_group_;      // pattern -> group, or -1
-  std::vector<int32_t> pattern_anchor_;  // pattern -> its last matmul
   std::map<TensorId, int> written_views_;
   std::vector<std::pair<int, int>> norm_stat_edges_;
   std::set<int32_t> kept_from_siblings_;  // ops never placed in a sibling's kernel

@@ -1,13 +1,14 @@
 // The fusion planner: turns a Graph into a Plan (plan.h).
 //
-// Expects: a constructed Graph.
+// Expects: a constructed Graph, as the rewrite table left it
+// (rewrite_table.h: written-out attention is an sdpa by then).
 // Guarantees: a Plan that verify_plan() accepts: every op in a kernel, a
 // valid order, each graph output written once, no materialised intermediate
 // beyond what the kernels' boundaries need, and a reason for every boundary.
 //
 // How, in order (planner.cpp):
-//  1. patterns: matmul -> [scale, mask] -> softmax -> matmul is claimed as one
-//     attention kernel;
+//  1. (written-out attention became an sdpa before planning: the
+//     rewrite table's attention_as_sdpa row);
 //  2. greedy fusion in op order: each op joins the kernel of one of its
 //     producers when that kernel's strategy takes it (strategies.h) and no
 //     cycle between kernels would follow; else it starts a kernel. Views join

@@ -234,7 +234,7 @@ int64_t product(const Shape& s, size_t begin, size_t end) {
 }
 
 // Anchors: the GEMM view (conv: implicit GEMM per group; attention: one
-// (batch, head) per GEMM batch, decomposed or sdpa).
+// (batch, head) per GEMM batch).
 void anchor_params(const Graph& g, const Group& group, KernelParams& p) {
   const Op& op = g.ops[static_cast<size_t>(group.anchor)];
   const Shape& out = g.result(op).shape;
@@ -253,18 +253,13 @@ void anchor_params(const Graph& g, const Group& group, KernelParams& p) {
     p.m = out[0] * (nhwc ? out[1] * out[2] : out[2] * out[3]);
     p.n = (nhwc ? out[3] : out[1]) / op.attrs.groups;
     p.k = w[1] * w[2] * w[3];
-  } else if (op.kind == OpKind::Sdpa) {
+  } else {
+    KILN_INTERNAL_CHECK(op.kind == OpKind::Sdpa);
     const Shape& q = g.operand(op, 0).shape;
     p.batch = q[0] * q[1];
     p.m = q[2];
     p.n = g.operand(op, 1).shape[2];
     p.k = q[3];
-  } else {  // decomposed attention: the anchor is matmul(p, v)
-    const Shape& probs = g.operand(op, 0).shape;
-    p.batch = product(probs, 0, probs.size() - 2);
-    p.m = probs[probs.size() - 2];
-    p.n = probs[probs.size() - 1];
-    p.k = g.operand(op, 1).shape.back();
   }
 }
 

@@ -30,8 +30,10 @@ struct Options {
   // Fail instead of compiling anything: proves a warm cache.
   // Environment: KILN_FAIL_IF_COMPILING=1.
   bool fail_if_compiling = false;
-  // Stages written by every compile ("ir,plan,cuda,ptx") under dump_dir.
-  // Environment: KILN_DUMP, KILN_DUMP_DIR (default ./kiln_dump).
+  // Stages written by every compile ("ir,plan,cuda,ptx") under dump_dir;
+  // "rewrites" says through `log` (info) what the rewrites before planning
+  // did and declined. Environment: KILN_DUMP, KILN_DUMP_DIR (default
+  // ./kiln_dump).
   std::string dump;
   std::string dump_dir = "kiln_dump";
   // Say (at info level) how persistent kernels are launched.

@@ -26,6 +26,8 @@ for path in sorted(glob.glob(root + "/examples/**/*.json", recursive=True)):
     for line in plan.strip().split("\n"):
         if line.startswith("plan for"):
             lines.append("PLAN-LABEL: " + re.sub(r", [0-9.]+ [KMG]?i?B through.*", ",", line))
+        elif line.startswith(("rewrite ", "not rewritten ")):  # the rewrites before planning (rewrite_table.h)
+            lines.append("PLAN: " + line)
         elif line.startswith("kernel "):
             kernels += 1
             lines.append("PLAN: " + line)

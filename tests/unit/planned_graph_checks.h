@@ -1,15 +1,24 @@
 // Checks shared by the tests of the passes that rewrite a graph before
-// planning (layout sinking, channel padding): the reference interpreter on
-// the graph as written and as planned, same inputs.
+// planning (the rows of rewrite_table.h: layout sinking, channel padding,
+// patch convolutions): the reference interpreter on the graph as written
+// and as planned, same inputs.
 #pragma once
 
 #include <cstring>
+#include <string_view>
 
 #include "compiler/graph_internal.h"
 #include "runtime/random_inputs.h"
 #include "tests/unit/test_helpers.h"
 
 namespace kiln::testing {
+
+// Whether the rewrite table's row `row` applied to g (rewrite_table.h).
+inline bool rewritten_by(const Graph& g, std::string_view row) {
+  for (const ir::RewriteNote& n : ir_of(g).rewrites)
+    if (n.applied && n.row == row) return true;
+  return false;
+}
 
 // kBits: every output identical to the bit. kValues: equal as floats (a
 // zero sum may change sign).

@@ -20,7 +20,7 @@ Graph must_load(const std::string& path) {
   return std::move(g).value();
 }
 
-bool sunk(const Graph& g) { return &ir_of(g) != &Graph::Internal::as_written(g); }
+bool sunk(const Graph& g) { return testing::rewritten_by(g, "layout_sinking"); }
 
 int count_ops(const ir::Graph& g, ir::OpKind kind) {
   int n = 0;
@@ -67,7 +67,8 @@ TEST(LayoutSinking, RandomGraphsComputeTheSameBitForBit) {
   int moved = 0;
   for (uint64_t seed = 1; seed <= 3000; ++seed) {
     const Graph g = testing::random_graph(seed);
-    if (!sunk(g)) continue;
+    // (Written-out attention as sdpa changes values within f32 rounding: not bit for bit.)
+    if (!sunk(g) || testing::rewritten_by(g, "attention_as_sdpa")) continue;
     ++moved;
     const ir::Plan p = ir::plan_fusion(ir_of(g));
     ASSERT_EQ(ir::verify_plan(ir_of(g), p), "") << "seed " << seed << "\n" << g.to_json();

@@ -1,0 +1,426 @@
+// Written-out attention as sdpa (compiler/attention_rewrite.h): which
+// chains become one sdpa, the views that feed it, the near misses and why,
+// and that the reference interpreter gives the rewritten graph the values of
+// the graph as written.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "compiler/graph_internal.h"
+#include "compiler/plan_printer.h"
+#include "compiler/plan_verifier.h"
+#include "compiler/planner/planner.h"
+#include "runtime/random_inputs.h"
+#include "tests/unit/planned_graph_checks.h"
+#include "tests/unit/random_graph.h"
+#include "tests/unit/test_helpers.h"
+
+namespace kiln {
+namespace {
+
+using ::testing::HasSubstr;
+
+int count(const ir::Graph& g, ir::OpKind kind) {
+  int n = 0;
+  for (const ir::Op& op : g.ops) n += op.kind == kind;
+  return n;
+}
+
+Graph example(const std::string& name) {
+  Expected<Graph> g = Graph::load(std::string(KILN_SOURCE_DIR "/examples/attention/") + name + ".json");
+  if (!g) ADD_FAILURE() << name << ": " << g.error().message;
+  return std::move(g).value();
+}
+
+// Random inputs, a padding mask of 0/1 with its first key kept (so that no
+// row has every key masked: there the chain and sdpa differ, as
+// attention_rewrite.h says) and bool masks whose first key is kept.
+std::vector<HostTensor> inputs_for(const Graph& g, uint64_t seed) {
+  std::vector<HostTensor> in = random_inputs(g, seed);
+  const std::vector<TensorDesc> descs = g.inputs();
+  for (size_t i = 0; i < in.size(); ++i) {
+    HostTensor& t = in[i];
+    const int64_t last = t.shape.empty() ? 1 : t.shape.back();
+    if (descs[i].name == "attention_mask")
+      for (size_t e = 0; e < t.values.size(); ++e) t.values[e] = e % last == 0 || t.values[e] > -0.5f ? 1.0f : 0.0f;
+    if (t.dtype == DType::boolean)
+      for (size_t e = 0; e < t.values.size(); e += static_cast<size_t>(last)) t.values[e] = 1.0f;
+  }
+  return in;
+}
+
+// The largest difference between the reference's outputs for the graph as
+// written and as rewritten, relative to the output's largest magnitude.
+// f32 outputs: within f32 rounding; 16-bit outputs: within a rounding of
+// their type (the f32 values differ in their last bits, and an output near
+// the midpoint of two bf16 values rounds either way).
+void expect_rewritten_equals_written(const Graph& g, uint64_t seed) {
+  const std::vector<HostTensor> in = inputs_for(g, seed);
+  const std::vector<HostTensor> want = testing::must_run(Graph::Internal::unsunk(g), in);
+  const std::vector<HostTensor> got = testing::must_run(g, in);
+  ASSERT_EQ(want.size(), got.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_EQ(want[i].shape, got[i].shape);
+    double scale = 0, worst = 0;
+    for (float v : want[i].values)
+      if (std::isfinite(v)) scale = std::max(scale, std::fabs(double{v}));
+    for (size_t e = 0; e < want[i].values.size(); ++e) {
+      const float w = want[i].values[e], r = got[i].values[e];
+      if (!std::isfinite(w)) {  // NaN where the graph makes NaN, the same infinity
+        EXPECT_TRUE(std::isnan(w) ? std::isnan(r) : w == r) << "output " << i << " element " << e << ": " << w << " " << r;
+        continue;
+      }
+      worst = std::max(worst, std::fabs(double{w} - double{r}));
+    }
+    const double tolerance = want[i].dtype == DType::f32 ? 1e-5 : want[i].dtype == DType::f16 ? 2e-3 : 1.6e-2;
+    EXPECT_LE(worst, tolerance * std::max(scale, 1e-30)) << "output " << i << " of seed " << seed;
+  }
+}
+
+// The planned graph's sdpa, checked: the one attention op, its operands
+// views of what the matmuls read (no op computes them).
+const ir::Op* the_sdpa(const ir::Graph& g) {
+  const ir::Op* found = nullptr;
+  for (const ir::Op& op : g.ops)
+    if (op.kind == ir::OpKind::Sdpa) {
+      EXPECT_EQ(found, nullptr) << "a second sdpa";
+      found = &op;
+    }
+  if (!found) {
+    ADD_FAILURE() << "no sdpa\n" << ir::rewrite_notes_text(g);
+    return nullptr;
+  }
+  for (size_t slot = 0; slot < 3; ++slot)
+    for (ir::TensorId t = found->inputs[slot]; g.tensor(t).kind == ir::TensorKind::OpResult;) {
+      const ir::Op& p = g.ops[static_cast<size_t>(g.tensor(t).producer)];
+      if (ir::op_info(p.kind).family != ir::OpFamily::View) {
+        ADD_FAILURE() << "sdpa operand " << slot << " is computed by " << ir::op_name(p.kind);
+        break;
+      }
+      t = p.inputs[0];
+    }
+  return found;
+}
+
+ir::Plan plan(const Graph& g, int sm = 90) {
+  ir::Plan p = ir::plan_fusion(ir_of(g), {.sm = sm});
+  EXPECT_EQ(ir::verify_plan(ir_of(g), p), "");
+  return p;
+}
+
+bool has_kernel(const ir::Plan& p, ir::KernelKind kind) {
+  for (const ir::PlannedKernel& k : p.kernels)
+    if (k.kind == kind) return true;
+  return false;
+}
+
+struct ExampleCase {
+  const char* name;
+  float scale;
+  bool bool_mask;  // the mask operand is bool
+  int mask_rank;   // 0: no mask
+};
+
+TEST(AttentionRewrite, ModelsAttentionWrittenOutIsOneSdpaComputingTheSameValues) {
+  const ExampleCase cases[] = {
+      {"bert_padding_mask", 0.125f, false, 4},        // div by 8, additive extended mask [B,1,1,S]
+      {"distilbert_masked_fill", 0.17677669f, true, 4},  // q / sqrt(d) folded, masked_fill with a bool mask
+      {"t5_position_bias", 1.0f, false, 4},           // no scale, position bias [1,H,S,S]
+      {"gpt2_causal_where", 0.125f, true, 4},         // where with a sliced bool tril buffer
+      {"swin_window_mask", 0.1767767f, false, 4},     // bias + window mask added in a 5-d view
+      {"softmax_written_out", 0.125f, false, 0},      // exp(x - max) / sum
+      {"attention_decomposed", 0.17677669f, false, 4},
+  };
+  for (const ExampleCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    const Graph g = example(c.name);
+    const ir::Graph& planned = ir_of(g);
+    EXPECT_EQ(count(planned, ir::OpKind::Matmul), 0);
+    EXPECT_EQ(count(planned, ir::OpKind::Softmax), 0);
+    const ir::Op* found = the_sdpa(planned);
+    ASSERT_NE(found, nullptr);
+    const ir::Op& sdpa = *found;
+    EXPECT_FLOAT_EQ(sdpa.attrs.scale, c.scale);
+    EXPECT_FALSE(sdpa.attrs.causal);
+    if (c.mask_rank == 0) {
+      EXPECT_EQ(sdpa.inputs.size(), 3u);
+    } else {
+      ASSERT_EQ(sdpa.inputs.size(), 4u);
+      EXPECT_EQ(planned.operand(sdpa, 3).dtype == DType::boolean, c.bool_mask);
+      EXPECT_EQ(planned.operand(sdpa, 3).rank(), c.mask_rank);
+    }
+    // The graph as written is untouched: its hash and IR.
+    EXPECT_EQ(count(Graph::Internal::as_written(g), ir::OpKind::Sdpa), 0);
+    EXPECT_THAT(g.to_ir_text(), ::testing::Not(HasSubstr("sdpa")));
+    ASSERT_FALSE(planned.rewrites.empty());
+    EXPECT_EQ(planned.rewrites[0].row, "attention_as_sdpa");
+    EXPECT_TRUE(planned.rewrites[0].applied);
+    for (int sm : {80, 90}) {
+      const ir::Plan p = plan(g, sm);
+      EXPECT_TRUE(has_kernel(p, ir::KernelKind::Attention));
+      EXPECT_FALSE(has_kernel(p, ir::KernelKind::Matmul));
+    }
+    for (uint64_t seed : {1, 2}) expect_rewritten_equals_written(g, seed);
+  }
+}
+
+// The views sdpa reads: BERT's q and k are transposes of the projections'
+// reshapes, with kᵀ's transpose cancelled; Swin's masks regrouped from the
+// 5-d view they were added in.
+TEST(AttentionRewrite, OperandsAreViewsOfWhatTheMatmulsRead) {
+  const Graph bert = example("bert_padding_mask");
+  const ir::Graph& g = ir_of(bert);
+  ASSERT_NE(the_sdpa(g), nullptr);
+  const ir::Op& sdpa = *the_sdpa(g);
+  for (size_t slot = 0; slot < 3; ++slot) {
+    const ir::Tensor& t = g.operand(sdpa, slot);
+    EXPECT_EQ(t.shape, (Shape{2, 4, 128, 64}));
+    const ir::Op& view = g.ops[static_cast<size_t>(t.producer)];
+    EXPECT_EQ(view.kind, ir::OpKind::Transpose) << slot;
+    EXPECT_EQ(view.attrs.perm, (std::vector<int64_t>{0, 2, 1, 3})) << slot;
+    EXPECT_EQ(g.tensor(view.inputs[0]).name, std::string("qkv").substr(slot, 1) + "4");
+  }
+  EXPECT_EQ(g.operand(sdpa, 3).shape, (Shape{2, 1, 1, 128}));  // the extended mask as written
+  const Graph swin = example("swin_window_mask");
+  ASSERT_NE(the_sdpa(ir_of(swin)), nullptr);
+  const ir::Op& s = *the_sdpa(ir_of(swin));
+  EXPECT_EQ(ir_of(swin).operand(s, 3).shape, (Shape{8, 3, 49, 49}));  // bias [1,3,49,49] + mask [8,1,49,49]
+  // Regrouped, not copied: the window mask is a view of the input.
+  int copies = 0;
+  for (const ir::Op& op : ir_of(swin).ops) copies += op.kind == ir::OpKind::Add;
+  EXPECT_EQ(copies, 1);  // the two masks summed (in the attention kernel's prologue)
+}
+
+TEST(AttentionRewrite, ThePlanIsTheSdpaKernelsPlan) {
+  // BERT's attention and its mask's arithmetic in one kernel: the sdpa's.
+  const ir::Plan p = plan(example("bert_padding_mask"));
+  ASSERT_EQ(p.kernels.size(), 1u) << ir::plan_to_text(ir_of(example("bert_padding_mask")), p);
+  EXPECT_EQ(p.kernels[0].kind, ir::KernelKind::Attention);
+}
+
+std::string graph(const std::string& inputs, const std::string& ops, const std::string& outputs = R"(["o"])") {
+  return fmt::format(R"({{"kiln": 1, "inputs": {{{}}}, "ops": [{}], "outputs": {}}})", inputs, ops, outputs);
+}
+
+const char* kQkv = R"("q": {"shape": [2, 3, 32, 16], "dtype": "f32"}, "k": {"shape": [2, 3, 32, 16], "dtype": "f32"},
+                      "v": {"shape": [2, 3, 32, 16], "dtype": "f32"})";
+
+struct VariantCase {
+  const char* what;
+  std::string json;
+  float scale;
+};
+
+// Forms the models' converters write: bmm over [B*H, S, D] with reshapes
+// around it (PyTorch's matmul), a shared k broadcast over heads, masks
+// subtracted, several fills, a fill and an added mask, keepdims=false
+// reductions reshaped back, rank 2 and 3 attention.
+TEST(AttentionRewrite, VariantsOfTheChainMapAndComputeTheSameValues) {
+  const std::string kt = R"({"op": "transpose", "in": ["k"], "out": "kt", "perm": [0, 1, 3, 2]})";
+  const VariantCase cases[] = {
+      {"bmm with reshapes (PyTorch's matmul)",
+       graph(kQkv, R"({"op": "transpose", "in": ["k"], "out": "kt", "perm": [0, 1, 3, 2]},
+             {"op": "expand", "in": ["q"], "out": "qe", "shape": [2, 3, 32, 16]},
+             {"op": "reshape", "in": ["qe"], "out": "q3", "shape": [6, 32, 16]},
+             {"op": "reshape", "in": ["kt"], "out": "kt3", "shape": [6, 16, 32]},
+             {"op": "matmul", "in": ["q3", "kt3"], "out": "s3"},
+             {"op": "reshape", "in": ["s3"], "out": "s", "shape": [2, 3, 32, 32]},
+             {"op": "mul", "in": ["s", 0.25], "out": "ss"},
+             {"op": "softmax", "in": ["ss"], "out": "p"},
+             {"op": "expand", "in": ["p"], "out": "pe", "shape": [2, 3, 32, 32]},
+             {"op": "reshape", "in": ["pe"], "out": "p3", "shape": [6, 32, 32]},
+             {"op": "reshape", "in": ["v"], "out": "v3", "shape": [6, 32, 16]},
+             {"op": "matmul", "in": ["p3", "v3"], "out": "o3"},
+             {"op": "reshape", "in": ["o3"], "out": "o", "shape": [2, 3, 32, 16]})"),
+       0.25f},
+      {"a bmm's result as the graph's output",
+       graph(R"("q": {"shape": [6, 32, 16], "dtype": "f32"}, "k": {"shape": [6, 16, 32], "dtype": "f32"},
+                "v": {"shape": [6, 32, 16], "dtype": "f32"})",
+             R"({"op": "matmul", "in": ["q", "k"], "out": "s"}, {"op": "softmax", "in": ["s"], "out": "p"},
+                {"op": "matmul", "in": ["p", "v"], "out": "o"})"),
+       1.0f},
+      {"one query row of rank 2",
+       graph(R"("q": {"shape": [1, 16], "dtype": "f32"}, "k": {"shape": [40, 16], "dtype": "f32"},
+                "v": {"shape": [40, 16], "dtype": "f32"})",
+             R"({"op": "transpose", "in": ["k"], "out": "kt", "perm": [1, 0]},
+                {"op": "matmul", "in": ["q", "kt"], "out": "s"}, {"op": "div", "in": ["s", 4.0], "out": "ss"},
+                {"op": "softmax", "in": ["ss"], "out": "p"}, {"op": "matmul", "in": ["p", "v"], "out": "o"})"),
+       0.25f},
+      {"k and v shared by every head (broadcast)",
+       graph(R"("q": {"shape": [2, 4, 32, 16], "dtype": "f32"}, "k": {"shape": [2, 1, 32, 16], "dtype": "f32"},
+                "v": {"shape": [1, 1, 32, 16], "dtype": "f32"})",
+             kt + R"(, {"op": "matmul", "in": ["q", "kt"], "out": "s"}, {"op": "softmax", "in": ["s"], "out": "p"},
+                {"op": "matmul", "in": ["p", "v"], "out": "o"})"),
+       1.0f},
+      {"a mask subtracted and a bias added after the scale",
+       graph(std::string(kQkv) + R"(, "m": {"shape": [32, 32], "dtype": "f32"}, "b": {"shape": [3, 1, 32], "dtype": "f32"})",
+             kt + R"(, {"op": "matmul", "in": ["q", "kt"], "out": "s"}, {"op": "sub", "in": ["s", "m"], "out": "sm"},
+                {"op": "mul", "in": ["sm", 0.5], "out": "ss"}, {"op": "add", "in": ["b", "ss"], "out": "sb"},
+                {"op": "softmax", "in": ["sb"], "out": "p"}, {"op": "matmul", "in": ["p", "v"], "out": "o"})"),
+       0.5f},
+      {"two fills and an added mask",
+       graph(std::string(kQkv) + R"(, "keep": {"shape": [2, 1, 1, 32], "dtype": "bool"},
+                "causal": {"shape": [32, 32], "dtype": "bool"}, "m": {"shape": [2, 1, 1, 32], "dtype": "f32"})",
+             kt + R"(, {"op": "matmul", "in": ["q", "kt"], "out": "s"},
+                {"op": "where", "in": ["causal", "s", -1e9], "out": "s1"},
+                {"op": "div", "in": ["s1", 2.0], "out": "s2"}, {"op": "add", "in": ["s2", "m"], "out": "s3"},
+                {"op": "where", "in": ["keep", -3e38, "s3"], "out": "s4"},
+                {"op": "softmax", "in": ["s4"], "out": "p"}, {"op": "matmul", "in": ["p", "v"], "out": "o"})"),
+       0.5f},
+      {"q and k each scaled by d^-1/4 before q·kᵀ (Whisper)",
+       graph(kQkv, R"({"op": "mul", "in": ["q", 0.5], "out": "qs"}, {"op": "mul", "in": [0.5, "k"], "out": "ks"},
+                {"op": "transpose", "in": ["ks"], "out": "kt", "perm": [0, 1, 3, 2]},
+                {"op": "matmul", "in": ["qs", "kt"], "out": "s"}, {"op": "softmax", "in": ["s"], "out": "p"},
+                {"op": "matmul", "in": ["p", "v"], "out": "o"})"),
+       0.25f},
+      {"written-out softmax with keepdims=false reductions",
+       graph(kQkv, kt + R"(, {"op": "matmul", "in": ["q", "kt"], "out": "s"},
+                {"op": "reduce_max", "in": ["s"], "out": "mx", "axes": [3]},
+                {"op": "reshape", "in": ["mx"], "out": "mx4", "shape": [2, 3, 32, 1]},
+                {"op": "sub", "in": ["s", "mx4"], "out": "sh"}, {"op": "exp", "in": ["sh"], "out": "e"},
+                {"op": "reduce_sum", "in": ["e"], "out": "sum", "axes": [-1], "keepdims": true},
+                {"op": "div", "in": ["e", "sum"], "out": "p"}, {"op": "matmul", "in": ["p", "v"], "out": "o"})"),
+       1.0f},
+      {"16-bit probabilities by p·v's precision",
+       graph(R"("q": {"shape": [1, 2, 32, 16], "dtype": "bf16"}, "k": {"shape": [1, 2, 32, 16], "dtype": "bf16"},
+                "v": {"shape": [1, 2, 32, 16], "dtype": "bf16"})",
+             kt + R"(, {"op": "matmul", "in": ["q", "kt"], "out": "s"}, {"op": "softmax", "in": ["s"], "out": "p"},
+                {"op": "matmul", "in": ["p", "v"], "out": "o", "precision": "bf16", "dtype": "bf16"})"),
+       1.0f},
+      {"scores cast to f32 and probabilities cast back (T5 in a bf16 model)",
+       graph(R"("q": {"shape": [1, 2, 32, 16], "dtype": "bf16"}, "k": {"shape": [1, 2, 32, 16], "dtype": "bf16"},
+                "v": {"shape": [1, 2, 32, 16], "dtype": "bf16"})",
+             kt + R"(, {"op": "matmul", "in": ["q", "kt"], "out": "s"}, {"op": "cast", "in": ["s"], "out": "sf", "dtype": "f32"},
+                {"op": "softmax", "in": ["sf"], "out": "p"}, {"op": "cast", "in": ["p"], "out": "pb", "dtype": "bf16"},
+                {"op": "matmul", "in": ["pb", "v"], "out": "o", "dtype": "bf16"})"),
+       1.0f},
+  };
+  for (const VariantCase& c : cases) {
+    SCOPED_TRACE(c.what);
+    const Graph g = testing::must_parse(c.json);
+    const ir::Graph& planned = ir_of(g);
+    EXPECT_EQ(count(planned, ir::OpKind::Matmul), 0) << ir::rewrite_notes_text(planned);
+    EXPECT_EQ(count(planned, ir::OpKind::Softmax) + count(planned, ir::OpKind::Exp), 0);
+    const ir::Op* sdpa = the_sdpa(planned);
+    ASSERT_NE(sdpa, nullptr);
+    EXPECT_FLOAT_EQ(sdpa->attrs.scale, c.scale);
+    EXPECT_TRUE(has_kernel(plan(g), ir::KernelKind::Attention));
+    for (uint64_t seed : {3, 4}) expect_rewritten_equals_written(g, seed);
+  }
+}
+
+// The near misses stay as written, each with why; in the plan's text too.
+TEST(AttentionRewrite, NearMissesStayAsWrittenAndSayWhy) {
+  const Graph g = example("attention_near_misses");
+  const ir::Graph& planned = ir_of(g);
+  EXPECT_EQ(count(planned, ir::OpKind::Sdpa), 0);
+  const std::pair<const char*, const char*> expected[] = {
+      {"probabilities_read_elsewhere", "the probabilities 'p_read' are a graph output"},
+      {"softmax_over_queries", "normalises over axis 2"},
+      {"mask_from_scores", "is computed from the scores"},
+      {"scale_not_constant", "multiplies the scores by 'scale' f32[], not a constant"},
+      {"scores_rounded", "the scores are rounded to bf16 at op 17 's_bf16' (matmul)"},
+      {"probabilities_unrounded", "the probabilities 'p_f32' are f32 values and v 'vb' bf16[1,2,16,16] holds bf16"},
+  };
+  ASSERT_EQ(planned.rewrites.size(), std::size(expected)) << ir::rewrite_notes_text(planned);
+  for (size_t i = 0; i < std::size(expected); ++i) {
+    const ir::RewriteNote& n = planned.rewrites[i];
+    EXPECT_FALSE(n.applied);
+    EXPECT_EQ(n.row, "attention_as_sdpa");
+    EXPECT_THAT(n.where, HasSubstr(fmt::format("'{}' (matmul)", expected[i].first)));
+    EXPECT_THAT(n.why, HasSubstr(expected[i].second));
+  }
+  EXPECT_THAT(ir::plan_to_text(planned, plan(g)),
+              HasSubstr("not rewritten (attention_as_sdpa): op 16 'scale_not_constant' (matmul): "));
+}
+
+TEST(AttentionRewrite, ChainsThatCannotBeSdpaStayAsWritten) {
+  const std::string kt = R"({"op": "transpose", "in": ["k"], "out": "kt", "perm": [0, 1, 3, 2]})";
+  const std::pair<std::string, const char*> cases[] = {
+      {graph(kQkv, kt + R"(, {"op": "matmul", "in": ["q", "kt"], "out": "s"}, {"op": "tanh", "in": ["s"], "out": "c"},
+                {"op": "softmax", "in": ["c"], "out": "p"}, {"op": "matmul", "in": ["p", "v"], "out": "o"})"),
+       "pass through op 2 'c' (tanh), which sdpa does not compute"},
+      {graph(std::string(kQkv) + R"(, "keep": {"shape": [32, 32], "dtype": "bool"})",
+             kt + R"(, {"op": "matmul", "in": ["q", "kt"], "out": "s"}, {"op": "where", "in": ["keep", "s", -1.0], "out": "c"},
+                {"op": "softmax", "in": ["c"], "out": "p"}, {"op": "matmul", "in": ["p", "v"], "out": "o"})"),
+       "only a fill of at most -10000 masks a key out"},
+      {graph(std::string(kQkv) + R"(, "fill": {"shape": [], "dtype": "f32"}, "keep": {"shape": [32, 32], "dtype": "bool"})",
+             kt + R"(, {"op": "matmul", "in": ["q", "kt"], "out": "s"}, {"op": "where", "in": ["keep", "s", "fill"], "out": "c"},
+                {"op": "softmax", "in": ["c"], "out": "p"}, {"op": "matmul", "in": ["p", "v"], "out": "o"})"),
+       "fills masked scores with 'fill' f32[], a tensor, not a constant"},
+      {graph(R"("q": {"shape": [2, 3, 32, 16], "dtype": "f32"}, "k": {"shape": [2, 3, 32, 16], "dtype": "f32"},
+                "v": {"shape": [2, 3, 32, 8], "dtype": "f32"})",
+             kt + R"(, {"op": "matmul", "in": ["q", "kt"], "out": "s"}, {"op": "softmax", "in": ["s"], "out": "p"},
+                {"op": "matmul", "in": ["p", "v"], "out": "o"})"),
+       "has head dimension 8 and q 'q' f32[2,3,32,16] has 16"},
+      {graph(kQkv, kt + R"(, {"op": "matmul", "in": ["q", "kt"], "out": "s"}, {"op": "softmax", "in": ["s"], "out": "p"},
+                {"op": "exp", "in": ["s"], "out": "e"}, {"op": "matmul", "in": ["p", "v"], "out": "o"})",
+             R"(["o", "e"])"),
+       "the scores 's' are read elsewhere too (op 3 'e' (exp))"},
+      {graph(kQkv, kt + R"(, {"op": "matmul", "in": ["q", "kt"], "out": "s", "precision": "tf32"},
+                {"op": "softmax", "in": ["s"], "out": "p"}, {"op": "matmul", "in": ["p", "v"], "out": "o"})"),
+       "rounds its f32 operands to tf32 (its precision)"},
+      {graph(R"("q": {"shape": [1, 2, 32, 16], "dtype": "bf16"}, "k": {"shape": [1, 2, 32, 16], "dtype": "bf16"},
+                "v": {"shape": [1, 2, 32, 16], "dtype": "f32"})",
+             kt + R"(, {"op": "matmul", "in": ["q", "kt"], "out": "s"}, {"op": "softmax", "in": ["s"], "out": "p", "dtype": "bf16"},
+                {"op": "matmul", "in": ["p", "v"], "out": "o"})"),
+       "the probabilities are rounded to bf16 and v 'v' f32[1,2,32,16] holds f32 values"},
+  };
+  for (const auto& [json, why] : cases) {
+    const Graph g = testing::must_parse(json);
+    const ir::Graph& planned = ir_of(g);
+    EXPECT_EQ(count(planned, ir::OpKind::Sdpa), 0) << why;
+    ASSERT_EQ(planned.rewrites.size(), 1u) << why;
+    EXPECT_THAT(planned.rewrites[0].why, HasSubstr(why));
+    expect_rewritten_equals_written(g, 5);  // nothing changed: the same values
+  }
+}
+
+// Two attentions in a row, the second reading the first's output: both
+// rewritten, in one rebuild, and the ops that fed only the replaced ones
+// gone while an op nobody reads (as written) stays.
+TEST(AttentionRewrite, ChainedAttentionsAndTheOpsThatOnlyFedThem) {
+  const std::string kt = R"({"op": "transpose", "in": ["k"], "out": "kt", "perm": [0, 1, 3, 2]})";
+  const Graph g = testing::must_parse(graph(
+      kQkv, kt + R"(, {"op": "mul", "in": ["q", 1.0], "out": "unread"},
+         {"op": "matmul", "in": ["q", "kt"], "out": "s"}, {"op": "softmax", "in": ["s"], "out": "p"},
+         {"op": "matmul", "in": ["p", "v"], "out": "o1"},
+         {"op": "matmul", "in": ["o1", "kt"], "out": "s2"}, {"op": "softmax", "in": ["s2"], "out": "p2"},
+         {"op": "matmul", "in": ["p2", "v"], "out": "o"})"));
+  const ir::Graph& planned = ir_of(g);
+  EXPECT_EQ(count(planned, ir::OpKind::Sdpa), 2);
+  EXPECT_EQ(count(planned, ir::OpKind::Mul), 1);  // 'unread' stays
+  EXPECT_EQ(planned.rewrites.size(), 2u);
+  // kᵀ (read by both q·kᵀ, nothing else) goes: each sdpa reads k itself.
+  for (const ir::Op& op : planned.ops) EXPECT_NE(op.kind, ir::OpKind::Transpose);
+  expect_rewritten_equals_written(g, 6);
+}
+
+// Random graphs with attention written out (random_graph.cpp's matmul ->
+// mul -> softmax -> matmul in every dtype): where it became an sdpa, a
+// valid plan and the values of the graph as written; where it did not, a
+// near miss says why (16-bit v and f32 probabilities).
+TEST(AttentionRewrite, RandomGraphsWithWrittenOutAttention) {
+  int rewritten = 0, declined = 0;
+  for (uint64_t seed = 1; seed <= 3000; ++seed) {
+    const Graph g = testing::random_graph(seed);
+    const ir::Graph& planned = ir_of(g);
+    bool applied = false, near_miss = false;
+    for (const ir::RewriteNote& n : planned.rewrites)
+      if (n.row == "attention_as_sdpa") (n.applied ? applied : near_miss) = true;
+    declined += near_miss;
+    if (!applied) continue;
+    ++rewritten;
+    ASSERT_EQ(ir::verify_plan(planned, ir::plan_fusion(planned)), "") << "seed " << seed;
+    expect_rewritten_equals_written(g, seed);
+    if (HasFailure()) FAIL() << "seed " << seed << "\n" << g.to_json();
+  }
+  EXPECT_GT(rewritten, 20);
+  EXPECT_GT(declined, 20);
+  RecordProperty("graphs_rewritten", rewritten);
+}
+
+}  // namespace
+}  // namespace kiln
