@@ -199,10 +199,10 @@ def test_examples_through_python_against_the_reference(path):
     gen = torch.Generator().manual_seed(5)
     ins = {}
     for name, spec in g.inputs.items():
-        if spec.dtype == "bool":
-            value = torch.rand(*spec.shape, generator=gen) > 0.5
+        if spec.dtype == "bool":  # (a list: a rank-0 input's shape is empty)
+            value = torch.rand(list(spec.shape), generator=gen) > 0.5
         else:
-            value = torch.randn(*spec.shape, generator=gen)
+            value = torch.randn(list(spec.shape), generator=gen)
             if "var" in name:
                 value = value.abs() + 0.5
         # laid out as declared
