@@ -829,8 +829,15 @@ def _run_views(gm: torch.fx.GraphModule, args) -> Dict[torch.fx.Node, Any]:
         if n.op == "placeholder":
             env[n] = next(placeholders)
         elif n.op == "call_function" and n.target in _VIEWS and all(a in env for a in n.all_input_nodes):
-            env[n] = n.target(*torch.fx.node.map_arg(n.args, lambda a: env[a]),
-                              **torch.fx.node.map_arg(n.kwargs, lambda a: env[a]))
+            args_, kwargs_ = torch.fx.node.map_arg(n.args, lambda a: env[a]), torch.fx.node.map_arg(n.kwargs, lambda a: env[a])
+            try:
+                env[n] = n.target(*args_, **kwargs_)
+            except RuntimeError:
+                # An input laid out otherwise than traced (a kiln output is dense where PyTorch's
+                # value had other strides): view cannot express it, reshape copies the same values.
+                if n.target not in (aten.view.default, aten._unsafe_view.default):
+                    raise
+                env[n] = aten.reshape.default(*args_, **kwargs_)
     return env
 
 
