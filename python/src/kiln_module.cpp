@@ -16,6 +16,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <cstring>
+#include <map>
 #include <optional>
 
 #include "compiler/graph_internal.h"
@@ -130,6 +131,18 @@ nb::list op_table() {
   return out;
 }
 
+// The name of v's type, as "int" or "numpy.int64".
+std::string python_type_name(nb::handle v) { return nb::cast<std::string>(nb::type_name(v.type())); }
+
+// A Python int as an int64, or nullopt where it does not fit.
+std::optional<int64_t> int64_of(nb::handle v) {
+  int overflow = 0;
+  const long long x = PyLong_AsLongLongAndOverflow(v.ptr(), &overflow);
+  if (overflow != 0) return std::nullopt;
+  if (x == -1 && PyErr_Occurred()) throw nb::python_error();
+  return static_cast<int64_t>(x);
+}
+
 // An attribute value from Python, as its JSON value would be.
 AttrValue attr_value(const std::string& op, const std::string& key, nb::handle v) {
   if (nb::isinstance<nb::bool_>(v)) return nb::cast<bool>(v);
@@ -148,6 +161,34 @@ AttrValue attr_value(const std::string& op, const std::string& key, nb::handle v
   raise("GraphError", op + ": attribute '" + key + "' has a value of type " +
                           nb::cast<std::string>(nb::str(nb::handle(reinterpret_cast<PyObject*>(Py_TYPE(v.ptr()))))));
 }
+
+// The native side of kiln.GraphBuilder: Python names tensors by the ids
+// this builder returned; any other id is a GraphError, never a read.
+struct PyGraphBuilder {
+  explicit PyGraphBuilder(std::string name) : builder(std::move(name)) {}
+
+  int keep(Tensor t) {
+    if (Status s = builder.status(); !s) raise_graph_error(s.error());
+    handed.emplace(t.id, t);
+    return t.id;
+  }
+
+  Operand operand(const std::string& op, size_t i, nb::handle x) const {
+    const std::string where = op + ": operand " + std::to_string(i);
+    if (nb::isinstance<nb::float_>(x)) return nb::cast<double>(x);
+    if (!nb::isinstance<nb::int_>(x) || nb::isinstance<nb::bool_>(x))
+      raise("GraphError", where + " is a " + python_type_name(x) + ", not a tensor id or a float");
+    const std::optional<int64_t> id = int64_of(x);
+    const auto found = id ? handed.find(*id) : handed.end();
+    if (found == handed.end())
+      raise("GraphError", where + ": not a tensor of this builder (id " + nb::cast<std::string>(nb::str(x)) +
+                              ": an id it never returned)");
+    return found->second;
+  }
+
+  GraphBuilder builder;
+  std::map<int64_t, Tensor> handed;  // by id
+};
 
 // ---- host arrays: the reference interpreter's inputs and outputs ----
 
@@ -360,21 +401,16 @@ NB_MODULE(_kiln, m) {
       }, "fuse"_a = true)
       .def("run_reference", &run_reference_on);
 
-  nb::class_<GraphBuilder>(m, "GraphBuilder")
+  nb::class_<PyGraphBuilder>(m, "GraphBuilder")
       .def(nb::init<std::string>(), "name"_a = "")
-      .def("input", [](GraphBuilder& b, std::string name, std::vector<int64_t> shape, const std::string& dtype,
+      .def("input", [](PyGraphBuilder& b, std::string name, std::vector<int64_t> shape, const std::string& dtype,
                        std::optional<std::vector<int64_t>> strides) {
-        const Tensor t = b.input(std::move(name), std::move(shape), dtype_of(dtype), strides.value_or(Strides{}));
-        if (Status s = b.status(); !s) raise_graph_error(s.error());
-        return t.id;
+        return b.keep(b.builder.input(std::move(name), std::move(shape), dtype_of(dtype), strides.value_or(Strides{})));
       }, "name"_a, "shape"_a, "dtype"_a, "strides"_a = nb::none())
-      .def("op", [](GraphBuilder& b, const std::string& op, nb::list in, nb::dict attrs, std::optional<std::string> dtype,
+      .def("op", [](PyGraphBuilder& b, const std::string& op, nb::list in, nb::dict attrs, std::optional<std::string> dtype,
                     std::string out) {
         std::vector<Operand> operands;
-        for (nb::handle x : in) {
-          if (nb::isinstance<nb::int_>(x) && !nb::isinstance<nb::bool_>(x)) operands.emplace_back(Tensor{nb::cast<int>(x)});
-          else operands.emplace_back(nb::cast<double>(x));
-        }
+        for (size_t i = 0; i < in.size(); ++i) operands.push_back(b.operand(op, i, in[i]));
         Attrs list;
         for (auto [k, v] : attrs) {
           const std::string key = nb::cast<std::string>(k);
@@ -382,9 +418,7 @@ NB_MODULE(_kiln, m) {
         }
         std::optional<DType> d;
         if (dtype) d = dtype_of(*dtype);
-        const Tensor t = b.op(op, std::move(operands), std::move(list), d, std::move(out));
-        if (Status s = b.status(); !s) raise_graph_error(s.error());
-        return t.id;
+        return b.keep(b.builder.op(op, std::move(operands), std::move(list), d, std::move(out)));
       }, "op"_a, "inputs"_a, "attrs"_a, "dtype"_a = nb::none(), "out"_a = "");
 
   nb::class_<PyExecutable>(m, "Executable")
