@@ -192,3 +192,11 @@ def test_set_log_receives_the_librarys_warnings(tmp_path):
     finally:
         kiln.set_log(None)
     assert any(level == "warning" and "is not safe" in message for level, message in messages), messages
+
+
+def test_a_cache_dir_holding_a_nul_is_refused(tmp_path):
+    # (it was cut at the NUL: "cache\x00b" made and used the folder "cache")
+    with pytest.raises(ValueError, match=r"cache_dir '.*cache\\x00b' holds a NUL character"):
+        kiln.compile(simple_graph(), arch="sm_90", cache_dir=str(tmp_path / "cache\x00b"))
+    assert not (tmp_path / "cache").exists()
+
