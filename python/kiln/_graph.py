@@ -8,6 +8,8 @@ generated from the same table at build time (tools/gen_stubs.py).
 from __future__ import annotations
 
 import json
+import numbers
+import operator
 import os
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
@@ -79,6 +81,35 @@ class Tensor:
 Operand = Union[Tensor, float, int]
 
 
+def _integers(what: str, values: Sequence[Any]) -> List[int]:
+    """Sizes, strides or an integer attribute as the JSON writes them: Python
+    ints (NumPy's and other integers through operator.index); a bool or
+    anything else that is not an integer is a GraphError."""
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise GraphError(f"{what}: a {type(values).__name__}, not a sequence of integers")
+    return [_integer(what, v) for v in values]
+
+
+def _integer(what: str, value: Any) -> int:
+    if isinstance(value, bool) or type(value).__name__ in ("bool", "bool_"):  # (NumPy's bool: "bool_" before 2.0)
+        raise GraphError(f"{what}: {value!r} is a bool, not an integer")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise GraphError(f"{what}: {value!r} is a {type(value).__name__}, not an integer") from None
+
+
+def _attribute(op: str, key: str, value: Any) -> Any:
+    """An attribute value as the JSON writes it (NumPy integers as ints)."""
+    if isinstance(value, (bool, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return _integers(f"{op}: attribute '{key}'", value)
+    if isinstance(value, numbers.Integral):  # NumPy's integers (not its bool)
+        return _integer(f"{op}: attribute '{key}'", value)
+    return value  # (anything else is refused natively, naming its type)
+
+
 class GraphBuilder:
     """Builds a graph op by op; each call is checked at once (GraphError).
 
@@ -118,17 +149,19 @@ class GraphBuilder:
         return current
 
     def input(self, name: str, shape: Sequence[int], dtype: str, strides: Optional[Sequence[int]] = None) -> Tensor:
-        tid = self._native.input(name, list(shape), dtype, None if strides is None else list(strides))
-        entry: Dict[str, Any] = {"shape": list(shape), "dtype": dtype}
+        shape = _integers(f"input '{name}': shape", shape)
+        strides = None if strides is None else _integers(f"input '{name}': strides", strides)
+        tid = self._native.input(name, shape, dtype, strides)
+        entry: Dict[str, Any] = {"shape": shape, "dtype": dtype}
         if strides is not None:
-            entry["strides"] = list(strides)
+            entry["strides"] = strides
         self._doc["inputs"][name] = entry
         return self._hand_out(tid, name)
 
     def op(self, op: str, inputs: Sequence[Operand], attrs: Optional[Dict[str, Any]] = None,
            dtype: Optional[str] = None, name: Optional[str] = None) -> Tensor:
         """Any op of the catalogue by its graph-format.md name."""
-        attrs = {k: (list(v) if isinstance(v, tuple) else v) for k, v in (attrs or {}).items() if v is not None}
+        attrs = {k: _attribute(op, k, v) for k, v in (attrs or {}).items() if v is not None}
         native_in: List[Union[int, float]] = []
         doc_in: List[Union[str, float]] = []
         for i, x in enumerate(inputs):

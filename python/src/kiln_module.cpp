@@ -145,8 +145,15 @@ std::optional<int64_t> int64_of(nb::handle v) {
 
 // An attribute value from Python, as its JSON value would be.
 AttrValue attr_value(const std::string& op, const std::string& key, nb::handle v) {
+  auto integer = [&](nb::handle x) {
+    std::optional<int64_t> i = int64_of(x);
+    if (!i)
+      raise("GraphError", op + ": attribute '" + key + "': " + nb::cast<std::string>(nb::str(x)) +
+                              " does not fit a 64-bit integer");
+    return *i;
+  };
   if (nb::isinstance<nb::bool_>(v)) return nb::cast<bool>(v);
-  if (nb::isinstance<nb::int_>(v)) return nb::cast<int64_t>(v);
+  if (nb::isinstance<nb::int_>(v)) return integer(v);
   if (nb::isinstance<nb::float_>(v)) return nb::cast<double>(v);
   if (nb::isinstance<nb::str>(v)) return nb::cast<std::string>(v);
   if (nb::isinstance<nb::list>(v) || nb::isinstance<nb::tuple>(v)) {
@@ -154,12 +161,11 @@ AttrValue attr_value(const std::string& op, const std::string& key, nb::handle v
     for (nb::handle x : v) {
       if (!nb::isinstance<nb::int_>(x) || nb::isinstance<nb::bool_>(x))
         raise("GraphError", op + ": attribute '" + key + "' must be a list of integers");
-      values.push_back(nb::cast<int64_t>(x));
+      values.push_back(integer(x));
     }
     return values;
   }
-  raise("GraphError", op + ": attribute '" + key + "' has a value of type " +
-                          nb::cast<std::string>(nb::str(nb::handle(reinterpret_cast<PyObject*>(Py_TYPE(v.ptr()))))));
+  raise("GraphError", op + ": attribute '" + key + "' has a value of type " + python_type_name(v));
 }
 
 // The native side of kiln.GraphBuilder: Python names tensors by the ids
@@ -413,6 +419,7 @@ NB_MODULE(_kiln, m) {
         for (size_t i = 0; i < in.size(); ++i) operands.push_back(b.operand(op, i, in[i]));
         Attrs list;
         for (auto [k, v] : attrs) {
+          if (!nb::isinstance<nb::str>(k)) raise("GraphError", op + ": an attribute name is a " + python_type_name(k) + ", not a str");
           const std::string key = nb::cast<std::string>(k);
           list.emplace_back(key, attr_value(op, key, v));
         }

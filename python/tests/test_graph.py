@@ -204,3 +204,32 @@ def test_the_native_builder_refuses_ids_it_did_not_return(operand):
     x = native.input("x", [3], "f32", None)
     with pytest.raises(kiln.GraphError, match="operand 1"):
         native.op("add", [x, operand if operand != 0 else 5], {}, None, "y")
+
+
+def test_shapes_take_numpy_integers_and_refuse_bools():
+    np = pytest.importorskip("numpy")
+    b = kiln.GraphBuilder("g")
+    x = b.input("x", [np.int64(3), np.int32(4)], "f32", strides=(np.int64(4), np.uint8(1)))
+    b.output(b.reshape(b.reduce_sum(x, axes=[np.int64(1)]), shape=[np.int64(3), 1]), name="y")
+    g = b.build()
+    assert g.inputs["x"].shape == (3, 4) and g.outputs["y"].shape == (3, 1)
+    for bad in ([True, 4], [np.True_, 4], [3.0, 4], "34", 3):
+        with pytest.raises(kiln.GraphError, match=r"input 'z': shape: .*(bool|float|str|int), not"):
+            b.input("z", bad, "f32")
+    with pytest.raises(kiln.GraphError, match=r"input 'z': strides: False is a bool"):
+        b.input("z", [3], "f32", strides=[False])
+
+
+@pytest.mark.parametrize("attrs, says", [
+    (dict(axis=2**70), r"softmax: attribute 'axis': 1180591620717411303424 does not fit a 64-bit integer"),
+    (dict(axis=-2**63 - 1), "does not fit a 64-bit integer"),
+])
+def test_an_attribute_too_large_for_int64_is_a_graph_error(attrs, says):
+    b = kiln.GraphBuilder("g")
+    x = b.input("x", [3], "f32")
+    with pytest.raises(kiln.GraphError, match=says):
+        b.softmax(x, **attrs)
+    with pytest.raises(kiln.GraphError, match="reshape: attribute 'shape': .* does not fit a 64-bit integer"):
+        b.reshape(x, shape=[2**64])
+    with pytest.raises(kiln.GraphError, match="attribute name is a int"):
+        b._native.op("softmax", [x.id], {1: 2}, None, "w")
