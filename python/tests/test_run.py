@@ -200,3 +200,33 @@ def test_a_cache_dir_holding_a_nul_is_refused(tmp_path):
         kiln.compile(simple_graph(), arch="sm_90", cache_dir=str(tmp_path / "cache\x00b"))
     assert not (tmp_path / "cache").exists()
 
+
+def _bytes_strided(byte_strides, dtype=np.float32, shape=(3, 4)):
+    """An array of `shape` over a byte buffer with the given byte strides."""
+    return np.ndarray(shape, dtype, buffer=np.zeros(256, np.uint8), strides=byte_strides)
+
+
+# Arrays kiln cannot read are BindingErrors (they were nanobind's TypeError).
+@pytest.mark.parametrize("make, says", [
+    # byte strides 17 and 5 read as 4 and 1 elements, which the graph declares
+    (lambda: _bytes_strided((17, 5)), r"input 'x': byte strides \[17, 5\] are not multiples of the 4-byte item size"),
+    (lambda: np.zeros((3, 4), ">f4"), "input 'x': big-endian"),
+])
+def test_numpy_arrays_kiln_cannot_read_are_binding_errors(make, says):
+    exe = kiln.compile(simple_graph(), arch="sm_90")
+    with pytest.raises(kiln.BindingError, match=says):
+        exe(x=make(), w=np.zeros(4, np.float32))
+
+
+def test_torch_tensors_kiln_cannot_read_are_binding_errors():
+    torch = pytest.importorskip("torch")
+    exe = kiln.compile(simple_graph(), arch="sm_90")
+    w = torch.ones(4)
+    with pytest.raises(kiln.BindingError, match="input 'x': a tensor on meta"):
+        exe(x=torch.empty(3, 4, device="meta"), w=w)
+    # A negative view's storage holds the values without the sign: read raw, the sign was lost.
+    x = torch.arange(12.0).reshape(3, 4)
+    with pytest.raises(kiln.BindingError, match="input 'x': a negative view"):
+        exe(x=x._neg_view(), w=w)
+    assert torch.equal(exe(x=x._neg_view().resolve_neg(), w=w)["y"], torch.zeros(3, 4))
+
