@@ -15,9 +15,15 @@
 #include <nanobind/stl/variant.h>
 #include <nanobind/stl/vector.h>
 
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <optional>
+#include <system_error>
+#include <thread>
 
 #include "compiler/graph_internal.h"
 #include "compiler/numerics.h"
@@ -55,6 +61,7 @@ namespace {
     case ErrorCode::CompileOrDevice: raise("DeviceError", e.message);
     case ErrorCode::Usage:
     case ErrorCode::CheckFailed:
+    case ErrorCode::Interrupted:
     case ErrorCode::Internal: break;
   }
   raise("KilnError", e.message);
@@ -293,21 +300,62 @@ void launch(const PyExecutable& self, const std::vector<uintptr_t>& inputs, cons
   if (!s) raise_run_error(s.error());
 }
 
+// Runs the reference interpreter on a thread of its own while the calling
+// thread, every 50 ms, runs Python's signal handlers (PyErr_CheckSignals: on
+// the main thread only; elsewhere it does nothing). A handler that raises
+// (Ctrl-C's KeyboardInterrupt) stops the run at its next op or output row,
+// and the exception is raised here. Where no thread can be started, the run
+// takes the calling thread and cannot be interrupted.
+Expected<std::vector<HostTensor>> run_interruptibly(const Graph& graph, const std::vector<HostTensor>& inputs) {
+  std::atomic<bool> cancel{false};
+  std::optional<Expected<std::vector<HostTensor>>> out;
+  bool interrupted = false;
+  {
+    nb::gil_scoped_release release;
+    std::mutex m;
+    std::condition_variable finished;
+    std::optional<std::thread> worker;
+    try {
+      worker.emplace([&] {
+        Expected<std::vector<HostTensor>> result = run_reference(graph, inputs, nullptr, &cancel);
+        std::lock_guard<std::mutex> lock(m);
+        out.emplace(std::move(result));
+        finished.notify_one();
+      });
+    } catch (const std::system_error&) {
+      out.emplace(run_reference(graph, inputs));
+    }
+    if (worker) {
+      std::unique_lock<std::mutex> lock(m);
+      while (!finished.wait_for(lock, std::chrono::milliseconds(50), [&] { return out.has_value(); })) {
+        if (interrupted) continue;
+        lock.unlock();
+        {
+          nb::gil_scoped_acquire gil;
+          interrupted = PyErr_CheckSignals() != 0;  // the handler's exception stays set on this thread
+        }
+        if (interrupted) cancel = true;
+        lock.lock();
+      }
+      lock.unlock();
+      worker->join();
+    }
+  }
+  if (interrupted) throw nb::python_error();
+  return std::move(*out);
+}
+
 // Runs the reference interpreter on host arrays (in binding order); returns
 // float32 (bool: bool) NumPy arrays of the logical outputs.
 nb::list run_reference_on(const Graph& graph, const std::vector<HostArray>& arrays) {
   const std::vector<TensorDesc> declared = graph.inputs();
   std::vector<HostTensor> inputs;
   for (size_t i = 0; i < arrays.size(); ++i) inputs.push_back(host_tensor(arrays[i], declared[i]));
-  std::optional<Expected<std::vector<HostTensor>>> out;
-  {
-    nb::gil_scoped_release release;
-    out.emplace(run_reference(graph, inputs));
-  }
-  if (!out->ok()) raise_run_error(out->error());
+  Expected<std::vector<HostTensor>> out = run_interruptibly(graph, inputs);
+  if (!out) raise_run_error(out.error());
   nb::list result;
   nb::module_ np = nb::module_::import_("numpy");
-  for (const HostTensor& t : out->value()) {
+  for (const HostTensor& t : out.value()) {
     nb::object shape = to_tuple(t.shape);
     if (t.dtype == DType::boolean) {
       nb::object a = np.attr("empty")(shape, "dtype"_a = "bool");
