@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -75,9 +76,18 @@ std::vector<TensorDesc> Graph::outputs() const {
   return out;
 }
 
+// Each builder's handles carry its serial, so that a handle of another
+// builder (or a made-up one) is refused instead of read as one of its own.
+static uint64_t next_builder_serial() {
+  static std::atomic<uint64_t> serial{0};
+  return ++serial;
+}
+
 struct GraphBuilder::Impl {
   explicit Impl(std::string name) : graph(std::move(name)) {}
   ir::GraphConstructor graph;
+  const uint64_t serial = next_builder_serial();
+  std::vector<bool> handed_out;  // by tensor id: a handle this builder returned (not a scalar's constant)
   std::optional<Error> error;
   std::vector<std::string> outputs;
   int next_name = 0;
@@ -90,7 +100,22 @@ struct GraphBuilder::Impl {
       error = id.error();
       return {};
     }
-    return Tensor{*id};
+    const auto slot = static_cast<size_t>(*id);
+    if (handed_out.size() <= slot) handed_out.resize(slot + 1, false);
+    handed_out[slot] = true;
+    return Tensor{*id, serial};
+  }
+
+  // The name of the tensor `t` stands for; a UserError naming `what` when
+  // `t` is not a handle this builder returned.
+  const std::string& name_of(const Tensor& t, const std::string& what) const {
+    if (t.builder != serial || t.id < 0 || static_cast<size_t>(t.id) >= handed_out.size() ||
+        !handed_out[static_cast<size_t>(t.id)])
+      throw_user_error(fmt::format("{}: not a tensor of this builder (id {}: {})", what, t.id,
+                                   t.builder == serial ? "an id it never returned"
+                                   : t.builder == 0   ? "a handle no builder returned"
+                                                      : "a handle of another builder"));
+    return graph.name_of(t.id);
   }
 };
 
@@ -112,14 +137,12 @@ Tensor GraphBuilder::op(std::string_view op, std::vector<Operand> in, Attrs attr
   return impl_->record([&] {
     ir::OpDeclaration decl;
     decl.op = std::string(op);
-    for (const Operand& operand : in) {
-      if (const double* scalar = std::get_if<double>(&operand)) {
+    for (size_t i = 0; i < in.size(); ++i) {
+      if (const double* scalar = std::get_if<double>(&in[i])) {
         decl.in.emplace_back(*scalar);
         continue;
       }
-      const Tensor t = std::get<Tensor>(operand);
-      KILN_USER_CHECK(t.valid(), "{}: an operand is not a tensor of this builder", op);
-      decl.in.emplace_back(impl_->graph.name_of(t.id));
+      decl.in.emplace_back(impl_->name_of(std::get<Tensor>(in[i]), fmt::format("{}: operand {}", op, i)));
     }
     if (out.empty()) {
       do out = fmt::format("t{}", impl_->next_name++);
@@ -134,11 +157,12 @@ Tensor GraphBuilder::op(std::string_view op, std::vector<Operand> in, Attrs attr
 
 void GraphBuilder::output(Tensor t) {
   if (impl_->error) return;
-  if (!t.valid()) {
-    impl_->error = Error{ErrorCode::InvalidInput, "output: not a tensor of this builder"};
+  Expected<std::string> name = detail::catch_errors([&] { return impl_->name_of(t, "output"); });
+  if (!name) {
+    impl_->error = name.error();
     return;
   }
-  impl_->outputs.push_back(impl_->graph.name_of(t.id));
+  impl_->outputs.push_back(std::move(*name));
 }
 
 Status GraphBuilder::status() const {

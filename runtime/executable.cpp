@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <array>
+#include <memory>
+#include <utility>
 
 #include "compiler/graph_internal.h"
 #include "compiler/error.h"
@@ -48,9 +50,27 @@ void log_rewrites(const Graph& graph) {
   }
 }
 
+// The folders and files a compile may use, as the system will read them: a
+// NUL inside would cut the path short there (and name another folder), so
+// such a path is refused.
+Status check_paths(const CompileOptions& options) {
+  const std::shared_ptr<const Options> settings = current_options();
+  const std::pair<const char*, const std::string*> paths[] = {
+      {"cache_dir", &options.cache_dir},
+      {"Options::cache_dir", &settings->cache_dir},
+      {"Options::dump_dir", &settings->dump_dir},
+      {"Options::remote_secret_file", &settings->remote_secret_file}};
+  for (const auto& [what, path] : paths)
+    if (path->find('\0') != std::string::npos)
+      return Error{ErrorCode::InvalidInput,
+                   fmt::format("{} {} holds a NUL character, which no path can hold", what, detail::quoted(*path))};
+  return {};
+}
+
 }  // namespace
 
 Expected<Executable> Executable::compile(const Graph& graph, const CompileOptions& options) {
+  if (Status paths = check_paths(options); !paths) return paths.error();
   log_rewrites(graph);
   if (!options.autotune) return runtime::compile_executable(graph, options, nullptr);
   // Autotuning measures the choices; the pipeline compiles with them.

@@ -8,6 +8,7 @@
 // caller rounds it to the result's dtype where numerics rule 2 says.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <utility>
@@ -23,19 +24,26 @@ struct Value {
 };
 using Operands = std::vector<const Value*>;
 
+// Throws the Interrupted user error once `cancel` (if any) is set.
+void stop_if_cancelled(const std::atomic<bool>* cancel);
+
 // How far a long evaluation (an anchor) is, as a share of the op: the
 // evaluators call at() once per output row; it reports nothing unless the
-// interpreter was given a progress callback.
+// interpreter was given a progress callback, and stops the run (throws)
+// once the caller's cancel flag is set.
 class OpProgress {
  public:
   OpProgress() = default;
-  explicit OpProgress(std::function<void(double)> report) : report_(std::move(report)) {}
+  OpProgress(std::function<void(double)> report, const std::atomic<bool>* cancel)
+      : report_(std::move(report)), cancel_(cancel) {}
   void at(int64_t done, int64_t total) const {
+    stop_if_cancelled(cancel_);
     if (report_ && total > 0) report_(static_cast<double>(done) / static_cast<double>(total));
   }
 
  private:
   std::function<void(double)> report_;
+  const std::atomic<bool>* cancel_ = nullptr;
 };
 
 std::vector<float> eval_pointwise(const ir::Op& op, const Shape& out_shape, const Operands& in);

@@ -14,6 +14,14 @@
 #include "kiln/reference.h"
 
 namespace kiln {
+
+namespace reference {
+void stop_if_cancelled(const std::atomic<bool>* cancel) {
+  if (cancel && cancel->load(std::memory_order_relaxed))
+    throw_user_error("the reference interpreter was interrupted", ErrorCode::Interrupted);
+}
+}  // namespace reference
+
 namespace {
 
 using reference::Value;
@@ -63,7 +71,8 @@ std::pair<int64_t, ir::TensorId> peak_bytes(const ir::Graph& g) {
 }
 
 std::vector<HostTensor> interpret(const ir::Graph& g, const std::vector<HostTensor>& inputs,
-                                  const std::function<void(const ReferenceProgress&)>& on_op) {
+                                  const std::function<void(const ReferenceProgress&)>& on_op,
+                                  const std::atomic<bool>* cancel) {
   if (const auto [peak, at] = peak_bytes(g); at >= 0)
     require_host_memory(peak, fmt::format("the reference interpreter (at '{}', {})", g.tensor(at).name,
                                           ir::type_string(g.tensor(at))));
@@ -95,16 +104,17 @@ std::vector<HostTensor> interpret(const ir::Graph& g, const std::vector<HostTens
   ReferenceProgress progress{.ops_done = 0, .op_count = g.ops.size(), .work_done = 0};
 
   for (const ir::Op& op : g.ops) {
+    reference::stop_if_cancelled(cancel);
     reference::Operands operands;
     for (ir::TensorId id : op.inputs) operands.push_back(&*values[static_cast<size_t>(id)]);
     const ir::Tensor& result = g.result(op);
     const double this_work = on_op ? op_work[progress.ops_done] : 0;
     reference::OpProgress within;
-    if (on_op)
-      within = reference::OpProgress([&](double share) {
+    if (on_op || cancel)
+      within = reference::OpProgress(on_op ? std::function<void(double)>([&](double share) {
         progress.work_done = std::min((work + share * this_work) / std::max(total_work, 1.0), 1.0);
         on_op(progress);
-      });
+      }) : nullptr, cancel);
     Value out{result.shape, evaluate(g, op, operands, within)};
     KILN_INTERNAL_CHECK(out.data.size() == static_cast<size_t>(element_count(result.shape)));
     if (result.rounded)
@@ -143,8 +153,9 @@ Expected<std::vector<HostTensor>> run_reference(const Graph& graph, const std::v
 }
 
 Expected<std::vector<HostTensor>> run_reference(const Graph& graph, const std::vector<HostTensor>& inputs,
-                                                const std::function<void(const ReferenceProgress&)>& on_op) {
-  return detail::catch_errors([&] { return interpret(ir_of(graph), inputs, on_op); });
+                                                const std::function<void(const ReferenceProgress&)>& on_op,
+                                                const std::atomic<bool>* cancel) {
+  return detail::catch_errors([&] { return interpret(ir_of(graph), inputs, on_op, cancel); });
 }
 
 }  // namespace kiln

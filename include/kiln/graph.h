@@ -10,6 +10,7 @@
 //   kiln::Expected<kiln::Graph> g = b.build();  // g->hash(), g->to_json()
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -62,10 +63,13 @@ class Graph {
   std::shared_ptr<const ir::Graph> planned_;  // what the planner, codegen and runtime take (may be ir_)
 };
 
-// A handle to a tensor of a GraphBuilder.
+// A handle to a tensor of a GraphBuilder: only the builder that made it
+// accepts it (any other handle, a made-up id or one of another builder,
+// is an error of that builder, never a crash).
 struct Tensor {
   int id = -1;
-  bool valid() const { return id >= 0; }
+  uint64_t builder = 0;  // which builder made it (0: none; an invalid handle)
+  bool valid() const { return id >= 0 && builder != 0; }
 };
 
 // The value of an op attribute, as its JSON value would be.

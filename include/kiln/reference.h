@@ -3,6 +3,7 @@
 // sums accumulated in f64, rounding to f16/bf16 only where the graph says).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -27,9 +28,13 @@ struct ReferenceProgress {
   size_t op_count = 0;
   double work_done = 0;
 };
-// The same, calling `on_op` as above (on the calling thread).
+// The same, calling `on_op` as above (on the calling thread). With
+// `cancel`, the run stops soon after it is set (from any thread, or a signal
+// handler): it is read before each op and, within matmul, conv and attention,
+// before each output row; the run then returns an ErrorCode::Interrupted error.
 Expected<std::vector<HostTensor>> run_reference(const Graph& graph, const std::vector<HostTensor>& inputs,
-                                                const std::function<void(const ReferenceProgress&)>& on_op);
+                                                const std::function<void(const ReferenceProgress&)>& on_op,
+                                                const std::atomic<bool>* cancel = nullptr);
 
 // The most host memory run_reference holds at once for `graph` (its copies
 // of the inputs, then each result while its operands are alive), in bytes:

@@ -19,6 +19,7 @@ enum class ErrorCode {
   CompileOrDevice = 3,  // NVRTC or CUDA failure, or no GPU where one is needed
   CheckFailed = 4,      // a result outside tolerance
   OutOfMemory = 5,      // the device (or host) has not the memory asked for; the CLI exits 3
+  Interrupted = 130,    // stopped on request (run_reference's cancel flag), as a shell reports Ctrl-C
   Internal = 70,        // a bug in kiln: please report it
 };
 

@@ -26,6 +26,7 @@ def _torch():
 
 
 _NUMPY_KILN = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "bool": "bool"}
+_DLPACK_CPU, _DLPACK_CUDA = 1, 2  # DLDeviceType
 
 
 @dataclass
@@ -45,6 +46,12 @@ class Bound:
 def bind(x: Any, what: str) -> Bound:
     torch = _torch()
     if torch is not None and isinstance(x, torch.Tensor):
+        if x.device.type not in ("cpu", "cuda"):
+            raise BindingError(f"{what}: a tensor on {x.device}; kiln binds CPU and CUDA tensors")
+        if x.is_neg() or x.is_conj():
+            # (a lazy negation or conjugation: the storage holds the values without it)
+            raise BindingError(f"{what}: a {'negative' if x.is_neg() else 'conjugate'} view, whose storage does not "
+                               "hold its values; pass x.resolve_neg() / x.resolve_conj()")
         device = ("cuda", x.device.index or 0) if x.is_cuda else ("cpu", 0)
         return Bound("torch", device, x.data_ptr(), tuple(x.shape), tuple(x.stride()), _TORCH_DTYPES.get(x.dtype),
                      str(x.dtype), x)
@@ -60,14 +67,25 @@ def bind(x: Any, what: str) -> Bound:
     if module == "numpy":
         import numpy as np
         if isinstance(x, np.ndarray):
+            if not x.dtype.isnative:
+                raise BindingError(f"{what}: big-endian {x.dtype.name} (not this machine's byte order); "
+                                   "pass x.astype(x.dtype.newbyteorder('='))")
+            if x.itemsize and any(s % x.itemsize for s in x.strides):
+                raise BindingError(f"{what}: byte strides {list(x.strides)} are not multiples of the {x.itemsize}-byte "
+                                   "item size (a view of a record array?); pass np.ascontiguousarray(x)")
             elem = tuple(s // x.itemsize for s in x.strides) if x.itemsize else ()
             return Bound("numpy", ("cpu", 0), x.__array_interface__["data"][0], x.shape, elem,
                          _NUMPY_KILN.get(x.dtype.name), x.dtype.name, x)
     if hasattr(x, "__dlpack__") and hasattr(x, "__dlpack_device__"):
         from . import _kiln
-        pointer, shape, strides, dtype, device_type, device_id = _kiln.dlpack_info(x)
+        try:
+            pointer, shape, strides, dtype, device_type, device_id = _kiln.dlpack_info(x)
+        except TypeError as e:  # (nanobind could not take the array through DLPack)
+            raise BindingError(f"{what}: a {type(x).__module__}.{type(x).__name__} kiln cannot read through DLPack: {e}") from None
         library = "jax" if module in ("jax", "jaxlib") else "dlpack"
-        device = ("cuda", device_id) if device_type == 2 else ("cpu", 0)
+        if device_type not in (_DLPACK_CPU, _DLPACK_CUDA):
+            raise BindingError(f"{what}: an array on DLPack device type {device_type}; kiln binds CPU and CUDA arrays")
+        device = ("cuda", device_id) if device_type == _DLPACK_CUDA else ("cpu", 0)
         return Bound(library, device, pointer, tuple(shape), tuple(strides), dtype or None, dtype or "an unsupported dtype", x)
     raise BindingError(f"{what}: a {type(x).__module__}.{type(x).__name__} is not an array kiln can bind "
                        "(PyTorch, CuPy, JAX, NumPy or any object with __dlpack__)")

@@ -212,7 +212,10 @@ class Executable:
     def _run_reference(self, ins: List[Bound]) -> Dict[str, Any]:
         import numpy as np
         arrays = [_host_view(b) for b in ins]
-        results = self.graph._native.run_reference(arrays)
+        try:
+            results = self.graph._native.run_reference(arrays)
+        except TypeError as e:  # (nanobind could not take an array: bind() refuses those it knows of)
+            raise BindingError(f"graph '{self.graph.name}': an input kiln cannot read on the CPU: {e}") from None
         library = ins[0].library if ins else "numpy"
         out = {}
         for (name, shape, dtype), value in zip(self._outputs, results):

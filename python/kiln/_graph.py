@@ -8,6 +8,8 @@ generated from the same table at build time (tools/gen_stubs.py).
 from __future__ import annotations
 
 import json
+import numbers
+import operator
 import os
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
@@ -79,36 +81,93 @@ class Tensor:
 Operand = Union[Tensor, float, int]
 
 
+def _integers(what: str, values: Sequence[Any]) -> List[int]:
+    """Sizes, strides or an integer attribute as the JSON writes them: Python
+    ints (NumPy's and other integers through operator.index); a bool or
+    anything else that is not an integer is a GraphError."""
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise GraphError(f"{what}: a {type(values).__name__}, not a sequence of integers")
+    return [_integer(what, v) for v in values]
+
+
+def _integer(what: str, value: Any) -> int:
+    if isinstance(value, bool) or type(value).__name__ in ("bool", "bool_"):  # (NumPy's bool: "bool_" before 2.0)
+        raise GraphError(f"{what}: {value!r} is a bool, not an integer")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise GraphError(f"{what}: {value!r} is a {type(value).__name__}, not an integer") from None
+
+
+def _attribute(op: str, key: str, value: Any) -> Any:
+    """An attribute value as the JSON writes it (NumPy integers as ints)."""
+    if isinstance(value, (bool, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return _integers(f"{op}: attribute '{key}'", value)
+    if isinstance(value, numbers.Integral):  # NumPy's integers (not its bool)
+        return _integer(f"{op}: attribute '{key}'", value)
+    return value  # (anything else is refused natively, naming its type)
+
+
 class GraphBuilder:
-    """Builds a graph op by op; each call is checked at once (GraphError)."""
+    """Builds a graph op by op; each call is checked at once (GraphError).
+
+    The native builder checks each call; the JSON document kept beside it is
+    what build() loads. Both read an operand by the handle's id, which must be
+    one this builder returned with the name it returned it with, so that the
+    graph built is the graph checked."""
 
     def __init__(self, name: str = ""):
         self._native = _kiln.GraphBuilder(name)
         self._doc: Dict[str, Any] = {"kiln": 1, "name": name, "inputs": {}, "ops": [], "outputs": []}
         self._names: set = set()
         self._next = 0
+        self._handed: Dict[int, str] = {}  # id -> the name its handle was returned with
+        self._doc_name: Dict[int, str] = {}  # id -> its name in the document (output() may rename it)
+        self._renamed: set = set()  # the names output() gave
 
-    def input(self, name: str, shape: Sequence[int], dtype: str, strides: Optional[Sequence[int]] = None) -> Tensor:
-        tid = self._native.input(name, list(shape), dtype, None if strides is None else list(strides))
-        entry: Dict[str, Any] = {"shape": list(shape), "dtype": dtype}
-        if strides is not None:
-            entry["strides"] = list(strides)
-        self._doc["inputs"][name] = entry
+    def _hand_out(self, tid: int, name: str) -> Tensor:
+        self._handed[tid] = name
+        self._doc_name[tid] = name
         self._names.add(name)
         return Tensor(self, tid, name)
+
+    def _name_in_doc(self, t: Any, what: str) -> str:
+        """The document's name of the tensor handle `t`; a GraphError when this builder did not return it."""
+        if not isinstance(t, Tensor):
+            raise GraphError(f"{what}: not a tensor of this builder (a {type(t).__name__})")
+        if t.builder is not self:
+            raise GraphError(f"{what}: not a tensor of this builder (a tensor of another builder)")
+        handed = self._handed.get(t.id) if type(t.id) is int else None
+        if handed is None:
+            raise GraphError(f"{what}: not a tensor of this builder (id {t.id!r} is none of the tensors it returned)")
+        current = self._doc_name[t.id]
+        if t.name not in (handed, current):
+            raise GraphError(f"{what}: the handle names '{t.name}' but its id {t.id} is '{current}'; "
+                             "use the handle the builder returned")
+        return current
+
+    def input(self, name: str, shape: Sequence[int], dtype: str, strides: Optional[Sequence[int]] = None) -> Tensor:
+        shape = _integers(f"input '{name}': shape", shape)
+        strides = None if strides is None else _integers(f"input '{name}': strides", strides)
+        tid = self._native.input(name, shape, dtype, strides)
+        entry: Dict[str, Any] = {"shape": shape, "dtype": dtype}
+        if strides is not None:
+            entry["strides"] = strides
+        self._doc["inputs"][name] = entry
+        return self._hand_out(tid, name)
 
     def op(self, op: str, inputs: Sequence[Operand], attrs: Optional[Dict[str, Any]] = None,
            dtype: Optional[str] = None, name: Optional[str] = None) -> Tensor:
         """Any op of the catalogue by its graph-format.md name."""
-        attrs = {k: (list(v) if isinstance(v, tuple) else v) for k, v in (attrs or {}).items() if v is not None}
+        attrs = {k: _attribute(op, k, v) for k, v in (attrs or {}).items() if v is not None}
         native_in: List[Union[int, float]] = []
         doc_in: List[Union[str, float]] = []
-        for x in inputs:
+        for i, x in enumerate(inputs):
             if isinstance(x, Tensor):
-                if x.builder is not self:
-                    raise GraphError(f"{op}: an operand is a tensor of another builder")
+                doc_in.append(self._name_in_doc(x, f"{op}: operand {i}"))
                 native_in.append(x.id)
-                doc_in.append(x.name)
             elif isinstance(x, (int, float)) and not isinstance(x, bool):
                 native_in.append(float(x))
                 doc_in.append(float(x))
@@ -119,25 +178,27 @@ class GraphBuilder:
                 self._next += 1
             name = f"t{self._next}"
             self._next += 1
+        elif name in self._renamed:  # (a name output() gave, which the native builder does not know)
+            raise GraphError(f"{op}: the name '{name}' is taken (an output's)")
         tid = self._native.op(op, native_in, attrs, dtype, name)
         entry: Dict[str, Any] = {"op": op, "in": doc_in, "out": name}
         if dtype is not None:
             entry["dtype"] = dtype
         entry.update(attrs)
         self._doc["ops"].append(entry)
-        self._names.add(name)
-        return Tensor(self, tid, name)
+        return self._hand_out(tid, name)
 
     def output(self, t: Tensor, name: Optional[str] = None) -> None:
         """Marks `t` as a graph output, renamed to `name` when given."""
-        if not isinstance(t, Tensor) or t.builder is not self:
-            raise GraphError("output: not a tensor of this builder")
-        if name is not None and name != t.name:
-            self._rename(t.name, name)
-            t = Tensor(self, t.id, name)
-        if t.name in self._doc["outputs"]:
-            raise GraphError(f"output: '{t.name}' is an output already")
-        self._doc["outputs"].append(t.name)
+        current = self._name_in_doc(t, "output")
+        if name is not None and name != current:
+            self._rename(current, name)
+            self._doc_name[t.id] = name
+            self._renamed.add(name)
+            current = name
+        if current in self._doc["outputs"]:
+            raise GraphError(f"output: '{current}' is an output already")
+        self._doc["outputs"].append(current)
 
     def _rename(self, old: str, new: str) -> None:
         if new in self._names:

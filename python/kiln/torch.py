@@ -127,10 +127,15 @@ for _target, _kiln, _arity in ((aten.pow.Tensor_Scalar, "pow", 2), (aten.pow.Ten
     CONVERTERS[_target] = _one_to_one(_kiln, _arity)
 
 
+def _alpha(n: torch.fx.Node):
+    """add, sub and rsub's alpha: keyword-only in the .Tensor overloads, the third argument in the .Scalar ones."""
+    return n.args[2] if len(n.args) > 2 else n.kwargs.get("alpha", 1)
+
+
 @converts(aten.add.Tensor, aten.add.Scalar, aten.sub.Tensor, aten.sub.Scalar)
 def _add_sub(c, n):
     a, b = c.arg(n.args[0]), c.arg(n.args[1])
-    alpha = n.kwargs.get("alpha", 1)
+    alpha = _alpha(n)
     if alpha != 1:
         b = c.b.op("mul", [b, float(alpha)])
     return op(c, n, "add" if n.target in (aten.add.Tensor, aten.add.Scalar) else "sub", [a, b])
@@ -139,7 +144,7 @@ def _add_sub(c, n):
 @converts(aten.rsub.Tensor, aten.rsub.Scalar)
 def _rsub(c, n):
     a, b = c.arg(n.args[0]), c.arg(n.args[1])
-    alpha = n.kwargs.get("alpha", 1)
+    alpha = _alpha(n)
     if alpha != 1:
         a = c.b.op("mul", [a, float(alpha)])
     return op(c, n, "sub", [b, a])
@@ -165,11 +170,15 @@ def _leaky_relu(c, n):
 
 @converts(aten.softplus.default)
 def _softplus(c, n):
-    beta = float(n.args[1]) if len(n.args) > 1 else 1.0
+    """log(1 + exp(beta * x)) / beta, and x itself where beta * x > threshold (PyTorch's rule)."""
+    beta = float(n.args[1]) if len(n.args) > 1 else float(n.kwargs.get("beta", 1.0))
+    threshold = float(n.args[2]) if len(n.args) > 2 else float(n.kwargs.get("threshold", 20.0))
     x = c.arg(n.args[0])
-    if beta == 1.0:
-        return op(c, n, "softplus", [x])  # (PyTorch's threshold: x itself past 20, equal within f32 rounding)
-    return op(c, n, "div", [c.b.op("softplus", [c.b.op("mul", [x, beta])]), beta])
+    if beta == 1.0 and threshold == 20.0:
+        return op(c, n, "softplus", [x])  # (past 20, x itself and softplus(x) are equal within f32 rounding)
+    bx = x if beta == 1.0 else c.b.op("mul", [x, beta])
+    soft = c.b.op("softplus", [bx]) if beta == 1.0 else c.b.op("div", [c.b.op("softplus", [bx]), beta])
+    return op(c, n, "where", [c.b.op("gt", [bx, threshold]), x, soft])
 
 
 @converts(aten.clamp.default, aten.clamp_min.default, aten.clamp_max.default, aten.hardtanh.default)
@@ -340,13 +349,22 @@ def _mm(c, n):
 
 @converts(aten.addmm.default)
 def _addmm(c, n):
+    """beta * input + alpha * (mat1 @ mat2). Where beta (alpha) is 0, PyTorch
+    leaves that term out, NaN and inf in its operands included: so does kiln."""
     beta, alpha = n.kwargs.get("beta", 1), n.kwargs.get("alpha", 1)
-    m = c.b.op("matmul", [c.arg(n.args[1]), c.arg(n.args[2])])
-    if alpha != 1:
-        m = c.b.op("mul", [m, float(alpha)])
+    if beta == 0 and alpha == 0:
+        raise Unsupported("addmm with beta=0 and alpha=0 (a tensor of zeros)")
+    if alpha != 0:
+        m = c.b.op("matmul", [c.arg(n.args[1]), c.arg(n.args[2])])
+        if alpha != 1:
+            m = c.b.op("mul", [m, float(alpha)])
+        if beta == 0:
+            return op(c, n, "identity", [m])
     bias = c.arg(n.args[0])
     if beta != 1:
         bias = c.b.op("mul", [bias, float(beta)])
+    if alpha == 0:
+        return op(c, n, "identity", [view(c, "expand", bias, shape=shape_of(n))])
     return op(c, n, "add", [m, bias])
 
 
@@ -731,6 +749,10 @@ class KilnSubgraph(torch.nn.Module):
         return graph, seen
 
     def forward(self, *args):
+        if any(t.is_neg() or t.is_conj() for t in args):
+            # A negative or conjugate view: its storage holds the values without the sign (the
+            # conjugation), and kiln reads the storage. Such an argument is given as a tensor of its own.
+            args = tuple(t.resolve_neg().resolve_conj() for t in args)
         # One look at every argument's layout, compared with the last call's in one step: a
         # model's forward passes the same layouts every time (dynamo's guards see to its inputs).
         layout = [(t.shape, t.stride(), t.dtype, t.device) for t in args]

@@ -15,8 +15,15 @@
 #include <nanobind/stl/variant.h>
 #include <nanobind/stl/vector.h>
 
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <optional>
+#include <system_error>
+#include <thread>
 
 #include "compiler/graph_internal.h"
 #include "compiler/numerics.h"
@@ -54,6 +61,7 @@ namespace {
     case ErrorCode::CompileOrDevice: raise("DeviceError", e.message);
     case ErrorCode::Usage:
     case ErrorCode::CheckFailed:
+    case ErrorCode::Interrupted:
     case ErrorCode::Internal: break;
   }
   raise("KilnError", e.message);
@@ -130,10 +138,29 @@ nb::list op_table() {
   return out;
 }
 
+// The name of v's type, as "int" or "numpy.int64".
+std::string python_type_name(nb::handle v) { return nb::cast<std::string>(nb::type_name(v.type())); }
+
+// A Python int as an int64, or nullopt where it does not fit.
+std::optional<int64_t> int64_of(nb::handle v) {
+  int overflow = 0;
+  const long long x = PyLong_AsLongLongAndOverflow(v.ptr(), &overflow);
+  if (overflow != 0) return std::nullopt;
+  if (x == -1 && PyErr_Occurred()) throw nb::python_error();
+  return static_cast<int64_t>(x);
+}
+
 // An attribute value from Python, as its JSON value would be.
 AttrValue attr_value(const std::string& op, const std::string& key, nb::handle v) {
+  auto integer = [&](nb::handle x) {
+    std::optional<int64_t> i = int64_of(x);
+    if (!i)
+      raise("GraphError", op + ": attribute '" + key + "': " + nb::cast<std::string>(nb::str(x)) +
+                              " does not fit a 64-bit integer");
+    return *i;
+  };
   if (nb::isinstance<nb::bool_>(v)) return nb::cast<bool>(v);
-  if (nb::isinstance<nb::int_>(v)) return nb::cast<int64_t>(v);
+  if (nb::isinstance<nb::int_>(v)) return integer(v);
   if (nb::isinstance<nb::float_>(v)) return nb::cast<double>(v);
   if (nb::isinstance<nb::str>(v)) return nb::cast<std::string>(v);
   if (nb::isinstance<nb::list>(v) || nb::isinstance<nb::tuple>(v)) {
@@ -141,13 +168,40 @@ AttrValue attr_value(const std::string& op, const std::string& key, nb::handle v
     for (nb::handle x : v) {
       if (!nb::isinstance<nb::int_>(x) || nb::isinstance<nb::bool_>(x))
         raise("GraphError", op + ": attribute '" + key + "' must be a list of integers");
-      values.push_back(nb::cast<int64_t>(x));
+      values.push_back(integer(x));
     }
     return values;
   }
-  raise("GraphError", op + ": attribute '" + key + "' has a value of type " +
-                          nb::cast<std::string>(nb::str(nb::handle(reinterpret_cast<PyObject*>(Py_TYPE(v.ptr()))))));
+  raise("GraphError", op + ": attribute '" + key + "' has a value of type " + python_type_name(v));
 }
+
+// The native side of kiln.GraphBuilder: Python names tensors by the ids
+// this builder returned; any other id is a GraphError, never a read.
+struct PyGraphBuilder {
+  explicit PyGraphBuilder(std::string name) : builder(std::move(name)) {}
+
+  int keep(Tensor t) {
+    if (Status s = builder.status(); !s) raise_graph_error(s.error());
+    handed.emplace(t.id, t);
+    return t.id;
+  }
+
+  Operand operand(const std::string& op, size_t i, nb::handle x) const {
+    const std::string where = op + ": operand " + std::to_string(i);
+    if (nb::isinstance<nb::float_>(x)) return nb::cast<double>(x);
+    if (!nb::isinstance<nb::int_>(x) || nb::isinstance<nb::bool_>(x))
+      raise("GraphError", where + " is a " + python_type_name(x) + ", not a tensor id or a float");
+    const std::optional<int64_t> id = int64_of(x);
+    const auto found = id ? handed.find(*id) : handed.end();
+    if (found == handed.end())
+      raise("GraphError", where + ": not a tensor of this builder (id " + nb::cast<std::string>(nb::str(x)) +
+                              ": an id it never returned)");
+    return found->second;
+  }
+
+  GraphBuilder builder;
+  std::map<int64_t, Tensor> handed;  // by id
+};
 
 // ---- host arrays: the reference interpreter's inputs and outputs ----
 
@@ -246,21 +300,62 @@ void launch(const PyExecutable& self, const std::vector<uintptr_t>& inputs, cons
   if (!s) raise_run_error(s.error());
 }
 
+// Runs the reference interpreter on a thread of its own while the calling
+// thread, every 50 ms, runs Python's signal handlers (PyErr_CheckSignals: on
+// the main thread only; elsewhere it does nothing). A handler that raises
+// (Ctrl-C's KeyboardInterrupt) stops the run at its next op or output row,
+// and the exception is raised here. Where no thread can be started, the run
+// takes the calling thread and cannot be interrupted.
+Expected<std::vector<HostTensor>> run_interruptibly(const Graph& graph, const std::vector<HostTensor>& inputs) {
+  std::atomic<bool> cancel{false};
+  std::optional<Expected<std::vector<HostTensor>>> out;
+  bool interrupted = false;
+  {
+    nb::gil_scoped_release release;
+    std::mutex m;
+    std::condition_variable finished;
+    std::optional<std::thread> worker;
+    try {
+      worker.emplace([&] {
+        Expected<std::vector<HostTensor>> result = run_reference(graph, inputs, nullptr, &cancel);
+        std::lock_guard<std::mutex> lock(m);
+        out.emplace(std::move(result));
+        finished.notify_one();
+      });
+    } catch (const std::system_error&) {
+      out.emplace(run_reference(graph, inputs));
+    }
+    if (worker) {
+      std::unique_lock<std::mutex> lock(m);
+      while (!finished.wait_for(lock, std::chrono::milliseconds(50), [&] { return out.has_value(); })) {
+        if (interrupted) continue;
+        lock.unlock();
+        {
+          nb::gil_scoped_acquire gil;
+          interrupted = PyErr_CheckSignals() != 0;  // the handler's exception stays set on this thread
+        }
+        if (interrupted) cancel = true;
+        lock.lock();
+      }
+      lock.unlock();
+      worker->join();
+    }
+  }
+  if (interrupted) throw nb::python_error();
+  return std::move(*out);
+}
+
 // Runs the reference interpreter on host arrays (in binding order); returns
 // float32 (bool: bool) NumPy arrays of the logical outputs.
 nb::list run_reference_on(const Graph& graph, const std::vector<HostArray>& arrays) {
   const std::vector<TensorDesc> declared = graph.inputs();
   std::vector<HostTensor> inputs;
   for (size_t i = 0; i < arrays.size(); ++i) inputs.push_back(host_tensor(arrays[i], declared[i]));
-  std::optional<Expected<std::vector<HostTensor>>> out;
-  {
-    nb::gil_scoped_release release;
-    out.emplace(run_reference(graph, inputs));
-  }
-  if (!out->ok()) raise_run_error(out->error());
+  Expected<std::vector<HostTensor>> out = run_interruptibly(graph, inputs);
+  if (!out) raise_run_error(out.error());
   nb::list result;
   nb::module_ np = nb::module_::import_("numpy");
-  for (const HostTensor& t : out->value()) {
+  for (const HostTensor& t : out.value()) {
     nb::object shape = to_tuple(t.shape);
     if (t.dtype == DType::boolean) {
       nb::object a = np.attr("empty")(shape, "dtype"_a = "bool");
@@ -360,31 +455,25 @@ NB_MODULE(_kiln, m) {
       }, "fuse"_a = true)
       .def("run_reference", &run_reference_on);
 
-  nb::class_<GraphBuilder>(m, "GraphBuilder")
+  nb::class_<PyGraphBuilder>(m, "GraphBuilder")
       .def(nb::init<std::string>(), "name"_a = "")
-      .def("input", [](GraphBuilder& b, std::string name, std::vector<int64_t> shape, const std::string& dtype,
+      .def("input", [](PyGraphBuilder& b, std::string name, std::vector<int64_t> shape, const std::string& dtype,
                        std::optional<std::vector<int64_t>> strides) {
-        const Tensor t = b.input(std::move(name), std::move(shape), dtype_of(dtype), strides.value_or(Strides{}));
-        if (Status s = b.status(); !s) raise_graph_error(s.error());
-        return t.id;
+        return b.keep(b.builder.input(std::move(name), std::move(shape), dtype_of(dtype), strides.value_or(Strides{})));
       }, "name"_a, "shape"_a, "dtype"_a, "strides"_a = nb::none())
-      .def("op", [](GraphBuilder& b, const std::string& op, nb::list in, nb::dict attrs, std::optional<std::string> dtype,
+      .def("op", [](PyGraphBuilder& b, const std::string& op, nb::list in, nb::dict attrs, std::optional<std::string> dtype,
                     std::string out) {
         std::vector<Operand> operands;
-        for (nb::handle x : in) {
-          if (nb::isinstance<nb::int_>(x) && !nb::isinstance<nb::bool_>(x)) operands.emplace_back(Tensor{nb::cast<int>(x)});
-          else operands.emplace_back(nb::cast<double>(x));
-        }
+        for (size_t i = 0; i < in.size(); ++i) operands.push_back(b.operand(op, i, in[i]));
         Attrs list;
         for (auto [k, v] : attrs) {
+          if (!nb::isinstance<nb::str>(k)) raise("GraphError", op + ": an attribute name is a " + python_type_name(k) + ", not a str");
           const std::string key = nb::cast<std::string>(k);
           list.emplace_back(key, attr_value(op, key, v));
         }
         std::optional<DType> d;
         if (dtype) d = dtype_of(*dtype);
-        const Tensor t = b.op(op, std::move(operands), std::move(list), d, std::move(out));
-        if (Status s = b.status(); !s) raise_graph_error(s.error());
-        return t.id;
+        return b.keep(b.builder.op(op, std::move(operands), std::move(list), d, std::move(out)));
       }, "op"_a, "inputs"_a, "attrs"_a, "dtype"_a = nb::none(), "out"_a = "");
 
   nb::class_<PyExecutable>(m, "Executable")

@@ -159,3 +159,77 @@ def test_outputs_are_named_and_checked():
     with pytest.raises(kiln.GraphError, match="not a tensor of this builder"):
         other.output(y)
     assert list(b.build().outputs) == ["y"]
+
+
+# A handle the builder did not return (a made-up id, a name that disagrees
+# with its id) is a GraphError: a made-up id crashed the process or read
+# garbage natively, and a name that disagreed built another graph than the
+# one checked.
+@pytest.mark.parametrize("tid", [1048576, 1, 3, 1000, 2**40, -1, True, "0", None])  # (0 is x, 2 is y)
+def test_a_handle_the_builder_did_not_return_is_a_graph_error(tid):
+    b = kiln.GraphBuilder("g")
+    x = b.input("x", [3], "f32")
+    y = b.add(x, 1.0)  # natively, the constant 1.0 is a tensor no handle names
+    forged = kiln.Tensor(b, tid, "x")
+    with pytest.raises(kiln.GraphError, match=r"exp: operand 0: not a tensor of this builder \(id .* is none of"):
+        b.exp(forged)
+    with pytest.raises(kiln.GraphError, match="output: not a tensor of this builder"):
+        b.output(forged)
+    b.output(b.exp(y), name="z")  # the builder is unharmed
+    assert b.build().outputs["z"].shape == (3,)
+
+
+def test_a_handle_whose_name_disagrees_with_its_id_is_a_graph_error():
+    b = kiln.GraphBuilder("g")
+    x = b.input("x", [3], "f32")
+    y = b.input("y", [3], "f32")
+    with pytest.raises(kiln.GraphError, match=r"sub: operand 1: the handle names 'y' but its id 0 is 'x'"):
+        b.sub(y, kiln.Tensor(b, x.id, "y"))
+    with pytest.raises(kiln.GraphError, match="the handle names 'nope'"):
+        b.output(kiln.Tensor(b, x.id, "nope"))
+    other = kiln.GraphBuilder("other")
+    theirs = other.input("x", [3], "f32")
+    with pytest.raises(kiln.GraphError, match=r"add: operand 1: not a tensor of this builder \(a tensor of another builder\)"):
+        b.add(x, theirs)
+    # What is checked is what is built: y - x.
+    b.output(b.sub(y, x), name="d")
+    assert json.loads(b.to_json())["ops"] == [{"op": "sub", "in": ["y", "x"], "out": "d"}]
+
+
+@pytest.mark.parametrize("operand", [0, 1, 2**40, -1, True, "x", 1.5j])
+def test_the_native_builder_refuses_ids_it_did_not_return(operand):
+    native = kiln._kiln.GraphBuilder("g")
+    with pytest.raises(kiln.GraphError, match="exp: operand 0"):
+        native.op("exp", [operand], {}, None, "y")
+    x = native.input("x", [3], "f32", None)
+    with pytest.raises(kiln.GraphError, match="operand 1"):
+        native.op("add", [x, operand if operand != 0 else 5], {}, None, "y")
+
+
+def test_shapes_take_numpy_integers_and_refuse_bools():
+    np = pytest.importorskip("numpy")
+    b = kiln.GraphBuilder("g")
+    x = b.input("x", [np.int64(3), np.int32(4)], "f32", strides=(np.int64(4), np.uint8(1)))
+    b.output(b.reshape(b.reduce_sum(x, axes=[np.int64(1)]), shape=[np.int64(3), 1]), name="y")
+    g = b.build()
+    assert g.inputs["x"].shape == (3, 4) and g.outputs["y"].shape == (3, 1)
+    for bad in ([True, 4], [np.True_, 4], [3.0, 4], "34", 3):
+        with pytest.raises(kiln.GraphError, match=r"input 'z': shape: .*(bool|float|str|int), not"):
+            b.input("z", bad, "f32")
+    with pytest.raises(kiln.GraphError, match=r"input 'z': strides: False is a bool"):
+        b.input("z", [3], "f32", strides=[False])
+
+
+@pytest.mark.parametrize("attrs, says", [
+    (dict(axis=2**70), r"softmax: attribute 'axis': 1180591620717411303424 does not fit a 64-bit integer"),
+    (dict(axis=-2**63 - 1), "does not fit a 64-bit integer"),
+])
+def test_an_attribute_too_large_for_int64_is_a_graph_error(attrs, says):
+    b = kiln.GraphBuilder("g")
+    x = b.input("x", [3], "f32")
+    with pytest.raises(kiln.GraphError, match=says):
+        b.softmax(x, **attrs)
+    with pytest.raises(kiln.GraphError, match="reshape: attribute 'shape': .* does not fit a 64-bit integer"):
+        b.reshape(x, shape=[2**64])
+    with pytest.raises(kiln.GraphError, match="attribute name is a int"):
+        b._native.op("softmax", [x.id], {1: 2}, None, "w")

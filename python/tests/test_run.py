@@ -192,3 +192,101 @@ def test_set_log_receives_the_librarys_warnings(tmp_path):
     finally:
         kiln.set_log(None)
     assert any(level == "warning" and "is not safe" in message for level, message in messages), messages
+
+
+def test_a_cache_dir_holding_a_nul_is_refused(tmp_path):
+    # (it was cut at the NUL: "cache\x00b" made and used the folder "cache")
+    with pytest.raises(ValueError, match=r"cache_dir '.*cache\\x00b' holds a NUL character"):
+        kiln.compile(simple_graph(), arch="sm_90", cache_dir=str(tmp_path / "cache\x00b"))
+    assert not (tmp_path / "cache").exists()
+
+
+def _bytes_strided(byte_strides, dtype=np.float32, shape=(3, 4)):
+    """An array of `shape` over a byte buffer with the given byte strides."""
+    return np.ndarray(shape, dtype, buffer=np.zeros(256, np.uint8), strides=byte_strides)
+
+
+# Arrays kiln cannot read are BindingErrors (they were nanobind's TypeError).
+@pytest.mark.parametrize("make, says", [
+    # byte strides 17 and 5 read as 4 and 1 elements, which the graph declares
+    (lambda: _bytes_strided((17, 5)), r"input 'x': byte strides \[17, 5\] are not multiples of the 4-byte item size"),
+    (lambda: np.zeros((3, 4), ">f4"), "input 'x': big-endian"),
+])
+def test_numpy_arrays_kiln_cannot_read_are_binding_errors(make, says):
+    exe = kiln.compile(simple_graph(), arch="sm_90")
+    with pytest.raises(kiln.BindingError, match=says):
+        exe(x=make(), w=np.zeros(4, np.float32))
+
+
+def test_torch_tensors_kiln_cannot_read_are_binding_errors():
+    torch = pytest.importorskip("torch")
+    exe = kiln.compile(simple_graph(), arch="sm_90")
+    w = torch.ones(4)
+    with pytest.raises(kiln.BindingError, match="input 'x': a tensor on meta"):
+        exe(x=torch.empty(3, 4, device="meta"), w=w)
+    # A negative view's storage holds the values without the sign: read raw, the sign was lost.
+    x = torch.arange(12.0).reshape(3, 4)
+    with pytest.raises(kiln.BindingError, match="input 'x': a negative view"):
+        exe(x=x._neg_view(), w=w)
+    assert torch.equal(exe(x=x._neg_view().resolve_neg(), w=w)["y"], torch.zeros(3, 4))
+
+
+def test_ctrl_c_stops_a_long_reference_run(tmp_path):
+    """A 4096^2 matmul on the reference interpreter takes tens of seconds;
+    SIGINT raises KeyboardInterrupt within a second or so, not at its end."""
+    import signal
+    script = tmp_path / "long_run.py"
+    script.write_text(
+        "import sys, time\n"
+        "import numpy as np\n"
+        "import kiln\n"
+        "b = kiln.GraphBuilder('long')\n"
+        "a = b.input('a', [4096, 4096], 'f32')\n"
+        "b.output(b.matmul(a, a), name='y')\n"
+        "exe = kiln.compile(b.build(), arch='sm_90')\n"
+        "x = np.ones((4096, 4096), np.float32)\n"
+        "print('running', flush=True)\n"
+        "try:\n"
+        "    exe(a=x)\n"
+        "    print('finished', flush=True)\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted', flush=True)\n")
+    child = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "running"
+        time.sleep(1.0)  # inside the run
+        child.send_signal(signal.SIGINT)
+        sent = time.monotonic()
+        out, err = child.communicate(timeout=120)
+        waited = time.monotonic() - sent
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert out.strip() == "interrupted", (out, err)
+    assert child.returncode == 0, err
+    assert waited < 5.0, f"KeyboardInterrupt came {waited:.1f} s after SIGINT"
+
+
+def test_ctrl_c_stops_the_clis_reference_run(tmp_path):
+    """`kiln run --device cpu` ends at once on SIGINT (the default action:
+    nothing in the CLI or the interpreter holds the signal back)."""
+    import signal
+    graph = tmp_path / "long.json"
+    graph.write_text('{"kiln": 1, "inputs": {"a": {"shape": [4096, 4096], "dtype": "f32"}}, '
+                     '"ops": [{"op": "matmul", "in": ["a", "a"], "out": "y"}], "outputs": ["y"]}')
+    child = subprocess.Popen([binary(), "run", str(graph), "--device", "cpu", "--random", "1"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(3.0)  # drawing the inputs, then inside the run
+        assert child.poll() is None, child.communicate()
+        child.send_signal(signal.SIGINT)
+        sent = time.monotonic()
+        child.communicate(timeout=120)
+        waited = time.monotonic() - sent
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode in (-signal.SIGINT, 128 + signal.SIGINT)
+    assert waited < 5.0, f"the CLI ended {waited:.1f} s after SIGINT"

@@ -21,6 +21,7 @@
 #include "tests/unit/random_graph.h"
 #include "compiler/planner/planner.h"
 #include "kiln/executable.h"
+#include "kiln/options.h"
 #include "runtime/cache_dir.h"
 #include "runtime/kernel_cache.h"
 #include "runtime/program_cache.h"
@@ -273,6 +274,35 @@ TEST(CacheDirectory, OwnedByAnotherUserIsRefused) {
   const Status s = runtime::secure_cache_dir(dir.string());
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.error().message.find("belongs to uid 65534"), std::string::npos) << s.error().message;
+  fs::remove_all(dir);
+}
+
+// A NUL inside a path would cut it short there: "cache\0b" made and used
+// the folder "cache". Such a path is refused, in CompileOptions and Options.
+TEST(CacheDirectory, APathHoldingANulIsRefusedAndNothingIsCreated) {
+  const fs::path dir = testing::fresh_cache("nul");
+  fs::create_directories(dir);
+  const std::string cut = (dir / "cache").string();
+  const std::string with_nul = cut + std::string("\0b", 2);
+  const Graph g = testing::must_parse(R"({"kiln": 1, "inputs": {"x": {"shape": [29], "dtype": "f32"}},
+    "ops": [{"op": "sin", "in": ["x"], "out": "y"}], "outputs": ["y"]})");
+  Expected<Executable> exe = Executable::compile(g, {.arch = "sm_90", .cache_dir = with_nul});
+  ASSERT_FALSE(exe.ok());
+  EXPECT_EQ(exe.error().code, ErrorCode::InvalidInput);
+  EXPECT_NE(exe.error().message.find("cache_dir '" + cut + "\\x00b' holds a NUL character"), std::string::npos)
+      << exe.error().message;
+
+  const std::shared_ptr<const Options> saved = current_options();
+  for (std::string Options::*field : {&Options::cache_dir, &Options::dump_dir}) {
+    Options o = *saved;
+    o.*field = with_nul;
+    set_options(o);
+    Expected<Executable> again = Executable::compile(g, {.arch = "sm_90"});
+    set_options(*saved);
+    ASSERT_FALSE(again.ok());
+    EXPECT_NE(again.error().message.find("holds a NUL character"), std::string::npos) << again.error().message;
+  }
+  EXPECT_FALSE(fs::exists(cut));
   fs::remove_all(dir);
 }
 

@@ -3,7 +3,10 @@
 #include <cmath>
 #include <fmt/format.h>
 
+#include <atomic>
+#include <chrono>
 #include <random>
+#include <thread>
 
 #include "compiler/numerics.h"
 #include "tests/unit/test_helpers.h"
@@ -368,6 +371,49 @@ TEST(Reference, ReportsProgressWeighedByWork) {
   EXPECT_EQ(seen[65].ops_done, 2u);
   EXPECT_EQ(seen[65].work_done, 1.0);
   for (size_t i = 1; i < seen.size(); ++i) EXPECT_GE(seen[i].work_done, seen[i - 1].work_done);
+}
+
+// A run stops soon after its cancel flag is set: before the next op, or
+// within an anchor before its next output row; set from another thread here
+// (as the Python binding does on Ctrl-C), or from the progress callback.
+TEST(Reference, StopsWhenCancelled) {
+  Graph g = must_parse(R"({"kiln": 1, "inputs": {"a": {"shape": [64, 64], "dtype": "f32"}, "b": {"shape": [64, 64], "dtype": "f32"}},
+    "ops": [{"op": "matmul", "in": ["a", "b"], "out": "c"}, {"op": "relu", "in": ["c"], "out": "y"}],
+    "outputs": ["y"]})");
+  const std::vector<HostTensor> inputs = {f32({64, 64}, std::vector<float>(4096, 1)), f32({64, 64}, std::vector<float>(4096, 1))};
+  std::atomic<bool> cancel{false};
+  ASSERT_TRUE(run_reference(g, inputs, nullptr, &cancel).ok());  // unset: runs to the end
+
+  std::vector<ReferenceProgress> seen;
+  Expected<std::vector<HostTensor>> out = run_reference(g, inputs, [&](const ReferenceProgress& p) {
+    seen.push_back(p);
+    if (seen.size() == 10) cancel = true;  // within the matmul, after 10 rows
+  }, &cancel);
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.error().code, ErrorCode::Interrupted);
+  EXPECT_THAT(out.error().message, ::testing::HasSubstr("interrupted"));
+  EXPECT_EQ(seen.size(), 10u);  // not one row more
+
+  // Set before the run: no op starts.
+  Expected<std::vector<HostTensor>> never = run_reference(g, inputs, [&](const ReferenceProgress&) { FAIL(); }, &cancel);
+  ASSERT_FALSE(never.ok());
+  EXPECT_EQ(never.error().code, ErrorCode::Interrupted);
+
+  // From another thread, on a run too long to finish first (a 1024^3 matmul: seconds).
+  Graph big = must_parse(R"({"kiln": 1, "inputs": {"a": {"shape": [1024, 1024], "dtype": "f32"}},
+    "ops": [{"op": "matmul", "in": ["a", "a"], "out": "y"}], "outputs": ["y"]})");
+  cancel = false;
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    cancel = true;
+  });
+  const auto start = std::chrono::steady_clock::now();
+  Expected<std::vector<HostTensor>> stopped = run_reference(big, {f32({1024, 1024}, std::vector<float>(1 << 20, 1))}, nullptr, &cancel);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  stopper.join();
+  ASSERT_FALSE(stopped.ok());
+  EXPECT_EQ(stopped.error().code, ErrorCode::Interrupted);
+  EXPECT_LT(seconds, 2.0);  // (the whole run: seconds, more on a loaded machine)
 }
 
 }  // namespace

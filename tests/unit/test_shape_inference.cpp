@@ -1,5 +1,7 @@
 // Shape and dtype inference for every op family, and the checks that reject
 // invalid ops with a message that names the op and the tensors.
+#include <limits>
+
 #include "compiler/graph_internal.h"
 #include "compiler/ir.h"
 #include "tests/unit/test_helpers.h"
@@ -234,6 +236,38 @@ TEST(GraphBuilder, KeepsTheFirstError) {
   Expected<Graph> g = b.build();
   ASSERT_FALSE(g.ok());
   EXPECT_THAT(g.error().message, HasSubstr("inner dimensions differ"));
+}
+
+// A handle the builder did not return is an error of the builder, never a
+// read of its tensor table (a made-up id crashed or read garbage as a name).
+TEST(GraphBuilder, RefusesAHandleItDidNotReturn) {
+  auto error_of = [](auto&& make_bad) {
+    GraphBuilder b("g");
+    Tensor x = b.input("x", {3}, DType::f32);
+    b.output(b.add(x, 1.0));  // tensor 1 is the scalar's constant, never handed out
+    make_bad(b, x);
+    Expected<Graph> g = b.build();
+    return g.ok() ? std::string("built") : g.error().message;
+  };
+  for (int id : {1, 3, 1000, 1048576, std::numeric_limits<int>::max()})  // (0 is x, 2 the sum)
+    EXPECT_THAT(error_of([&](GraphBuilder& b, Tensor x) { b.exp(Tensor{id, x.builder}); }),
+                HasSubstr("exp: operand 0: not a tensor of this builder (id " + std::to_string(id) + ": an id it never returned)"));
+  EXPECT_THAT(error_of([](GraphBuilder& b, Tensor) { b.exp(Tensor{}); }),
+              HasSubstr("exp: operand 0: not a tensor of this builder (id -1: a handle no builder returned)"));
+  EXPECT_THAT(error_of([](GraphBuilder& b, Tensor) { b.exp(Tensor{0}); }), HasSubstr("a handle no builder returned"));
+  EXPECT_THAT(error_of([](GraphBuilder& b, Tensor x) { b.add(x, Tensor{0, x.builder + 1000}); }),
+              HasSubstr("add: operand 1: not a tensor of this builder (id 0: a handle of another builder)"));
+  EXPECT_THAT(error_of([](GraphBuilder& b, Tensor) { b.output(Tensor{7, 0}); }),
+              HasSubstr("output: not a tensor of this builder"));
+  // Another builder's real handle, with an id this builder also has.
+  GraphBuilder other("other");
+  Tensor theirs = other.input("y", {3}, DType::f32);
+  EXPECT_THAT(error_of([&](GraphBuilder& b, Tensor) { b.relu(theirs); }), HasSubstr("a handle of another builder"));
+  // On an empty builder too.
+  GraphBuilder empty("empty");
+  EXPECT_FALSE(empty.exp(Tensor{0, 1}).valid());
+  ASSERT_FALSE(empty.status());
+  EXPECT_THAT(empty.status().error().message, HasSubstr("not a tensor of this builder"));
 }
 
 }  // namespace
