@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "compiler/error.h"
+#include "compiler/rewrite_table.h"
 #include "compiler/shape_inference.h"
 
 namespace kiln::ir {
@@ -123,7 +124,7 @@ class Matcher {
 
  private:
   std::string name(TensorId t) const { return detail::quoted(g_.tensor(t).name); }
-  std::string op_of(TensorId t) const { return g_.describe(g_.tensor(t).producer); }
+  std::string op_of(TensorId t) const { return op_named(g_, g_.tensor(t).producer); }
 
   std::string softmax_axis() {
     const Tensor& probs = g_.tensor(sm_.probs);
@@ -169,7 +170,7 @@ class Matcher {
         continue;
       }
       if (op_info(op->kind).family == OpFamily::View)
-        return fmt::format("{} rearranges the scores between q·kᵀ and the softmax", g_.describe(oi));
+        return fmt::format("{} rearranges the scores between q·kᵀ and the softmax", op_named(g_, oi));
       std::string why = step(*op, oi, t);
       if (!why.empty()) return why;
     }
@@ -183,41 +184,41 @@ class Matcher {
     if (!where && op.kind != OpKind::Mul && op.kind != OpKind::Div && op.kind != OpKind::Add && op.kind != OpKind::Sub)
       return fmt::format("the scores pass through {}, which sdpa does not compute (it scales them, adds a mask or bias, "
                          "and fills masked keys)",
-                         g_.describe(oi));
+                         op_named(g_, oi));
     std::vector<size_t> carriers;
     for (size_t k = where ? 1 : 0; k < op.inputs.size(); ++k) {
       int budget = 64;
       if (g_.tensor(op.inputs[k]).kind != TensorKind::Constant && from_matmul(op.inputs[k], budget)) carriers.push_back(k);
     }
     if (carriers.empty())
-      return fmt::format("the softmax's input is not computed from a matmul (q·kᵀ): {} reads none", g_.describe(oi));
-    if (carriers.size() > 1) return fmt::format("{} combines the results of two matmuls", g_.describe(oi));
+      return fmt::format("the softmax's input is not computed from a matmul (q·kᵀ): {} reads none", op_named(g_, oi));
+    if (carriers.size() > 1) return fmt::format("{} combines the results of two matmuls", op_named(g_, oi));
     const size_t k = carriers[0];
     const TensorId other = op.inputs[where ? 3 - k : 1 - k];
     const Tensor& o = g_.tensor(other);
     const bool constant = o.kind == TensorKind::Constant;
     if (g_.result(op).shape != g_.tensor(op.inputs[k]).shape)
-      return fmt::format("{} broadcasts the scores {} to {}", g_.describe(oi), describe_tensor(g_.tensor(op.inputs[k])),
+      return fmt::format("{} broadcasts the scores {} to {}", op_named(g_, oi), describe_tensor(g_.tensor(op.inputs[k])),
                          to_string(g_.result(op).shape));
     ScoreStep s;
     s.space = g_.result(op).shape;
     switch (op.kind) {
       case OpKind::Mul:
       case OpKind::Div:
-        if (op.kind == OpKind::Div && k == 1) return fmt::format("{} divides by the scores", g_.describe(oi));
+        if (op.kind == OpKind::Div && k == 1) return fmt::format("{} divides by the scores", op_named(g_, oi));
         if (!constant)
-          return fmt::format("{} {} the scores by {}, not a constant: sdpa's scale is one number", g_.describe(oi),
+          return fmt::format("{} {} the scores by {}, not a constant: sdpa's scale is one number", op_named(g_, oi),
                              op.kind == OpKind::Mul ? "multiplies" : "divides", describe_tensor(o));
-        if (op.kind == OpKind::Div && o.constant == 0.0f) return fmt::format("{} divides the scores by zero", g_.describe(oi));
+        if (op.kind == OpKind::Div && o.constant == 0.0f) return fmt::format("{} divides the scores by zero", op_named(g_, oi));
         s.kind = ScoreStep::Kind::Scale;
         s.constant = o.constant;
         s.divide = op.kind == OpKind::Div;
         break;
       case OpKind::Add:
       case OpKind::Sub:
-        if (op.kind == OpKind::Sub && k == 1) return fmt::format("{} subtracts the scores", g_.describe(oi));
+        if (op.kind == OpKind::Sub && k == 1) return fmt::format("{} subtracts the scores", op_named(g_, oi));
         if (constant)
-          return fmt::format("{} adds the constant {} to every score (sdpa's mask is a tensor)", g_.describe(oi),
+          return fmt::format("{} adds the constant {} to every score (sdpa's mask is a tensor)", op_named(g_, oi),
                              op.kind == OpKind::Sub ? -o.constant : o.constant);
         s.kind = ScoreStep::Kind::Add;
         s.side = other;
@@ -225,7 +226,7 @@ class Matcher {
         break;
       default:  // where
         if (!constant)
-          return fmt::format("{} fills masked scores with {}, a tensor, not a constant", g_.describe(oi), describe_tensor(o));
+          return fmt::format("{} fills masked scores with {}, a tensor, not a constant", op_named(g_, oi), describe_tensor(o));
         s.kind = ScoreStep::Kind::Fill;
         s.side = op.inputs[0];
         s.constant = o.constant;
@@ -337,7 +338,7 @@ class Matcher {
     if (g_.tensor(t).is_output) return "a graph output";
     for (int32_t user : g_.users[static_cast<size_t>(t)])
       if (std::find(within.begin(), within.end(), user) == within.end())
-        return fmt::format("read elsewhere too ({})", g_.describe(user));
+        return fmt::format("read elsewhere too ({})", op_named(g_, user));
     return {};
   }
 
@@ -376,7 +377,7 @@ class Matcher {
     const Op& qk = g_.ops[static_cast<size_t>(qk_)];
     if (qk.attrs.precision != Precision::f32 &&
         (g_.operand(qk, 0).value_dtype() == DType::f32 || g_.operand(qk, 1).value_dtype() == DType::f32))
-      return fmt::format("{} rounds its f32 operands to {} (its precision): sdpa reads q and k as they are", g_.describe(qk_),
+      return fmt::format("{} rounds its f32 operands to {} (its precision): sdpa reads q and k as they are", op_named(g_, qk_),
                          to_string(qk.attrs.precision));
     return probabilities_rounding();
   }
@@ -396,10 +397,10 @@ class Matcher {
     const DType vd = v.value_dtype();
     if (pv.attrs.precision != Precision::f32) {
       if (vd == DType::f32)
-        return fmt::format("{} rounds v's f32 values to {} (its precision): sdpa reads v as it is", g_.describe(pv_),
+        return fmt::format("{} rounds v's f32 values to {} (its precision): sdpa reads v as it is", op_named(g_, pv_),
                            to_string(pv.attrs.precision));
       if (p == DType::f32 && pv.attrs.precision == Precision::tf32)
-        return fmt::format("{} rounds the probabilities to tf32 (its precision), which sdpa does not", g_.describe(pv_));
+        return fmt::format("{} rounds the probabilities to tf32 (its precision), which sdpa does not", op_named(g_, pv_));
       if (p == DType::f32) p = pv.attrs.precision == Precision::bf16 ? DType::bf16 : DType::f16;
     }
     const DType want = sixteen_bit(vd) ? vd : DType::f32;

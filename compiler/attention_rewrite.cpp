@@ -70,7 +70,7 @@ std::string describe_site(const Graph& g, const AttentionMatch& a) {
                      : masks == 0 && fills == 1 ? "a bool mask"
                                                 : fmt::format("an additive mask ({} added, {} filled)", masks, fills);
   return fmt::format("{} and the {} ops before it from q·kᵀ -> sdpa (scale {}, {}, B={} H={} Sq={} Skv={} D={})",
-                     g.describe(a.pv), a.ops.size() - 1, static_cast<float>(a.scale), mask, a.heads[0], a.heads[1], a.sq,
+                     op_named(g, a.pv), a.ops.size() - 1, static_cast<float>(a.scale), mask, a.heads[0], a.heads[1], a.sq,
                      a.skv, a.d);
 }
 
@@ -364,7 +364,7 @@ class SdpaBuilder {
     std::vector<const Tensor*> operands;
     for (TensorId t : inputs) operands.push_back(&out_.tensor(t));
     const InferredResult r = infer_result(OpKind::Sdpa, operands, attrs, attr_bit(AttrKey::scale) | attr_bit(AttrKey::causal),
-                                          g_.describe(a.pv));
+                                          op_named(g_, a.pv));
     KILN_INTERNAL_CHECK(r.shape == (Shape{b, h, a.sq, a.d}));
     // The result: o itself where it is [B, H, Sq, D], else viewed as o.
     TensorId result = pv.output;
@@ -405,7 +405,7 @@ RowMatches find_written_attention(const Graph& g) {
     std::optional<AttentionOrWhy> found = match_attention(g, static_cast<int32_t>(i));
     if (!found) continue;
     if (const std::string* why = std::get_if<std::string>(&*found)) {
-      m.declined.push_back({"attention_as_sdpa", false, g.describe(static_cast<int32_t>(i)), *why});
+      m.declined.push_back({"attention_as_sdpa", false, op_named(g, static_cast<int32_t>(i)), *why});
       continue;
     }
     const AttentionMatch& a = std::get<AttentionMatch>(*found);

@@ -51,8 +51,11 @@
 //     not where the scaled q or kᵀ is rounded to 16 bits;
 //   - a fill c reads as masking the key out: it must be at most -1e4 after
 //     the scales that follow it, so that exp(c - row max) is 0 in f32 in
-//     every row with a key in view. A row whose keys are all masked differs:
-//     the chain gives v's mean (c everywhere), sdpa zeros (rule 6).
+//     every row whose best visible score is above c + 104 (any row with a
+//     key in view, in practice).
+// Where they differ: a row whose keys are all masked (by fills, or by an
+// additive mask of -inf): the chain gives v's mean (c everywhere) or NaN
+// (-inf everywhere), sdpa zeros (rule 6: a query that sees no key).
 // Near misses stay as written, each with why (the rewrites' notes, printed
 // by the plan): the probabilities read elsewhere, a softmax over another
 // axis, a mask computed from the scores, a scale that is not a constant, an

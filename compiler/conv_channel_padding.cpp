@@ -95,7 +95,7 @@ RowMatches find_thin_convs(const Graph& g) {
       const int64_t c = g.operand(g.ops[i], 0).shape[3];
       m.sites.push_back({static_cast<int32_t>(i),
                          fmt::format("{}: input and weights read with {} channels padded to {}",
-                                     g.describe(static_cast<int32_t>(i)), c,
+                                     op_named(g, static_cast<int32_t>(i)), c,
                                      (c + kChannelMultiple - 1) / kChannelMultiple * kChannelMultiple),
                          {}});
     }

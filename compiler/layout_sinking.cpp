@@ -289,7 +289,7 @@ class Sinker {
 std::string some_ops(const Graph& g, const std::vector<int32_t>& ops) {
   constexpr size_t kNamed = 3;
   std::vector<std::string> named;
-  for (size_t i = 0; i < ops.size() && i < kNamed; ++i) named.push_back(g.describe(ops[i]));
+  for (size_t i = 0; i < ops.size() && i < kNamed; ++i) named.push_back(op_named(g, ops[i]));
   std::string out = fmt::format("{}", fmt::join(named, ", "));
   if (ops.size() > kNamed) out += fmt::format(" and {} more", ops.size() - kNamed);
   return out;

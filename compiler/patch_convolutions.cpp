@@ -125,7 +125,7 @@ RowMatches find_patch_convs(const Graph& g) {
       const Shape& w = g.operand(g.ops[i], 1).shape;
       const bool nchw = g.ops[i].attrs.layout == Layout::NCHW;
       m.sites.push_back({static_cast<int32_t>(i),
-                         fmt::format("{} -> matmul of its {}x{} patches", g.describe(static_cast<int32_t>(i)),
+                         fmt::format("{} -> matmul of its {}x{} patches", op_named(g, static_cast<int32_t>(i)),
                                      nchw ? w[2] : w[1], nchw ? w[3] : w[2]),
                          {}});
     }

@@ -48,6 +48,11 @@ const std::vector<RewriteRow>& rewrite_table() {
   return table;
 }
 
+std::string op_named(const Graph& g, int32_t op) {
+  const Op& o = g.ops[static_cast<size_t>(op)];
+  return fmt::format("'{}' ({})", g.result(o).name, op_name(o.kind));
+}
+
 std::string rewrite_notes_text(const Graph& g) {
   std::string out;
   for (const RewriteNote& n : g.rewrites)

@@ -61,6 +61,10 @@ struct RewriteRow {
 // The table, in the order a round runs it.
 const std::vector<RewriteRow>& rewrite_table();
 
+// How notes name an op: "'probs' (softmax)", by its result's name, which
+// stays the same across the rewrites (op indices do not).
+std::string op_named(const Graph& g, int32_t op);
+
 // One line per note of g.rewrites ("rewrite ROW: WHERE", "not rewritten
 // (ROW): WHERE: WHY"): what the plan's text and the dumps print.
 std::string rewrite_notes_text(const Graph& g);

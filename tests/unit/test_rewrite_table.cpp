@@ -23,7 +23,7 @@ using ::testing::HasSubstr;
 ir::RowMatches find_ops(const ir::Graph& g, ir::OpKind kind, bool (*also)(const ir::Graph&, const ir::Op&)) {
   ir::RowMatches m;
   for (size_t i = 0; i < g.ops.size(); ++i)
-    if (g.ops[i].kind == kind && also(g, g.ops[i])) m.sites.push_back({static_cast<int32_t>(i), g.describe(static_cast<int32_t>(i)), {}});
+    if (g.ops[i].kind == kind && also(g, g.ops[i])) m.sites.push_back({static_cast<int32_t>(i), ir::op_named(g, static_cast<int32_t>(i)), {}});
   return m;
 }
 bool always(const ir::Graph&, const ir::Op&) { return true; }
@@ -98,10 +98,10 @@ TEST(RewriteTable, RowsRunToAFixedPointAndEachRewriteIsNoted) {
   EXPECT_EQ(out->operand(y, 1).constant, -2.0f);
   ASSERT_EQ(out->rewrites.size(), 2u);
   EXPECT_EQ(out->rewrites[0].row, "neg_as_mul");
-  EXPECT_EQ(out->rewrites[0].where, "op 1 'y' (neg)");
+  EXPECT_EQ(out->rewrites[0].where, "'y' (neg)");
   EXPECT_EQ(out->rewrites[1].row, "fold_muls");
   EXPECT_TRUE(out->rewrites[1].applied);
-  EXPECT_EQ(ir::rewrite_notes_text(*out), "rewrite neg_as_mul: op 1 'y' (neg)\nrewrite fold_muls: op 1 'y' (mul)\n");
+  EXPECT_EQ(ir::rewrite_notes_text(*out), "rewrite neg_as_mul: 'y' (neg)\nrewrite fold_muls: 'y' (mul)\n");
 }
 
 TEST(RewriteTable, NothingToRewriteIsTheGraphItself) {
@@ -116,7 +116,7 @@ TEST(RewriteTable, ARewriteThatBreaksTheGraphIsAnInternalErrorNamingIt) {
     ir::run_rewrites(g, {kBreaksShapes});
     FAIL() << "no error";
   } catch (const detail::InternalError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("rewrite breaks_shapes at op 0 'y' (neg): output 'y' changed: f32[4,8]"));
+    EXPECT_THAT(e.what(), HasSubstr("rewrite breaks_shapes at 'y' (neg): output 'y' changed: f32[4,8]"));
   }
   try {
     ir::run_rewrites(g, {kNeverSettles});
@@ -150,10 +150,10 @@ TEST(RewriteTable, TheCheckRefusesGraphsThatAreNotTheSameComputation) {
 // unchanged.
 TEST(RewriteTable, TheTablesRowsOnTheExamples) {
   const std::pair<const char*, const char*> cases[] = {
-      {"conv/patch_embedding", "rewrite patch_convolutions: op 0 'patches' (conv2d) -> matmul of its 16x16 patches"},
+      {"conv/patch_embedding", "rewrite patch_convolutions: 'patches' (conv2d) -> matmul of its 16x16 patches"},
       {"layout/bottleneck_channels_last", "rewrite layout_sinking: "},
-      {"conv/thin_channels_stem", "rewrite conv_channel_padding: op 0 'c' (conv2d): input and weights read with 3 channels padded to 8"},
-      {"attention/bert_padding_mask", "rewrite attention_as_sdpa: op 14 'context' (matmul) and the 4 ops before it"},
+      {"conv/thin_channels_stem", "rewrite conv_channel_padding: 'c' (conv2d): input and weights read with 3 channels padded to 8"},
+      {"attention/bert_padding_mask", "rewrite attention_as_sdpa: 'context' (matmul) and the 4 ops before it"},
   };
   for (const auto& [name, line] : cases) {
     Expected<Graph> g = Graph::load(std::string(KILN_SOURCE_DIR "/examples/") + name + ".json");
