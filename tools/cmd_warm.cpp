@@ -1,6 +1,8 @@
 // kiln warm PATH... [--arch sm_XX]... [--jobs N]: fill the kernel cache ahead
-// of deployment. No GPU needed. Each kernel is compiled once however many
-// graphs share it; a failure is reported and the rest go on.
+// of deployment. No GPU needed. Each graph goes through the pipeline a
+// compile for that arch runs (runtime::run_pipeline), so the kernels warmed
+// are those it builds; each kernel is compiled once however many graphs
+// share it; a failure is reported and the rest go on.
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -17,12 +19,12 @@
 #include "compiler/graph_internal.h"
 #include "codegen/kernel_codegen.h"
 #include "compiler/error.h"
-#include "compiler/planner/planner.h"
 #include "kiln/executable.h"
 #include "compiler/memory_budget.h"
 #include "runtime/cache_dir.h"
 #include "runtime/kernel_cache.h"
 #include "runtime/nvrtc.h"
+#include "runtime/pipeline.h"
 #include "tools/commands.h"
 #include "tools/helpers.h"
 
@@ -65,6 +67,12 @@ struct Job {
   runtime::KeyParts parts;
 };
 
+// A graph through the pipeline for one arch.
+struct Warmed {
+  Graph graph;
+  std::string path, arch;
+};
+
 }  // namespace
 
 Runner add_warm(CLI::App& app, const CommonOptions& common) {
@@ -89,7 +97,7 @@ Runner add_warm(CLI::App& app, const CommonOptions& common) {
     const auto start = std::chrono::steady_clock::now();
     if (common.no_cache) return report({ErrorCode::InvalidInput, "warm fills the cache: it cannot run with --no-cache"});
     std::vector<std::string> archs = args->archs;
-    if (archs.empty()) archs.push_back(default_arch());
+    if (archs.empty()) archs.push_back(runtime::target_arch({}));
     for (const std::string& a : archs)
       if (std::string problem = runtime::arch_problem(a); !problem.empty())
         return report({ErrorCode::InvalidInput, "--arch: " + problem});
@@ -99,10 +107,11 @@ Runner add_warm(CLI::App& app, const CommonOptions& common) {
     if (Status safe = runtime::secure_cache_dir(dir); !safe) return report(safe.error());
     const runtime::KernelCache cache(dir);
 
-    // 1. Plan and generate every graph (fast); gather the kernels not cached.
+    // 1. Every graph through the pipeline, for each arch as a compile for it
+    //    (fast); gather the kernels not cached.
     int invalid = 0, hits = 0;
     std::map<ir::Hash128, Job> jobs;
-    std::vector<std::pair<Graph, std::string>> ready;  // graph, arch
+    std::vector<Warmed> warmed;
     for (const std::string& path : *paths) {
       Expected<Graph> graph = Graph::load(path);
       if (!graph) {
@@ -113,19 +122,20 @@ Runner add_warm(CLI::App& app, const CommonOptions& common) {
         std::fprintf(stderr, "kiln: error: %s\n", where.c_str());
         continue;
       }
-      const ir::Plan plan = ir::plan_fusion(ir_of(*graph));
-      for (const std::string& arch : archs) {
-        Expected<codegen::GeneratedProgram> program = generate(*graph, plan, arch, &common);  // kernels depend on the arch
-        if (!program) {
+      for (const std::string& arch : archs) {  // plans and kernels depend on the arch
+        Expected<runtime::Target> target = runtime::compile_target(*graph, {.arch = arch, .cache_dir = dir});
+        Expected<runtime::Planned> planned =
+            target ? runtime::run_pipeline(*graph, *target) : Expected<runtime::Planned>(target.error());
+        if (!planned) {
           ++invalid;
-          std::fprintf(stderr, "kiln: error: %s: %s\n", path.c_str(), program.error().message.c_str());
+          std::fprintf(stderr, "kiln: error: %s: %s\n", path.c_str(), planned.error().message.c_str());
           break;
         }
-        for (const codegen::GeneratedKernel& k : program->kernels) {
+        for (const codegen::GeneratedKernel& k : planned->program.kernels) {
           const runtime::KeyParts parts = runtime::key_parts(k.canonical, arch);
           const ir::Hash128 key = parts.key();
           if (jobs.count(key)) continue;
-          const std::string kind(ir::to_string(plan.kernels[static_cast<size_t>(k.plan_kernel)].kind));
+          const std::string kind(ir::to_string(planned->plan.kernels[static_cast<size_t>(k.plan_kernel)].kind));
           if (cache.load(key)) {
             ++hits;
             jobs[key] = {"", arch, kind, path, "", parts};  // counted once, nothing to do
@@ -133,7 +143,7 @@ Runner add_warm(CLI::App& app, const CommonOptions& common) {
             jobs[key] = {k.source, arch, kind, path, graph->to_json(), parts};
           }
         }
-        ready.emplace_back(*graph, arch);
+        warmed.push_back({*graph, path, arch});
       }
     }
 
@@ -204,8 +214,8 @@ Runner add_warm(CLI::App& app, const CommonOptions& common) {
     for (std::thread& t : threads) t.join();
 
     // 3. Graph recipes, so warm processes skip planning too (nothing compiles here).
-    for (const auto& [graph, arch] : ready)
-      (void)Executable::compile(graph, {.arch = arch, .cache_dir = dir, .fail_if_compiling = true});
+    for (const Warmed& w : warmed)
+      (void)Executable::compile(w.graph, {.arch = w.arch, .cache_dir = dir, .fail_if_compiling = true});
 
     // 4. The size limit, as every other store keeps it.
     const int evicted = compiled > 0 ? cache.evict(runtime::cache_size_limit()) : 0;
