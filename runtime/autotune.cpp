@@ -94,7 +94,10 @@ Expected<TunedProgram> autotune(const Graph& graph, const CompileOptions& option
   base.arch = *arch;
   base.autotune = false;
   // The kernels and the alternatives their generators offer; the heuristic's first.
-  Expected<Planned> planned = plan_and_generate(graph, options.fuse, *arch, {});
+  const codegen::ProgramTuning heuristic;
+  Expected<Target> target = compile_target(graph, base, &heuristic);
+  if (!target) return target.error();
+  Expected<Planned> planned = run_pipeline(graph, *target);
   if (!planned) return planned.error();
   TunedProgram tuned{*arch, {}, {}};
   for (const codegen::GeneratedKernel& k : planned->program.kernels)
@@ -106,7 +109,7 @@ Expected<TunedProgram> autotune(const Graph& graph, const CompileOptions& option
 
   if (options.use_cache) {
     const std::string cache_dir = options.cache_dir.empty() ? default_cache_dir() : options.cache_dir;
-    const ir::Hash128 key = program_key(graph.to_json(), *arch, options.fuse);
+    const ir::Hash128& key = target->program_key;
     TuningRecord record{graph.name(), device_name().value_or(""), tuned.choice, tuned.trials};
     if (secure_cache_dir(cache_dir) && store_tuning(cache_dir, key, record))
       remember_tuning(cache_dir, key, tuned.choice);

@@ -139,20 +139,44 @@ Expected<std::string> kernel_cubin(const KernelJob& job, const codegen::Generate
 
 }  // namespace
 
-Expected<Planned> plan_and_generate(const Graph& graph, bool fuse, const std::string& arch,
-                                    const codegen::ProgramTuning& tuning) {
-  ir::Plan plan = ir::plan_fusion(ir_of(graph), {.fuse = fuse, .sm = codegen::sm_of(arch)});
-  if (std::string problem = ir::verify_plan(ir_of(graph), plan); !problem.empty())
-    return Error{ErrorCode::Internal, "internal error: invalid plan: " + problem + " (this is a bug in kiln; please report it)"};
-  Expected<codegen::GeneratedProgram> program =
-      detail::catch_errors([&] { return codegen::generate_program(ir_of(graph), plan, codegen::sm_of(arch), tuning); });
-  if (!program) return program.error();
-  return Planned{std::move(plan), std::move(program).value()};
-}
-
 std::string target_arch(const CompileOptions& options) {
   if (!options.arch.empty()) return options.arch;
   return device_arch(std::max(options.device, 0)).value_or("sm_90");
+}
+
+Expected<Target> compile_target(const Graph& graph, const CompileOptions& options, const codegen::ProgramTuning* chosen) {
+  Target target;
+  target.arch = target_arch(options);
+  if (std::string problem = arch_problem(target.arch); !problem.empty()) return Error{ErrorCode::InvalidInput, problem};
+  target.fuse = options.fuse;
+  target.program_key = program_key(graph.to_json(), target.arch, options.fuse);
+  const std::shared_ptr<const Options> settings = current_options();
+  if (chosen)
+    target.tuning = *chosen;
+  else if (options.use_cache && settings->use_cache)
+    target.tuning = recorded_tuning(options.cache_dir.empty() ? settings->cache_dir : options.cache_dir, target.program_key);
+  return target;
+}
+
+Expected<Planned> run_pipeline(const Graph& graph, const Target& target, Stage until) {
+  // 0. The graph as the planner takes it, made when the graph was built
+  //    (compiler/graph_internal.h): patch convolutions as matmuls, transposes
+  //    sunk, thin convolutions' channels padded.
+  const ir::Graph& g = ir_of(graph);
+  const int sm = codegen::sm_of(target.arch);
+  // 1. Plan fusion for the target (compiler/planner/planner.h).
+  Planned out{ir::plan_fusion(g, {.fuse = target.fuse, .sm = sm}), {}};
+  // 2. Verify the plan (compiler/plan_verifier.h).
+  if (std::string problem = ir::verify_plan(g, out.plan); !problem.empty())
+    return Error{ErrorCode::Internal, "internal error: invalid plan: " + problem + " (this is a bug in kiln; please report it)"};
+  if (until == Stage::plan) return out;
+  // 3. Generate each kernel's CUDA C++ with the target's tile choices
+  //    (codegen/kernel_codegen.h). NVRTC follows in compile_program.
+  Expected<codegen::GeneratedProgram> program =
+      detail::catch_errors([&] { return codegen::generate_program(g, out.plan, sm, target.tuning); });
+  if (!program) return program.error();
+  out.program = std::move(program).value();
+  return out;
 }
 
 namespace {
@@ -163,10 +187,10 @@ struct CompileJob {
   const Graph& graph;
   const CompileOptions& options;
   std::shared_ptr<const Options> settings = current_options();
-  std::string arch, cache_dir;
+  Target target;  // arch, fuse, the tile choices and the graph's key
+  std::string cache_dir;
   bool use_cache = false, dumping = false;
-  ir::Hash128 program_key, recipe_key;  // the graph's; with the tuning, the compiled program's
-  codegen::ProgramTuning tuning;
+  ir::Hash128 recipe_key;  // the compiled program's: the graph's key with the tuning
   std::optional<KernelCache> disk;  // when the cache folder is usable
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
 
@@ -178,24 +202,20 @@ struct CompileJob {
     KernelReport r{.kernel = k.plan_kernel, .kind = kind, .key = key, .cache_hit = true, .milliseconds = 0,
                    .tuning = k.tuning.to_string(), .tuned = false, .trials = {}};
     // (a recorded choice the generator did not accept was not used)
-    const auto wanted = tuning.find(k.plan_kernel);
-    r.tuned = wanted != tuning.end() && wanted->second == k.tuning;
+    const auto wanted = target.tuning.find(k.plan_kernel);
+    r.tuned = wanted != target.tuning.end() && wanted->second == k.tuning;
     return r;
   }
 };
 
-// Settings, keys and the tile choices: the caller's, else those an
-// autotuning run recorded for this program (part of the program's identity).
-CompileJob make_job(const Graph& graph, const CompileOptions& options, const codegen::ProgramTuning* chosen) {
-  CompileJob job(graph, options);
-  job.arch = target_arch(options);
-  job.use_cache = options.use_cache && job.settings->use_cache;
-  job.cache_dir = options.cache_dir.empty() ? job.settings->cache_dir : options.cache_dir;
+// Settings and keys: the target (compile_target; its tile choices are part
+// of the program's identity) and the cache's folder.
+void settle(CompileJob& job, Target target) {
+  job.target = std::move(target);
+  job.use_cache = job.options.use_cache && job.settings->use_cache;
+  job.cache_dir = job.options.cache_dir.empty() ? job.settings->cache_dir : job.options.cache_dir;
   job.dumping = !job.settings->dump.empty();
-  job.program_key = runtime::program_key(graph.to_json(), job.arch, options.fuse);
-  job.tuning = chosen ? *chosen : job.use_cache ? recorded_tuning(job.cache_dir, job.program_key) : codegen::ProgramTuning{};
-  job.recipe_key = tuned_program_key(job.program_key, job.tuning);
-  return job;
+  job.recipe_key = tuned_program_key(job.target.program_key, job.target.tuning);
 }
 
 // The disk cache, when its folder is safe to use (else a warning, once per process).
@@ -227,8 +247,8 @@ Expected<std::shared_ptr<Compiled>> compile_kernels(const CompileJob& job, Plann
   auto c = std::make_shared<Compiled>();
   c->recipe.program = std::move(planned.program);
   c->recipe.graph_name = job.graph.name();
-  if (job.dumping) write_dumps(*job.settings, job.graph, planned.plan, c->recipe.program, job.arch, job.recipe_key);
-  const KernelJob kernel_job{job.graph, job.arch, job.disk ? &*job.disk : nullptr,
+  if (job.dumping) write_dumps(*job.settings, job.graph, planned.plan, c->recipe.program, job.target.arch, job.recipe_key);
+  const KernelJob kernel_job{job.graph, job.target.arch, job.disk ? &*job.disk : nullptr,
                              job.options.fail_if_compiling || job.settings->fail_if_compiling};
   // The distinct kernels (a model's identical layers generate identical kernels) are found or
   // compiled at once on every core; the others take their cubin.
@@ -236,7 +256,7 @@ Expected<std::shared_ptr<Compiled>> compile_kernels(const CompileJob& job, Plann
   std::vector<size_t> same_as(kernels.size()), distinct;
   std::map<ir::Hash128, size_t> first_of_key;
   for (size_t i = 0; i < kernels.size(); ++i) {
-    const auto [it, fresh] = first_of_key.emplace(key_parts(kernels[i].canonical, job.arch).key(), i);
+    const auto [it, fresh] = first_of_key.emplace(key_parts(kernels[i].canonical, job.target.arch).key(), i);
     same_as[i] = it->second;
     if (fresh) distinct.push_back(i);
   }
@@ -287,9 +307,11 @@ void store_program(const CompileJob& job, const Compiled& c) {
 
 Expected<std::unique_ptr<Executable::Impl>> compile_program(const Graph& graph, const CompileOptions& options,
                                                             const codegen::ProgramTuning* chosen) {
-  CompileJob job = make_job(graph, options, chosen);
-  if (std::string problem = arch_problem(job.arch); !problem.empty()) return Error{ErrorCode::InvalidInput, problem};
-  auto impl = std::make_unique<Executable::Impl>(graph, job.arch);
+  CompileJob job(graph, options);
+  Expected<Target> target = compile_target(graph, options, chosen);
+  if (!target) return target.error();
+  settle(job, std::move(*target));
+  auto impl = std::make_unique<Executable::Impl>(graph, job.target.arch);
   impl->device = options.device;
   // 1, 2. This process compiled it already, or the disk holds its recipe and every cubin.
   open_disk_cache(job);
@@ -304,7 +326,7 @@ Expected<std::unique_ptr<Executable::Impl>> compile_program(const Graph& graph, 
     return impl;
   }
   // 3. Plan, verify, generate.
-  Expected<Planned> planned = plan_and_generate(graph, options.fuse, job.arch, job.tuning);
+  Expected<Planned> planned = run_pipeline(graph, job.target);
   if (!planned) return planned.error();
   // 4. Each kernel from memory, disk or NVRTC; 5. the recipe stored, the cache kept to its limit.
   Expected<std::shared_ptr<Compiled>> c = compile_kernels(job, *planned, *impl);

@@ -1,40 +1,75 @@
-// The compile pipeline: graph -> plan -> verified plan -> CUDA C++ -> cubins,
-// with this process's memory, the disk cache's recipes and the disk cache's
-// cubins wrapped around it.
+// The compiler's pipeline, and the compile around it.
 //
-// Expects: a constructed graph and the options of one compile.
-// Guarantees: an Executable::Impl whose every kernel has a cubin for the
+// run_pipeline() is the one way from a graph to kernels: graph -> plan ->
+// verified plan -> CUDA C++, for one target. Every entry point goes through
+// it (Executable::compile and autotune below; `kiln plan`, `dump`, `warm`,
+// `cache explain`; the Python module), with the target that
+// compile_target() resolves, so what they show and build is what runs.
+//
+// compile_program() wraps the pipeline in this process's memory, the disk
+// cache's recipes and cubins, and NVRTC.
+// It expects: a constructed graph and the options of one compile.
+// It guarantees: an Executable::Impl whose every kernel has a cubin for the
 // arch, or an Error: InvalidInput (the arch), CompileOrDevice (NVRTC, with
 // a repro folder; or compiling forbidden by fail_if_compiling), Internal (a
 // plan that does not verify). In order:
 //   1. this process compiled the program already (memory);
 //   2. the disk holds its recipe and every cubin: no planning, no codegen;
-//   3. plan, verify, generate; each kernel from memory, disk, or NVRTC;
+//   3. run_pipeline; each kernel from memory, disk, or NVRTC;
 //      new cubins and the recipe are stored, the cache evicted to its limit.
 // Dumps (Options::dump) bypass 1 and 2, since planning and codegen must run.
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "codegen/kernel_codegen.h"
 #include "codegen/tuning.h"
 #include "compiler/plan.h"
 #include "kiln/executable.h"
 #include "runtime/executable_impl.h"
+#include "runtime/program_cache.h"
 
 namespace kiln::runtime {
 
-// The checked plan and the kernels generated for it (`tuning`: the
-// requested choices, empty for the heuristic's), as every compile makes them.
+// What one run of the pipeline is for.
+struct Target {
+  std::string arch;              // sm_XX, checked
+  bool fuse = true;              // false: one kernel per op
+  codegen::ProgramTuning tuning;  // tile choices by plan kernel; empty: the heuristic's
+  ir::Hash128 program_key;       // the graph's, for this arch and fuse (program_cache.h)
+};
+
+// The arch a compile with `options` targets: the options', else the GPU's
+// (CompileOptions::device, else 0), else sm_90.
+std::string target_arch(const CompileOptions& options);
+
+// The target of a compile with `options`: the arch (target_arch;
+// InvalidInput where NVRTC cannot compile for it), and
+// the tile choices: `chosen`, else (with options.use_cache) those an
+// autotuning run recorded in the cache for this graph and arch, else none.
+Expected<Target> compile_target(const Graph& graph, const CompileOptions& options,
+                                const codegen::ProgramTuning* chosen = nullptr);
+
+// How far run_pipeline goes: the verified plan alone, or its kernels too
+// (the stages `kiln dump --stage` and KILN_DUMP name; ptx and sass are NVRTC's).
+enum class Stage { plan, cuda };
+
+// The verified plan and, up to Stage::cuda, the kernels generated for it.
 struct Planned {
   ir::Plan plan;
   codegen::GeneratedProgram program;
 };
-Expected<Planned> plan_and_generate(const Graph& graph, bool fuse, const std::string& arch,
-                                    const codegen::ProgramTuning& tuning);
 
-// The arch a compile targets: the options', else the GPU's, else sm_90.
-std::string target_arch(const CompileOptions& options);
+// The pipeline, in order (pipeline.cpp reads as this list; step 0, the
+// graph's rewrites before planning, ran when the graph was built):
+//   1. plan fusion for the target's sm (compiler/planner/planner.h; below
+//      sm_90 a matmul or conv may take a prologue, so plans differ by arch);
+//   2. verify the plan (compiler/plan_verifier.h): Internal error if not;
+//   3. generate CUDA C++ per kernel with the target's tile choices
+//      (codegen/kernel_codegen.h).
+// NVRTC comes after, in compile_program (and `kiln warm`, `kiln dump`).
+Expected<Planned> run_pipeline(const Graph& graph, const Target& target, Stage until = Stage::cuda);
 
 // Compiles `graph` with `tuning` instead of the choices recorded in the
 // cache (nullptr: the recorded ones; an empty map: the heuristic's).

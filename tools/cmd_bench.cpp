@@ -8,6 +8,7 @@
 #include "runtime/bench.h"
 #include "compiler/error.h"
 #include "tools/commands.h"
+#include "tools/helpers.h"
 
 namespace kiln::cli {
 
@@ -35,7 +36,7 @@ Runner add_bench(CLI::App& app, const CommonOptions& common) {
       size_t kernels = 0;
       for (bool fuse : {true, false}) {
         if (fuse && args->no_fusion) continue;
-        Expected<Executable> exe = Executable::compile(*graph, {.fuse = fuse, .use_cache = !common.no_cache, .cache_dir = common.cache_dir});
+        Expected<Executable> exe = Executable::compile(*graph, compile_options(common, "", fuse));
         if (!exe) return report(exe.error());
         Expected<runtime::Timing> t = runtime::time_executable(*exe, 1);
         if (!t) return report(t.error());

@@ -12,9 +12,9 @@
 #include "compiler/graph_internal.h"
 #include "codegen/kernel_codegen.h"
 #include "compiler/error.h"
-#include "compiler/planner/planner.h"
 #include "runtime/cache_dir.h"
 #include "runtime/kernel_cache.h"
+#include "runtime/pipeline.h"
 #include "runtime/program_cache.h"
 #include "runtime/remote_cache.h"
 #include "runtime/tuning_record.h"
@@ -124,18 +124,22 @@ int clear(const std::string& dir) {
   return 0;
 }
 
-// For each kernel of the graph: cached, or which part of its key differs
+// For each kernel of the graph, as a compile for `arch` would build it
+// (its plan, its tile choices): cached, or which part of its key differs
 // from the closest entry (the one sharing the most parts, source first).
-int explain(const std::string& dir, const std::string& path, const std::string& arch) {
+int explain(const std::string& dir, const std::string& path, const std::string& wanted_arch) {
   Expected<Graph> graph = Graph::load(path);
   if (!graph) return report(graph.error());
-  const ir::Plan plan = ir::plan_fusion(ir_of(*graph));
-  const CommonOptions here{.cache_dir = dir};
-  Expected<codegen::GeneratedProgram> program = generate(*graph, plan, arch, &here);
-  if (!program) return report(program.error());
+  Expected<runtime::Target> target = runtime::compile_target(*graph, {.arch = wanted_arch, .cache_dir = dir});
+  if (!target) return report(target.error());
+  Expected<runtime::Planned> planned = runtime::run_pipeline(*graph, *target);
+  if (!planned) return report(planned.error());
+  const std::string& arch = target->arch;
+  const ir::Plan& plan = planned->plan;
+  const codegen::GeneratedProgram& program = planned->program;
   const auto entries = runtime::KernelCache(dir).list();
   int cached = 0;
-  for (const codegen::GeneratedKernel& k : program->kernels) {
+  for (const codegen::GeneratedKernel& k : program.kernels) {
     const runtime::KeyParts want = runtime::key_parts(k.canonical, arch);
     const std::string kind(ir::to_string(plan.kernels[static_cast<size_t>(k.plan_kernel)].kind));
     const std::string head = fmt::format("kernel {} ({}, {})", k.plan_kernel, kind, arch);
@@ -156,7 +160,7 @@ int explain(const std::string& dir, const std::string& path, const std::string& 
                  remote);
     }
   }
-  fmt::print("{} of {} kernels cached in {}\n", cached, program->kernels.size(), dir);
+  fmt::print("{} of {} kernels cached in {}\n", cached, program.kernels.size(), dir);
   return 0;
 }
 
@@ -183,10 +187,7 @@ Runner add_cache(CLI::App& app, const CommonOptions& common) {
     if (l->parsed()) return ls(dir);
     if (v->parsed()) return verify(dir);
     if (c->parsed()) return clear(dir);
-    const std::string arch = args->arch.empty() ? default_arch() : args->arch;
-    if (std::string problem = runtime::arch_problem(arch); !problem.empty())
-      return report({ErrorCode::InvalidInput, "--arch: " + problem});
-    return explain(dir, args->graph, arch);
+    return explain(dir, args->graph, args->arch);
   };
 }
 

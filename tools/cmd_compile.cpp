@@ -30,7 +30,7 @@ Runner add_compile(CLI::App& app, const CommonOptions& common) {
                 "(needs a GPU of the --arch)");
   return [args, &common] {
     std::vector<std::string> archs = args->archs;
-    if (archs.empty()) archs.push_back(default_arch());
+    if (archs.empty()) archs.push_back("");  // the GPU present, else sm_90 (runtime::compile_target)
     // compile's work is the cache: a folder kiln may not use is an error
     // here, where a library compile only warns and compiles in memory.
     if (!common.no_cache)
@@ -41,11 +41,12 @@ Runner add_compile(CLI::App& app, const CommonOptions& common) {
     for (const std::string& path : args->paths) {
       Expected<Graph> graph = Graph::load(path);
       if (!graph) return report(graph.error());
-      for (const std::string& arch : archs) {
-        CompileOptions options{.arch = arch, .use_cache = !common.no_cache, .cache_dir = common.cache_dir,
-                               .autotune = args->autotune};
+      for (const std::string& wanted_arch : archs) {
+        CompileOptions options = compile_options(common, wanted_arch);
+        options.autotune = args->autotune;
         Expected<Executable> exe = Executable::compile(*graph, options);
         if (!exe) return report(exe.error());
+        const std::string& arch = exe->arch();
         int hits = 0;
         for (const KernelReport& k : exe->report()) hits += k.cache_hit;
         nlohmann::ordered_json entry{{"graph", graph->name()}, {"path", path}, {"arch", arch}, {"kernels", nlohmann::ordered_json::array()}};

@@ -1,4 +1,5 @@
-// kiln dump GRAPH --stage STAGE: print one stage of the pipeline.
+// kiln dump GRAPH --stage STAGE: print one stage of the pipeline
+// (runtime::run_pipeline), as a compile for the target makes it.
 #include <fmt/format.h>
 
 #include "compiler/graph_internal.h"
@@ -7,8 +8,8 @@
 #include "compiler/plan_printer.h"
 #include "compiler/rewrite_table.h"
 #include "runtime/nvrtc.h"
+#include "runtime/pipeline.h"
 #include "tools/helpers.h"
-#include "compiler/planner/planner.h"
 #include "kiln/graph.h"
 #include "tools/commands.h"
 
@@ -53,28 +54,35 @@ Runner add_dump(CLI::App& app, const CommonOptions& common) {
                  ir::print_ir(planned));
       return 0;
     }
-    const std::string arch = args->arch.empty() ? default_arch() : args->arch;
-    if (std::string problem = runtime::arch_problem(arch); !problem.empty())
-      return report({ErrorCode::InvalidInput, "--arch: " + problem});
-    const ir::Plan plan = ir::plan_fusion(ir_of(*graph), {.sm = codegen::sm_of(arch)});
-    if (args->stage == "plan" && args->arch.empty()) {
+    // The plan alone without --arch (no tile choices read: the plan does not
+    // depend on them); with it, what each kernel's generator decided too.
+    const bool plan_only = args->stage == "plan" && args->arch.empty();
+    const codegen::ProgramTuning no_tuning;
+    Expected<runtime::Target> target =
+        runtime::compile_target(*graph, compile_options(common, args->arch), plan_only ? &no_tuning : nullptr);
+    if (!target) return report(target.error());
+    const std::string& arch = target->arch;
+    Expected<runtime::Planned> planned =
+        runtime::run_pipeline(*graph, *target, plan_only ? runtime::Stage::plan : runtime::Stage::cuda);
+    if (!planned) return report(planned.error());
+    const ir::Plan& plan = planned->plan;
+    if (plan_only) {
       fmt::print("{}", ir::plan_to_text(ir_of(*graph), plan));
       return 0;
     }
     if (args->kernel >= static_cast<int>(plan.kernels.size()))
       return report({ErrorCode::InvalidInput, fmt::format("--kernel {}: the plan has {} kernels (0 to {})", args->kernel,
                                                           plan.kernels.size(), plan.kernels.size() - 1)});
-    Expected<codegen::GeneratedProgram> program = generate(*graph, plan, arch, &common);
-    if (!program) return report(program.error());
+    const codegen::GeneratedProgram& program = planned->program;
     if (args->stage == "plan") {  // with --arch: and what each kernel's generator decided for it
       fmt::print("{}", ir::plan_to_text(ir_of(*graph), plan));
-      for (const codegen::GeneratedKernel& k : program->kernels)
+      for (const codegen::GeneratedKernel& k : program.kernels)
         if (!k.tuning.empty() || !k.decisions.empty())
           fmt::print("codegen {} kernel {}: {}{}{}\n", arch, k.plan_kernel, k.tuning.to_string(),
                      !k.tuning.empty() && !k.decisions.empty() ? "; " : "", k.decisions);
       return 0;
     }
-    for (const codegen::GeneratedKernel& k : program->kernels) {
+    for (const codegen::GeneratedKernel& k : program.kernels) {
       if (args->kernel >= 0 && k.plan_kernel != args->kernel) continue;
       if (args->stage == "cuda") {
         fmt::print("{}\n", k.source);

@@ -1,4 +1,5 @@
-// kiln plan GRAPH [--json] [--dot] [--no-fusion]: print the fusion plan.
+// kiln plan GRAPH [--json] [--dot] [--svg] [--no-fusion] [--arch sm_XX]: print the
+// fusion plan for the target, as a compile plans it (runtime::run_pipeline).
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -6,13 +7,10 @@
 #include <filesystem>
 #include <fstream>
 
-#include "codegen/kernel_codegen.h"
 #include "compiler/graph_internal.h"
 #include "compiler/plan_printer.h"
-#include "compiler/plan_verifier.h"
-#include "compiler/planner/planner.h"
 #include "kiln/graph.h"
-#include "runtime/nvrtc.h"
+#include "runtime/pipeline.h"
 #include "runtime/temp_files.h"
 #include "tools/helpers.h"
 #include "tools/external_tool.h"
@@ -34,17 +32,18 @@ Runner add_plan(CLI::App& app, const CommonOptions& common) {
   cmd->add_flag("--svg", args->svg, "the plan as an SVG picture (needs Graphviz's dot)")->excludes(json)->excludes(dot);
   cmd->add_flag("--no-fusion", args->no_fusion, "one kernel per op");
   cmd->add_option("--arch", args->arch, "plan for this target, sm_XX (default: the GPU present, else sm_90)");
-  return [args] {
+  return [args, &common] {
     Expected<Graph> graph = Graph::load(args->path);
     if (!graph) return report(graph.error());
     const ir::Graph& g = ir_of(*graph);
-    const std::string arch = args->arch.empty() ? default_arch() : args->arch;
-    if (std::string problem = runtime::arch_problem(arch); !problem.empty())
-      return report({ErrorCode::InvalidInput, "--arch: " + problem});
-    const ir::Plan plan = ir::plan_fusion(g, {.fuse = !args->no_fusion, .sm = codegen::sm_of(arch)});
-    if (std::string problem = ir::verify_plan(g, plan); !problem.empty())
-      return report({ErrorCode::Internal, "internal error: the planner produced an invalid plan: " + problem +
-                                              " (this is a bug in kiln; please report it)"});
+    // The plan does not depend on the tile choices: none are read from the cache.
+    const codegen::ProgramTuning no_tuning;
+    Expected<runtime::Target> target =
+        runtime::compile_target(*graph, compile_options(common, args->arch, !args->no_fusion), &no_tuning);
+    if (!target) return report(target.error());
+    Expected<runtime::Planned> planned = runtime::run_pipeline(*graph, *target, runtime::Stage::plan);
+    if (!planned) return report(planned.error());
+    const ir::Plan& plan = planned->plan;
     if (args->svg) {
       if (!tool_exists("dot"))
         return report({ErrorCode::CompileOrDevice,

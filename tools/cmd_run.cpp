@@ -19,6 +19,7 @@
 #include "runtime/random_inputs.h"
 #include "compiler/error.h"
 #include "tools/commands.h"
+#include "tools/helpers.h"
 #include "tools/reference_progress.h"
 
 namespace kiln::cli {
@@ -99,8 +100,7 @@ int run(const RunArgs& a, const CommonOptions& common) {
   const bool gpu = a.device == "cuda";
   std::optional<Executable> exe;
   if (gpu) {
-    Expected<Executable> compiled =
-        Executable::compile(*graph, {.use_cache = !common.no_cache, .cache_dir = common.cache_dir});
+    Expected<Executable> compiled = Executable::compile(*graph, compile_options(common, ""));
     if (!compiled) return report(compiled.error());
     exe.emplace(std::move(compiled).value());
   }

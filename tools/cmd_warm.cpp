@@ -1,6 +1,10 @@
 // kiln warm PATH... [--arch sm_XX]... [--jobs N]: fill the kernel cache ahead
-// of deployment. No GPU needed. Each kernel is compiled once however many
-// graphs share it; a failure is reported and the rest go on.
+// of deployment. No GPU needed. Each graph goes through the pipeline a
+// compile for that arch runs (runtime::run_pipeline), so the kernels warmed
+// are those it builds; each kernel is compiled once however many graphs
+// share it; a failure is reported and the rest go on. At the end every
+// warmed graph is checked: a compile of it would compile nothing, else the
+// exit is nonzero.
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -11,18 +15,20 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <set>
 #include <system_error>
 #include <thread>
 
 #include "compiler/graph_internal.h"
 #include "codegen/kernel_codegen.h"
 #include "compiler/error.h"
-#include "compiler/planner/planner.h"
 #include "kiln/executable.h"
+#include "kiln/options.h"
 #include "compiler/memory_budget.h"
 #include "runtime/cache_dir.h"
 #include "runtime/kernel_cache.h"
 #include "runtime/nvrtc.h"
+#include "runtime/pipeline.h"
 #include "tools/commands.h"
 #include "tools/helpers.h"
 
@@ -65,6 +71,56 @@ struct Job {
   runtime::KeyParts parts;
 };
 
+// A graph through the pipeline for one arch, its kernels' keys, and whether
+// an error about it was printed already.
+struct Warmed {
+  Graph graph;
+  std::string path, arch;
+  std::vector<ir::Hash128> keys;
+  bool reported = false;
+};
+
+// The check of what was warmed, part one: each graph compiled for its arch
+// with compiling forbidden, as a deployed process will compile it (which
+// also stores its recipe, so that a warm process skips planning too).
+// Reports each graph such a compile would still compile something for;
+// returns how many.
+int check_compiles(std::vector<Warmed>& warmed, const std::string& dir) {
+  int unwarmed = 0;
+  for (Warmed& w : warmed) {
+    if (w.reported) continue;
+    Expected<Executable> exe = Executable::compile(w.graph, {.arch = w.arch, .cache_dir = dir, .fail_if_compiling = true});
+    if (!exe) {
+      ++unwarmed;
+      w.reported = true;
+      std::fprintf(stderr, "kiln: error: %s (%s): warmed, yet its compile would compile again (checked with compiling forbidden): %s\n", w.path.c_str(),
+                   w.arch.c_str(), exe.error().message.c_str());
+    }
+  }
+  return unwarmed;
+}
+
+// Part two, once the cache is kept to its size limit: every kernel of every
+// warmed graph still on disk. Reports and counts the graphs that lost one.
+int check_kept(std::vector<Warmed>& warmed, const runtime::KernelCache& cache) {
+  std::set<ir::Hash128> kept;
+  for (const runtime::CacheEntry& e : cache.list()) kept.insert(e.key);
+  int unwarmed = 0;
+  for (Warmed& w : warmed) {
+    if (w.reported) continue;
+    const auto missing = std::count_if(w.keys.begin(), w.keys.end(), [&](const ir::Hash128& k) { return !kept.count(k); });
+    if (missing == 0) continue;
+    ++unwarmed;
+    w.reported = true;
+    std::fprintf(stderr,
+                 "kiln: error: %s (%s): %zu of its %zu kernels are no longer in the cache after warming (its size "
+                 "limit, KILN_CACHE_MAX_BYTES, is %s)\n",
+                 w.path.c_str(), w.arch.c_str(), static_cast<size_t>(missing), w.keys.size(),
+                 human_bytes(runtime::cache_size_limit()).c_str());
+  }
+  return unwarmed;
+}
+
 }  // namespace
 
 Runner add_warm(CLI::App& app, const CommonOptions& common) {
@@ -89,7 +145,7 @@ Runner add_warm(CLI::App& app, const CommonOptions& common) {
     const auto start = std::chrono::steady_clock::now();
     if (common.no_cache) return report({ErrorCode::InvalidInput, "warm fills the cache: it cannot run with --no-cache"});
     std::vector<std::string> archs = args->archs;
-    if (archs.empty()) archs.push_back(default_arch());
+    if (archs.empty()) archs.push_back(runtime::target_arch({}));
     for (const std::string& a : archs)
       if (std::string problem = runtime::arch_problem(a); !problem.empty())
         return report({ErrorCode::InvalidInput, "--arch: " + problem});
@@ -99,10 +155,11 @@ Runner add_warm(CLI::App& app, const CommonOptions& common) {
     if (Status safe = runtime::secure_cache_dir(dir); !safe) return report(safe.error());
     const runtime::KernelCache cache(dir);
 
-    // 1. Plan and generate every graph (fast); gather the kernels not cached.
+    // 1. Every graph through the pipeline, for each arch as a compile for it
+    //    (fast); gather the kernels not cached.
     int invalid = 0, hits = 0;
     std::map<ir::Hash128, Job> jobs;
-    std::vector<std::pair<Graph, std::string>> ready;  // graph, arch
+    std::vector<Warmed> warmed;
     for (const std::string& path : *paths) {
       Expected<Graph> graph = Graph::load(path);
       if (!graph) {
@@ -113,19 +170,22 @@ Runner add_warm(CLI::App& app, const CommonOptions& common) {
         std::fprintf(stderr, "kiln: error: %s\n", where.c_str());
         continue;
       }
-      const ir::Plan plan = ir::plan_fusion(ir_of(*graph));
-      for (const std::string& arch : archs) {
-        Expected<codegen::GeneratedProgram> program = generate(*graph, plan, arch, &common);  // kernels depend on the arch
-        if (!program) {
+      for (const std::string& arch : archs) {  // plans and kernels depend on the arch
+        Expected<runtime::Target> target = runtime::compile_target(*graph, {.arch = arch, .cache_dir = dir});
+        Expected<runtime::Planned> planned =
+            target ? runtime::run_pipeline(*graph, *target) : Expected<runtime::Planned>(target.error());
+        if (!planned) {
           ++invalid;
-          std::fprintf(stderr, "kiln: error: %s: %s\n", path.c_str(), program.error().message.c_str());
+          std::fprintf(stderr, "kiln: error: %s: %s\n", path.c_str(), planned.error().message.c_str());
           break;
         }
-        for (const codegen::GeneratedKernel& k : program->kernels) {
+        Warmed& w = warmed.emplace_back(Warmed{*graph, path, arch, {}});
+        for (const codegen::GeneratedKernel& k : planned->program.kernels) {
           const runtime::KeyParts parts = runtime::key_parts(k.canonical, arch);
           const ir::Hash128 key = parts.key();
+          w.keys.push_back(key);
           if (jobs.count(key)) continue;
-          const std::string kind(ir::to_string(plan.kernels[static_cast<size_t>(k.plan_kernel)].kind));
+          const std::string kind(ir::to_string(planned->plan.kernels[static_cast<size_t>(k.plan_kernel)].kind));
           if (cache.load(key)) {
             ++hits;
             jobs[key] = {"", arch, kind, path, "", parts};  // counted once, nothing to do
@@ -133,11 +193,11 @@ Runner add_warm(CLI::App& app, const CommonOptions& common) {
             jobs[key] = {k.source, arch, kind, path, graph->to_json(), parts};
           }
         }
-        ready.emplace_back(*graph, arch);
       }
     }
 
-    // 2. Compile what is missing, in parallel.
+    // 2. Compile what is missing, in parallel (unless compiling is forbidden:
+    //    KILN_FAIL_IF_COMPILING proves that a warm run has nothing to compile).
     std::vector<std::pair<ir::Hash128, Job*>> todo;
     for (auto& [key, job] : jobs)
       if (!job.source.empty()) todo.emplace_back(key, &job);
@@ -147,6 +207,8 @@ Runner add_warm(CLI::App& app, const CommonOptions& common) {
                                    std::max(1, static_cast<int>(todo.size())));
     std::atomic<size_t> next{0}, done{0};
     std::atomic<int> compiled{0}, failed{0};
+    std::set<ir::Hash128> failed_keys;  // under `print`
+    const bool forbidden = current_options()->fail_if_compiling;
     std::mutex print;
     const bool tty = ::isatty(STDERR_FILENO);
     auto progress = [&](const Job& job, const std::string& what) {
@@ -168,18 +230,25 @@ Runner add_warm(CLI::App& app, const CommonOptions& common) {
     auto worker = [&] {
       for (size_t i; (i = next++) < todo.size();) {
         Job& job = *todo[i].second;
-        Expected<runtime::NvrtcOutput> out = runtime::nvrtc_compile(job.source, job.arch);
-        if (!out) {
+        auto fail = [&](const std::string& message) {
           ++failed;
           std::lock_guard<std::mutex> lock(print);
-          std::fprintf(stderr, "%skiln: error: %s: %s\n%s\n", tty ? "\n" : "", job.graph.c_str(), out.error().message.c_str(),
-                       runtime::write_repro(job.graph_json, job.source, job.arch, out.error().message).c_str());
+          failed_keys.insert(todo[i].first);
+          std::fprintf(stderr, "%skiln: error: %s\n", tty ? "\n" : "", message.c_str());
+        };
+        if (forbidden) {
+          fail(fmt::format("{}: kernel {} ({}, {}) is not cached and compiling is forbidden (KILN_FAIL_IF_COMPILING)",
+                           job.graph, todo[i].first.hex().substr(0, 12), job.kind, job.arch));
+          continue;
+        }
+        Expected<runtime::NvrtcOutput> out = runtime::nvrtc_compile(job.source, job.arch);
+        if (!out) {
+          fail(fmt::format("{}: {}\n{}", job.graph, out.error().message,
+                           runtime::write_repro(job.graph_json, job.source, job.arch, out.error().message)));
           continue;
         }
         if (Status s = cache.store(job.parts, job.kind, out->binary); !s) {
-          ++failed;
-          std::lock_guard<std::mutex> lock(print);
-          std::fprintf(stderr, "%skiln: error: %s\n", tty ? "\n" : "", s.error().message.c_str());
+          fail(s.error().message);
           continue;
         }
         ++compiled;
@@ -203,12 +272,17 @@ Runner add_warm(CLI::App& app, const CommonOptions& common) {
                    refused.c_str());
     for (std::thread& t : threads) t.join();
 
-    // 3. Graph recipes, so warm processes skip planning too (nothing compiles here).
-    for (const auto& [graph, arch] : ready)
-      (void)Executable::compile(graph, {.arch = arch, .cache_dir = dir, .fail_if_compiling = true});
+    // 3. Each graph compiled as it will be, compiling forbidden: the check
+    //    that its kernels are warm, which stores its recipe too (graphs
+    //    with a kernel that failed above are reported already).
+    for (Warmed& w : warmed)
+      w.reported = std::any_of(w.keys.begin(), w.keys.end(), [&](const ir::Hash128& k) { return failed_keys.count(k) > 0; });
+    int unwarmed = check_compiles(warmed, dir);
 
-    // 4. The size limit, as every other store keeps it.
+    // 4. The size limit, as every other store keeps it; 5. the check that
+    //    every warmed kernel is still there.
     const int evicted = compiled > 0 ? cache.evict(runtime::cache_size_limit()) : 0;
+    unwarmed += check_kept(warmed, cache);
 
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     fmt::print("warmed: {} graphs, {} kernels ({} compiled, {} cached, {} failed) in {:.2f} s{}\n",
@@ -216,7 +290,7 @@ Runner add_warm(CLI::App& app, const CommonOptions& common) {
                evicted > 0 ? fmt::format("; {} least recently used entries evicted to keep the cache under {}", evicted,
                                          human_bytes(runtime::cache_size_limit()))
                            : "");
-    if (failed > 0) return static_cast<int>(ErrorCode::CompileOrDevice);
+    if (failed > 0 || unwarmed > 0) return static_cast<int>(ErrorCode::CompileOrDevice);
     if (invalid > 0) return static_cast<int>(ErrorCode::InvalidInput);
     return 0;
   };

@@ -7,30 +7,15 @@
 #include <filesystem>
 #include <fstream>
 
-#include "compiler/graph_internal.h"
 #include "compiler/error.h"
-#include "runtime/tuning_record.h"
-#include "runtime/cuda_driver.h"
-#include "runtime/kernel_cache.h"
-#include "runtime/program_cache.h"
 #include "runtime/temp_files.h"
 #include "tools/external_tool.h"
 #include "tools/commands.h"
 
 namespace kiln::cli {
 
-std::string default_arch() {
-  if (std::optional<std::string> arch = runtime::device_arch()) return *arch;
-  return "sm_90";
-}
-
-Expected<codegen::GeneratedProgram> generate(const Graph& graph, const ir::Plan& plan, const std::string& arch,
-                                             const CommonOptions* common) {
-  codegen::ProgramTuning tuning;
-  if (common && !common->no_cache)
-    tuning = runtime::recorded_tuning(common->cache_dir.empty() ? runtime::default_cache_dir() : common->cache_dir,
-                                      runtime::program_key(graph.to_json(), arch, /*fuse=*/true));
-  return detail::catch_errors([&] { return codegen::generate_program(ir_of(graph), plan, codegen::sm_of(arch), tuning); });
+CompileOptions compile_options(const CommonOptions& common, const std::string& arch, bool fuse) {
+  return {.arch = arch, .fuse = fuse, .use_cache = !common.no_cache, .cache_dir = common.cache_dir};
 }
 
 Expected<std::string> disassemble(const std::string& cubin) {

@@ -1,23 +1,20 @@
-// Helpers the commands share: the default arch, code generation with errors
-// as values, and disassembly.
+// Helpers the commands share: the options of a compile, and disassembly.
 #pragma once
 
 #include <string>
 
-#include "codegen/kernel_codegen.h"
-#include "kiln/graph.h"
+#include "kiln/executable.h"
 #include "kiln/status.h"
 
 namespace kiln::cli {
 
-// --arch's default: the GPU present, else sm_90.
-std::string default_arch();
 struct CommonOptions;
-// Code generation with kiln's errors turned into values; with `common`, the
-// kernels are built with the tile choices an autotuning run recorded in the
-// cache for this graph and arch, as a compile would build them.
-Expected<codegen::GeneratedProgram> generate(const Graph& graph, const ir::Plan& plan, const std::string& arch,
-                                             const CommonOptions* common = nullptr);
+// The options of the compile that a command shows, warms or does: `arch`
+// (empty: the GPU present, else sm_90), fusion, and the cache (--cache-dir,
+// --no-cache, whose autotuning records choose the tiles). Every command
+// passes them to runtime::compile_target and runtime::run_pipeline, or to
+// Executable::compile, which does the same.
+CompileOptions compile_options(const CommonOptions& common, const std::string& arch, bool fuse = true);
 // SASS of a cubin through cuobjdump or nvdisasm, where one is installed.
 Expected<std::string> disassemble(const std::string& cubin);
 

@@ -31,7 +31,7 @@ class Executable:
         self.graph = graph
         self._native = native
         self.arch: str = native.arch
-        self.plan: dict = json.loads(native.plan_json)
+        self._plan: Optional[dict] = None
         self.kernels: List[dict] = native.kernel_reports()
         self.workspace_bytes: int = native.workspace_bytes
         self._inputs: List[Tuple[str, Tuple[int, ...], str, Tuple[int, ...]]] = [
@@ -50,6 +50,15 @@ class Executable:
 
     def __repr__(self) -> str:
         return f"kiln.Executable({self.graph.name!r}, {len(self.kernels)} kernels, {self.arch})"
+
+    @property
+    def plan(self) -> dict:
+        """The plan its kernels were made from, as `kiln plan --json` prints it
+        for this arch: planned when first read (a program found in the cache
+        needed none)."""
+        if self._plan is None:
+            self._plan = json.loads(self._native.plan_json)
+        return self._plan
 
     # ---- binding ----
 

@@ -29,7 +29,7 @@
 #include "compiler/numerics.h"
 #include "compiler/op_table.h"
 #include "compiler/plan_printer.h"
-#include "compiler/planner/planner.h"
+#include "runtime/pipeline.h"
 #include "kiln/kiln.h"
 #include "codegen/kernel_codegen.h"
 #include "runtime/cuda_driver.h"
@@ -260,23 +260,35 @@ HostTensor host_tensor(const HostArray& a, const TensorDesc& want) {
 
 struct PyExecutable {
   Executable exe;
-  std::string plan_json;
+  bool fuse = true;
 };
+
+// The plan the executable's kernels were made from, as `kiln plan --json`
+// prints it: planned when asked (a program found in the cache needed none),
+// by the pipeline every compile runs, for the executable's arch.
+std::string plan_json(const Graph& graph, const std::string& arch, bool fuse) {
+  const codegen::ProgramTuning no_tuning;  // the plan does not depend on the tile choices
+  std::optional<Expected<runtime::Planned>> planned;
+  {
+    nb::gil_scoped_release release;
+    Expected<runtime::Target> target = runtime::compile_target(graph, {.arch = arch, .fuse = fuse}, &no_tuning);
+    planned.emplace(target ? runtime::run_pipeline(graph, *target, runtime::Stage::plan) : target.error());
+  }
+  if (!planned->ok()) raise_compile_error(planned->error());
+  return ir::plan_to_json(ir_of(graph), planned->value().plan);
+}
 
 PyExecutable compile(const Graph& graph, std::optional<std::string> arch, bool fuse, bool autotune,
                      std::optional<std::string> cache_dir) {
   CompileOptions options{.arch = arch.value_or(""), .fuse = fuse, .use_cache = true, .cache_dir = cache_dir.value_or(""),
                          .fail_if_compiling = false, .autotune = autotune, .device = -1};
   std::optional<Expected<Executable>> exe;
-  std::string plan;
   {
     nb::gil_scoped_release release;
     exe.emplace(Executable::compile(graph, options));
-    if (exe->ok())
-      plan = ir::plan_to_json(ir_of(graph), ir::plan_fusion(ir_of(graph), {.fuse = fuse, .sm = codegen::sm_of(exe->value().arch())}));
   }
   if (!exe->ok()) raise_compile_error(exe->error());
-  return PyExecutable{std::move(exe->value()), std::move(plan)};
+  return PyExecutable{std::move(exe->value()), fuse};
 }
 
 void launch(const PyExecutable& self, const std::vector<uintptr_t>& inputs, const std::vector<uintptr_t>& outputs,
@@ -450,8 +462,7 @@ NB_MODULE(_kiln, m) {
       .def("input_specs", [](const Graph& g) { return describe(g.inputs()); })
       .def("output_specs", [](const Graph& g) { return describe(g.outputs()); })
       .def("plan_json", [](const Graph& g, bool fuse) {  // for the GPU present, else sm_90, as compile() plans
-        const int sm = codegen::sm_of(runtime::device_arch().value_or("sm_90"));
-        return ir::plan_to_json(ir_of(g), ir::plan_fusion(ir_of(g), {.fuse = fuse, .sm = sm}));
+        return plan_json(g, "", fuse);
       }, "fuse"_a = true)
       .def("run_reference", &run_reference_on);
 
@@ -478,7 +489,7 @@ NB_MODULE(_kiln, m) {
 
   nb::class_<PyExecutable>(m, "Executable")
       .def_prop_ro("arch", [](const PyExecutable& e) { return e.exe.arch(); })
-      .def_prop_ro("plan_json", [](const PyExecutable& e) { return e.plan_json; })
+      .def_prop_ro("plan_json", [](const PyExecutable& e) { return plan_json(e.exe.graph(), e.exe.arch(), e.fuse); })
       .def_prop_ro("kernel_count", [](const PyExecutable& e) { return e.exe.kernel_count(); })
       .def_prop_ro("workspace_bytes", [](const PyExecutable& e) { return e.exe.workspace_bytes(); })
       .def("kernel_reports", &kernel_reports)

@@ -1,6 +1,7 @@
 """Compiling and running from Python on the CPU: NumPy and PyTorch CPU
 arrays run the reference interpreter, bit for bit what `kiln run --device
 cpu` computes; every binding error; compile errors; threads."""
+import json
 import os
 import subprocess
 import sys
@@ -135,6 +136,22 @@ def test_compile_reports_plan_and_kernels():
     assert all(k["cache_hit"] for k in again.kernels)
     unfused = kiln.compile(kiln.Graph.load(ROOT / "examples/conv/conv_bias_relu.json"), arch="sm_90", fuse=False)
     assert len(unfused.kernels) == 3
+    # The plan is the one `kiln plan --json` prints for the arch (made when
+    # asked: the cached program `again` needed none), fused or not.
+    path = ROOT / "examples/conv/conv_bias_relu.json"
+    fused_plan = json.loads(kiln_cli("plan", path, "--json", "--arch", "sm_90").stdout)
+    assert exe.plan == fused_plan and again.plan == fused_plan
+    assert unfused.plan == json.loads(kiln_cli("plan", path, "--json", "--arch", "sm_90", "--no-fusion").stdout)
+
+
+def test_plan_is_the_archs():
+    # Below sm_90 the norm's tail runs in the matmul's prologue: the plan, and
+    # the kernels built, are those of the arch compiled for.
+    path = ROOT / "examples/held_rows/rms_norm_into_narrow_matmul.json"
+    exe = kiln.compile(kiln.Graph.load(path), arch="sm_80")
+    want = json.loads(kiln_cli("plan", path, "--json", "--arch", "sm_80").stdout)
+    assert exe.plan == want != json.loads(kiln_cli("plan", path, "--json", "--arch", "sm_90").stdout)
+    assert [k["kind"] for k in exe.kernels] == [k["kind"] for k in want["kernels"]]
 
 
 def test_bad_arch_is_a_graph_error_and_a_failed_compile_a_compile_error(tmp_path):

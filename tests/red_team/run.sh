@@ -174,7 +174,9 @@ grep -h "error" warm*.err | head -3 | sed 's/^/| (a warm said) | | | | UNEXPECTE
 grep -qh "error" warm*.err && unexpected=$((unexpected + 1))
 "$kiln" cache clear >/dev/null 2>&1
 ( for i in $(seq 30); do "$kiln" cache clear >/dev/null 2>&1; done ) &
-case_ "warm while cache clear runs 30 times beside it" 0 "$kiln" warm --jobs 2 "$examples/pointwise" "$examples/reduction"
+# (The clears may delete what warm compiled: warm then names each graph a
+# compile would compile again and exits 3, its check of what it warmed.)
+case_ "warm while cache clear runs 30 times beside it" 0,3 "$kiln" warm --jobs 2 "$examples/pointwise" "$examples/reduction"
 wait
 echo "| **output of names** | | | | |"
 case_ "validate: a name with ESC, newline, NUL" 0 "$kiln" validate escape.json
