@@ -179,7 +179,7 @@ class Planner {
       return;
     }
     if (!options_.fuse || is_anchor(op.kind)) {
-      new_group(planner::kind_for(op.kind), op_index);
+      new_group(planner::kind_for(g_, op), op_index);
       return;
     }
     // Candidate groups: those owning an operand, in operand order.
