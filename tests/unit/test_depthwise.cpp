@@ -154,7 +154,7 @@ TEST(Depthwise, ZooShapesTakeSixteenByteCopiesAndStores) {
   EXPECT_THAT(program.kernels[0].decisions, HasSubstr("by 16-byte copies"));
   EXPECT_EQ(program.kernels[0].shared_bytes, static_cast<uint32_t>(G::decide(G::geometry(ir_of(g), ir_of(g).ops[0]), DType::bf16, true, G::shared_budget(90)).shared_bytes));
   // batch_norm's parameters and scale once a thread (a column loop before the pixels), not per element.
-  EXPECT_THAT(program.kernels[0].decisions, HasSubstr("values of the channel once a thread"));
+  EXPECT_THAT(program.kernels[0].decisions, HasSubstr("3 values of the channel once a thread"));
 }
 
 // Channels that are not a multiple of 8, and an input read through a view
