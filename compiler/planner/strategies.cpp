@@ -236,13 +236,18 @@ KernelKind kind_for(const Graph& g, const Op& op) {
 
 bool depthwise_conv(const Graph& g, const Op& op) {
   if (op.kind != OpKind::Conv2d || op.attrs.layout != Layout::NHWC) return false;
-  const int64_t c = g.operand(op, 0).shape[3];
+  const Shape& x = g.operand(op, 0).shape;  // [N, H, W, C]
   const Shape& w = g.operand(op, 1).shape;  // [K, R, S, C / groups]
+  const Shape& y = g.result(op).shape;      // [N, P, Q, K]
   const Attributes& a = op.attrs;
   const auto span = [](int64_t taps, int64_t dilation) { return (taps - 1) * dilation + 1; };
-  return a.groups > 1 && a.groups == c && w[0] / c <= kMaxDepthwiseMultiplier && w[1] <= kMaxDepthwiseTaps &&
+  // (The kernel indexes rows, columns and channels, and a tile's first input pixel, in 32-bit ints.)
+  const int64_t most = int64_t{1} << 30;
+  const bool small = std::max({x[1], x[2], x[3], a.padding[0], a.padding[1]}) < most && y[1] < most / a.stride[0] &&
+                     y[2] < most / a.stride[1];
+  return a.groups > 1 && a.groups == x[3] && w[0] / x[3] <= kMaxDepthwiseMultiplier && w[1] <= kMaxDepthwiseTaps &&
          w[2] <= kMaxDepthwiseTaps && span(w[1], a.dilation[0]) <= kMaxDepthwiseSpan &&
-         span(w[2], a.dilation[1]) <= kMaxDepthwiseSpan;
+         span(w[2], a.dilation[1]) <= kMaxDepthwiseSpan && small;
 }
 
 RowStrategy row_strategy(int64_t elements) {

@@ -27,8 +27,9 @@ KernelKind kind_for(const Graph& g, const Op& op);
 // kMaxDepthwiseMultiplier, at most kMaxDepthwiseTaps taps along each side
 // and a window at most kMaxDepthwiseSpan pixels across (dilation
 // included), so that a thread's accumulators and a filter row fit in
-// registers and a tile's input halo in shared memory. Other convs (NCHW
-// depthwise ones among them) stay on the implicit-GEMM conv kernel.
+// registers and a tile's input halo in shared memory, and sides, channels
+// and padding below 2^30 (32-bit indexing). Other convs (NCHW depthwise
+// ones among them) stay on the implicit-GEMM conv kernel.
 inline constexpr int64_t kMaxDepthwiseMultiplier = 8, kMaxDepthwiseTaps = 15, kMaxDepthwiseSpan = 32;
 bool depthwise_conv(const Graph& g, const Op& op);
 

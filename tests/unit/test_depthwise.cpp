@@ -63,13 +63,14 @@ TEST(Depthwise, OnlyNhwcConvsWithAGroupPerChannelWithinBoundsTakeIt) {
   EXPECT_EQ(kind_of(conv_graph("[1,8,8,16]", "[16,3,3,1]", R"(, "padding": [1, 1], "groups": 16)")), KernelKind::DepthwiseConv);
   EXPECT_EQ(kind_of(conv_graph("[1,8,8,16]", "[128,3,3,1]", R"(, "groups": 16)")), KernelKind::DepthwiseConv);  // multiplier 8
   // NCHW (layout sinking does not turn convs NHWC), fewer groups than channels, a multiplier past 8, a filter
-  // past 15 taps or a window past 32 pixels, one channel: the implicit-GEMM conv kernel.
+  // past 15 taps or a window past 32 pixels, one channel, sides past 32-bit indexing: the implicit-GEMM conv kernel.
   EXPECT_EQ(kind_of(conv_graph("[1,16,8,8]", "[16,1,3,3]", R"(, "layout": "NCHW", "groups": 16)")), KernelKind::Conv);
   EXPECT_EQ(kind_of(conv_graph("[1,8,8,16]", "[16,3,3,2]", R"(, "groups": 8)")), KernelKind::Conv);
   EXPECT_EQ(kind_of(conv_graph("[1,8,8,16]", "[144,3,3,1]", R"(, "groups": 16)")), KernelKind::Conv);
   EXPECT_EQ(kind_of(conv_graph("[1,20,20,16]", "[16,17,17,1]", R"(, "groups": 16)")), KernelKind::Conv);
   EXPECT_EQ(kind_of(conv_graph("[1,40,40,16]", "[16,3,3,1]", R"(, "dilation": [17, 1], "groups": 16)")), KernelKind::Conv);
   EXPECT_EQ(kind_of(conv_graph("[1,8,8,1]", "[4,3,3,1]", R"(, "groups": 1)")), KernelKind::Conv);
+  EXPECT_EQ(kind_of(conv_graph("[1,1073741824,1,2]", "[2,1,1,1]", R"(, "groups": 2)")), KernelKind::Conv);  // 2^30 rows
   // Without fusion the conv is still the depthwise kernel's, alone.
   const ir::Plan unfused = plan_of(must_parse(DepthwiseCase{.epilogue = "bn_relu6"}.json()), false);
   ASSERT_EQ(unfused.kernels.size(), 3u);
