@@ -80,7 +80,7 @@ int failures(const std::vector<Graph>& graphs, const std::vector<std::string>& n
   return failed;
 }
 
-TEST(Depthwise, EveryShapeMatchesTheReference) {
+TEST(GpuDepthwise, EveryShapeMatchesTheReference) {
   REQUIRE_GPU();
   std::vector<Graph> graphs;
   std::vector<std::string> names;
@@ -95,7 +95,7 @@ TEST(Depthwise, EveryShapeMatchesTheReference) {
 
 // The bench's depthwise graphs (bench/graphs/anchors/depthwise_*.json): the
 // zoo's shapes at their batch sizes.
-TEST(Depthwise, ZooShapesMatchTheReference) {
+TEST(GpuDepthwise, ZooShapesMatchTheReference) {
   REQUIRE_GPU();
   std::vector<Graph> graphs;
   std::vector<std::string> names;
@@ -110,7 +110,7 @@ TEST(Depthwise, ZooShapesMatchTheReference) {
 
 // Input and output pointers 2 bytes past a 16-byte boundary: the kernel
 // takes its element-by-element halo and stores, and is as right.
-TEST(Depthwise, UnalignedPointersMatchTheReference) {
+TEST(GpuDepthwise, UnalignedPointersMatchTheReference) {
   REQUIRE_GPU();
   const runtime::Driver& cu = *runtime::driver().value();
   const testing::DepthwiseCase c{.n = 2, .h = 13, .w = 11, .c = 32, .dtype = "bf16", .epilogue = "bn_relu6"};
