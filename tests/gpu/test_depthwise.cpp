@@ -93,14 +93,14 @@ TEST(GpuDepthwise, EveryShapeMatchesTheReference) {
   EXPECT_EQ(failed, 0);
 }
 
-// The bench's depthwise graphs (bench/graphs/anchors/depthwise_*.json): the
-// zoo's shapes at their batch sizes.
+// The bench's depthwise graphs (bench/graphs/anchors/depthwise/): the zoo's
+// shapes at their batch sizes.
 TEST(GpuDepthwise, ZooShapesMatchTheReference) {
   REQUIRE_GPU();
   std::vector<Graph> graphs;
   std::vector<std::string> names;
-  for (const auto& e : fs::directory_iterator(KILN_SOURCE_DIR "/bench/graphs/anchors"))
-    if (e.path().filename().string().rfind("depthwise_", 0) == 0 && e.path().extension() == ".json") {
+  for (const auto& e : fs::directory_iterator(KILN_SOURCE_DIR "/bench/graphs/anchors/depthwise"))
+    if (e.path().extension() == ".json") {
       graphs.push_back(Graph::load(e.path().string()).value());
       names.push_back(e.path().filename().string());
     }
