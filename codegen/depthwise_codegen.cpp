@@ -288,7 +288,7 @@ std::string DepthwiseGenerator::epilogue(const ir::Op& conv, const Geometry& geo
     if (!columns.empty()) {
       w.lines(columns.declarations);
       w.line("#pragma unroll");
-      w.block(fmt::format("for (int v = 0; v < D::kJ; ++v)"), [&] {
+      w.block("for (int v = 0; v < D::kJ; ++v)", [&] {
         w.line("const kiln::i64 ko = kbase + v;");
         w.line("if (ko >= {}LL) continue;", geo.k);
         w.lines(columns.statements);
