@@ -52,6 +52,20 @@ def channel_stats(c):
     return c, c.sum((0, 2, 3)), (c * c).sum((0, 2, 3))
 
 
+def depthwise(epilogue, stride, padding):
+    """A depthwise conv (groups = C) and what follows it as the zoo's models
+    write it: the conv's bias (ConvNeXt), or an inference BatchNorm2d and
+    ReLU, ReLU6, Hardswish or SiLU (MobileNetV3, EfficientNet)."""
+    def run(i):
+        x, w = cl(i["x"]), cl(i["w"])
+        if epilogue == "bias":
+            return (F.conv2d(x, w, i["b"], stride=stride, padding=padding, groups=x.shape[1]),)
+        y = F.batch_norm(F.conv2d(x, w, stride=stride, padding=padding, groups=x.shape[1]), i["mean"], i["var"], i["gamma"],
+                         i["beta"], training=False)
+        return ({"relu": F.relu, "relu6": F.relu6, "hardswish": F.hardswish, "silu": F.silu}[epilogue](y),)
+    return run
+
+
 NATIVE = {
     # memory-bound
     "add_layer_norm": lambda i: (F.layer_norm(i["x"] + i["r"], (i["x"].shape[-1],), i["w"], i["b"]),),
@@ -94,4 +108,24 @@ NATIVE = {
     "resnet_stem": lambda i: (F.relu(F.batch_norm(F.conv2d(cl(i["x"]), cl(i["w"]), stride=2, padding=3), i["mean"], i["var"],
                                                   i["gamma"], i["beta"], training=False)),),
     "bert_projection": lambda i: (F.linear(i["x"], i["w"], i["bias"]),),
+    # depthwise convs (bench/graphs/anchors/depthwise/)
+    "depthwise_3x3_c384_56_b32": depthwise("relu6", 1, 1),
+    "depthwise_convnext_7x7_c192_b32": depthwise("bias", 1, 3),
+    "depthwise_convnext_7x7_c384_b32": depthwise("bias", 1, 3),
+    "depthwise_convnext_7x7_c768_b32": depthwise("bias", 1, 3),
+    "depthwise_convnext_7x7_c96_b32": depthwise("bias", 1, 3),
+    "depthwise_effb0_3x3_c144_b32": depthwise("silu", 1, 1),
+    "depthwise_effb0_3x3_c32_b32": depthwise("silu", 1, 1),
+    "depthwise_effb0_3x3_c480_b32": depthwise("silu", 1, 1),
+    "depthwise_effb0_3x3s2_c96_b32": depthwise("silu", 2, 1),
+    "depthwise_effb0_5x5_c1152_b32": depthwise("silu", 1, 2),
+    "depthwise_effb0_5x5_c240_b32": depthwise("silu", 1, 2),
+    "depthwise_effb0_5x5_c672_b32": depthwise("silu", 1, 2),
+    "depthwise_effb0_5x5s2_c144_b32": depthwise("silu", 2, 2),
+    "depthwise_mnv3s_3x3_c88_b64": depthwise("relu", 1, 1),
+    "depthwise_mnv3s_3x3s2_c16_b64": depthwise("relu", 2, 1),
+    "depthwise_mnv3s_3x3s2_c72_b64": depthwise("relu", 2, 1),
+    "depthwise_mnv3s_5x5_c240_b64": depthwise("hardswish", 1, 2),
+    "depthwise_mnv3s_5x5_c576_b64": depthwise("hardswish", 1, 2),
+    "depthwise_mnv3s_5x5s2_c96_b64": depthwise("hardswish", 2, 2),
 }

@@ -1,6 +1,7 @@
 #include "codegen/generator_registry.h"
 
 #include "codegen/attention_generator.h"
+#include "codegen/depthwise_generator.h"
 #include "codegen/gemm_generator.h"
 #include "codegen/norm_generator.h"
 #include "codegen/pointwise_generator.h"
@@ -32,6 +33,8 @@ constexpr KernelGenerator kGenerators[] = {
     {Kind::Norm, "normalisations: a warp, block or cluster per row, or two passes",
      &run<NormGenerator, &NormGenerator::norm>},
     {Kind::Copy, "views made real: the pointwise loop", &run<PointwiseGenerator, &PointwiseGenerator::pointwise>},
+    {Kind::DepthwiseConv, "depthwise convolution: a tile of pixels x channels, its input halo in shared memory",
+     &run<DepthwiseGenerator, &DepthwiseGenerator::depthwise>},
 };
 
 constexpr bool every_kind_in_order() {

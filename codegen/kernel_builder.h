@@ -10,7 +10,7 @@
 // rows, pools, row statistics), norm_generator.h (normalisations),
 // gemm_generator.h (matmul and conv: SIMT, mma.sync, the Hopper kernel,
 // their epilogues), attention_generator.h (flash attention and the exact
-// two-pass kernel). Generators that decide much build a description first
+// two-pass kernel), depthwise_generator.h (depthwise convolutions). Generators that decide much build a description first
 // (EpiloguePlan, WgmmaShape, TileOperand, ExactAttention, ColumnLayout,
 // HeldRowLayout), then write.
 #pragma once

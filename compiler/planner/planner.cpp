@@ -183,7 +183,7 @@ class Planner {
     const Op& op = g_.ops[static_cast<size_t>(op_index)];
     if (is_view(op.kind)) return;  // folded into the kernels that read it
     if (!options_.fuse || is_anchor(op.kind)) {
-      new_group(planner::kind_for(op.kind), op_index);
+      new_group(planner::kind_for(g_, op), op_index);
       return;
     }
     // Candidate groups: those owning an operand, in operand order.

@@ -11,8 +11,10 @@
 //     rewrite table's attention_as_sdpa row);
 //  2. greedy fusion in op order: each op joins the kernel of one of its
 //     producers when that kernel's strategy takes it (strategies.h) and no
-//     cycle between kernels would follow; else it starts a kernel. Views join
-//     the kernels that read them (folded into indexing);
+//     cycle between kernels would follow; else it starts a kernel (a
+//     depthwise conv2d a depthwise_conv kernel, which takes pointwise ops
+//     as its epilogue). Views join the kernels that read them (folded into
+//     indexing);
 //  3. prologues (matmul and conv only below sm_90, where they run on the
 //     same mma.sync kernel either way; measured on H100, computing an
 //     operand in the loads ran 1.4-5.9x slower than writing it once and

@@ -173,6 +173,16 @@ Verdict take_into_reduction(const Graph& g, const Group& group, const Op& op, in
   return Verdict::no(fmt::format("a {} cannot join a reduction kernel", op_name(op.kind)));
 }
 
+// A depthwise conv's epilogue: pointwise ops (batch_norm among them) on
+// its output's elements. A block holds a tile of pixels of a few channels:
+// no whole rows to reduce, and no pooling windows are ordered in it.
+Verdict take_into_depthwise(const Graph& g, const Group& group, const Op& op, int stage) {
+  if (pointwise_like(op.kind)) return take_pointwise(g, group, op, stage);
+  return Verdict::no(fmt::format("a {} cannot be the epilogue of a depthwise_conv kernel: a block holds a tile of "
+                                 "pixels of a few channels, not whole rows or pooling windows",
+                                 op_name(op.kind)));
+}
+
 Verdict take_into_norm(const Graph& g, const Group& group, const Op& op, int stage) {
   if (pointwise_like(op.kind)) return take_pointwise(g, group, op, stage);
   return Verdict::no(fmt::format("a {} cannot join the normalisation kernel of '{}'", op_name(op.kind),
@@ -196,6 +206,8 @@ Verdict can_take(const Graph& g, const Group& group, const Op& op, int stage) {
       return take_into_reduction(g, group, op, stage);
     case KernelKind::Norm:
       return take_into_norm(g, group, op, stage);
+    case KernelKind::DepthwiseConv:
+      return take_into_depthwise(g, group, op, stage);
   }
   KILN_UNREACHABLE("unknown kernel kind");
 }
@@ -218,6 +230,26 @@ KernelKind kind_for(OpKind kind) {
   KILN_UNREACHABLE("unknown op family");
 }
 
+KernelKind kind_for(const Graph& g, const Op& op) {
+  return depthwise_conv(g, op) ? KernelKind::DepthwiseConv : kind_for(op.kind);
+}
+
+bool depthwise_conv(const Graph& g, const Op& op) {
+  if (op.kind != OpKind::Conv2d || op.attrs.layout != Layout::NHWC) return false;
+  const Shape& x = g.operand(op, 0).shape;  // [N, H, W, C]
+  const Shape& w = g.operand(op, 1).shape;  // [K, R, S, C / groups]
+  const Shape& y = g.result(op).shape;      // [N, P, Q, K]
+  const Attributes& a = op.attrs;
+  const auto span = [](int64_t taps, int64_t dilation) { return (taps - 1) * dilation + 1; };
+  // (The kernel indexes rows, columns and channels, and a tile's first input pixel, in 32-bit ints.)
+  const int64_t most = int64_t{1} << 30;
+  const bool small = std::max({x[1], x[2], x[3], a.padding[0], a.padding[1]}) < most && y[1] < most / a.stride[0] &&
+                     y[2] < most / a.stride[1];
+  return a.groups > 1 && a.groups == x[3] && w[0] / x[3] <= kMaxDepthwiseMultiplier && w[1] <= kMaxDepthwiseTaps &&
+         w[2] <= kMaxDepthwiseTaps && span(w[1], a.dilation[0]) <= kMaxDepthwiseSpan &&
+         span(w[2], a.dilation[1]) <= kMaxDepthwiseSpan && small;
+}
+
 RowStrategy row_strategy(int64_t elements) {
   if (elements <= 1024) return RowStrategy::Warp;
   if (elements <= 16384) return RowStrategy::Block;        // 512 threads x 32 values in registers
@@ -233,7 +265,8 @@ int64_t product(const Shape& s, size_t begin, size_t end) {
   return v;
 }
 
-// Anchors: the GEMM view (conv: implicit GEMM per group; attention: one
+// Anchors: the GEMM view (conv: implicit GEMM per group, a depthwise conv's
+// groups its channels, n its multiplier and k its taps; attention: one
 // (batch, head) per GEMM batch).
 void anchor_params(const Graph& g, const Group& group, KernelParams& p) {
   const Op& op = g.ops[static_cast<size_t>(group.anchor)];
@@ -246,7 +279,7 @@ void anchor_params(const Graph& g, const Group& group, KernelParams& p) {
     p.m = out[out.size() - 2];
     p.n = out[out.size() - 1];
     p.k = a[a.size() - 1];
-  } else if (group.kind == KernelKind::Conv) {
+  } else if (group.kind == KernelKind::Conv || group.kind == KernelKind::DepthwiseConv) {
     const Shape& w = g.operand(op, 1).shape;
     const bool nhwc = op.attrs.layout == Layout::NHWC;
     p.batch = op.attrs.groups;
@@ -317,7 +350,8 @@ KernelParams params_for(const Graph& g, const Group& group) {
   switch (group.kind) {
     case KernelKind::Matmul:
     case KernelKind::Conv:
-    case KernelKind::Attention: anchor_params(g, group, p); break;
+    case KernelKind::Attention:
+    case KernelKind::DepthwiseConv: anchor_params(g, group, p); break;
     case KernelKind::Reduction: reduction_params(g, group, p); break;
     case KernelKind::Norm: norm_params(g, group, p); break;
     case KernelKind::Pointwise:

@@ -16,8 +16,22 @@ namespace kiln::ir::planner {
 
 Verdict can_take(const Graph& g, const Group& group, const Op& op, int stage);
 
-// The kind of group an op starts when it fuses into nothing.
+// The kind of group an op starts when it fuses into nothing; with the op
+// itself, a depthwise conv2d (below) starts a DepthwiseConv group.
 KernelKind kind_for(OpKind kind);
+KernelKind kind_for(const Graph& g, const Op& op);
+
+// The depthwise convs that the depthwise_conv kernel computes
+// (codegen/depthwise_generator.h): conv2d in NHWC with one group per input
+// channel (groups = C > 1; K = multiplier x C), the multiplier at most
+// kMaxDepthwiseMultiplier, at most kMaxDepthwiseTaps taps along each side
+// and a window at most kMaxDepthwiseSpan pixels across (dilation
+// included), so that a thread's accumulators and a filter row fit in
+// registers and a tile's input halo in shared memory, and sides, channels
+// and padding below 2^30 (32-bit indexing). Other convs (NCHW depthwise
+// ones among them) stay on the implicit-GEMM conv kernel.
+inline constexpr int64_t kMaxDepthwiseMultiplier = 8, kMaxDepthwiseTaps = 15, kMaxDepthwiseSpan = 32;
+bool depthwise_conv(const Graph& g, const Op& op);
 
 // Pointwise ops and batch_norm (the inference form: a per-channel affine
 // map), which fuse and are read like any pointwise op.

@@ -1,0 +1,154 @@
+// GPU tests of the depthwise_conv kernel (codegen/depthwise_generator.h):
+// every shape it distinguishes (tests/unit/depthwise_graphs.h), the bench's
+// zoo shapes, and pointers that are not 16-byte aligned, against the
+// reference interpreter with fresh random inputs and outputs poisoned
+// before each run. Each graph's plan is checked to run its conv on the
+// depthwise_conv kernel. Label `gpu`; without a GPU every test skips and
+// says why.
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <future>
+
+#include "codegen/kernel_codegen.h"
+#include "compiler/graph_internal.h"
+#include "compiler/planner/planner.h"
+#include "kiln/executable.h"
+#include "kiln/reference.h"
+#include "runtime/check.h"
+#include "runtime/cuda_driver.h"
+#include "runtime/random_inputs.h"
+#include "runtime/storage.h"
+#include "tests/gpu/require_gpu.h"
+#include "tests/unit/depthwise_graphs.h"
+#include "tests/unit/test_helpers.h"
+
+namespace kiln {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool planned_on_depthwise_kernel(const Graph& g) {
+  const ir::Plan plan = ir::plan_fusion(ir_of(g));
+  return std::any_of(plan.kernels.begin(), plan.kernels.end(),
+                     [](const ir::PlannedKernel& k) { return k.kind == ir::KernelKind::DepthwiseConv; });
+}
+
+// Compiles in parallel (NVRTC is the slow part), runs serially: each graph's
+// outputs against the reference on the same inputs, two seeds. Returns the
+// number that failed.
+int failures(const std::vector<Graph>& graphs, const std::vector<std::string>& names) {
+  std::vector<std::future<Expected<Executable>>> compiled;
+  for (const Graph& g : graphs) compiled.push_back(std::async(std::launch::async, [&g] { return Executable::compile(g); }));
+  int failed = 0;
+  for (size_t i = 0; i < graphs.size(); ++i) {
+    EXPECT_TRUE(planned_on_depthwise_kernel(graphs[i])) << names[i] << ": not planned on the depthwise_conv kernel";
+    Expected<Executable> exe = compiled[i].get();
+    if (!exe) {
+      ADD_FAILURE() << names[i] << ": " << exe.error().message;
+      ++failed;
+      continue;
+    }
+    for (uint64_t seed : {21u, 22u}) {
+      const std::vector<HostTensor> inputs = random_inputs(graphs[i], seed + i);
+      Expected<std::vector<HostTensor>> got = exe->run_host(inputs);  // (outputs poisoned first)
+      Expected<std::vector<HostTensor>> want = run_reference(graphs[i], inputs);
+      if (!got || !want) {
+        ADD_FAILURE() << names[i] << ": " << (!got ? got.error().message : want.error().message);
+        ++failed;
+        break;
+      }
+      bool ok = true;
+      for (size_t o = 0; o < want->size(); ++o) {
+        const ir::TensorId id = ir_of(graphs[i]).outputs[o];
+        const double tolerance = runtime::default_tolerance(ir_of(graphs[i]), id);
+        const runtime::Comparison c = runtime::compare((*got)[o], (*want)[o]);
+        if (!c.passes(tolerance)) {
+          ok = false;
+          ADD_FAILURE() << names[i] << " output '" << ir_of(graphs[i]).tensor(id).name << "' seed " << seed << ": rel err "
+                        << c.relative_error << " (tolerance " << tolerance << ")"
+                        << (c.nonfinite_match ? "" : ", NaN/inf differ at element " + std::to_string(c.first_mismatch))
+                        << "\n" << graphs[i].to_json();
+        }
+      }
+      if (!ok) {
+        ++failed;
+        break;
+      }
+    }
+  }
+  return failed;
+}
+
+TEST(GpuDepthwise, EveryShapeMatchesTheReference) {
+  REQUIRE_GPU();
+  std::vector<Graph> graphs;
+  std::vector<std::string> names;
+  for (const testing::DepthwiseCase& c : testing::depthwise_cases()) {
+    graphs.push_back(testing::must_parse(c.json()));
+    names.push_back(c.name());
+  }
+  const int failed = failures(graphs, names);
+  std::printf("FIGURE depthwise shapes on the GPU: %zu run, %d failed\n", graphs.size(), failed);
+  EXPECT_EQ(failed, 0);
+}
+
+// The bench's depthwise graphs (bench/graphs/anchors/depthwise/): the zoo's
+// shapes at their batch sizes.
+TEST(GpuDepthwise, ZooShapesMatchTheReference) {
+  REQUIRE_GPU();
+  std::vector<Graph> graphs;
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(KILN_SOURCE_DIR "/bench/graphs/anchors/depthwise"))
+    if (e.path().extension() == ".json") {
+      graphs.push_back(Graph::load(e.path().string()).value());
+      names.push_back(e.path().filename().string());
+    }
+  ASSERT_GE(graphs.size(), 3u);
+  EXPECT_EQ(failures(graphs, names), 0);
+}
+
+// Input and output pointers 2 bytes past a 16-byte boundary: the kernel
+// takes its element-by-element halo and stores, and is as right.
+TEST(GpuDepthwise, UnalignedPointersMatchTheReference) {
+  REQUIRE_GPU();
+  const runtime::Driver& cu = *runtime::driver().value();
+  const testing::DepthwiseCase c{.n = 2, .h = 13, .w = 11, .c = 32, .dtype = "bf16", .epilogue = "bn_relu6"};
+  const Graph g = testing::must_parse(c.json());
+  ASSERT_TRUE(planned_on_depthwise_kernel(g));
+  Expected<Executable> exe = Executable::compile(g, {.use_cache = false});
+  ASSERT_TRUE(exe.ok()) << exe.error().message;
+  const ir::Graph& ir = ir_of(g);
+  const std::vector<HostTensor> inputs = random_inputs(g, 5);
+  std::vector<CUdeviceptr> owned;
+  auto allocate = [&](size_t bytes) {
+    CUdeviceptr p = 0;
+    EXPECT_EQ(cu.cuMemAlloc(&p, bytes + 16), CUDA_SUCCESS);
+    owned.push_back(p);
+    return reinterpret_cast<char*>(p) + 2;  // 16-byte aligned + 2
+  };
+  std::vector<void*> in, out;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const std::string bytes = runtime::to_storage(inputs[i], ir.tensor(ir.inputs[i]).strides);
+    in.push_back(allocate(bytes.size()));
+    ASSERT_EQ(cu.cuMemcpyHtoD(reinterpret_cast<CUdeviceptr>(in.back()), bytes.data(), bytes.size()), CUDA_SUCCESS);
+  }
+  const ir::Tensor& y = ir.tensor(ir.outputs[0]);
+  const size_t out_bytes = exe->binding_bytes(y.name).value();
+  out.push_back(allocate(out_bytes));
+  ASSERT_EQ(cu.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(out.back()), 0xff, out_bytes, nullptr), CUDA_SUCCESS);
+  void* workspace = nullptr;
+  if (exe->workspace_bytes()) workspace = allocate(exe->workspace_bytes()) - 2;
+  ASSERT_TRUE(exe->launch({in, out}, workspace, nullptr).ok());
+  ASSERT_EQ(cu.cuCtxSynchronize(), CUDA_SUCCESS);
+  std::string bytes(out_bytes, '\0');
+  ASSERT_EQ(cu.cuMemcpyDtoH(bytes.data(), reinterpret_cast<CUdeviceptr>(out.back()), out_bytes), CUDA_SUCCESS);
+  const HostTensor got{y.shape, y.dtype, runtime::from_storage(bytes, codegen::storage_dtype(y), element_count(y.shape))};
+  const std::vector<HostTensor> want = run_reference(g, inputs).value();
+  const runtime::Comparison cmp = runtime::compare(got, want[0]);
+  EXPECT_TRUE(cmp.passes(runtime::default_tolerance(ir, ir.outputs[0]))) << "relative error " << cmp.relative_error;
+  for (CUdeviceptr p : owned) cu.cuMemFree(p);
+}
+
+}  // namespace
+}  // namespace kiln
