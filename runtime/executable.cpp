@@ -189,12 +189,14 @@ void Executable::Impl::resolve() {
     input_names.push_back(t.name);
     input_bytes.push_back(static_cast<size_t>(runtime::span_elements(t.shape, t.strides) * byte_size(t.dtype)));
     input_contiguous.push_back(t.strides == contiguous_strides(t.shape));
+    input_alignment.push_back(static_cast<size_t>(byte_size(t.dtype)));
   }
   for (ir::TensorId id : g.outputs) {
     const ir::Tensor& t = g.tensor(id);
     output_of[id] = output_names.size();
     output_names.push_back(t.name);
     output_bytes.push_back(static_cast<size_t>(element_count(t.shape) * byte_size(codegen::storage_dtype(t))));
+    output_alignment.push_back(static_cast<size_t>(byte_size(codegen::storage_dtype(t))));
     output_is_input.push_back(t.kind == ir::TensorKind::Input ? static_cast<int>(input_of.at(id)) : -1);
   }
   // The workspace: intermediates, then kernel workspaces, each aligned.
@@ -342,10 +344,19 @@ Status check_bindings(const Executable::Impl& x, const BoundArgs& args, const vo
     return Error{ErrorCode::InvalidInput, fmt::format("launch: {} inputs and {} outputs bound; graph {} has {} and {}",
                                                       args.inputs.size(), args.outputs.size(), detail::quoted(x.graph.name()),
                                                       x.input_names.size(), x.output_names.size())};
+  // A binding's address is a multiple of its element's size (kernels load whole elements; a
+  // misaligned load would fault and poison the context), and not null.
+  auto check_address = [&](const void* p, const std::string& name, size_t alignment) -> Status {
+    if (!p) return Error{ErrorCode::InvalidInput, fmt::format("binding '{}': null pointer", name)};
+    if (reinterpret_cast<uintptr_t>(p) % alignment != 0)
+      return Error{ErrorCode::InvalidInput,
+                   fmt::format("binding '{}': address {} is not a multiple of {} bytes, its element's size", name, p, alignment)};
+    return {};
+  };
   for (size_t i = 0; i < args.inputs.size(); ++i)
-    if (!args.inputs[i]) return Error{ErrorCode::InvalidInput, fmt::format("binding '{}': null pointer", x.input_names[i])};
+    if (Status s = check_address(args.inputs[i], x.input_names[i], x.input_alignment[i]); !s) return s;
   for (size_t i = 0; i < args.outputs.size(); ++i)
-    if (!args.outputs[i]) return Error{ErrorCode::InvalidInput, fmt::format("binding '{}': null pointer", x.output_names[i])};
+    if (Status s = check_address(args.outputs[i], x.output_names[i], x.output_alignment[i]); !s) return s;
   if (x.workspace_bytes > 0 && (!workspace || reinterpret_cast<uintptr_t>(workspace) % Executable::kWorkspaceAlignment != 0))
     return Error{ErrorCode::InvalidInput,
                  fmt::format("launch: graph {} needs a workspace of {} bytes, {}-byte aligned (workspace_bytes()); {}",

@@ -68,6 +68,7 @@ struct Executable::Impl {
   // Bindings and scratch, resolved when the executable is made.
   std::vector<std::string> input_names, output_names;
   std::vector<size_t> input_bytes, output_bytes;
+  std::vector<size_t> input_alignment, output_alignment;  // an element's bytes: what a binding's address is a multiple of
   std::vector<int> output_is_input;     // per output: the input it is, or -1
   std::vector<bool> input_contiguous;
   std::vector<size_t> workspace_offsets;  // per WorkspaceSpec

@@ -108,8 +108,9 @@ TEST(GpuDepthwise, ZooShapesMatchTheReference) {
   EXPECT_EQ(failures(graphs, names), 0);
 }
 
-// Input and output pointers 2 bytes past a 16-byte boundary: the kernel
-// takes its element-by-element halo and stores, and is as right.
+// Input and output pointers one element past a 16-byte boundary (2 bytes
+// for bf16, 4 for the f32 parameters): the kernel takes its
+// element-by-element halo and stores, and is as right.
 TEST(GpuDepthwise, UnalignedPointersMatchTheReference) {
   REQUIRE_GPU();
   const runtime::Driver& cu = *runtime::driver().value();
@@ -121,24 +122,24 @@ TEST(GpuDepthwise, UnalignedPointersMatchTheReference) {
   const ir::Graph& ir = ir_of(g);
   const std::vector<HostTensor> inputs = random_inputs(g, 5);
   std::vector<CUdeviceptr> owned;
-  auto allocate = [&](size_t bytes) {
+  auto allocate = [&](size_t bytes, DType element) {
     CUdeviceptr p = 0;
     EXPECT_EQ(cu.cuMemAlloc(&p, bytes + 16), CUDA_SUCCESS);
     owned.push_back(p);
-    return reinterpret_cast<char*>(p) + 2;  // 16-byte aligned + 2
+    return reinterpret_cast<char*>(p) + byte_size(element);  // 16-byte aligned + one element
   };
   std::vector<void*> in, out;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const std::string bytes = runtime::to_storage(inputs[i], ir.tensor(ir.inputs[i]).strides);
-    in.push_back(allocate(bytes.size()));
+    in.push_back(allocate(bytes.size(), ir.tensor(ir.inputs[i]).dtype));
     ASSERT_EQ(cu.cuMemcpyHtoD(reinterpret_cast<CUdeviceptr>(in.back()), bytes.data(), bytes.size()), CUDA_SUCCESS);
   }
   const ir::Tensor& y = ir.tensor(ir.outputs[0]);
   const size_t out_bytes = exe->binding_bytes(y.name).value();
-  out.push_back(allocate(out_bytes));
+  out.push_back(allocate(out_bytes, codegen::storage_dtype(y)));
   ASSERT_EQ(cu.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(out.back()), 0xff, out_bytes, nullptr), CUDA_SUCCESS);
   void* workspace = nullptr;
-  if (exe->workspace_bytes()) workspace = allocate(exe->workspace_bytes()) - 2;
+  if (exe->workspace_bytes()) workspace = allocate(exe->workspace_bytes(), DType::bf16) - 2;
   ASSERT_TRUE(exe->launch({in, out}, workspace, nullptr).ok());
   ASSERT_EQ(cu.cuCtxSynchronize(), CUDA_SUCCESS);
   std::string bytes(out_bytes, '\0');

@@ -423,6 +423,9 @@ TEST(Gpu, LaunchMisuseIsAnErrorAndNoLaunch) {
   expect_error({{"y", py, 4000}}, nullptr, "input 'x' is not bound");
   expect_error({{"x", px, 3996}, {"y", py, 4000}}, nullptr, "binding 'x': 3996 bytes given, 4000 needed");
   expect_error({{"x", nullptr, 4000}, {"y", py, 4000}}, nullptr, "binding 'x': null pointer");
+  expect_error({{"x", static_cast<char*>(px) + 2, 4000}, {"y", py, 4000}}, nullptr,
+               "binding 'x': address 0x");  // (f32 two bytes past an aligned address)
+  expect_error({{"x", px, 4000}, {"y", static_cast<char*>(py) + 1, 4000}}, nullptr, "is not a multiple of 4 bytes");
   expect_error({{"x", px, 4000}, {"y", py, 4000}, {"z", px, 4}}, nullptr, "'z' is not an input or output");
   cu.cuCtxSynchronize();
   uint32_t first = 0;
