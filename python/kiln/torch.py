@@ -510,7 +510,15 @@ def _batch_norm(c, n):
             raise Unsupported("batch_norm with a bias and no weight")
         inputs.append(c.arg(b))
     y = c.b.op("batch_norm", inputs, {"axis": 1, "eps": float(eps)}, dtype=_KILN_DTYPE[val(x).dtype])
-    return [y, None, None]
+    # What CUDA saves for the backward (the CPU saves nothing: empty outputs): the running mean and
+    # 1/sqrt(running var + eps), in f32. An eval-mode backward reads the running statistics, not these.
+    saved = [None, None]
+    for u in n.users:
+        if u.target is operator.getitem and u.args[1] in (1, 2) and not _is_empty(u):
+            value = c.arg(mean) if u.args[1] == 1 else c.b.op("rsqrt", [c.b.op("add", [c.arg(var), float(eps)], dtype="f32")],
+                                                              dtype="f32")
+            saved[u.args[1] - 1] = c.b.op("reshape", [c.b.op("identity", [value], dtype=dtype_of(u))], {"shape": shape_of(u)})
+    return [y] + saved
 
 
 @converts(aten.native_group_norm.default)
@@ -595,8 +603,9 @@ _FIRST_ONLY = {aten.native_layer_norm.default, aten._native_batch_norm_legit_no_
 
 
 # Multi-output ops whose converters compute every output that is read (a layer norm's mean and
-# reciprocal standard deviation, which a forward with gradients on saves for the backward).
-_EVERY_OUTPUT = {aten.native_layer_norm.default}
+# reciprocal standard deviation, an eval batch norm's statistics on CUDA: what a forward with
+# gradients on saves for the backward).
+_EVERY_OUTPUT = {aten.native_layer_norm.default, aten._native_batch_norm_legit_no_training.default}
 
 
 def _tensors(x) -> List[torch.Tensor]:
@@ -626,6 +635,9 @@ def why_not(node: torch.fx.Node) -> Optional[str]:
             return _tensors(n.meta.get("val"))[:1]
         if n.target is operator.getitem and n.args[0].target in _FIRST_ONLY and n.args[0].target not in _EVERY_OUTPUT:
             return _tensors(n.args[0].meta.get("val"))[:1]
+        if n.op == "call_function" and n.target in _EVERY_OUTPUT:  # (its empty outputs are made by PyTorch)
+            first, *others = _tensors(n.meta.get("val"))
+            return [first] + [v for v in others if v.numel() > 0]
         return _tensors(n.meta.get("val"))
 
     values = checked_values(node)

@@ -263,6 +263,36 @@ def test_backend_with_gradients_on_the_gpu():
         assert torch.allclose(pk.grad, pe.grad, atol=1e-3, rtol=1e-3), name
 
 
+def test_backend_eval_batch_norm_with_gradients_on_is_kilns():
+    """A conv net in eval() with gradients on: on CUDA the eval batch norm's saved statistics are
+    non-empty (the running mean, 1/sqrt(running var + eps)); kiln computes them, so no batch norm
+    stays in PyTorch, and every gradient matches eager's."""
+    import kiln.torch  # noqa: F401
+    torch.manual_seed(4)
+    make = lambda: torch.nn.Sequential(torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.BatchNorm2d(32),  # noqa: E731
+                                       torch.nn.ReLU(), torch.nn.Conv2d(32, 16, 1), torch.nn.BatchNorm2d(16)).cuda()
+    eager, ours = make(), make()
+    for bn in (eager[1], eager[4]):
+        bn.running_mean.uniform_(-1, 1)
+        bn.running_var.uniform_(0.5, 2)
+    ours.load_state_dict(eager.state_dict())
+    eager.eval(), ours.eval()
+    x = torch.randn(4, 16, 12, 12, device="cuda")
+    xe, xk = x.clone().requires_grad_(), x.clone().requires_grad_()
+    torch._dynamo.reset()
+    ye, yk = eager(xe), torch.compile(ours, backend="kiln")(xk)
+    assert torch.allclose(yk, ye, atol=1e-3, rtol=1e-3)
+    ye.square().sum().backward()
+    yk.square().sum().backward()
+    assert torch.allclose(xk.grad, xe.grad, atol=1e-2, rtol=1e-2)
+    for (name, pe), pk in zip(eager.named_parameters(), ours.parameters()):
+        assert torch.allclose(pk.grad, pe.grad, atol=1e-2, rtol=1e-2), name
+    torch._dynamo.reset()
+    report = kiln.torch.explain(ours, x.clone().requires_grad_())
+    assert report.backward_in_pytorch and report.subgraphs, str(report)
+    assert not any("batch_norm" in str(why) for why in report.left_to_pytorch), str(report)
+
+
 def test_backend_reduce_overhead_replays_cuda_graphs():
     """mode="reduce-overhead": kiln's launches and the PyTorch ops between them replayed from CUDA
     graphs; equal to eager over several calls, a new input address and a new size."""
