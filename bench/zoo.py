@@ -2,12 +2,13 @@
 eager PyTorch and Inductor, one table (models: bench/zoo_models.py).
 
     python3 bench/zoo.py [--models llama,bert,...] [--batch N | --batch-scale F] [--rounds N]
-                         [--json OUT] [--no-cold] [--quick] [--grad]
+                         [--json OUT] [--no-cold] [--quick] [--grad [--step]]
     python3 bench/zoo.py --device cpu --quick --tiny     # the harness itself, checked without a GPU
 
 Every model is built from its config or constructor with random weights
 (nothing is downloaded), in bf16 (f32 on the CPU), eval(), under
-torch.no_grad() (--grad: autograd on, the forward alone timed). Per model,
+torch.no_grad() (--grad: autograd on, the forward alone timed; --step: and
+whole training steps, forward, loss and backward). Per model,
 in this one process:
 
 - correctness: each compiled forward's output against eager's: the largest
@@ -308,6 +309,17 @@ def measure(spec, args):
             for side, t in times.items():
                 row[f"{side}_ms"] = statistics.median(t)
 
+            if args.step:  # the training step's time too: forward, a loss, the backward (kiln's in PyTorch)
+                stage = "timing training steps"
+                def step(fn):
+                    spec.output(fn()).float().square().mean().backward()
+                steps = {side: (lambda fn=fn: step(fn)) for side, fn in sides.items()}
+                times = alternating_rounds(steps, device, args.rounds, args.iters, args.warmup)
+                row["step_rounds_ms"] = times
+                for side, t in times.items():
+                    row[f"{side}_step_ms"] = statistics.median(t)
+                model.zero_grad(set_to_none=True)
+
             stage = "profiling the kiln forward"
             row["top_kernels"] = top_kernels(sides["kiln"], explained, device)
         del sides, kiln_fn, model, inputs
@@ -380,6 +392,13 @@ def details(spec, row):
     lines.append(f"ops left to PyTorch ({row['aten_ops'] - row['aten_ops_in_kiln']} of {row['aten_ops']} ATen ops):"
                  + ("" if left else " none"))
     lines += [f"- {e['count']} x {e['what']}" for e in left]
+    if "kiln_step_ms" in row:
+        sides = [side for side in ("kiln", "inductor", "eager") if f"{side}_step_ms" in row]
+        lines.append("training step (forward, loss, backward) ms: " + ", ".join(
+            f"{side} {number(row[f'{side}_step_ms'])}" for side in sides))
+        lines.append("its backward (step - forward) ms: " + ", ".join(
+            f"{side} {number(row[f'{side}_step_ms'] - row[f'{side}_ms'])}" for side in sides)
+            + " (kiln's backward is eager ATen's)")
     top = row["top_kernels"]
     where = "GPU kernels" if row.get("device") == "cuda" else "ops (CPU time)"
     lines.append(f"top {where} of one kiln forward ({number(top['total_ms'])} ms in all):")
@@ -430,6 +449,7 @@ def arguments(argv=None):
     ap.add_argument("--no-cold", action="store_true", help="skip the first-call measurements (fresh processes)")
     ap.add_argument("--quick", action="store_true", help="fewer rounds and calls")
     ap.add_argument("--grad", action="store_true", help="autograd on (model.eval() alone); the forward timed")
+    ap.add_argument("--step", action="store_true", help="with --grad: training steps (forward, loss, backward) timed too")
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     ap.add_argument("--tiny", action="store_true", help="the tiny configs of python/tests/test_zoo_tiny.py")
     ap.add_argument("--dtype", choices=("bf16", "f16", "f32", ""), default=None,
@@ -444,6 +464,8 @@ def arguments(argv=None):
     args = ap.parse_args(argv)
     if args.batch and args.batch_scale:
         ap.error("--batch and --batch-scale: give one")
+    if args.step and not args.grad:
+        ap.error("--step times training steps: it needs --grad")
     args.rounds = args.rounds or (2 if args.quick else 5)
     args.iters = args.iters or (3 if args.quick else 20)
     args.warmup = args.warmup if args.warmup is not None else (1 if args.quick else 3)
