@@ -266,11 +266,13 @@ def test_backend_with_gradients_on_the_gpu():
 def test_backend_eval_batch_norm_with_gradients_on_is_kilns():
     """A conv net in eval() with gradients on: on CUDA the eval batch norm's saved statistics are
     non-empty (the running mean, 1/sqrt(running var + eps)); kiln computes them, so no batch norm
-    stays in PyTorch, and every gradient matches eager's."""
+    stays in PyTorch, and the gradients match eager's. (SiLU, not ReLU: the convs' TF32 rounding
+    differs between kiln and cuDNN, and a ReLU whose input rounds across zero moves a gradient by a
+    whole term; the errors are norm-wise for the same reason.)"""
     import kiln.torch  # noqa: F401
     torch.manual_seed(4)
     make = lambda: torch.nn.Sequential(torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.BatchNorm2d(32),  # noqa: E731
-                                       torch.nn.ReLU(), torch.nn.Conv2d(32, 16, 1), torch.nn.BatchNorm2d(16)).cuda()
+                                       torch.nn.SiLU(), torch.nn.Conv2d(32, 16, 1), torch.nn.BatchNorm2d(16)).cuda()
     eager, ours = make(), make()
     for bn in (eager[1], eager[4]):
         bn.running_mean.uniform_(-1, 1)
@@ -281,12 +283,13 @@ def test_backend_eval_batch_norm_with_gradients_on_is_kilns():
     xe, xk = x.clone().requires_grad_(), x.clone().requires_grad_()
     torch._dynamo.reset()
     ye, yk = eager(xe), torch.compile(ours, backend="kiln")(xk)
-    assert torch.allclose(yk, ye, atol=1e-3, rtol=1e-3)
+    relative = lambda got, want: ((got - want).norm() / want.norm()).item()  # noqa: E731
+    assert relative(yk, ye) < 2e-3
     ye.square().sum().backward()
     yk.square().sum().backward()
-    assert torch.allclose(xk.grad, xe.grad, atol=1e-2, rtol=1e-2)
+    assert relative(xk.grad, xe.grad) < 1e-2
     for (name, pe), pk in zip(eager.named_parameters(), ours.parameters()):
-        assert torch.allclose(pk.grad, pe.grad, atol=1e-2, rtol=1e-2), name
+        assert relative(pk.grad, pe.grad) < 1e-2, name
     torch._dynamo.reset()
     report = kiln.torch.explain(ours, x.clone().requires_grad_())
     assert report.backward_in_pytorch and report.subgraphs, str(report)
