@@ -159,25 +159,41 @@ class Sinker {
   }
 
   // Operands of the op's rank carried with one common non-identity perm P,
-  // graph inputs of its rank whose strides lay them out as P's carriers are
-  // (a channels-last input read as NCHW: read through the inverse transpose,
-  // still in memory order), or holding one value (any rank: broadcasting
-  // gives it everywhere).
+  // or holding one value (any rank: broadcasting gives it everywhere). The
+  // other operands are read through the inverse transpose, as P's carriers
+  // hold values, where that read is in memory order: graph inputs of the
+  // op's rank whose strides lay them out so (a channels-last input read as
+  // NCHW); and, where a carried operand has the result's own shape, any
+  // value whose dimensions other than 1s keep their order under P (a bias
+  // [K, 1, 1] broadcast over an NCHW conv's [N, K, P, Q]: aligned to
+  // [1, K, 1, 1] and read as [1, 1, 1, K]). (Only then: over a result with
+  // 1s, such as a squeeze-excite's [N, K, 1, 1], a carried broadcast operand
+  // would otherwise pull a plain full one the other way, round after round.)
   bool pointwise(const Op& op) {
-    const size_t rank = old_.tensor(op.output).shape.size();
+    const Shape& shape = old_.tensor(op.output).shape;
+    const size_t rank = shape.size();
     std::optional<Perm> common;
+    bool full = false;            // a carried operand of the result's shape
+    std::vector<TensorId> plain;  // operands read through carrier_view
     for (TensorId in : op.inputs) {
       const Tensor& t = old_.tensor(in);
-      if (element_count(t.shape) == 1 || t.kind == TensorKind::Input) continue;
+      if (element_count(t.shape) == 1) continue;
       const Carried c = carried(in);
-      if (t.shape.size() != rank || is_identity(c.perm)) return false;
+      if (is_identity(c.perm)) {
+        plain.push_back(in);
+        continue;
+      }
+      if (t.shape.size() != rank) return false;
       if (common && *common != c.perm) return false;
       common = c.perm;
+      full |= t.shape == shape;
     }
     if (!common) return false;
-    for (TensorId in : op.inputs) {
+    for (TensorId in : plain) {
       const Tensor& t = old_.tensor(in);
-      if (t.kind == TensorKind::Input && element_count(t.shape) != 1 && !laid_out_as_carrier(t, *common)) return false;
+      const bool input_of_rank = t.kind == TensorKind::Input && t.shape.size() == rank;
+      if (!input_of_rank && !full) return false;
+      if (!laid_out_as_carrier(aligned(out_.tensor(carried(in).base), rank), *common)) return false;
     }
     Op rewritten = op;
     for (TensorId& in : rewritten.inputs) {
@@ -186,13 +202,24 @@ class Sinker {
         in = materialised(in);  // as written (it may itself be a deferred transpose)
         continue;
       }
-      in = t.kind == TensorKind::Input ? carrier_view_of_input(in, *common) : carried(in).base;
+      const bool is_plain = std::find(plain.begin(), plain.end(), in) != plain.end();
+      in = is_plain ? carrier_view(in, *common) : carried(in).base;
     }
     sink(std::move(rewritten), op.output, *common);
     return true;
   }
 
-  // Whether input t, read as transpose(t, inverse of p), is in memory order.
+  // t as broadcasting aligns it with a result of `rank` dimensions: 1s
+  // (any stride) prepended.
+  static Tensor aligned(Tensor t, size_t rank) {
+    if (t.shape.size() >= rank) return t;
+    const size_t missing = rank - t.shape.size();
+    t.shape.insert(t.shape.begin(), missing, 1);
+    t.strides.insert(t.strides.begin(), missing, 0);
+    return t;
+  }
+
+  // Whether t, read as transpose(t, inverse of p), is in memory order.
   static bool laid_out_as_carrier(const Tensor& t, const Perm& p) {
     if (t.shape.size() != p.size()) return false;
     Shape shape(p.size());
@@ -207,19 +234,45 @@ class Sinker {
     return true;
   }
 
-  // transpose(input, inverse of p): the input as p's carriers hold values.
-  TensorId carrier_view_of_input(TensorId input, const Perm& p) {
-    if (auto it = input_views_.find(input); it != input_views_.end() && it->second.first == p) return it->second.second;
+  // Old tensor t (not carried permuted), aligned to p's rank and read as
+  // transpose(t, inverse of p): t as p's carriers hold values. Made once
+  // per (t, p).
+  TensorId carrier_view(TensorId t, const Perm& p) {
+    if (auto it = carrier_views_.find({t, p}); it != carrier_views_.end()) return it->second;
+    TensorId source = carried(t).base;
+    const Tensor& from = out_.tensor(source);
+    if (from.shape.size() < p.size()) {  // broadcasting's leading 1s, made explicit
+      const Shape shape = aligned(from, p.size()).shape;
+      const TensorId reshaped = view_result(source, shape, from.name + ".aligned");
+      Op reshape{OpKind::Reshape, {source}, reshaped, {}, false};
+      reshape.attrs.shape = shape;
+      emit(std::move(reshape));
+      source = reshaped;
+    }
     Perm inverse(p.size());
     for (size_t d = 0; d < p.size(); ++d) inverse[static_cast<size_t>(p[d])] = static_cast<int64_t>(d);
-    const TensorId view = permuted_result(input, p);
-    Tensor& tensor = out_.tensors[static_cast<size_t>(view)];
-    tensor.kind = TensorKind::OpResult;
-    Op transpose{OpKind::Transpose, {input}, view, {}, false};
+    Shape shape;
+    for (int64_t d : inverse) shape.push_back(out_.tensor(source).shape[static_cast<size_t>(d)]);
+    std::string digits;
+    for (int64_t d : p) digits += std::to_string(d);
+    const TensorId view = view_result(source, shape, fmt::format("{}.perm{}", old_.tensor(t).name, digits));
+    Op transpose{OpKind::Transpose, {source}, view, {}, false};
     transpose.attrs.perm = inverse;
     emit(std::move(transpose));
-    input_views_[input] = {p, view};
+    carrier_views_[{t, p}] = view;
     return view;
+  }
+
+  // A new tensor: `source`'s type and rounding, seen in `shape`.
+  TensorId view_result(TensorId source, const Shape& shape, const std::string& name) {
+    Tensor tensor = out_.tensor(source);
+    tensor.kind = TensorKind::OpResult;
+    tensor.name = name;
+    tensor.shape = shape;
+    tensor.strides = contiguous_strides(shape);
+    tensor.is_output = false;
+    out_.tensors.push_back(std::move(tensor));
+    return static_cast<TensorId>(out_.tensors.size() - 1);
   }
 
   bool batch_norm(const Op& op) {
@@ -279,7 +332,7 @@ class Sinker {
   Graph out_;
   std::map<TensorId, Carried> carried_;
   std::set<TensorId> done_;
-  std::map<TensorId, std::pair<Perm, TensorId>> input_views_;
+  std::map<std::pair<TensorId, Perm>, TensorId> carrier_views_;
   bool moved_ = false;
   int32_t current_ = -1;            // the old op being rewritten
   std::vector<int32_t> rewritten_;  // old ops now computed over their operands' sources

@@ -11,6 +11,7 @@
 #include "compiler/error.h"
 #include "compiler/memory_budget.h"
 #include "compiler/planner/strategies.h"
+#include "compiler/planner/strided_conv_operands.h"
 
 namespace kiln::ir {
 namespace {
@@ -39,7 +40,11 @@ class Planner {
   // `kept_from_siblings`: ops that start or join a kernel of their own producers only, never a
   // sibling's (see sibling_joins_that_cross_memory).
   Planner(const Graph& g, const PlanOptions& options, std::set<int32_t> kept_from_siblings = {})
-      : g_(g), options_(options), owner_(g.tensors.size(), -1), kept_from_siblings_(std::move(kept_from_siblings)) {}
+      : g_(g),
+        options_(options),
+        owner_(g.tensors.size(), -1),
+        written_once_(planner::strided_conv_operands(g)),
+        kept_from_siblings_(std::move(kept_from_siblings)) {}
 
   Plan run() {
     for (size_t i = 0; i < g_.ops.size(); ++i) place(static_cast<int32_t>(i));
@@ -75,10 +80,14 @@ class Planner {
     const Tensor& tensor = g_.tensor(t);
     return tensor.kind == TensorKind::OpResult ? &g_.ops[static_cast<size_t>(tensor.producer)] : nullptr;
   }
-  // The tensor a value is a view of (itself if it is not a view).
+  // A view folded into the kernels that read it: every view but the
+  // transposes a copy writes once (start_copy).
+  bool folded(const Op* op) const { return op && is_view(op->kind) && !written_once_.count(op->output); }
+  // The tensor a value is a view of (itself if it is not a view, or a view
+  // written once).
   TensorId source(TensorId t) const {
     while (const Op* op = producer(t)) {
-      if (!is_view(op->kind)) break;
+      if (!folded(op)) break;
       t = op->inputs[0];
     }
     return t;
@@ -124,7 +133,7 @@ class Planner {
       if (readers.empty() || readers.back() != gid) readers.push_back(gid);
     }
     for (TensorId t : op.inputs)
-      for (const Op* p = producer(t); p && is_view(p->kind); p = producer(p->inputs[0])) {
+      for (const Op* p = producer(t); folded(p); p = producer(p->inputs[0])) {
         gr.ops.insert(g_.tensor(p->output).producer);
         if (owner_of(p->inputs[0]) == gid) gr.stage[p->output] = gr.stage[source(p->inputs[0])];
       }
@@ -181,6 +190,7 @@ class Planner {
   // ---- step 2: greedy placement ------------------------------------------
   void place(int32_t op_index) {
     const Op& op = g_.ops[static_cast<size_t>(op_index)];
+    if (written_once_.count(op.output)) return start_copy(op_index);
     if (is_view(op.kind)) return;  // folded into the kernels that read it
     if (!options_.fuse || is_anchor(op.kind)) {
       new_group(planner::kind_for(g_, op), op_index);
@@ -228,6 +238,14 @@ class Planner {
       group(gid).notes.push_back(fmt::format("'{}' kept out of a sibling kernel: that kernel would write it for its "
                                              "reader to load back",
                                              g_.result(op).name));
+  }
+
+  // A conv operand that its kernel could read only element by element,
+  // written once by a copy kernel of its own (strided_conv_operands.h).
+  void start_copy(int32_t op_index) {
+    const TensorId t = g_.ops[static_cast<size_t>(op_index)].output;
+    new_group(KernelKind::Copy, op_index);
+    for (int32_t user : g_.users[static_cast<size_t>(t)]) reasons_.emplace(std::make_pair(t, user), written_once_.at(t));
   }
 
   // Groups that read one of the op's operands (by source), newest first
@@ -1122,6 +1140,7 @@ class Planner {
   std::vector<int> forward_;         // group -> the group it merged into, or -1
   std::unordered_map<TensorId, std::vector<int>> readers_;  // source tensor -> groups that read it (maybe merged since)
   std::vector<int> owner_;  // tensor -> group computing it (-1: input, constant or view)
+  std::map<TensorId, std::string> written_once_;  // transposed conv operands a copy writes -> why
   std::map<std::pair<TensorId, int32_t>, std::string> reasons_;  // (tensor, reader op) -> why not fused
   std::map<TensorId, int> written_views_;
   std::vector<std::pair<int, int>> norm_stat_edges_;

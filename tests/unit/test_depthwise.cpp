@@ -62,9 +62,10 @@ TEST(Depthwise, OnlyNhwcConvsWithAGroupPerChannelWithinBoundsTakeIt) {
   };
   EXPECT_EQ(kind_of(conv_graph("[1,8,8,16]", "[16,3,3,1]", R"(, "padding": [1, 1], "groups": 16)")), KernelKind::DepthwiseConv);
   EXPECT_EQ(kind_of(conv_graph("[1,8,8,16]", "[128,3,3,1]", R"(, "groups": 16)")), KernelKind::DepthwiseConv);  // multiplier 8
-  // NCHW (layout sinking does not turn convs NHWC), fewer groups than channels, a multiplier past 8, a filter
-  // past 15 taps or a window past 32 pixels, one channel, sides past 32-bit indexing: the implicit-GEMM conv kernel.
-  EXPECT_EQ(kind_of(conv_graph("[1,16,8,8]", "[16,1,3,3]", R"(, "layout": "NCHW", "groups": 16)")), KernelKind::Conv);
+  // NCHW: an NHWC conv between transposes (compiler/nchw_convs_as_nhwc.h), so the depthwise kernel too.
+  EXPECT_EQ(kind_of(conv_graph("[1,16,8,8]", "[16,1,3,3]", R"(, "layout": "NCHW", "groups": 16)")), KernelKind::DepthwiseConv);
+  // Fewer groups than channels, a multiplier past 8, a filter past 15 taps or a window past 32 pixels, one
+  // channel, sides past 32-bit indexing: the implicit-GEMM conv kernel.
   EXPECT_EQ(kind_of(conv_graph("[1,8,8,16]", "[16,3,3,2]", R"(, "groups": 8)")), KernelKind::Conv);
   EXPECT_EQ(kind_of(conv_graph("[1,8,8,16]", "[144,3,3,1]", R"(, "groups": 16)")), KernelKind::Conv);
   EXPECT_EQ(kind_of(conv_graph("[1,20,20,16]", "[16,17,17,1]", R"(, "groups": 16)")), KernelKind::Conv);
@@ -160,9 +161,10 @@ TEST(Depthwise, ZooShapesTakeSixteenByteCopiesAndStores) {
 
 // Channels that are not a multiple of 8, and an input read through a view
 // whose channels are not contiguous: element by element, no 16-byte path.
+// (An NCHW input transposed to NHWC is written once by a copy instead:
+// planner/strided_conv_operands.h, NchwInputIsCopiedForTheSixteenBytePath.)
 TEST(Depthwise, OddChannelsAndViewsTakeTheElementPath) {
-  for (const DepthwiseCase& c : {DepthwiseCase{.c = 12}, DepthwiseCase{.c = 16, .epilogue = "nchw_input"},
-                                 DepthwiseCase{.c = 16, .epilogue = "sliced_input"}}) {
+  for (const DepthwiseCase& c : {DepthwiseCase{.c = 12}, DepthwiseCase{.c = 16, .epilogue = "sliced_input"}}) {
     const Graph g = must_parse(c.json());
     const codegen::GeneratedProgram program = codegen::generate_program(ir_of(g), plan_of(g), 90);
     const codegen::GeneratedKernel* k = nullptr;
@@ -174,6 +176,24 @@ TEST(Depthwise, OddChannelsAndViewsTakeTheElementPath) {
     EXPECT_THAT(k->source, Not(HasSubstr("stage_halo_vectors"))) << c.name();
     EXPECT_THAT(k->decisions, HasSubstr("halo bf16 element by element")) << c.name();
   }
+}
+
+// An NCHW input read as NHWC spreads the channels H*W apart: a copy kernel
+// writes it once channels-last, and the depthwise kernel stages its halo
+// from that copy by 16-byte copies.
+TEST(Depthwise, NchwInputIsCopiedForTheSixteenBytePath) {
+  const Graph g = must_parse(DepthwiseCase{.c = 16, .epilogue = "nchw_input"}.json());
+  const ir::Plan& p = plan_of(g);
+  ASSERT_EQ(p.kernels.size(), 2u) << ir::plan_to_text(ir_of(g), p);
+  EXPECT_EQ(p.kernels[0].kind, KernelKind::Copy);
+  EXPECT_EQ(p.kernels[1].kind, KernelKind::DepthwiseConv);
+  ASSERT_EQ(p.boundaries.size(), 1u);
+  EXPECT_THAT(p.boundaries[0].reason, HasSubstr("written once in channels-last order by a copy"));
+  const codegen::GeneratedProgram program = codegen::generate_program(ir_of(g), p, 90);
+  for (const codegen::GeneratedKernel& k : program.kernels)
+    if (k.plan_kernel == 1) {
+      EXPECT_THAT(k.source, HasSubstr("stage_halo_vectors"));
+    }
 }
 
 // Every shape of the GPU tests (tests/gpu/test_depthwise.cpp) compiles for

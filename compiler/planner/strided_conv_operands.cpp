@@ -1,0 +1,46 @@
+// Conv operands written once in channels-last order (strided_conv_operands.h).
+#include "compiler/planner/strided_conv_operands.h"
+
+#include <fmt/format.h>
+
+namespace kiln::ir::planner {
+namespace {
+
+// The element strides operand `t` has in memory, read through its chain of
+// transposes from a tensor that is not a view; nullopt where another view
+// (a reshape, slice or expand) stands in the chain.
+std::optional<Strides> strides_through_transposes(const Graph& g, TensorId t) {
+  const Tensor& tensor = g.tensor(t);
+  if (tensor.kind != TensorKind::OpResult) return tensor.strides;
+  const Op& op = g.ops[static_cast<size_t>(tensor.producer)];
+  if (op_info(op.kind).family != OpFamily::View) return contiguous_strides(tensor.shape);
+  if (op.kind != OpKind::Transpose) return std::nullopt;
+  const std::optional<Strides> from = strides_through_transposes(g, op.inputs[0]);
+  if (!from) return std::nullopt;
+  Strides out(op.attrs.perm.size());
+  for (size_t d = 0; d < out.size(); ++d) out[d] = (*from)[static_cast<size_t>(op.attrs.perm[d])];
+  return out;
+}
+
+}  // namespace
+
+std::map<TensorId, std::string> strided_conv_operands(const Graph& g) {
+  std::map<TensorId, std::string> out;
+  for (const Op& op : g.ops) {
+    if (op.kind != OpKind::Conv2d || op.attrs.layout != Layout::NHWC) continue;
+    for (size_t slot = 0; slot < 2; ++slot) {
+      const TensorId t = op.inputs[slot];
+      const Tensor& operand = g.tensor(t);
+      if (operand.kind != TensorKind::OpResult || g.ops[static_cast<size_t>(operand.producer)].kind != OpKind::Transpose)
+        continue;
+      const std::optional<Strides> strides = strides_through_transposes(g, t);
+      if (!strides || operand.shape[3] == 1 || (*strides)[3] == 1) continue;
+      out.emplace(t, fmt::format("'{}' is written once in channels-last order by a copy: read through its transpose, "
+                                 "its channels lie {} elements apart and conv '{}' would load it element by element",
+                                 operand.name, (*strides)[3], g.result(op).name));
+    }
+  }
+  return out;
+}
+
+}  // namespace kiln::ir::planner

@@ -1,0 +1,36 @@
+// Conv operands written once in channels-last order: an NHWC conv2d's
+// input or weights that is a transpose of a tensor in memory whose
+// channels are not adjacent there (an NCHW network's input read as NHWC;
+// OIHW weights read as [K, R, S, C], channels R*S apart) is made by a copy
+// kernel of its own, and the conv reads that copy as a plain tensor.
+//
+// Expects: a constructed Graph, as the rewrite table left it
+// (nchw_convs_as_nhwc.h put NCHW convs' operands behind such transposes).
+// Guarantees: for each such operand, the transpose's result and why; the
+// planner starts a copy kernel at that transpose instead of folding it into
+// the conv's loads. Only transposes, only of tensors in memory (graph inputs
+// or results of other ops, which kernels write contiguous), only where the
+// channel dimension has more than one element and is not stride 1 in
+// memory; other views stay folded.
+//
+// Why. The conv kernels read an operand fast only where its channels are
+// contiguous in memory: in 16-byte chunks (cp.async, and the Hopper
+// kernel's gathered im2col rows) and, for weights, by TMA into wgmma
+// (codegen/gemm_codegen.cpp conv_chunks, GemmGenerator::
+// conv_weight_operand). Through a transpose that spreads the channels
+// apart, the kernel falls back to mma.sync with every element of that
+// operand loaded alone, once per output tile. The copy reads and writes the
+// tensor once (weights: K*C*R*S elements, a few KiB to a few MiB per conv).
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "compiler/ir.h"
+
+namespace kiln::ir::planner {
+
+// Transposed conv operands to write once: the transpose's result -> why.
+std::map<TensorId, std::string> strided_conv_operands(const Graph& g);
+
+}  // namespace kiln::ir::planner

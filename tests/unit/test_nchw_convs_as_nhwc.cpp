@@ -1,0 +1,133 @@
+// NCHW convolutions as NHWC ones (compiler/nchw_convs_as_nhwc.h): every NCHW
+// conv2d becomes an NHWC one between transposes, the rewritten graph computes
+// the values of the graph as written, and with layout sinking an NCHW network
+// keeps its transposes at its input, its weights and its outputs.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include "compiler/graph_internal.h"
+#include "compiler/plan_verifier.h"
+#include "compiler/planner/planner.h"
+#include "tests/unit/planned_graph_checks.h"
+#include "tests/unit/test_helpers.h"
+
+namespace kiln {
+namespace {
+
+Graph must_load(const std::string& path) {
+  Expected<Graph> g = Graph::load(path);
+  if (!g) ADD_FAILURE() << g.error().message;
+  return std::move(g).value();
+}
+
+int nchw_convs(const ir::Graph& g) {
+  int n = 0;
+  for (const ir::Op& op : g.ops) n += op.kind == ir::OpKind::Conv2d && op.attrs.layout == ir::Layout::NCHW;
+  return n;
+}
+
+// One NCHW conv of `x` and `w` with the given attributes (a JSON fragment), its result the graph's output.
+Graph conv_graph(const std::string& x, const std::string& w, const std::string& dtype, const std::string& attrs) {
+  return testing::must_parse(fmt::format(
+      R"({{"kiln": 1, "inputs": {{"x": {{"shape": {0}, "dtype": "{2}"}}, "w": {{"shape": {1}, "dtype": "{2}"}}}},
+          "ops": [{{"op": "conv2d", "in": ["x", "w"], "out": "y", "layout": "NCHW", {3}}}], "outputs": ["y"]}})",
+      x, w, dtype, attrs));
+}
+
+// Whether a transpose keeps its operand's memory order: it moves only 1s
+// (a bias [1, K, 1, 1] read as [1, 1, 1, K]).
+bool moves_only_ones(const ir::Graph& g, const ir::Op& op) {
+  const Shape& from = g.operand(op, 0).shape;
+  int64_t last = -1;
+  for (int64_t d : op.attrs.perm) {
+    if (from[static_cast<size_t>(d)] == 1) continue;
+    if (d < last) return false;
+    last = d;
+  }
+  return true;
+}
+
+// The transposes left: each reads a graph input (the network's input, its
+// weights), is read only by ops that make graph outputs (layout sinking
+// leaves an output's op as written), or moves only 1s; none sits between
+// two convs.
+void expect_transposes_only_at_the_edges(const ir::Graph& g) {
+  for (const ir::Op& op : g.ops) {
+    if (op.kind != ir::OpKind::Transpose || moves_only_ones(g, op)) continue;
+    bool feeds_outputs = !g.users[static_cast<size_t>(op.output)].empty();
+    for (int32_t user : g.users[static_cast<size_t>(op.output)]) feeds_outputs &= g.result(g.ops[static_cast<size_t>(user)]).is_output;
+    const bool reads_input = g.operand(op, 0).kind == ir::TensorKind::Input;
+    EXPECT_TRUE(reads_input || g.result(op).is_output || feeds_outputs)
+        << "transpose '" << g.result(op).name << "' of '" << g.operand(op, 0).name << "' inside the graph";
+  }
+}
+
+TEST(NchwConvsAsNhwc, EveryNchwConvComputesTheSameValues) {
+  struct Case {
+    const char *x, *w, *dtype, *attrs;
+  };
+  const Case cases[] = {
+      {"[2, 16, 9, 11]", "[8, 16, 3, 3]", "bf16", R"("padding": [1, 1])"},
+      {"[1, 5, 13, 7]", "[6, 5, 3, 2]", "f32", R"("padding": [1, 0], "stride": [2, 1])"},
+      {"[2, 8, 10, 10]", "[4, 8, 3, 3]", "f16", R"("dilation": [2, 2], "padding": [2, 2])"},
+      {"[2, 12, 7, 7]", "[6, 4, 3, 3]", "bf16", R"("groups": 3, "padding": [1, 1])"},                 // grouped
+      {"[2, 24, 9, 9]", "[24, 1, 3, 3]", "bf16", R"("groups": 24, "padding": [1, 1], "stride": [2, 2])"},  // depthwise
+      {"[1, 6, 8, 8]", "[12, 1, 5, 5]", "f32", R"("groups": 6, "padding": [2, 2])"},                  // multiplier 2
+      {"[2, 32, 5, 5]", "[16, 32, 1, 1]", "bf16", R"("padding": [0, 0])"},                           // 1x1
+      {"[2, 3, 16, 16]", "[8, 3, 4, 4]", "bf16", R"("stride": [4, 4])"},  // tiles, but 4-pixel rows: not a patch matmul
+  };
+  for (const Case& c : cases) {
+    const Graph g = conv_graph(c.x, c.w, c.dtype, c.attrs);
+    EXPECT_TRUE(testing::rewritten_by(g, "nchw_convs_as_nhwc")) << c.x << " " << c.attrs;
+    EXPECT_EQ(nchw_convs(ir_of(g)), 0) << c.x << " " << c.attrs;
+    EXPECT_EQ(ir_of(g).inputs, Graph::Internal::as_written(g).inputs);
+    EXPECT_EQ(ir_of(g).outputs, Graph::Internal::as_written(g).outputs);
+    const ir::Plan p = ir::plan_fusion(ir_of(g));
+    ASSERT_EQ(ir::verify_plan(ir_of(g), p), "") << c.x << " " << c.attrs;
+    // The reference sums each output's products in one order whatever the layout: bit for bit.
+    for (uint64_t seed = 1; seed <= 2; ++seed) testing::expect_planned_equals_written(g, seed, testing::Equality::kBits);
+  }
+}
+
+TEST(NchwConvsAsNhwc, PatchConvolutionsStayMatmuls) {
+  const Graph g = must_load(KILN_SOURCE_DIR "/examples/conv/patch_embedding.json");
+  EXPECT_TRUE(testing::rewritten_by(g, "patch_convolutions"));
+  EXPECT_FALSE(testing::rewritten_by(g, "nchw_convs_as_nhwc"));
+}
+
+TEST(NchwConvsAsNhwc, ResNetBlocksStayNhwcBetweenTheirInputAndOutput) {
+  const Graph g = must_load(KILN_SOURCE_DIR "/examples/layout/resnet_blocks_nchw.json");
+  ASSERT_TRUE(testing::rewritten_by(g, "nchw_convs_as_nhwc"));
+  ASSERT_TRUE(testing::rewritten_by(g, "layout_sinking"));
+  const ir::Graph& planned = ir_of(g);
+  EXPECT_EQ(nchw_convs(planned), 0);
+  expect_transposes_only_at_the_edges(planned);
+  for (const ir::Op& op : planned.ops) {
+    if (op.kind == ir::OpKind::BatchNorm) { EXPECT_EQ(op.attrs.axis, 3); }
+    if (op.kind == ir::OpKind::MaxPool2d) { EXPECT_EQ(op.attrs.layout, ir::Layout::NHWC); }
+  }
+  const ir::Plan p = ir::plan_fusion(planned);
+  ASSERT_EQ(ir::verify_plan(planned, p), "");
+  for (uint64_t seed = 1; seed <= 2; ++seed) testing::expect_planned_equals_written(g, seed, testing::Equality::kBits);
+}
+
+// EfficientNet's block: the squeeze-excite's 1x1 convs add their bias as
+// PyTorch's NCHW export does, reshaped to [K, 1, 1]: layout sinking reads it
+// as [1, 1, 1, K] and the gate stays NHWC too.
+TEST(NchwConvsAsNhwc, DepthwiseSqueezeExciteBlockStaysNhwc) {
+  const Graph g = must_load(KILN_SOURCE_DIR "/examples/layout/mbconv_se_nchw.json");
+  ASSERT_TRUE(testing::rewritten_by(g, "nchw_convs_as_nhwc"));
+  const ir::Graph& planned = ir_of(g);
+  EXPECT_EQ(nchw_convs(planned), 0);
+  expect_transposes_only_at_the_edges(planned);
+  const ir::Plan p = ir::plan_fusion(planned);
+  ASSERT_EQ(ir::verify_plan(planned, p), "");
+  bool depthwise = false;
+  for (const ir::PlannedKernel& k : p.kernels) depthwise |= k.kind == ir::KernelKind::DepthwiseConv;
+  EXPECT_TRUE(depthwise);
+  for (uint64_t seed = 1; seed <= 2; ++seed) testing::expect_planned_equals_written(g, seed, testing::Equality::kBits);
+}
+
+}  // namespace
+}  // namespace kiln
