@@ -163,12 +163,14 @@ class Sinker {
   // other operands are read through the inverse transpose, as P's carriers
   // hold values, where that read is in memory order: graph inputs of the
   // op's rank whose strides lay them out so (a channels-last input read as
-  // NCHW); and, where a carried operand has the result's own shape, any
-  // value whose dimensions other than 1s keep their order under P (a bias
-  // [K, 1, 1] broadcast over an NCHW conv's [N, K, P, Q]: aligned to
+  // NCHW); and, where P reads an NHWC carrier as NCHW (a conv's result,
+  // nchw_convs_as_nhwc.h) and a carried operand has the result's own shape,
+  // any value whose dimensions other than 1s keep their order under P (a
+  // bias [K, 1, 1] broadcast over an NCHW conv's [N, K, P, Q]: aligned to
   // [1, K, 1, 1] and read as [1, 1, 1, K]). (Only then: over a result with
   // 1s, such as a squeeze-excite's [N, K, 1, 1], a carried broadcast operand
-  // would otherwise pull a plain full one the other way, round after round.)
+  // would otherwise pull a plain full one the other way, round after round;
+  // other perms, such as attention's heads, keep the rule for inputs only.)
   bool pointwise(const Op& op) {
     const Shape& shape = old_.tensor(op.output).shape;
     const size_t rank = shape.size();
@@ -192,7 +194,7 @@ class Sinker {
     for (TensorId in : plain) {
       const Tensor& t = old_.tensor(in);
       const bool input_of_rank = t.kind == TensorKind::Input && t.shape.size() == rank;
-      if (!input_of_rank && !full) return false;
+      if (!input_of_rank && !(full && *common == kNhwcAsNchw)) return false;
       if (!laid_out_as_carrier(aligned(out_.tensor(carried(in).base), rank), *common)) return false;
     }
     Op rewritten = op;

@@ -241,10 +241,13 @@ class Planner {
   }
 
   // A conv operand that its kernel could read only element by element,
-  // written once by a copy kernel of its own (strided_conv_operands.h).
+  // written once by a kernel of its own (strided_conv_operands.h): a copy,
+  // unless pointwise ops over the same input join it as siblings (it starts
+  // as a pointwise group, which the plan calls a copy while it holds only
+  // views; absorb_prologues keeps it out of the conv's loads).
   void start_copy(int32_t op_index) {
     const TensorId t = g_.ops[static_cast<size_t>(op_index)].output;
-    new_group(KernelKind::Copy, op_index);
+    new_group(KernelKind::Pointwise, op_index);
     for (int32_t user : g_.users[static_cast<size_t>(t)]) reasons_.emplace(std::make_pair(t, user), written_once_.at(t));
   }
 
@@ -514,7 +517,9 @@ class Planner {
           if (pid < 0 || pid == a.id) continue;
           const Group& p = group(pid);
           std::string why;
-          if (p.kind != KernelKind::Pointwise)
+          if (const auto once = written_once_.find(s); once != written_once_.end())
+            why = once->second;
+          else if (p.kind != KernelKind::Pointwise)
             why = fmt::format("'{}' comes from a {} kernel, which cannot run inside the anchor's operand loads",
                               g_.tensor(s).name, to_string(p.kind));
           else if (const std::optional<int64_t> tiles = prologue_recomputations(op, slot);

@@ -53,11 +53,19 @@ TEST(ConvChannelPadding, TheStemReadsEightChannelsWrittenOnce) {
 
 TEST(ConvChannelPadding, ConvsThatGatherAlreadyAreUntouched) {
   for (const char* conv : {R"("x": {"shape": [2, 8, 8, 16], "dtype": "bf16"}, "w": {"shape": [8, 3, 3, 16], "dtype": "bf16"}}, "ops": [{"op": "conv2d", "in": ["x", "w"], "out": "y"}])",
-                           R"("x": {"shape": [2, 8, 8, 3], "dtype": "f32"}, "w": {"shape": [8, 3, 3, 3], "dtype": "f32"}}, "ops": [{"op": "conv2d", "in": ["x", "w"], "out": "y"}])",
-                           R"("x": {"shape": [2, 3, 8, 8], "dtype": "bf16"}, "w": {"shape": [8, 3, 3, 3], "dtype": "bf16"}}, "ops": [{"op": "conv2d", "in": ["x", "w"], "out": "y", "layout": "NCHW"}])"}) {
+                           R"("x": {"shape": [2, 8, 8, 3], "dtype": "f32"}, "w": {"shape": [8, 3, 3, 3], "dtype": "f32"}}, "ops": [{"op": "conv2d", "in": ["x", "w"], "out": "y"}])"}) {
     const Graph g = testing::must_parse(std::string(R"({"kiln": 1, "inputs": {)") + conv + R"(, "outputs": ["y"]})");
     EXPECT_FALSE(padded(g)) << conv;
   }
+}
+
+// An NCHW stem is an NHWC conv by then (nchw_convs_as_nhwc.h): padded like a channels-last one.
+TEST(ConvChannelPadding, AnNchwStemIsPaddedToo) {
+  const Graph g = testing::must_parse(
+      R"({"kiln": 1, "inputs": {"x": {"shape": [2, 3, 8, 8], "dtype": "bf16"}, "w": {"shape": [8, 3, 3, 3], "dtype": "bf16"}},
+          "ops": [{"op": "conv2d", "in": ["x", "w"], "out": "y", "layout": "NCHW", "padding": [1, 1]}], "outputs": ["y"]})");
+  EXPECT_TRUE(padded(g));
+  expect_same_values(g, 5);
 }
 
 TEST(ConvChannelPadding, RandomGraphsComputeTheSameValues) {

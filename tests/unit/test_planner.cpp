@@ -381,14 +381,29 @@ TEST(Planner, OutputViewOfAnInputIsACopy) {
 }
 
 TEST(Planner, DoneWhenPatternsAreOneKernelEach) {
-  for (const char* name : {"conv/conv_bias_relu", "conv/conv_bn_relu_nchw", "conv/conv_bias_residual_relu",
-                           "conv/conv_bias_residual_relu_nchw", "matmul/matmul_bias_gelu",
+  for (const char* name : {"conv/conv_bias_relu", "conv/conv_bias_residual_relu", "matmul/matmul_bias_gelu",
                            "matmul/matmul_bias_residual_relu", "matmul/matmul_transposed_bias", "norm/add_layer_norm",
                            "norm/softmax_scale_mask", "pointwise/scale_shift_gelu", "pointwise/where_clamp_cast",
                            "reduction/exp_sum_rows", "attention/sdpa_causal_gqa", "attention/attention_decomposed",
                            "conv/conv_channel_stats", "conv/conv_bias_relu_max_pool"}) {
     Graph g = Graph::load(std::string(KILN_SOURCE_DIR "/examples/") + name + ".json").value();
     EXPECT_EQ(plan_of(g).kernels.size(), 1u) << name << "\n" << ir::plan_to_text(ir_of(g), plan_of(g));
+  }
+}
+
+// An NCHW conv is an NHWC one between transposes (nchw_convs_as_nhwc.h):
+// its NCHW input and OIHW weights are each written once channels-last by a
+// copy (planner/strided_conv_operands.h), and the conv with its whole
+// epilogue is one kernel.
+TEST(Planner, NchwConvPatternsAreOneConvKernelAfterTheirOperandCopies) {
+  for (const char* name : {"conv/conv_bn_relu_nchw", "conv/conv_bias_residual_relu_nchw"}) {
+    Graph g = Graph::load(std::string(KILN_SOURCE_DIR "/examples/") + name + ".json").value();
+    const ir::Plan p = plan_of(g);
+    ASSERT_EQ(p.kernels.size(), 3u) << name << "\n" << ir::plan_to_text(ir_of(g), p);
+    EXPECT_EQ(p.kernels[0].kind, KernelKind::Copy) << name;
+    EXPECT_EQ(p.kernels[1].kind, KernelKind::Copy) << name;
+    EXPECT_EQ(p.kernels[2].kind, KernelKind::Conv) << name;
+    EXPECT_EQ(ir_of(g).tensor(p.kernels[2].writes.at(0)).name, "y") << name;
   }
 }
 
