@@ -99,6 +99,7 @@ class Sinker {
     transpose.attrs.perm = c.perm;
     emit(std::move(transpose));
     done_.insert(t);
+    made_views_.emplace(std::make_pair(c.base, c.perm), t);
     return t;
   }
 
@@ -167,7 +168,11 @@ class Sinker {
   // nchw_convs_as_nhwc.h) and a carried operand has the result's own shape,
   // any value whose dimensions other than 1s keep their order under P (a
   // bias [K, 1, 1] broadcast over an NCHW conv's [N, K, P, Q]: aligned to
-  // [1, K, 1, 1] and read as [1, 1, 1, K]). (Only then: over a result with
+  // [1, K, 1, 1] and read as [1, 1, 1, K]), and a graph input that an
+  // earlier op read through the same transpose (an NCHW network's input that
+  // its first conv reads as NHWC, read again by the residual add: the
+  // planner writes that transpose once, planner/strided_conv_operands.h).
+  // (Only then: over a result with
   // 1s, such as a squeeze-excite's [N, K, 1, 1], a carried broadcast operand
   // would otherwise pull a plain full one the other way, round after round;
   // other perms, such as attention's heads, keep the rule for inputs only.)
@@ -193,6 +198,7 @@ class Sinker {
     if (!common) return false;
     for (TensorId in : plain) {
       const Tensor& t = old_.tensor(in);
+      if (t.kind == TensorKind::Input && *common == kNhwcAsNchw && made_view(in, *common)) continue;
       const bool input_of_rank = t.kind == TensorKind::Input && t.shape.size() == rank;
       if (!input_of_rank && !(full && *common == kNhwcAsNchw)) return false;
       if (!laid_out_as_carrier(aligned(out_.tensor(carried(in).base), rank), *common)) return false;
@@ -241,6 +247,7 @@ class Sinker {
   // per (t, p).
   TensorId carrier_view(TensorId t, const Perm& p) {
     if (auto it = carrier_views_.find({t, p}); it != carrier_views_.end()) return it->second;
+    if (const std::optional<TensorId> made = made_view(t, p); made && p == kNhwcAsNchw) return *made;
     TensorId source = carried(t).base;
     const Tensor& from = out_.tensor(source);
     if (from.shape.size() < p.size()) {  // broadcasting's leading 1s, made explicit
@@ -263,6 +270,18 @@ class Sinker {
     emit(std::move(transpose));
     carrier_views_[{t, p}] = view;
     return view;
+  }
+
+  // Old tensor t (not carried permuted) as p's carriers hold values, where a
+  // transpose emitted for an earlier reader made it so already.
+  std::optional<TensorId> made_view(TensorId t, const Perm& p) const {
+    const TensorId base = carried(t).base;
+    if (out_.tensor(base).shape.size() != p.size()) return std::nullopt;
+    Perm inverse(p.size());
+    for (size_t d = 0; d < p.size(); ++d) inverse[static_cast<size_t>(p[d])] = static_cast<int64_t>(d);
+    const auto it = made_views_.find({base, inverse});
+    if (it == made_views_.end()) return std::nullopt;
+    return it->second;
   }
 
   // A new tensor: `source`'s type and rounding, seen in `shape`.
@@ -334,6 +353,7 @@ class Sinker {
   Graph out_;
   std::map<TensorId, Carried> carried_;
   std::set<TensorId> done_;
+  std::map<std::pair<TensorId, Perm>, TensorId> made_views_;  // (source, perm) -> the transpose materialised() made
   std::map<std::pair<TensorId, Perm>, TensorId> carrier_views_;
   bool moved_ = false;
   int32_t current_ = -1;            // the old op being rewritten

@@ -112,6 +112,35 @@ TEST(NchwConvsAsNhwc, ResNetBlocksStayNhwcBetweenTheirInputAndOutput) {
   for (uint64_t seed = 1; seed <= 2; ++seed) testing::expect_planned_equals_written(g, seed, testing::Equality::kBits);
 }
 
+// The network's input is also the first block's residual: the add reads the
+// input as its conv does, from the copy written once channels-last, and the
+// block's result stays NHWC for the next conv.
+TEST(NchwConvsAsNhwc, AResidualOfTheNetworksInputReadsItsChannelsLastCopy) {
+  const Graph g = testing::must_parse(R"({"kiln": 1, "name": "residual_input",
+    "inputs": {"x": {"shape": [2, 16, 8, 8], "dtype": "bf16"}, "w1": {"shape": [16, 16, 3, 3], "dtype": "bf16"},
+               "w2": {"shape": [8, 16, 1, 1], "dtype": "bf16"}},
+    "ops": [{"op": "conv2d", "in": ["x", "w1"], "out": "c1", "layout": "NCHW", "padding": [1, 1]},
+            {"op": "add", "in": ["c1", "x"], "out": "sum"},
+            {"op": "relu", "in": ["sum"], "out": "r", "dtype": "bf16"},
+            {"op": "conv2d", "in": ["r", "w2"], "out": "y", "layout": "NCHW", "dtype": "bf16"}],
+    "outputs": ["y"]})");
+  const ir::Graph& planned = ir_of(g);
+  expect_transposes_only_at_the_edges(planned);
+  int transposes_of_x = 0;
+  for (const ir::Op& op : planned.ops) transposes_of_x += op.kind == ir::OpKind::Transpose && planned.operand(op, 0).name == "x";
+  EXPECT_EQ(transposes_of_x, 1);
+  const ir::Plan p = ir::plan_fusion(planned);
+  ASSERT_EQ(ir::verify_plan(planned, p), "");
+  // copy of x, copy of w1, the conv with the residual and relu; the second conv (1x1: weights in order)
+  ASSERT_EQ(p.kernels.size(), 4u);
+  EXPECT_EQ(p.kernels[0].kind, ir::KernelKind::Copy);
+  std::vector<std::string> reads;
+  for (ir::TensorId t : p.kernels[2].reads) reads.push_back(planned.tensor(t).name);
+  EXPECT_THAT(reads, ::testing::Contains("c1.input_nhwc"));
+  EXPECT_THAT(reads, ::testing::Not(::testing::Contains("x")));
+  for (uint64_t seed = 1; seed <= 2; ++seed) testing::expect_planned_equals_written(g, seed, testing::Equality::kBits);
+}
+
 // EfficientNet's block: the squeeze-excite's 1x1 convs add their bias as
 // PyTorch's NCHW export does, reshaped to [K, 1, 1]: layout sinking reads it
 // as [1, 1, 1, K] and the gate stays NHWC too.
