@@ -407,6 +407,45 @@ TEST(Planner, NchwConvPatternsAreOneConvKernelAfterTheirOperandCopies) {
   }
 }
 
+// Which NHWC conv operands a copy writes first (planner/strided_conv_operands.h):
+// transposes of memory whose channels lie apart; not 1x1 weights, a
+// depthwise filter or a channels-last input (in memory order already), not
+// other views; on sm_80 as on sm_90 (never folded back as a prologue).
+TEST(Planner, ConvOperandsCopiedOnlyWhereTheirChannelsLieApart) {
+  const auto copied = [](const std::string& x, const std::string& w, const std::string& x_view, const std::string& attrs,
+                         int sm) {
+    const Graph g = must_parse(graph_of(
+        R"("x": )" + x + R"(, "w": )" + w,
+        x_view + R"({"op": "transpose", "in": ["w"], "out": "wt", "perm": [0, 2, 3, 1]},
+                    {"op": "conv2d", "in": ["xv", "wt"], "out": "y", "dtype": "bf16")" + attrs + "}",
+        R"(["y"])"));
+    std::vector<std::string> out;
+    for (const ir::PlannedKernel& k : plan_of(g, true, sm).kernels)
+      if (k.kind == KernelKind::Copy) out.push_back(ir_of(g).tensor(k.writes.at(0)).name);
+    return out;
+  };
+  const std::string nchw_x = R"({"shape": [2, 16, 8, 8], "dtype": "bf16"})";
+  const std::string nhwc_x = R"({"shape": [2, 16, 8, 8], "dtype": "bf16", "strides": [1024, 1, 128, 16]})";
+  const std::string transposed = R"({"op": "transpose", "in": ["x"], "out": "xv", "perm": [0, 2, 3, 1]},)";
+  const std::string oihw3 = R"({"shape": [32, 16, 3, 3], "dtype": "bf16"})";
+  for (int sm : {80, 90}) {
+    using V = std::vector<std::string>;
+    EXPECT_EQ(copied(nchw_x, oihw3, transposed, R"(, "padding": [1, 1])", sm), (V{"xv", "wt"})) << sm;
+    EXPECT_EQ(copied(nhwc_x, oihw3, transposed, R"(, "padding": [1, 1])", sm), (V{"wt"})) << sm;
+    EXPECT_EQ(copied(nhwc_x, R"({"shape": [32, 16, 1, 1], "dtype": "bf16"})", transposed, "", sm), V{}) << sm;
+    EXPECT_EQ(copied(nchw_x, R"({"shape": [16, 1, 3, 3], "dtype": "bf16"})", transposed, R"(, "groups": 16)", sm),
+              (V{"xv"}))
+        << sm;
+    // A reshape in the chain: not this rule's (the conv reads it as it can).
+    EXPECT_EQ(copied(R"({"shape": [2, 16, 64], "dtype": "bf16"})", oihw3,
+                     R"({"op": "reshape", "in": ["x"], "out": "x4", "shape": [2, 16, 8, 8]},
+                        {"op": "transpose", "in": ["x4"], "out": "xv", "perm": [0, 2, 3, 1]},)",
+                     R"(, "padding": [1, 1])", sm),
+              (V{"wt"}))
+        << sm;
+  }
+}
+
 TEST(Planner, RandomGraphsGiveValidPlans) {
   int kernels_fused = 0, kernels_unfused = 0, graphs = 0, recomputing = 0;
   for (uint64_t seed = 1; seed <= 3000; ++seed) {
