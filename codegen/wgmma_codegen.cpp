@@ -216,7 +216,10 @@ auto GemmGenerator::conv_weight_operand(const ir::Op& anchor, Mma kind) const ->
   const std::optional<ExternalTensor> e = in_memory(anchor.inputs[1]);
   const Shape& ws = g_.operand(anchor, 1).shape;  // [K, R, S, C]
   if (!e || anchor.attrs.layout != ir::Layout::NHWC || anchor.attrs.groups != 1) return std::nullopt;
-  if (e->strides[3] != 1 || e->strides[2] != ws[3] || e->strides[1] != ws[2] * ws[3]) return std::nullopt;
+  // Contiguous, a 1-wide filter side at any stride (an NCHW model's 1x1
+  // weights [K, C, 1, 1] read as [K, 1, 1, C] have strides [C, 1, 1, 1]).
+  if (e->strides[3] != 1 || (ws[2] != 1 && e->strides[2] != ws[3]) || (ws[1] != 1 && e->strides[1] != ws[2] * ws[3]))
+    return std::nullopt;
   const int64_t k = ws[1] * ws[2] * ws[3], outer = ws[0] == 1 ? k : e->strides[0];
   if (!map_extent_fits(k) || !map_extent_fits(ws[0]) || !map_stride_fits(outer)) return std::nullopt;
   std::optional<TmaOperand> op = tma_source(e, kind);
