@@ -148,6 +148,7 @@ class Sinker {
     if (op.kind == OpKind::BatchNorm) return batch_norm(op);
     if (family == OpFamily::Reduce) return reduction(op);
     if (family == OpFamily::Pool) return pool(op);
+    if (family == OpFamily::Concat) return concat(op);
     return false;
   }
 
@@ -346,6 +347,22 @@ class Sinker {
     rewritten.inputs[0] = c.base;
     rewritten.attrs.layout = nchw ? Layout::NHWC : Layout::NCHW;
     sink(std::move(rewritten), op.output, c.perm);
+    return true;
+  }
+
+  // concat(transpose(a1, P), transpose(a2, P), ..., axis) =
+  // transpose(concat(a1, a2, ..., P[axis]), P): only where every operand is
+  // carried with the same non-identity P (a DenseNet block's concat of NCHW
+  // conv results, each NHWC in memory); otherwise the op stays as written.
+  bool concat(const Op& op) {
+    const Perm perm = carried(op.inputs[0]).perm;
+    if (is_identity(perm)) return false;
+    for (TensorId in : op.inputs)
+      if (carried(in).perm != perm) return false;
+    Op rewritten = op;
+    for (TensorId& in : rewritten.inputs) in = carried(in).base;
+    rewritten.attrs.axis = perm[static_cast<size_t>(op.attrs.axis)];
+    sink(std::move(rewritten), op.output, perm);
     return true;
   }
 

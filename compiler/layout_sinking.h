@@ -24,8 +24,9 @@
 // view) for an op that cannot take it. These take it and are rewritten over
 // a: pointwise ops whose tensor operands are all (·, P) with the same P or
 // hold a single value; batch_norm (its axis follows P); reductions (their
-// axes follow P); pooling, when P swaps NHWC for NCHW (its layout flips); a
-// transpose of (a, P) is (a, P composed with its own perm), nothing when
+// axes follow P); pooling, when P swaps NHWC for NCHW (its layout flips);
+// concat, when every operand is (·, P) with the same P (its axis follows P:
+// a DenseNet block's channel concat runs over NHWC); a transpose of (a, P) is (a, P composed with its own perm), nothing when
 // that is the identity. An op whose result is a graph output is not
 // rewritten (the output would become a view, written by a copy).
 #pragma once

@@ -158,5 +158,72 @@ TEST(NchwConvsAsNhwc, DepthwiseSqueezeExciteBlockStaysNhwc) {
   for (uint64_t seed = 1; seed <= 2; ++seed) testing::expect_planned_equals_written(g, seed, testing::Equality::kBits);
 }
 
+// The concat, its channel axis in the carriers' order (3 where it ran over NHWC).
+std::vector<int64_t> concat_axes(const ir::Graph& g) {
+  std::vector<int64_t> axes;
+  for (const ir::Op& op : g.ops)
+    if (op.kind == ir::OpKind::Concat) axes.push_back(op.attrs.axis);
+  return axes;
+}
+
+// A dense layer: conv -> concat with its input -> conv. Every concatenated
+// value is an NCHW conv's result, NHWC in memory: layout sinking concatenates
+// the NHWC results along their channel axis (3), and the next conv reads the
+// concat as it is written, with no transpose between the convs.
+TEST(NchwConvsAsNhwc, DenseLayerConcatRunsOverNhwc) {
+  const Graph g = testing::must_parse(R"({"kiln": 1, "name": "dense_layer",
+    "inputs": {"x": {"shape": [2, 8, 6, 6], "dtype": "bf16"}, "w0": {"shape": [16, 8, 3, 3], "dtype": "bf16"},
+               "w1": {"shape": [8, 16, 3, 3], "dtype": "bf16"}, "w2": {"shape": [4, 24, 1, 1], "dtype": "bf16"}},
+    "ops": [{"op": "conv2d", "in": ["x", "w0"], "out": "c0", "layout": "NCHW", "padding": [1, 1]},
+            {"op": "conv2d", "in": ["c0", "w1"], "out": "c1", "layout": "NCHW", "padding": [1, 1]},
+            {"op": "concat", "in": ["c0", "c1"], "out": "cat", "axis": 1},
+            {"op": "conv2d", "in": ["cat", "w2"], "out": "y", "layout": "NCHW"}],
+    "outputs": ["y"]})");
+  ASSERT_TRUE(testing::rewritten_by(g, "layout_sinking"));
+  const ir::Graph& planned = ir_of(g);
+  EXPECT_EQ(nchw_convs(planned), 0);
+  EXPECT_EQ(concat_axes(planned), std::vector<int64_t>{3});
+  expect_transposes_only_at_the_edges(planned);
+  // the last conv reads the concat's result itself
+  for (const ir::Op& op : planned.ops)
+    if (op.kind == ir::OpKind::Conv2d && planned.result(op).name == "y.nhwc") {
+      EXPECT_EQ(planned.operand(op, 0).name, "cat.perm0312");
+    }
+  const ir::Plan p = ir::plan_fusion(planned);
+  ASSERT_EQ(ir::verify_plan(planned, p), "");
+  for (uint64_t seed = 1; seed <= 3; ++seed) testing::expect_planned_equals_written(g, seed, testing::Equality::kBits);
+}
+
+// An operand not carried as the others are (here the network's NCHW input
+// itself) leaves the concat as written, over NCHW; values unchanged.
+TEST(NchwConvsAsNhwc, ConcatOfAnUncarriedOperandStaysAsWritten) {
+  const Graph g = testing::must_parse(R"({"kiln": 1, "name": "concat_input",
+    "inputs": {"x": {"shape": [2, 8, 6, 6], "dtype": "bf16"}, "w0": {"shape": [8, 8, 3, 3], "dtype": "bf16"},
+               "w1": {"shape": [4, 16, 1, 1], "dtype": "bf16"}},
+    "ops": [{"op": "conv2d", "in": ["x", "w0"], "out": "c0", "layout": "NCHW", "padding": [1, 1]},
+            {"op": "concat", "in": ["x", "c0"], "out": "cat", "axis": 1},
+            {"op": "conv2d", "in": ["cat", "w1"], "out": "y", "layout": "NCHW"}],
+    "outputs": ["y"]})");
+  EXPECT_EQ(concat_axes(ir_of(g)), std::vector<int64_t>{1});
+  for (uint64_t seed = 1; seed <= 2; ++seed) testing::expect_planned_equals_written(g, seed, testing::Equality::kBits);
+}
+
+// DenseNet's block written NCHW (examples/layout/dense_block_nchw.json): the
+// first layer's concat runs over NHWC and feeds the second layer's bn-relu-
+// conv without a transpose; the last, the graph's output, stays NCHW.
+TEST(NchwConvsAsNhwc, DenseBlockConcatsStayNhwcBetweenLayers) {
+  const Graph g = must_load(KILN_SOURCE_DIR "/examples/layout/dense_block_nchw.json");
+  ASSERT_TRUE(testing::rewritten_by(g, "layout_sinking"));
+  const ir::Graph& planned = ir_of(g);
+  EXPECT_EQ(nchw_convs(planned), 0);
+  EXPECT_EQ(concat_axes(planned), (std::vector<int64_t>{3, 1}));
+  expect_transposes_only_at_the_edges(planned);
+  const ir::Plan p = ir::plan_fusion(planned);
+  ASSERT_EQ(ir::verify_plan(planned, p), "");
+  for (const ir::PlannedKernel& k : p.kernels)
+    for (ir::TensorId t : k.reads) EXPECT_NE(planned.tensor(t).name, "l2_r1") << "the second layer's conv reads an NCHW copy";
+  for (uint64_t seed = 1; seed <= 2; ++seed) testing::expect_planned_equals_written(g, seed, testing::Equality::kBits);
+}
+
 }  // namespace
 }  // namespace kiln
