@@ -127,7 +127,7 @@ int clear(const std::string& dir) {
 // For each kernel of the graph: cached, or which part of its key differs
 // from the closest entry (the one sharing the most parts, source first).
 int explain(const std::string& dir, const std::string& path, const std::string& arch) {
-  Expected<Graph> graph = Graph::load(path);
+  Expected<Graph> graph = load_sized(path, {});  // a symbolic graph: a usage error naming its symbols
   if (!graph) return report(graph.error());
   const ir::Plan plan = ir::plan_fusion(ir_of(*graph));
   const CommonOptions here{.cache_dir = dir};

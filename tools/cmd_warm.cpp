@@ -113,6 +113,12 @@ Runner add_warm(CLI::App& app, const CommonOptions& common) {
         std::fprintf(stderr, "kiln: error: %s\n", where.c_str());
         continue;
       }
+      if (graph->is_symbolic()) {  // issue #49: warm would compile what every size in range needs
+        ++invalid;
+        std::fprintf(stderr, "kiln: error: %s: the graph has symbolic dimensions; kiln warm does not compile those "
+                             "yet (kiln compile --dim NAME=VALUE compiles it at one size)\n", path.c_str());
+        continue;
+      }
       const ir::Plan plan = ir::plan_fusion(ir_of(*graph));
       for (const std::string& arch : archs) {
         Expected<codegen::GeneratedProgram> program = generate(*graph, plan, arch, &common);  // kernels depend on the arch

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -50,6 +51,24 @@ class Graph {
   std::vector<TensorDesc> inputs() const;   // in binding order
   std::vector<TensorDesc> outputs() const;  // in the document's order
   int op_count() const;
+
+  // Symbolic dimensions (graph-format.md): a symbolic graph's inputs() and
+  // outputs() show the shapes at every symbol's smallest size; to plan,
+  // compile or run it, bind its sizes with specialize() (run_reference does
+  // so from its inputs' shapes).
+  struct Dim {
+    std::string name;
+    int64_t min = 1, max = 1, multiple_of = 1;
+  };
+  using DimValues = std::map<std::string, int64_t, std::less<>>;
+  bool is_symbolic() const;
+  std::vector<Dim> dims() const;  // the `dims` table, in the document's order
+  // The integer graph at these sizes (every symbol given, each in range);
+  // an integer graph takes no sizes and comes back as it is.
+  Expected<Graph> specialize(const DimValues& sizes) const;
+  // The symbols' values read from the inputs' shapes (binding order),
+  // checked to agree and lie in range: a binding error otherwise.
+  Expected<DimValues> dims_from_shapes(const std::vector<Shape>& input_shapes) const;
 
   // kiln's own passes reach the IR through Graph::Internal
   // (compiler/graph_internal.h); it is not part of the API.
