@@ -158,6 +158,23 @@ Tensor GraphBuilder::input(std::string name, Shape shape, DType dtype, Strides s
   });
 }
 
+void GraphBuilder::dim(std::string name, int64_t min, int64_t max, int64_t multiple_of) {
+  if (impl_->error) return;
+  Expected<bool> ok = detail::catch_errors([&] {
+    impl_->graph.declare_dim(name, min, max, multiple_of);
+    return true;
+  });
+  if (!ok) impl_->error = ok.error();
+}
+
+Tensor GraphBuilder::symbolic_input(std::string name, std::vector<DimSize> shape, DType dtype, Strides strides) {
+  return impl_->record([&] {
+    std::optional<Strides> given;
+    if (!strides.empty() || shape.empty()) given = strides;
+    return impl_->graph.add_input(name, shape, dtype, given);
+  });
+}
+
 Tensor GraphBuilder::op(std::string_view op, std::vector<Operand> in, Attrs attrs,
                         std::optional<DType> dtype, std::string out) {
   return impl_->record([&] {

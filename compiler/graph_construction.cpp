@@ -12,12 +12,21 @@
 namespace kiln::ir {
 namespace {
 
+// [B,-1,64]: a list of dimensions as a message shows it.
+std::string dim_list_text(const std::vector<DimSize>& dims) {
+  std::vector<std::string> parts;
+  for (const DimSize& d : dims)
+    parts.push_back(std::holds_alternative<int64_t>(d) ? std::to_string(std::get<int64_t>(d)) : std::get<std::string>(d));
+  return fmt::format("[{}]", fmt::join(parts, ","));
+}
+
 std::string describe_value(const AttrValue& value) {
   return std::visit(
       [](const auto& v) -> std::string {
         using V = std::decay_t<decltype(v)>;
         if constexpr (std::is_same_v<V, std::string>) return detail::quoted(v);
         else if constexpr (std::is_same_v<V, std::vector<int64_t>>) return fmt::format("[{}]", fmt::join(v, ","));
+        else if constexpr (std::is_same_v<V, std::vector<DimSize>>) return dim_list_text(v);
         else return fmt::format("{}", v);
       },
       value);
@@ -289,9 +298,12 @@ void GraphConstructor::check_operand_types(OpKind kind, const std::vector<const 
   }
 }
 
-// The op's attributes, each known to its op and given once; the set of those given.
+// The op's attributes, each known to its op and given once; the set of those
+// given. Size attributes written with dim expressions (a list holding a
+// string for reshape's and expand's `shape`, a string for slice's `start` and
+// `end`) go to `dim_texts` for infer_symbolic.
 AttrSet GraphConstructor::read_attrs(const OpDeclaration& decl, const OpInfo& info, Attributes& attrs,
-                                     const std::string& where) const {
+                                     DimTexts& dim_texts, const std::string& where) const {
   AttrSet given = 0;
   for (const auto& [key_name, value] : decl.attrs) {
     std::optional<AttrKey> key = find_attr(key_name);
@@ -299,7 +311,11 @@ AttrSet GraphConstructor::read_attrs(const OpDeclaration& decl, const OpInfo& in
                     detail::quoted(key_name), accepted_attrs(info));
     KILN_USER_CHECK(!(given & attr_bit(*key)), "{}: attribute '{}' is given twice", where, key_name);
     given |= attr_bit(*key);
-    set_attr(attrs, *key, value, where);
+    const auto* list = std::get_if<std::vector<DimSize>>(&value);
+    const auto* text = std::get_if<std::string>(&value);
+    if (*key == AttrKey::shape && list) dim_texts.emplace_back(*key, *list);
+    else if ((*key == AttrKey::start || *key == AttrKey::end) && text) dim_texts.emplace_back(*key, std::vector<DimSize>{*text});
+    else set_attr(attrs, *key, value, where);
   }
   return given;
 }
@@ -351,11 +367,12 @@ TensorId GraphConstructor::add_op(const OpDeclaration& decl) {
 
   check_operand_types(*kind, operands, where);
 
-  AttrSet given = read_attrs(decl, info, op.attrs, where);
+  DimTexts dim_texts;
+  AttrSet given = read_attrs(decl, info, op.attrs, dim_texts, where);
 
   check_declared_dtype(decl, *kind, where);
 
-  std::optional<SymbolicOpResult> symbolic = infer_symbolic(decl, info, operands, op.attrs, given, where);
+  std::optional<SymbolicOpResult> symbolic = infer_symbolic(decl, info, dim_texts, operands, op.attrs, given, where);
 
   InferredResult result = infer_result(*kind, operands, op.attrs, given, where);
   Tensor out;
@@ -390,24 +407,17 @@ TensorId GraphConstructor::add_op(const OpDeclaration& decl) {
 // (symbolic_inference.h), and `attrs` given the integer values at the
 // smallest sizes, which the integer inference then resolves as usual.
 std::optional<SymbolicOpResult> GraphConstructor::infer_symbolic(const OpDeclaration& decl, const OpInfo& info,
+                                                                 const DimTexts& dim_texts,
                                                                  const std::vector<const Tensor*>& operands,
                                                                  Attributes& attrs, AttrSet& given,
                                                                  const std::string& where) const {
   const bool symbolic_operand =
       std::any_of(operands.begin(), operands.end(), [](const Tensor* t) { return t->symbolic != nullptr; });
-  if (decl.dim_attrs.empty() && !symbolic_operand) return std::nullopt;
+  if (dim_texts.empty() && !symbolic_operand) return std::nullopt;
   DimAttrs dim_attrs;
   const DimValues smallest = dims_ ? smallest_values(*dims_) : DimValues{};
-  for (const auto& [key_name, entries] : decl.dim_attrs) {
-    std::optional<AttrKey> key = find_attr(key_name);
-    const bool sized = key == AttrKey::shape || key == AttrKey::start || key == AttrKey::end;
-    KILN_USER_CHECK(key && (info.attrs & attr_bit(*key)), "{}: unknown attribute {} ({})", where,
-                    detail::quoted(key_name), accepted_attrs(info));
-    KILN_USER_CHECK(sized, "{}: attribute '{}' takes no dim expressions (only reshape's and expand's shape and "
-                    "slice's start and end do)", where, key_name);
-    KILN_USER_CHECK(!(given & attr_bit(*key)), "{}: attribute '{}' is given twice", where, key_name);
-    given |= attr_bit(*key);
-    const std::string what = fmt::format("{}: attribute '{}'", where, key_name);
+  for (const auto& [key, entries] : dim_texts) {
+    const std::string what = fmt::format("{}: attribute '{}'", where, attr_name(key));
     std::vector<std::optional<DimExpr>> parsed;
     for (const DeclaredDim& d : entries) {
       if (const int64_t* v = std::get_if<int64_t>(&d)) {
@@ -421,13 +431,13 @@ std::optional<SymbolicOpResult> GraphConstructor::infer_symbolic(const OpDeclara
     std::vector<int64_t> values;
     for (size_t i = 0; i < parsed.size(); ++i)
       values.push_back(parsed[i] ? evaluate(*parsed[i], smallest) : std::get<int64_t>(entries[i]));
-    if (*key == AttrKey::shape) {
+    if (key == AttrKey::shape) {
       dim_attrs.shape = parsed;
       attrs.shape = values;
     } else {
       KILN_INTERNAL_CHECK(parsed.size() == 1);
-      (*key == AttrKey::start ? dim_attrs.start : dim_attrs.end) = parsed[0];
-      (*key == AttrKey::start ? attrs.start : attrs.end) = values[0];
+      (key == AttrKey::start ? dim_attrs.start : dim_attrs.end) = parsed[0];
+      (key == AttrKey::start ? attrs.start : attrs.end) = values[0];
     }
   }
   KILN_INTERNAL_CHECK(dims_ != nullptr);  // a symbolic operand or a parsed expression needs the table

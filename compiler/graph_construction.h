@@ -32,17 +32,14 @@ namespace kiln::ir {
 using DeclaredOperand = std::variant<std::string, double>;
 // A dimension as declared: an integer, or a dim expression ("B", "B*S", "3*S";
 // symbolic_dims.h).
-using DeclaredDim = std::variant<int64_t, std::string>;
+using DeclaredDim = DimSize;
 
 struct OpDeclaration {
   std::string op;
   std::vector<DeclaredOperand> in;
   std::string out;
   std::optional<DType> dtype;
-  Attrs attrs;
-  // Size attributes written with dim expressions (reshape's and expand's
-  // `shape`, slice's `start`/`end`: one entry each): key -> entries.
-  std::vector<std::pair<std::string, std::vector<DeclaredDim>>> dim_attrs;
+  Attrs attrs;  // size attributes may hold dim expressions (kiln/graph.h, AttrValue)
 };
 
 class GraphConstructor {
@@ -68,12 +65,15 @@ class GraphConstructor {
   TensorId add_tensor(Tensor tensor);
   TensorId resolve_operand(const DeclaredOperand& operand, const std::string& where);
   void check_operand_types(OpKind kind, const std::vector<const Tensor*>& operands, const std::string& where) const;
-  AttrSet read_attrs(const OpDeclaration& decl, const OpInfo& info, Attributes& attrs, const std::string& where) const;
+  // Size attributes written with dim expressions, by key (one entry for start/end).
+  using DimTexts = std::vector<std::pair<AttrKey, std::vector<DeclaredDim>>>;
+  AttrSet read_attrs(const OpDeclaration& decl, const OpInfo& info, Attributes& attrs, DimTexts& dim_texts,
+                     const std::string& where) const;
   void check_declared_dtype(const OpDeclaration& decl, OpKind kind, const std::string& where) const;
   void check_symbols_readable() const;
   std::optional<SymbolicOpResult> infer_symbolic(const OpDeclaration& decl, const OpInfo& info,
-                                                 const std::vector<const Tensor*>& operands, Attributes& attrs,
-                                                 AttrSet& given, const std::string& where) const;
+                                                 const DimTexts& dim_texts, const std::vector<const Tensor*>& operands,
+                                                 Attributes& attrs, AttrSet& given, const std::string& where) const;
 
   Graph graph_;
   std::shared_ptr<DimTable> dims_;  // the `dims` table as declared (null: none)

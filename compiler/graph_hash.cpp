@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "compiler/error.h"
 #include "compiler/symbolic_dims.h"
 
 #define XXH_INLINE_ALL
@@ -27,6 +28,8 @@ void add_attribute_value(HashBuilder& h, const std::optional<AttrValue>& value) 
         else if constexpr (std::is_same_v<V, std::vector<int64_t>>) {
           h.add(static_cast<int64_t>(v.size()));
           for (int64_t e : v) h.add(e);
+        } else if constexpr (std::is_same_v<V, std::vector<DimSize>>) {
+          KILN_INTERNAL_CHECK(false);  // resolved attributes hold integers; expressions are in op.symbolic
         } else h.add(v);
       },
       *value);

@@ -15,6 +15,7 @@ std::string value_string(const AttrValue& value) {
         using V = std::decay_t<decltype(v)>;
         if constexpr (std::is_same_v<V, std::string>) return fmt::format("\"{}\"", v);
         else if constexpr (std::is_same_v<V, std::vector<int64_t>>) return fmt::format("[{}]", fmt::join(v, ","));
+        else if constexpr (std::is_same_v<V, std::vector<DimSize>>) return std::string("?");  // never resolved
         else return fmt::format("{}", v);
       },
       value);

@@ -110,24 +110,7 @@ const std::string& get_string(const json& j, const std::string& where, std::stri
   return j.get_ref<const std::string&>();
 }
 
-AttrValue get_attr_value(const json& j, const std::string& where, const std::string& key) {
-  if (j.is_boolean()) return j.get<bool>();
-  if (j.is_number_integer()) return get_int(j, where, fmt::format("attribute '{}'", key));
-  if (j.is_number_float()) return j.get<double>();
-  if (j.is_string()) return j.get<std::string>();
-  if (j.is_array()) return get_int_list(j, where, fmt::format("attribute '{}'", key));
-  throw_user_error(fmt::format("{}: attribute {} has a value of type {}, which no attribute takes",
-                               where, detail::quoted(key), type_name(j)));
-}
-
-// A dimension: an integer, or a dim expression written as a string.
-DeclaredDim get_dim(const json& j, const std::string& where, std::string_view what) {
-  if (j.is_string()) return j.get<std::string>();
-  KILN_USER_CHECK(j.is_number_integer(), "{}: {} must be an integer or a dim expression (a string such as \"B*S\"), got {}",
-                  where, what, type_name(j));
-  return get_int(j, where, what);
-}
-
+// A list of dimensions, each an integer or a dim expression written as a string.
 std::vector<DeclaredDim> get_dim_list(const json& j, const std::string& where, std::string_view what) {
   KILN_USER_CHECK(j.is_array(), "{}: {} must be a list of integers, got {}", where, what, type_name(j));
   std::vector<DeclaredDim> dims;
@@ -141,6 +124,17 @@ std::vector<DeclaredDim> get_dim_list(const json& j, const std::string& where, s
 bool holds_string(const json& j) {
   if (j.is_string()) return true;
   return j.is_array() && std::any_of(j.begin(), j.end(), [](const json& e) { return e.is_string(); });
+}
+
+AttrValue get_attr_value(const json& j, const std::string& where, const std::string& key) {
+  if (j.is_boolean()) return j.get<bool>();
+  if (j.is_number_integer()) return get_int(j, where, fmt::format("attribute '{}'", key));
+  if (j.is_number_float()) return j.get<double>();
+  if (j.is_string()) return j.get<std::string>();
+  if (j.is_array() && holds_string(j)) return get_dim_list(j, where, fmt::format("attribute '{}'", key));
+  if (j.is_array()) return get_int_list(j, where, fmt::format("attribute '{}'", key));
+  throw_user_error(fmt::format("{}: attribute {} has a value of type {}, which no attribute takes",
+                               where, detail::quoted(key), type_name(j)));
 }
 
 // The `dims` table: symbol -> {"min", "max", "multiple_of"}.
@@ -199,16 +193,23 @@ void load_op(GraphConstructor& graph, int index, const json& j) {
   for (const auto& [key, value] : j.items()) {
     if (key == "op" || key == "in" || key == "out") continue;
     if (key == "dtype") decl.dtype = parse_dtype_or_throw(get_string(value, where, "dtype"), where);
-    else if ((key == "shape" || key == "start" || key == "end") && holds_string(value))
-      decl.dim_attrs.emplace_back(key, value.is_string() ? std::vector<DeclaredDim>{value.get<std::string>()}
-                                                         : get_dim_list(value, where, fmt::format("attribute '{}'", key)));
     else decl.attrs.emplace_back(key, get_attr_value(value, where, key));
   }
   graph.add_op(decl);
 }
 
 json attr_to_json(const AttrValue& value) {
-  return std::visit([](const auto& v) { return json(v); }, value);
+  return std::visit(
+      [](const auto& v) {
+        if constexpr (std::is_same_v<std::decay_t<decltype(v)>, std::vector<DimSize>>) {
+          json out = json::array();
+          for (const DimSize& d : v) std::visit([&](const auto& e) { out.push_back(e); }, d);
+          return out;
+        } else {
+          return json(v);
+        }
+      },
+      value);
 }
 
 json dims_to_json(const SymDims& dims) {

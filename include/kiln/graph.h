@@ -91,8 +91,14 @@ struct Tensor {
   bool valid() const { return id >= 0 && builder != 0; }
 };
 
-// The value of an op attribute, as its JSON value would be.
-using AttrValue = std::variant<int64_t, double, bool, std::string, std::vector<int64_t>>;
+// A dimension that may be a dim expression (graph-format.md, "Symbolic
+// dimensions"): 64, "B", "B*S", "3*S".
+using DimSize = std::variant<int64_t, std::string>;
+
+// The value of an op attribute, as its JSON value would be. A size attribute
+// may hold dim expressions: reshape's and expand's `shape` as a list of
+// DimSize ({"B", -1, 64}), slice's `start`/`end` as a string ("S").
+using AttrValue = std::variant<int64_t, double, bool, std::string, std::vector<int64_t>, std::vector<DimSize>>;
 using Attrs = std::vector<std::pair<std::string, AttrValue>>;
 // An op operand: a tensor or an f32 scalar constant.
 using Operand = std::variant<Tensor, double>;
@@ -107,6 +113,13 @@ class GraphBuilder {
   GraphBuilder& operator=(GraphBuilder&&) noexcept;
 
   Tensor input(std::string name, Shape shape, DType dtype, Strides strides = {});
+
+  // Symbolic dimensions: declare each symbol first (before any input), then
+  // give shapes that hold them:
+  //   b.dim("B", 1, 64);
+  //   auto x = b.symbolic_input("x", {"B", "S*4", 64}, kiln::DType::bf16);
+  void dim(std::string name, int64_t min = 1, int64_t max = (int64_t{1} << 31) - 1, int64_t multiple_of = 1);
+  Tensor symbolic_input(std::string name, std::vector<DimSize> shape, DType dtype, Strides strides = {});
 
   // Any op of the catalogue, by its graph-format.md name. `out` names the
   // result (a fresh name is made when empty); `dtype` is the op's `dtype` key.

@@ -289,6 +289,39 @@ TEST(Symbolic, ReferenceRunsEqualTheIntegerGraph) {
   EXPECT_THAT(out.error().message, HasSubstr("S = 12 is outside its range"));
 }
 
+// The C++ builder makes the same graph as the JSON (the same hash).
+TEST(Symbolic, BuilderMatchesJson) {
+  GraphBuilder b("g");
+  b.dim("B", 1, 64);
+  b.dim("S", 1, 4096, 8);
+  const Tensor x = b.symbolic_input("x", {"B", "S", 64}, DType::f32);
+  const Tensor w = b.input("w", {64, 256}, DType::f32);
+  const Tensor bias = b.input("b", {256}, DType::f32);
+  const Tensor hb = b.add(b.matmul(x, w), bias);
+  const Tensor r = b.op("reshape", {hb}, {{"shape", std::vector<DimSize>{"B", int64_t{-1}, int64_t{64}}}});
+  const Tensor y = b.softmax(r);
+  const Tensor last = b.op("slice", {y}, {{"axis", int64_t{1}}, {"start", int64_t{-1}}, {"end", std::string("S*4")}});
+  const Tensor sum = b.reduce_sum(r, {1});
+  b.output(y);
+  b.output(last);
+  b.output(sum);
+  Expected<Graph> g = b.build();
+  ASSERT_TRUE(g) << g.error().message;
+  EXPECT_TRUE(g->is_symbolic());
+  EXPECT_EQ(g->hash(), must_parse(kLayer).hash());
+
+  GraphBuilder late("late");
+  late.input("x", {4}, DType::f32);
+  late.dim("B", 1, 8);
+  ASSERT_FALSE(late.status());
+  EXPECT_THAT(late.status().error().message, HasSubstr("dims 'B': symbols are declared before the inputs"));
+  GraphBuilder sum_dim("sum");
+  sum_dim.dim("B", 1, 8);
+  sum_dim.symbolic_input("x", {"B+1"}, DType::f32);
+  ASSERT_FALSE(sum_dim.status());
+  EXPECT_THAT(sum_dim.status().error().message, HasSubstr("input 'x': dimension 'B+1' is a sum or difference"));
+}
+
 // Planning needs sizes: a symbolic graph is refused with a message saying how.
 TEST(Symbolic, CompilingASymbolicGraphNeedsSizes) {
   Expected<Executable> exe = Executable::compile(must_parse(kLayer), {.use_cache = false});
