@@ -440,7 +440,11 @@ std::optional<SymbolicOpResult> GraphConstructor::infer_symbolic(const OpDeclara
       (key == AttrKey::start ? attrs.start : attrs.end) = values[0];
     }
   }
-  KILN_INTERNAL_CHECK(dims_ != nullptr);  // a symbolic operand or a parsed expression needs the table
+  auto holds_symbol = [](const std::optional<DimExpr>& e) { return e && !e->is_constant(); };
+  bool symbolic_attr = holds_symbol(dim_attrs.start) || holds_symbol(dim_attrs.end);
+  if (dim_attrs.shape) symbolic_attr |= std::any_of(dim_attrs.shape->begin(), dim_attrs.shape->end(), holds_symbol);
+  if (!symbolic_operand && !symbolic_attr) return std::nullopt;  // integers written as strings ("64")
+  KILN_INTERNAL_CHECK(dims_ != nullptr);  // a symbol needs the table (parse_dim_expr checked)
   std::optional<SymbolicOpResult> result =
       infer_symbolic_result(find_op(decl.op).value(), operands, attrs, given, dim_attrs, *dims_, where);
   if (!result || !result->attrs) return result;

@@ -193,6 +193,20 @@ TEST(Symbolic, JsonRoundTripKeepsExpressions) {
   EXPECT_TRUE(back.is_symbolic());
 }
 
+// Integers written as strings are integers: the graph is not symbolic.
+TEST(Symbolic, IntegersWrittenAsStrings) {
+  const std::string as_strings = R"({"kiln": 1, "inputs": {"x": {"shape": ["4", 8], "dtype": "f32"}},
+    "ops": [{"op": "reshape", "in": ["x"], "out": "r", "shape": ["2*2", "8"]},
+            {"op": "slice", "in": ["r"], "out": "y", "axis": 1, "start": "3", "end": "6"}], "outputs": ["y"]})";
+  const std::string as_integers = R"({"kiln": 1, "inputs": {"x": {"shape": [4, 8], "dtype": "f32"}},
+    "ops": [{"op": "reshape", "in": ["x"], "out": "r", "shape": [4, 8]},
+            {"op": "slice", "in": ["r"], "out": "y", "axis": 1, "start": 3, "end": 6}], "outputs": ["y"]})";
+  const Graph g = must_parse(as_strings);
+  EXPECT_FALSE(g.is_symbolic());
+  EXPECT_EQ(g.hash(), must_parse(as_integers).hash());
+  EXPECT_EQ(type_of(g, "y"), "f32[4,3]");
+}
+
 TEST(Symbolic, HashCoversDims) {
   const Graph g = must_parse(kLayer);
   // Never the hash of an integer graph, not even the one at the smallest sizes.
