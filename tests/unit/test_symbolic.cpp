@@ -336,6 +336,55 @@ TEST(Symbolic, BuilderMatchesJson) {
   EXPECT_THAT(sum_dim.status().error().message, HasSubstr("input 'x': dimension 'B+1' is a sum or difference"));
 }
 
+// A convolution over a symbolic batch and causal attention over a symbolic
+// sequence, through concat, expand and reshape: the reference's results at
+// several sizes are those of the graph written with integers. `@B`, `@S` and
+// `@2S` stand for the sizes (expressions or integers).
+const char* kConvAttention = R"({"kiln": 1, "name": "g", DIMS
+  "inputs": {"img": {"shape": [@B, 6, 6, 8], "dtype": "f32"}, "w": {"shape": [16, 3, 3, 8], "dtype": "f32"},
+             "q": {"shape": [@B, 4, @S, 16], "dtype": "bf16"}, "k": {"shape": [@B, 2, @S, 16], "dtype": "bf16"},
+             "bias": {"shape": [1, 1, 1, @S], "dtype": "f32"}},
+  "ops": [{"op": "conv2d", "in": ["img", "w"], "out": "c", "padding": [1, 1]},
+          {"op": "relu", "in": ["c"], "out": "cr"},
+          {"op": "max_pool2d", "in": ["cr"], "out": "p", "kernel": [2, 2]},
+          {"op": "concat", "in": ["k", "k"], "out": "kk", "axis": 2},
+          {"op": "slice", "in": ["kk"], "out": "k2", "axis": 2, "start": @S},
+          {"op": "expand", "in": ["bias"], "out": "mask", "shape": [@B, 4, @S, -1]},
+          {"op": "sdpa", "in": ["q", "k2", "k2", "mask"], "out": "a", "causal": true},
+          {"op": "reshape", "in": ["a"], "out": "flat", "shape": [@B, -1]},
+          {"op": "reduce_mean", "in": ["p"], "out": "pooled", "axes": [1, 2]}],
+  "outputs": ["flat", "pooled"]})";
+
+std::string conv_attention(const std::string& b, const std::string& s) {
+  std::string text = kConvAttention;
+  auto replace_all = [&](const std::string& from, const std::string& to) {
+    for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size())) text.replace(at, from.size(), to);
+  };
+  replace_all("DIMS", b == "\"B\"" ? R"("dims": {"B": {"min": 1, "max": 16}, "S": {"min": 1, "max": 512}},)" : "");
+  replace_all("@B", b);
+  replace_all("@S", s);
+  return text;
+}
+
+TEST(Symbolic, ReferenceRunsEqualTheIntegerGraphWithConvAndAttention) {
+  const Graph g = must_parse(conv_attention("\"B\"", "\"S\""));
+  EXPECT_EQ(type_of(g, "flat"), "f32[B,S*64]");
+  for (auto [b, s] : std::vector<std::pair<int, int>>{{1, 1}, {2, 5}, {3, 17}}) {
+    const Graph written = must_parse(conv_attention(std::to_string(b), std::to_string(s)));
+    Expected<Graph> sized = g.specialize({{"B", b}, {"S", s}});
+    ASSERT_TRUE(sized) << sized.error().message;
+    EXPECT_EQ(sized->hash(), written.hash());
+    const std::vector<HostTensor> inputs = random_inputs(written, 11);
+    const std::vector<HostTensor> expected = testing::must_run(written, inputs);
+    const std::vector<HostTensor> got = testing::must_run(g, inputs);
+    ASSERT_EQ(got.size(), expected.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(got[i].shape, expected[i].shape);
+      EXPECT_EQ(got[i].values, expected[i].values) << "output " << i << " at B=" << b << ", S=" << s;
+    }
+  }
+}
+
 // Planning needs sizes: a symbolic graph is refused with a message saying how.
 TEST(Symbolic, CompilingASymbolicGraphNeedsSizes) {
   Expected<Executable> exe = Executable::compile(must_parse(kLayer), {.use_cache = false});
