@@ -20,8 +20,8 @@
 //
 // How the one-compile path would use it: today each size is its own integer
 // graph (its own compile, cached by its own hash); the planner and codegen
-// will take the symbolic graph itself once sizes are kernel arguments
-// (issue #49), and these checks are what a launch runs first.
+// will take the symbolic graph itself once sizes are kernel arguments,
+// and these checks are what a launch runs first.
 #pragma once
 
 #include <vector>

@@ -71,7 +71,7 @@ Status check_paths(const CompileOptions& options) {
 
 Expected<Executable> Executable::compile(const Graph& graph, const CompileOptions& options) {
   if (Status paths = check_paths(options); !paths) return paths.error();
-  if (graph.is_symbolic())  // compiled once per size for now: Graph::specialize first (issue #49)
+  if (graph.is_symbolic())  // one compile for every size is not built yet: specialize first
     return Error{ErrorCode::InvalidInput,
                  fmt::format("graph {}: has symbolic dimensions; planning one needs its sizes bound first (--dim "
                              "NAME=VALUE for each symbol, or Graph::specialize)",

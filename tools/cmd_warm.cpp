@@ -170,7 +170,7 @@ Runner add_warm(CLI::App& app, const CommonOptions& common) {
         std::fprintf(stderr, "kiln: error: %s\n", where.c_str());
         continue;
       }
-      if (graph->is_symbolic()) {  // issue #49: warm would compile what every size in range needs
+      if (graph->is_symbolic()) {  // (symbolic kernels, for every size in range, are not built yet)
         ++invalid;
         std::fprintf(stderr, "kiln: error: %s: the graph has symbolic dimensions; kiln warm does not compile those "
                              "yet (kiln compile --dim NAME=VALUE compiles it at one size)\n", path.c_str());

@@ -3,6 +3,8 @@
 // `dims`, the JSON round trip, binding sizes (specialize, reading them from
 // the inputs' shapes), and reference runs of a symbolic graph at several
 // sizes against the same graph written with integers.
+#include <fmt/format.h>
+
 #include <string>
 #include <vector>
 
@@ -281,20 +283,26 @@ TEST(Symbolic, SizesFromTheInputsShapes) {
                                            "(dimension 0 of [B,8]) gives B = 2"));
 }
 
+// The symbolic graph g and the graph written with integers, run on the
+// reference interpreter with the same random inputs: the same bits.
+void expect_same_bits(const Graph& g, const Graph& written, uint64_t seed, const std::string& sizes) {
+  const std::vector<HostTensor> inputs = random_inputs(written, seed);
+  const std::vector<HostTensor> expected = testing::must_run(written, inputs);
+  const std::vector<HostTensor> got = testing::must_run(g, inputs);
+  ASSERT_EQ(got.size(), expected.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].shape, expected[i].shape);
+    EXPECT_EQ(got[i].values, expected[i].values) << "output " << i << " at " << sizes;
+  }
+}
+
 // The reference interpreter runs a symbolic graph at the sizes of its
 // inputs; the results are those of the graph written with integers.
 TEST(Symbolic, ReferenceRunsEqualTheIntegerGraph) {
   const Graph g = must_parse(kLayer);
   for (auto [b, s] : std::vector<std::pair<int64_t, int64_t>>{{1, 8}, {2, 16}, {5, 40}}) {
     const Graph written = must_parse(layer_at(b, s));
-    const std::vector<HostTensor> inputs = random_inputs(written, 7);
-    const std::vector<HostTensor> expected = testing::must_run(written, inputs);
-    const std::vector<HostTensor> got = testing::must_run(g, inputs);
-    ASSERT_EQ(got.size(), expected.size());
-    for (size_t i = 0; i < got.size(); ++i) {
-      EXPECT_EQ(got[i].shape, expected[i].shape);
-      EXPECT_EQ(got[i].values, expected[i].values) << "output " << i << " at B=" << b << ", S=" << s;
-    }
+    expect_same_bits(g, written, 7, fmt::format("B={}, S={}", b, s));
   }
   // Inputs whose sizes break the ranges are refused before anything runs.
   const std::vector<HostTensor> bad = random_inputs(must_parse(layer_at(2, 12)), 7);
@@ -374,14 +382,7 @@ TEST(Symbolic, ReferenceRunsEqualTheIntegerGraphWithConvAndAttention) {
     Expected<Graph> sized = g.specialize({{"B", b}, {"S", s}});
     ASSERT_TRUE(sized) << sized.error().message;
     EXPECT_EQ(sized->hash(), written.hash());
-    const std::vector<HostTensor> inputs = random_inputs(written, 11);
-    const std::vector<HostTensor> expected = testing::must_run(written, inputs);
-    const std::vector<HostTensor> got = testing::must_run(g, inputs);
-    ASSERT_EQ(got.size(), expected.size());
-    for (size_t i = 0; i < got.size(); ++i) {
-      EXPECT_EQ(got[i].shape, expected[i].shape);
-      EXPECT_EQ(got[i].values, expected[i].values) << "output " << i << " at B=" << b << ", S=" << s;
-    }
+    expect_same_bits(g, written, 11, fmt::format("B={}, S={}", b, s));
   }
 }
 
