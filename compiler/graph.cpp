@@ -17,6 +17,7 @@
 #include "compiler/graph_hash.h"
 #include "compiler/ir_printer.h"
 #include "compiler/json_graph.h"
+#include "compiler/specialize.h"
 
 namespace kiln {
 
@@ -61,6 +62,31 @@ std::string Graph::hash() const { return ir::graph_hash(*ir_).hex(); }
 std::string Graph::to_ir_text() const { return ir::print_ir(*ir_); }
 const std::string& Graph::name() const { return ir_->name; }
 int Graph::op_count() const { return static_cast<int>(ir_->ops.size()); }
+
+bool Graph::is_symbolic() const { return ir_->is_symbolic(); }
+
+std::vector<Graph::Dim> Graph::dims() const {
+  std::vector<Dim> out;
+  if (ir_->dims)
+    for (const ir::DimSymbol& s : ir_->dims->symbols) out.push_back({s.name, s.min, s.max, s.multiple_of});
+  return out;
+}
+
+Expected<Graph> Graph::specialize(const DimValues& sizes) const {
+  if (!is_symbolic() && sizes.empty()) return *this;
+  return detail::catch_errors([&] {
+    return Graph::Internal::make(std::make_shared<const ir::Graph>(ir::specialize(*ir_, {sizes.begin(), sizes.end()})));
+  });
+}
+
+Expected<Graph::DimValues> Graph::dims_from_shapes(const std::vector<Shape>& input_shapes) const {
+  return detail::catch_errors([&] {
+    KILN_USER_CHECK(input_shapes.size() == ir_->inputs.size(), "graph {}: {} input shapes given for its {} inputs",
+                    detail::quoted(ir_->name), input_shapes.size(), ir_->inputs.size());
+    const ir::DimValues values = ir::dim_values_from_shapes(*ir_, input_shapes);
+    return DimValues(values.begin(), values.end());
+  });
+}
 
 static TensorDesc describe(const ir::Tensor& t) { return {t.name, t.shape, t.strides, t.dtype}; }
 
@@ -125,6 +151,23 @@ GraphBuilder::GraphBuilder(GraphBuilder&&) noexcept = default;
 GraphBuilder& GraphBuilder::operator=(GraphBuilder&&) noexcept = default;
 
 Tensor GraphBuilder::input(std::string name, Shape shape, DType dtype, Strides strides) {
+  return impl_->record([&] {
+    std::optional<Strides> given;
+    if (!strides.empty() || shape.empty()) given = strides;
+    return impl_->graph.add_input(name, shape, dtype, given);
+  });
+}
+
+void GraphBuilder::dim(std::string name, int64_t min, int64_t max, int64_t multiple_of) {
+  if (impl_->error) return;
+  Expected<bool> ok = detail::catch_errors([&] {
+    impl_->graph.declare_dim(name, min, max, multiple_of);
+    return true;
+  });
+  if (!ok) impl_->error = ok.error();
+}
+
+Tensor GraphBuilder::symbolic_input(std::string name, std::vector<DimSize> shape, DType dtype, Strides strides) {
   return impl_->record([&] {
     std::optional<Strides> given;
     if (!strides.empty() || shape.empty()) given = strides;

@@ -7,9 +7,18 @@
 
 #include "compiler/error.h"
 #include "compiler/shape_inference.h"
+#include "compiler/symbolic_inference.h"
 
 namespace kiln::ir {
 namespace {
+
+// [B,-1,64]: a list of dimensions as a message shows it.
+std::string dim_list_text(const std::vector<DimSize>& dims) {
+  std::vector<std::string> parts;
+  for (const DimSize& d : dims)
+    parts.push_back(std::holds_alternative<int64_t>(d) ? std::to_string(std::get<int64_t>(d)) : std::get<std::string>(d));
+  return fmt::format("[{}]", fmt::join(parts, ","));
+}
 
 std::string describe_value(const AttrValue& value) {
   return std::visit(
@@ -17,6 +26,7 @@ std::string describe_value(const AttrValue& value) {
         using V = std::decay_t<decltype(v)>;
         if constexpr (std::is_same_v<V, std::string>) return detail::quoted(v);
         else if constexpr (std::is_same_v<V, std::vector<int64_t>>) return fmt::format("[{}]", fmt::join(v, ","));
+        else if constexpr (std::is_same_v<V, std::vector<DimSize>>) return dim_list_text(v);
         else return fmt::format("{}", v);
       },
       value);
@@ -143,6 +153,61 @@ TensorId GraphConstructor::add_tensor(Tensor tensor) {
   return static_cast<TensorId>(graph_.tensors.size() - 1);
 }
 
+void GraphConstructor::declare_dim(const std::string& name, int64_t min, int64_t max, int64_t multiple_of) {
+  const std::string where = fmt::format("dims {}", detail::quoted(name));
+  KILN_USER_CHECK(graph_.inputs.empty(), "{}: symbols are declared before the inputs", where);
+  KILN_USER_CHECK(is_valid_name(name),
+                  "{}: not a valid symbol name (names match [A-Za-z_][A-Za-z0-9_.]* and have at most 128 "
+                  "characters)",
+                  where);
+  if (!dims_) dims_ = std::make_shared<DimTable>();
+  KILN_USER_CHECK(!dims_->find(name), "{}: the symbol is declared twice", where);
+  KILN_USER_CHECK(min >= 1, "{}: min {} must be at least 1", where, min);
+  KILN_USER_CHECK(max >= min, "{}: max {} is less than min {}", where, max, min);
+  KILN_USER_CHECK(max <= kMaxElements, "{}: max {} is more than 2^62", where, max);
+  KILN_USER_CHECK(multiple_of >= 1, "{}: multiple_of {} must be at least 1", where, multiple_of);
+  DimSymbol symbol{name, min, max, multiple_of};
+  KILN_USER_CHECK(symbol.smallest() <= max, "{}: no multiple of {} lies in [{}, {}]", where, multiple_of, min, max);
+  dims_->symbols.push_back(symbol);
+}
+
+TensorId GraphConstructor::add_input(const std::string& name, const std::vector<DeclaredDim>& declared, DType dtype,
+                                     const std::optional<Strides>& strides) {
+  const std::string where = fmt::format("input {}", detail::quoted(name));
+  SymDims dims;
+  for (const DeclaredDim& d : declared) {
+    if (const int64_t* v = std::get_if<int64_t>(&d)) dims.push_back(DimExpr::constant(*v));
+    else dims.push_back(parse_dim_expr(std::get<std::string>(d), dims_.get(), where));
+  }
+  const bool symbolic = std::any_of(dims.begin(), dims.end(), [](const DimExpr& e) { return !e.is_constant(); });
+  if (!symbolic) {
+    Shape shape;
+    for (const DimExpr& e : dims) shape.push_back(e.factor);
+    return add_input(name, shape, dtype, strides);
+  }
+  // The integer shape at the smallest sizes; the element count and the
+  // strides' span checked at the largest.
+  std::optional<DimExpr> count = product(dims);
+  KILN_USER_CHECK(count && largest_value(*count, *dims_) <= kMaxElements,
+                  "{}: shape {} has more than 2^62 elements at the largest sizes", where, to_string(dims));
+  if (strides && strides->size() == dims.size()) {
+    int64_t span = 0;
+    for (size_t i = 0; i < dims.size(); ++i) {
+      const int64_t s = (*strides)[i], extent = largest_value(dims[i], *dims_) - 1;
+      KILN_USER_CHECK(s <= 0 || extent <= (kMaxElements - span) / s,
+                      "{}: strides [{}] address more than 2^62 elements at the largest sizes", where,
+                      fmt::join(*strides, ","));
+      if (s > 0) span += extent * s;
+    }
+  }
+  Shape shape;
+  for (const DimExpr& e : dims) shape.push_back(evaluate(e, smallest_values(*dims_)));
+  const TensorId id = add_input(name, shape, dtype, strides);
+  graph_.tensors[static_cast<size_t>(id)].symbolic =
+      std::make_shared<const SymbolicShape>(SymbolicShape{dims, strides.has_value()});
+  return id;
+}
+
 TensorId GraphConstructor::add_input(const std::string& name, const Shape& shape, DType dtype,
                                      const std::optional<Strides>& strides) {
   const std::string where = fmt::format("input {}", detail::quoted(name));
@@ -233,9 +298,12 @@ void GraphConstructor::check_operand_types(OpKind kind, const std::vector<const 
   }
 }
 
-// The op's attributes, each known to its op and given once; the set of those given.
+// The op's attributes, each known to its op and given once; the set of those
+// given. Size attributes written with dim expressions (a list holding a
+// string for reshape's and expand's `shape`, a string for slice's `start` and
+// `end`) go to `dim_texts` for infer_symbolic.
 AttrSet GraphConstructor::read_attrs(const OpDeclaration& decl, const OpInfo& info, Attributes& attrs,
-                                     const std::string& where) const {
+                                     DimTexts& dim_texts, const std::string& where) const {
   AttrSet given = 0;
   for (const auto& [key_name, value] : decl.attrs) {
     std::optional<AttrKey> key = find_attr(key_name);
@@ -243,7 +311,11 @@ AttrSet GraphConstructor::read_attrs(const OpDeclaration& decl, const OpInfo& in
                     detail::quoted(key_name), accepted_attrs(info));
     KILN_USER_CHECK(!(given & attr_bit(*key)), "{}: attribute '{}' is given twice", where, key_name);
     given |= attr_bit(*key);
-    set_attr(attrs, *key, value, where);
+    const auto* list = std::get_if<std::vector<DimSize>>(&value);
+    const auto* text = std::get_if<std::string>(&value);
+    if (*key == AttrKey::shape && list) dim_texts.emplace_back(*key, *list);
+    else if ((*key == AttrKey::start || *key == AttrKey::end) && text) dim_texts.emplace_back(*key, std::vector<DimSize>{*text});
+    else set_attr(attrs, *key, value, where);
   }
   return given;
 }
@@ -295,9 +367,12 @@ TensorId GraphConstructor::add_op(const OpDeclaration& decl) {
 
   check_operand_types(*kind, operands, where);
 
-  const AttrSet given = read_attrs(decl, info, op.attrs, where);
+  DimTexts dim_texts;
+  AttrSet given = read_attrs(decl, info, op.attrs, dim_texts, where);
 
   check_declared_dtype(decl, *kind, where);
+
+  std::optional<SymbolicOpResult> symbolic = infer_symbolic(decl, info, dim_texts, operands, op.attrs, given, where);
 
   InferredResult result = infer_result(*kind, operands, op.attrs, given, where);
   Tensor out;
@@ -308,10 +383,85 @@ TensorId GraphConstructor::add_op(const OpDeclaration& decl) {
   out.dtype = decl.dtype.value_or(result.dtype);
   out.producer = index;
   op.explicit_dtype = decl.dtype.has_value();
+  if (symbolic) {
+    const DimValues smallest = smallest_values(*dims_);
+    Shape evaluated;
+    for (const DimExpr& e : symbolic->shape) evaluated.push_back(evaluate(e, smallest));
+    KILN_INTERNAL_CHECK(evaluated == out.shape);
+    std::optional<DimExpr> count = product(symbolic->shape);
+    KILN_USER_CHECK(count && largest_value(*count, *dims_) <= kMaxElements,
+                    "{}: result shape {} has more than 2^62 elements at the largest sizes", where,
+                    to_string(symbolic->shape));
+    if (std::any_of(symbolic->shape.begin(), symbolic->shape.end(), [](const DimExpr& e) { return !e.is_constant(); }))
+      out.symbolic = std::make_shared<const SymbolicShape>(SymbolicShape{symbolic->shape, false});
+    op.symbolic = symbolic->attrs;
+  }
   op.output = add_tensor(std::move(out));
   names_.emplace(decl.out, op.output);
   graph_.ops.push_back(std::move(op));
   return graph_.ops.back().output;
+}
+
+// For an op with a symbolic operand or size attribute: the size attributes
+// written as expressions parsed, the op checked for every size in range
+// (symbolic_inference.h), and `attrs` given the integer values at the
+// smallest sizes, which the integer inference then resolves as usual.
+std::optional<SymbolicOpResult> GraphConstructor::infer_symbolic(const OpDeclaration& decl, const OpInfo& info,
+                                                                 const DimTexts& dim_texts,
+                                                                 const std::vector<const Tensor*>& operands,
+                                                                 Attributes& attrs, AttrSet& given,
+                                                                 const std::string& where) const {
+  const bool symbolic_operand =
+      std::any_of(operands.begin(), operands.end(), [](const Tensor* t) { return t->symbolic != nullptr; });
+  if (dim_texts.empty() && !symbolic_operand) return std::nullopt;
+  DimAttrs dim_attrs;
+  const DimValues smallest = dims_ ? smallest_values(*dims_) : DimValues{};
+  for (const auto& [key, entries] : dim_texts) {
+    const std::string what = fmt::format("{}: attribute '{}'", where, attr_name(key));
+    std::vector<std::optional<DimExpr>> parsed;
+    for (const DeclaredDim& d : entries) {
+      if (const int64_t* v = std::get_if<int64_t>(&d)) {
+        KILN_USER_CHECK(*v >= 1 || *v == -1, "{}: entry {} must be >= 1 or -1", what, *v);
+        parsed.push_back(*v == -1 ? std::nullopt : std::optional<DimExpr>(DimExpr::constant(*v)));
+      } else {
+        parsed.push_back(parse_dim_expr(std::get<std::string>(d), dims_.get(), what));
+      }
+    }
+    // The values at the smallest sizes, for the integer inference.
+    std::vector<int64_t> values;
+    for (size_t i = 0; i < parsed.size(); ++i)
+      values.push_back(parsed[i] ? evaluate(*parsed[i], smallest) : std::get<int64_t>(entries[i]));
+    if (key == AttrKey::shape) {
+      dim_attrs.shape = parsed;
+      attrs.shape = values;
+    } else {
+      KILN_INTERNAL_CHECK(parsed.size() == 1);
+      (key == AttrKey::start ? dim_attrs.start : dim_attrs.end) = parsed[0];
+      (key == AttrKey::start ? attrs.start : attrs.end) = values[0];
+    }
+  }
+  auto holds_symbol = [](const std::optional<DimExpr>& e) { return e && !e->is_constant(); };
+  bool symbolic_attr = holds_symbol(dim_attrs.start) || holds_symbol(dim_attrs.end);
+  if (dim_attrs.shape) symbolic_attr |= std::any_of(dim_attrs.shape->begin(), dim_attrs.shape->end(), holds_symbol);
+  if (!symbolic_operand && !symbolic_attr) return std::nullopt;  // integers written as strings ("64")
+  KILN_INTERNAL_CHECK(dims_ != nullptr);  // a symbol needs the table (parse_dim_expr checked)
+  std::optional<SymbolicOpResult> result =
+      infer_symbolic_result(find_op(decl.op).value(), operands, attrs, given, dim_attrs, *dims_, where);
+  if (!result || !result->attrs) return result;
+  const SymbolicAttrs& sym = *result->attrs;
+  if (!sym.shape.empty() || (info.attrs & attr_bit(AttrKey::shape))) {
+    attrs.shape.clear();
+    for (const DimExpr& e : sym.shape) attrs.shape.push_back(evaluate(e, smallest));
+    given |= attr_bit(AttrKey::shape);
+  }
+  if (sym.start) attrs.start = evaluate(*sym.start, smallest), given |= attr_bit(AttrKey::start);
+  if (sym.end) attrs.end = evaluate(*sym.end, smallest), given |= attr_bit(AttrKey::end);
+  // Keep the expressions only where one holds a symbol.
+  const bool has_symbol =
+      std::any_of(sym.shape.begin(), sym.shape.end(), [](const DimExpr& e) { return !e.is_constant(); }) ||
+      (sym.start && sym.start->term) || (sym.end && sym.end->term);
+  if (!has_symbol) result->attrs = nullptr;
+  return result;
 }
 
 void GraphConstructor::set_outputs(const std::vector<std::string>& names) {
@@ -327,8 +477,28 @@ void GraphConstructor::set_outputs(const std::vector<std::string>& names) {
   outputs_set_ = true;
 }
 
+// Every symbol stands alone as a dimension of some input, so that a launch
+// can read its value.
+void GraphConstructor::check_symbols_readable() const {
+  if (!dims_) return;
+  for (const DimSymbol& symbol : dims_->symbols) {
+    bool alone = false;
+    for (TensorId id : graph_.inputs) {
+      const Tensor& t = graph_.tensor(id);
+      if (!t.symbolic) continue;
+      for (const DimExpr& e : t.symbolic->dims) alone |= e.is_single_symbol() && e.symbols[0] == symbol.name;
+    }
+    KILN_USER_CHECK(alone,
+                    "dims {}: the symbol never stands alone as a dimension of an input (as in \"shape\": [\"{}\", "
+                    "...]), so a launch could not read its value",
+                    detail::quoted(symbol.name), symbol.name);
+  }
+}
+
 Graph GraphConstructor::finish() && {
   KILN_INTERNAL_CHECK(outputs_set_);
+  check_symbols_readable();
+  if (dims_ && !dims_->symbols.empty()) graph_.dims = dims_;
   for (TensorId id : graph_.outputs) graph_.tensors[static_cast<size_t>(id)].is_output = true;
   // Numerics rule 2: ops round where the graph says so. A view moves no data,
   // so its values are as rounded as its input's.

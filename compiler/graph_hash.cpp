@@ -4,6 +4,9 @@
 
 #include <algorithm>
 
+#include "compiler/error.h"
+#include "compiler/symbolic_dims.h"
+
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
@@ -25,6 +28,8 @@ void add_attribute_value(HashBuilder& h, const std::optional<AttrValue>& value) 
         else if constexpr (std::is_same_v<V, std::vector<int64_t>>) {
           h.add(static_cast<int64_t>(v.size()));
           for (int64_t e : v) h.add(e);
+        } else if constexpr (std::is_same_v<V, std::vector<DimSize>>) {
+          KILN_INTERNAL_CHECK(false);  // resolved attributes hold integers; expressions are in op.symbolic
         } else h.add(v);
       },
       *value);
@@ -32,7 +37,33 @@ void add_attribute_value(HashBuilder& h, const std::optional<AttrValue>& value) 
 
 void add_type(HashBuilder& h, const Tensor& t) {
   h.add(static_cast<int64_t>(t.dtype)).add(static_cast<int64_t>(t.shape.size()));
+  if (t.symbolic) {  // every dimension as its expression
+    h.add(std::string_view("symbolic")).add(int64_t{t.symbolic->strides_declared});
+    for (const DimExpr& d : t.symbolic->dims) h.add(std::string_view(to_string(d)));
+    return;
+  }
   for (int64_t d : t.shape) h.add(d);
+}
+
+// reshape's and expand's shape, slice's bounds, where they hold symbols.
+void add_symbolic_attrs(HashBuilder& h, const Op& op) {
+  if (!op.symbolic) return;
+  h.add(std::string_view("symbolic attrs"));
+  for (const DimExpr& d : op.symbolic->shape) h.add(std::string_view(to_string(d)));
+  for (const std::optional<SlicePosition>& p : {op.symbolic->start, op.symbolic->end}) {
+    h.add(int64_t{p.has_value()});
+    if (!p) continue;
+    h.add(std::string_view(p->term ? to_string(*p->term) : "")).add(p->offset);
+  }
+}
+
+// The `dims` table, by symbol name (the document's order does not matter).
+void add_dims(HashBuilder& h, const Graph& g) {
+  if (!g.dims) return;
+  std::vector<DimSymbol> symbols = g.dims->symbols;
+  std::sort(symbols.begin(), symbols.end(), [](const DimSymbol& a, const DimSymbol& b) { return a.name < b.name; });
+  h.add(std::string_view("dims"));
+  for (const DimSymbol& s : symbols) h.add(std::string_view(s.name)).add(s.min).add(s.max).add(s.multiple_of);
 }
 
 class Canonicalizer {
@@ -58,6 +89,7 @@ class Canonicalizer {
     HashBuilder h;
     h.add(std::string_view("kiln-graph-v1"));
     for (const Hash128& x : all) h.add(x);
+    add_dims(h, g_);
     return h.digest();
   }
 
@@ -90,6 +122,7 @@ class Canonicalizer {
         const auto key = static_cast<AttrKey>(k);
         if (op_info(op.kind).attrs & attr_bit(key)) add_attribute_value(h, attr_value(op.attrs, key));
       }
+      add_symbolic_attrs(h, op);
       for (TensorId in : op.inputs) h.add(down_[static_cast<size_t>(in)]);
       down_[static_cast<size_t>(op.output)] = h.digest();
     }

@@ -19,7 +19,10 @@ struct Graph::Internal {
   // table makes of it (compiler/rewrite_table.h: patch convolutions as
   // matmuls, written-out attention as sdpa, transposes sunk, thin
   // convolutions' channels padded).
+  // A symbolic graph is not rewritten: specialize() makes the integer
+  // graph that is (compiler/specialize.h).
   static Graph make(std::shared_ptr<const ir::Graph> ir) {
+    if (ir->is_symbolic()) return Graph(ir, ir);
     std::shared_ptr<const ir::Graph> planned = ir::run_rewrites(ir);
     return Graph(std::move(ir), std::move(planned));
   }

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,15 @@
 namespace kiln::ir {
 
 using TensorId = int32_t;
+
+// Symbolic dimensions (compiler/symbolic_dims.h). In a symbolic graph the
+// integer `shape`s and size attributes hold the sizes at each symbol's
+// smallest value; the symbolic ones hold the truth. Only loading, printing,
+// hashing, JSON and specialize() read them; the planner, codegen and runtime
+// take integer graphs only (symbolic_dims.h says how one is made).
+struct SymbolicShape;
+struct SymbolicAttrs;
+struct DimTable;
 
 enum class TensorKind : uint8_t { Input, Constant, OpResult };
 
@@ -40,6 +50,7 @@ struct Tensor {
   bool is_output = false;
   float constant = 0.0f;  // TensorKind::Constant only
   int32_t producer = -1;  // OpResult: op index; Input: input index
+  std::shared_ptr<const SymbolicShape> symbolic;  // set where a dimension holds a symbol
 
   // The type the values are exactly representable in (see above).
   DType value_dtype() const { return rounded || dtype == DType::boolean ? dtype : DType::f32; }
@@ -52,6 +63,7 @@ struct Op {
   TensorId output = -1;
   Attributes attrs;
   bool explicit_dtype = false;  // the document gave `dtype` (rounds the result)
+  std::shared_ptr<const SymbolicAttrs> symbolic;  // reshape/expand shape, slice start/end with symbols
 };
 
 // What a row of the rewrite table (rewrite_table.h) did to the graph as
@@ -74,6 +86,10 @@ class Graph {
   // The graph as planned: the rewrites applied to the graph as written and
   // the near misses declined (empty for the graph as written).
   std::vector<RewriteNote> rewrites;
+  // The `dims` table of a graph with symbolic dimensions; null for an integer graph.
+  std::shared_ptr<const DimTable> dims;
+
+  bool is_symbolic() const { return dims != nullptr; }
 
   const Tensor& tensor(TensorId id) const { return tensors[static_cast<size_t>(id)]; }
   const Tensor& result(const Op& op) const { return tensor(op.output); }

@@ -2,10 +2,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <set>
 
 #include "compiler/error.h"
 #include "compiler/graph_construction.h"
+#include "compiler/symbolic_dims.h"
 
 namespace kiln::ir {
 namespace {
@@ -108,14 +110,49 @@ const std::string& get_string(const json& j, const std::string& where, std::stri
   return j.get_ref<const std::string&>();
 }
 
+// A list of dimensions, each an integer or a dim expression written as a string.
+std::vector<DeclaredDim> get_dim_list(const json& j, const std::string& where, std::string_view what) {
+  KILN_USER_CHECK(j.is_array(), "{}: {} must be a list of integers, got {}", where, what, type_name(j));
+  std::vector<DeclaredDim> dims;
+  for (const json& e : j) {
+    if (e.is_string()) dims.emplace_back(e.get<std::string>());
+    else dims.emplace_back(get_int(e, where, fmt::format("an entry of {}", what)));
+  }
+  return dims;
+}
+
+bool holds_string(const json& j) {
+  if (j.is_string()) return true;
+  return j.is_array() && std::any_of(j.begin(), j.end(), [](const json& e) { return e.is_string(); });
+}
+
 AttrValue get_attr_value(const json& j, const std::string& where, const std::string& key) {
   if (j.is_boolean()) return j.get<bool>();
   if (j.is_number_integer()) return get_int(j, where, fmt::format("attribute '{}'", key));
   if (j.is_number_float()) return j.get<double>();
   if (j.is_string()) return j.get<std::string>();
+  if (j.is_array() && holds_string(j)) return get_dim_list(j, where, fmt::format("attribute '{}'", key));
   if (j.is_array()) return get_int_list(j, where, fmt::format("attribute '{}'", key));
   throw_user_error(fmt::format("{}: attribute {} has a value of type {}, which no attribute takes",
                                where, detail::quoted(key), type_name(j)));
+}
+
+// The `dims` table: symbol -> {"min", "max", "multiple_of"}.
+void load_dims(GraphConstructor& graph, const json& dims, const std::string& source) {
+  KILN_USER_CHECK(dims.is_object(), "{}: \"dims\" must be an object (symbol -> {{\"min\", \"max\", \"multiple_of\"}}), got {}",
+                  source, type_name(dims));
+  for (const auto& [name, entry] : dims.items()) {
+    const std::string where = fmt::format("dims {}", detail::quoted(name));
+    KILN_USER_CHECK(entry.is_object(), "{}: must be an object {{\"min\": ..., \"max\": ...}}, got {}", where,
+                    type_name(entry));
+    for (const auto& [key, value] : entry.items())
+      KILN_USER_CHECK(key == "min" || key == "max" || key == "multiple_of",
+                      "{}: unknown key {} (a symbol has min, max and optional multiple_of)", where, detail::quoted(key));
+    KILN_USER_CHECK(entry.contains("min"), "{}: missing \"min\"", where);
+    KILN_USER_CHECK(entry.contains("max"), "{}: missing \"max\"", where);
+    const int64_t multiple_of = entry.contains("multiple_of") ? get_int(entry["multiple_of"], where, "multiple_of") : 1;
+    graph.declare_dim(name, get_int(entry["min"], where, "min"), get_int(entry["max"], where, "max"), multiple_of);
+  }
 }
 
 void load_input(GraphConstructor& graph, const std::string& name, const json& entry) {
@@ -128,7 +165,7 @@ void load_input(GraphConstructor& graph, const std::string& name, const json& en
                     detail::quoted(key));
   KILN_USER_CHECK(entry.contains("shape"), "{}: missing \"shape\"", where);
   KILN_USER_CHECK(entry.contains("dtype"), "{}: missing \"dtype\"", where);
-  Shape shape = get_int_list(entry["shape"], where, "shape");
+  std::vector<DeclaredDim> shape = get_dim_list(entry["shape"], where, "shape");
   DType dtype = parse_dtype_or_throw(get_string(entry["dtype"], where, "dtype"), where);
   std::optional<Strides> strides;
   if (entry.contains("strides")) strides = get_int_list(entry["strides"], where, "strides");
@@ -162,7 +199,40 @@ void load_op(GraphConstructor& graph, int index, const json& j) {
 }
 
 json attr_to_json(const AttrValue& value) {
-  return std::visit([](const auto& v) { return json(v); }, value);
+  return std::visit(
+      [](const auto& v) {
+        if constexpr (std::is_same_v<std::decay_t<decltype(v)>, std::vector<DimSize>>) {
+          json out = json::array();
+          for (const DimSize& d : v) std::visit([&](const auto& e) { out.push_back(e); }, d);
+          return out;
+        } else {
+          return json(v);
+        }
+      },
+      value);
+}
+
+json dims_to_json(const SymDims& dims) {
+  json out = json::array();
+  for (const DimExpr& d : dims) {
+    if (d.is_constant()) out.push_back(d.factor);
+    else out.push_back(to_string(d));
+  }
+  return out;
+}
+
+// reshape's and expand's shape, slice's start and end, as expressions.
+void write_symbolic_attrs(json& entry, const Graph& graph, const Op& op) {
+  const SymbolicAttrs& sym = *op.symbolic;
+  if (op.kind == OpKind::Reshape || op.kind == OpKind::Expand) entry["shape"] = dims_to_json(sym.shape);
+  if (op.kind != OpKind::Slice) return;
+  const DimExpr size = symbolic_dims(graph.operand(op, 0))[static_cast<size_t>(op.attrs.axis)];
+  auto bound = [&](const SlicePosition& p) -> json {
+    if (p.term && p.offset == 0) return to_string(*p.term);
+    return std::stoll(to_string(p, size));
+  };
+  if (sym.start) entry["start"] = bound(*sym.start);
+  if (sym.end) entry["end"] = bound(*sym.end);
 }
 
 }  // namespace
@@ -172,8 +242,8 @@ Graph graph_from_json(std::string_view text, std::string_view source_view) {
   json doc = parse_document(text, source);
   KILN_USER_CHECK(doc.is_object(), "{}: a graph must be a JSON object, got {}", source, type_name(doc));
   for (const auto& [key, value] : doc.items())
-    KILN_USER_CHECK(key == "kiln" || key == "name" || key == "inputs" || key == "ops" || key == "outputs",
-                    "{}: unknown top-level key {} (a graph has kiln, name, inputs, ops, outputs)",
+    KILN_USER_CHECK(key == "kiln" || key == "name" || key == "inputs" || key == "ops" || key == "outputs" || key == "dims",
+                    "{}: unknown top-level key {} (a graph has kiln, name, dims, inputs, ops, outputs)",
                     source, detail::quoted(key));
   KILN_USER_CHECK(doc.contains("kiln"), "{}: missing \"kiln\" (the format version, 1)", source);
   const json& version = doc["kiln"];
@@ -184,6 +254,7 @@ Graph graph_from_json(std::string_view text, std::string_view source_view) {
   std::string name;
   if (doc.contains("name")) name = get_string(doc["name"], source, "\"name\"");
   GraphConstructor graph(name);
+  if (doc.contains("dims")) load_dims(graph, doc["dims"], source);
 
   KILN_USER_CHECK(doc.contains("inputs"), "{}: missing \"inputs\"", source);
   const json& inputs = doc["inputs"];
@@ -207,13 +278,20 @@ Graph graph_from_json(std::string_view text, std::string_view source_view) {
 std::string graph_to_json(const Graph& graph) {
   std::string out = "{\n  \"kiln\": 1,\n";
   out += fmt::format("  \"name\": {},\n", json(graph.name).dump());
+  if (graph.dims) {
+    json dims = json::object();
+    for (const DimSymbol& s : graph.dims->symbols)
+      dims[s.name] = json{{"min", s.min}, {"max", s.max}, {"multiple_of", s.multiple_of}};
+    out += fmt::format("  \"dims\": {},\n", dims.dump());
+  }
   out += "  \"inputs\": {";
   for (size_t i = 0; i < graph.inputs.size(); ++i) {
     const Tensor& t = graph.tensor(graph.inputs[i]);
     json entry;
     entry["shape"] = t.shape;
+    if (t.symbolic) entry["shape"] = dims_to_json(t.symbolic->dims);
     entry["dtype"] = std::string(to_string(t.dtype));
-    if (t.strides != contiguous_strides(t.shape)) entry["strides"] = t.strides;
+    if (t.symbolic ? t.symbolic->strides_declared : t.strides != contiguous_strides(t.shape)) entry["strides"] = t.strides;
     out += fmt::format("{}\n    {}: {}", i ? "," : "", json(t.name).dump(), entry.dump());
   }
   out += graph.inputs.empty() ? "},\n" : "\n  },\n";
@@ -237,6 +315,7 @@ std::string graph_to_json(const Graph& graph) {
       if (std::optional<AttrValue> value = attr_value(op.attrs, key))
         entry[std::string(attr_name(key))] = attr_to_json(*value);
     }
+    if (op.symbolic) write_symbolic_attrs(entry, graph, op);
     out += fmt::format("{}\n    {}", i ? "," : "", entry.dump());
   }
   out += graph.ops.empty() ? "],\n" : "\n  ],\n";

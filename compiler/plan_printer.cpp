@@ -61,7 +61,11 @@ std::string plan_to_json(const Graph& g, const Plan& plan) {
   for (const PlannedKernel& k : plan.kernels) {
     json entry;
     entry["id"] = k.id;
-    entry["kind"] = std::string(to_string(k.kind));
+    // cli.md's kinds are a closed list: a kernel kind of kiln's own beyond them
+    // is named by the contract's kind it specialises, and by itself beside it.
+    const KernelKind contract = k.kind == KernelKind::DepthwiseConv ? KernelKind::Conv : k.kind;
+    entry["kind"] = std::string(to_string(contract));
+    if (contract != k.kind) entry["kernel_kind"] = std::string(to_string(k.kind));
     entry["anchor"] = k.anchor >= 0 ? json(g.result(g.ops[static_cast<size_t>(k.anchor)]).name) : json(nullptr);
     entry["ops"] = op_names(g, k.ops);
     entry["reads"] = tensor_names(g, k.reads);

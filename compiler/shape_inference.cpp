@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "compiler/error.h"
+#include "compiler/symbolic_dims.h"
 
 namespace kiln::ir {
 namespace {
@@ -399,7 +400,7 @@ InferredResult infer_sdpa(const std::vector<const Tensor*>& in, Attributes& a, A
 
 std::string describe_tensor(const Tensor& t) {
   if (t.kind == TensorKind::Constant) return fmt::format("scalar {}", t.constant);
-  return fmt::format("'{}' {}{}", t.name, to_string(t.dtype), to_string(t.shape));
+  return fmt::format("'{}' {}{}", t.name, to_string(t.dtype), shape_text(t));
 }
 
 std::optional<Shape> broadcast_shapes(const Shape& a, const Shape& b) {

@@ -227,6 +227,24 @@ CacheFile classify_cache_file(const std::filesystem::path& path, std::string_vie
   return candidate ? CacheFile::Candidate : CacheFile::Foreign;
 }
 
+bool is_candidate_entry(const std::filesystem::path& path, std::string_view extension, std::string_view magic,
+                        std::vector<std::string>* problems, bool remove_bad, std::vector<std::string>* foreign) {
+  switch (classify_cache_file(path, extension, magic)) {
+    case CacheFile::Candidate:
+      return true;
+    case CacheFile::FreshTemporary:  // a writer's, at work (entries appear only by rename, never half-written)
+      return false;
+    case CacheFile::StaleTemporary:
+      if (problems) problems->push_back(path.string() + ": stale temporary file (its writer died)");
+      if (remove_bad) remove_if_kilns(path.string(), magic, true);
+      return false;
+    case CacheFile::Foreign:
+      if (foreign) foreign->push_back(path.string());
+      return false;
+  }
+  return false;
+}
+
 std::string with_checksum(const std::string& body) {
   return fmt::format("{} {:016x}\n{}", kDocumentMagic, XXH3_64bits(body.data(), body.size()), body);
 }

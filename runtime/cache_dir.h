@@ -88,6 +88,13 @@ bool remove_if_kilns(const std::string& path, std::string_view magic, bool or_sh
 enum class CacheFile { Candidate, FreshTemporary, StaleTemporary, Foreign };
 CacheFile classify_cache_file(const std::filesystem::path& path, std::string_view extension, std::string_view magic);
 
+// What a walk over a cache folder does with each file it meets: true for a
+// candidate entry (the caller reads it); a writer's fresh temporary is
+// skipped, a stale one goes to `problems` (and, with `remove_bad`, is
+// deleted), anything else goes to `foreign` and is left.
+bool is_candidate_entry(const std::filesystem::path& path, std::string_view extension, std::string_view magic,
+                        std::vector<std::string>* problems, bool remove_bad, std::vector<std::string>* foreign);
+
 // Every document in <dir>/<folder> (<key>.json) that `parse` accepts, with
 // its path. Damaged ones of kiln's and stale temporaries go to `problems`
 // ("<path>: <why>") and, with `remove_bad`, are deleted; files kiln did not
@@ -102,19 +109,7 @@ std::vector<std::pair<std::string, T>> list_documents(const std::string& dir, co
   if (!std::filesystem::exists(root, ec)) return out;
   for (const auto& e : std::filesystem::directory_iterator(root, ec)) {
     const std::string path = e.path().string();
-    switch (classify_cache_file(e.path(), ".json", kDocumentMagic)) {
-      case CacheFile::FreshTemporary:
-        continue;
-      case CacheFile::StaleTemporary:
-        if (problems) problems->push_back(path + ": stale temporary file (its writer died)");
-        if (remove_bad) remove_if_kilns(path, kDocumentMagic, true);
-        continue;
-      case CacheFile::Foreign:
-        if (foreign) foreign->push_back(path);
-        continue;
-      case CacheFile::Candidate:
-        break;
-    }
+    if (!is_candidate_entry(e.path(), ".json", kDocumentMagic, problems, remove_bad, foreign)) continue;
     std::string text;
     read_regular_file(path, text);
     if (std::optional<T> doc = parse(text)) {

@@ -71,6 +71,11 @@ Status check_paths(const CompileOptions& options) {
 
 Expected<Executable> Executable::compile(const Graph& graph, const CompileOptions& options) {
   if (Status paths = check_paths(options); !paths) return paths.error();
+  if (graph.is_symbolic())  // one compile for every size is not built yet: specialize first
+    return Error{ErrorCode::InvalidInput,
+                 fmt::format("graph {}: has symbolic dimensions; planning one needs its sizes bound first (--dim "
+                             "NAME=VALUE for each symbol, or Graph::specialize)",
+                             detail::quoted(graph.name()))};
   log_rewrites(graph);
   if (!options.autotune) return runtime::compile_executable(graph, options, nullptr);
   // Autotuning measures the choices; the pipeline compiles with them.

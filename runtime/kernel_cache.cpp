@@ -277,19 +277,7 @@ std::vector<CacheEntry> KernelCache::list(std::vector<std::string>* problems, bo
     if (ec) break;
     if (it->is_directory(ec) && !it->is_symlink(ec)) continue;  // the <2 hex> folders (walked into)
     const std::string path = it->path().string();
-    switch (classify_cache_file(it->path(), ".cubin", kMagicText)) {
-      case CacheFile::FreshTemporary:  // a writer's, at work (entries appear only by rename, never half-written)
-        continue;
-      case CacheFile::StaleTemporary:
-        if (problems) problems->push_back(fmt::format("{}: stale temporary file (its writer died)", path));
-        if (remove_bad) remove_if_kilns(path, kMagicText, true);
-        continue;
-      case CacheFile::Foreign:
-        if (foreign) foreign->push_back(path);
-        continue;
-      case CacheFile::Candidate:
-        break;
-    }
+    if (!is_candidate_entry(it->path(), ".cubin", kMagicText, problems, remove_bad, foreign)) continue;
     const std::optional<ir::Hash128> key = ir::Hash128::from_hex(it->path().stem().string());
     Parsed p;
     const std::string why = key ? load_entry(path, &*key, p) : "not named after a key";

@@ -17,18 +17,20 @@ Runner add_bench(CLI::App& app, const CommonOptions& common) {
   struct Args {
     std::vector<std::string> paths;
     bool json = false, no_fusion = false;
+    std::vector<std::string> dims;
   };
   auto args = std::make_shared<Args>();
   cmd->add_option("GRAPH", args->paths, "graph files")->required();
   cmd->add_flag("--json", args->json, "results as JSON");
   cmd->add_flag("--no-fusion", args->no_fusion, "time only the one-kernel-per-op plan");
+  add_dim_option(cmd, args->dims);
   return [args, &common] {
     nlohmann::ordered_json results = nlohmann::ordered_json::array();
     if (!args->json)
       fmt::print("{:<34} {:>7} {:>10} {:>10} {:>7} {:>9} {:>9}\n", "graph", "kernels", "fused ms", "unfused ms", "speedup",
                  "GB/s", "TFLOP/s");
     for (const std::string& path : args->paths) {
-      Expected<Graph> graph = Graph::load(path);
+      Expected<Graph> graph = load_sized(path, args->dims);
       if (!graph) return report(graph.error());
       const int64_t bytes = runtime::min_bytes(ir_of(*graph)), flops = runtime::anchor_flops(ir_of(*graph));
       nlohmann::ordered_json r{{"graph", graph->name()}, {"path", path}, {"bytes", bytes}, {"flops", flops}};

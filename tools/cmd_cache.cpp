@@ -128,7 +128,7 @@ int clear(const std::string& dir) {
 // (its plan, its tile choices): cached, or which part of its key differs
 // from the closest entry (the one sharing the most parts, source first).
 int explain(const std::string& dir, const std::string& path, const std::string& wanted_arch) {
-  Expected<Graph> graph = Graph::load(path);
+  Expected<Graph> graph = load_sized(path, {});  // a symbolic graph: a usage error naming its symbols
   if (!graph) return report(graph.error());
   Expected<runtime::Target> target = runtime::compile_target(*graph, {.arch = wanted_arch, .cache_dir = dir});
   if (!target) return report(target.error());

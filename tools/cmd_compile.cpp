@@ -20,11 +20,13 @@ Runner add_compile(CLI::App& app, const CommonOptions& common) {
     std::vector<std::string> paths, archs;
     bool json = false;
     bool autotune = false;
+    std::vector<std::string> dims;
   };
   auto args = std::make_shared<Args>();
   cmd->add_option("GRAPH", args->paths, "graph files")->required();
   cmd->add_option("--arch", args->archs, "target architecture (repeatable); default: the GPU present, else sm_90");
   cmd->add_flag("--json", args->json, "the report as JSON");
+  add_dim_option(cmd, args->dims);
   cmd->add_flag("--autotune", args->autotune,
                 "time the tile choices of every matmul and conv kernel on the GPU and record the fastest in the cache "
                 "(needs a GPU of the --arch)");
@@ -39,7 +41,7 @@ Runner add_compile(CLI::App& app, const CommonOptions& common) {
         return report(safe.error());
     nlohmann::ordered_json results = nlohmann::ordered_json::array();
     for (const std::string& path : args->paths) {
-      Expected<Graph> graph = Graph::load(path);
+      Expected<Graph> graph = load_sized(path, args->dims);
       if (!graph) return report(graph.error());
       for (const std::string& wanted_arch : archs) {
         CompileOptions options = compile_options(common, wanted_arch);

@@ -20,6 +20,7 @@ Runner add_dump(CLI::App& app, const CommonOptions& common) {
   struct Args {
     std::string path, stage = "ir", arch;
     int kernel = -1;
+    std::vector<std::string> dims;
   };
   auto args = std::make_shared<Args>();
   cmd->add_option("GRAPH", args->path, "graph file")->required();
@@ -35,8 +36,10 @@ Runner add_dump(CLI::App& app, const CommonOptions& common) {
       },
       "KERNEL"));
   cmd->add_option("--arch", args->arch, "target architecture, e.g. sm_90");
+  add_dim_option(cmd, args->dims);
   return [args, &common] {
-    Expected<Graph> graph = Graph::load(args->path);
+    // The IR of a symbolic graph prints as written; every later stage needs its sizes.
+    Expected<Graph> graph = load_sized(args->path, args->dims, args->stage == "ir");
     if (!graph) return report(graph.error());
     if (args->stage == "ir") {
       if (args->kernel >= 0)

@@ -24,6 +24,7 @@ Runner add_plan(CLI::App& app, const CommonOptions& common) {
     std::string path;
     bool json = false, dot = false, svg = false, no_fusion = false;
     std::string arch;
+    std::vector<std::string> dims;
   };
   auto args = std::make_shared<Args>();
   cmd->add_option("GRAPH", args->path, "graph file")->required();
@@ -32,8 +33,9 @@ Runner add_plan(CLI::App& app, const CommonOptions& common) {
   cmd->add_flag("--svg", args->svg, "the plan as an SVG picture (needs Graphviz's dot)")->excludes(json)->excludes(dot);
   cmd->add_flag("--no-fusion", args->no_fusion, "one kernel per op");
   cmd->add_option("--arch", args->arch, "plan for this target, sm_XX (default: the GPU present, else sm_90)");
+  add_dim_option(cmd, args->dims);
   return [args, &common] {
-    Expected<Graph> graph = Graph::load(args->path);
+    Expected<Graph> graph = load_sized(args->path, args->dims);
     if (!graph) return report(graph.error());
     const ir::Graph& g = ir_of(*graph);
     // The plan does not depend on the tile choices: none are read from the cache.

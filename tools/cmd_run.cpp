@@ -30,6 +30,7 @@ struct RunArgs {
   uint64_t seed = 0;
   bool check = false;
   double tolerance = -1;
+  std::vector<std::string> dims;
 };
 
 std::string summary(const HostTensor& t) {
@@ -59,24 +60,38 @@ Status write_all(const std::string& dir, const std::vector<TensorDesc>& descs,
 }
 
 int run(const RunArgs& a, const CommonOptions& common) {
-  Expected<Graph> graph = Graph::load(a.path);
+  // A symbolic graph takes its sizes from --dim, or from the --inputs files' shapes.
+  Expected<Graph> graph = load_sized(a.path, a.dims, !a.inputs_dir.empty());
   if (!graph) return report(graph.error());
   if (a.check && a.device != "cuda")
     return report({ErrorCode::InvalidInput, "--check compares the GPU result with the reference: it needs --device cuda"});
 
   std::vector<HostTensor> inputs;
-  const std::vector<TensorDesc> input_descs = graph->inputs();
   if (!a.inputs_dir.empty()) {
-    for (const TensorDesc& d : input_descs) {
-      const std::string file = (std::filesystem::path(a.inputs_dir) / (d.name + ".npy")).string();
-      Expected<HostTensor> t = read_npy(file, d.dtype);
+    auto file_of = [&](const TensorDesc& d) { return (std::filesystem::path(a.inputs_dir) / (d.name + ".npy")).string(); };
+    for (const TensorDesc& d : graph->inputs()) {
+      Expected<HostTensor> t = read_npy(file_of(d), d.dtype);
       if (!t) return report(t.error());
+      inputs.push_back(std::move(*t));
+    }
+    if (graph->is_symbolic()) {
+      std::vector<Shape> shapes;
+      for (const HostTensor& t : inputs) shapes.push_back(t.shape);
+      Expected<Graph::DimValues> sizes = graph->dims_from_shapes(shapes);
+      Expected<Graph> sized = sizes ? graph->specialize(*sizes) : Expected<Graph>(sizes.error());
+      if (!sized) return report({sized.error().code, fmt::format("--inputs {}: {}", a.inputs_dir, sized.error().message)});
+      graph = std::move(sized);
+    }
+    const std::vector<TensorDesc> descs = graph->inputs();
+    for (size_t i = 0; i < descs.size(); ++i) {
+      const TensorDesc& d = descs[i];
+      const std::string file = file_of(d);
+      const HostTensor* t = &inputs[i];
       if (t->shape != d.shape)
         return report({ErrorCode::InvalidInput, fmt::format("{}: input '{}' has shape {} in the graph but {} in the file",
                                                             file, d.name, to_string(d.shape), to_string(t->shape))});
       if (std::string problem = stored_layout_problem(d, *t); !problem.empty())
         return report({ErrorCode::InvalidInput, fmt::format("{}: {}", file, problem)});
-      inputs.push_back(std::move(*t));
     }
   } else {
     // Decided before a value is drawn: the inputs, and on the CPU (or for
@@ -118,7 +133,7 @@ int run(const RunArgs& a, const CommonOptions& common) {
     std::filesystem::create_directories(a.outputs_dir, ec);
     if (ec) return report({ErrorCode::InvalidInput, fmt::format("--outputs {}: {}", a.outputs_dir, ec.message())});
     Status s = write_all(a.outputs_dir, output_descs, *outputs);
-    if (s && a.inputs_dir.empty()) s = write_all(a.outputs_dir, input_descs, inputs);
+    if (s && a.inputs_dir.empty()) s = write_all(a.outputs_dir, graph->inputs(), inputs);
     if (!s) return report(s.error());
   }
 
@@ -170,6 +185,7 @@ Runner add_run(CLI::App& app, const CommonOptions& common) {
                          "SEED"));
   inputs->excludes(random);
   cmd->add_option("--outputs", a->outputs_dir, "write DIR/<output>.npy (and drawn inputs)");
+  add_dim_option(cmd, a->dims);
   cmd->add_flag("--check", a->check, "run on the GPU and compare with the reference interpreter");
   cmd->add_option("--tolerance", a->tolerance, "relative error allowed by --check")
       ->check(CLI::Validator(

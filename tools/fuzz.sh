@@ -73,7 +73,7 @@ fuzz() {
 }
 
 graphs=$(mktemp -d)
-find "$root/examples" "$root/tests/malformed" "$root/bench/graphs" -name '*.json' -exec cp {} "$graphs/" \;
+find "$root/examples" "$root/tests/malformed" "$root/tests/cli" "$root/bench/graphs" -name '*.json' -exec cp {} "$graphs/" \;
 fuzz fuzz_graph_load "$graphs" 65536
 fuzz fuzz_plan_codegen "$graphs" 65536
 rm -rf "$graphs"

@@ -2,6 +2,9 @@
 #pragma once
 
 #include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
 
 #include "kiln/executable.h"
 #include "kiln/status.h"
@@ -15,6 +18,17 @@ struct CommonOptions;
 // passes them to runtime::compile_target and runtime::run_pipeline, or to
 // Executable::compile, which does the same.
 CompileOptions compile_options(const CommonOptions& common, const std::string& arch, bool fuse = true);
+// --dim NAME=VALUE (repeatable), for a graph with symbolic dimensions.
+void add_dim_option(CLI::App* cmd, std::vector<std::string>& dims);
+// The sizes --dim gave, by symbol: an entry that is not NAME=VALUE (VALUE a
+// positive integer), or a symbol given twice, is an invalid option value.
+Expected<Graph::DimValues> parse_dims(const std::vector<std::string>& dims);
+// The graph at `path` with --dim's sizes bound (Graph::specialize). A
+// symbolic graph given without all of its sizes is a usage error naming the
+// missing symbols, unless `symbolic_ok` (then it comes back symbolic when no
+// --dim is given at all).
+Expected<Graph> load_sized(const std::string& path, const std::vector<std::string>& dims, bool symbolic_ok = false);
+
 // SASS of a cubin through cuobjdump or nvdisasm, where one is installed.
 Expected<std::string> disassemble(const std::string& cubin);
 

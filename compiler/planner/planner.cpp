@@ -1160,6 +1160,10 @@ class Planner {
 // ops kept apart, and the plan that moves fewer bytes (then has fewer kernels) is kept: joining
 // siblings only ever makes a plan cheaper.
 Plan plan_fusion(const Graph& graph, const PlanOptions& options) {
+  KILN_USER_CHECK(!graph.is_symbolic(),
+                  "graph {}: has symbolic dimensions; planning one needs its sizes bound first (--dim NAME=VALUE "
+                  "for each symbol, or Graph::specialize)",
+                  detail::quoted(graph.name));
   Planner first(graph, options);
   Plan plan = first.run();
   std::set<int32_t> crossing = first.sibling_joins_that_cross_memory();

@@ -155,6 +155,15 @@ Expected<std::vector<HostTensor>> run_reference(const Graph& graph, const std::v
 Expected<std::vector<HostTensor>> run_reference(const Graph& graph, const std::vector<HostTensor>& inputs,
                                                 const std::function<void(const ReferenceProgress&)>& on_op,
                                                 const std::atomic<bool>* cancel) {
+  if (graph.is_symbolic()) {  // the sizes come from the inputs' shapes
+    std::vector<Shape> shapes;
+    for (const HostTensor& t : inputs) shapes.push_back(t.shape);
+    Expected<Graph::DimValues> sizes = graph.dims_from_shapes(shapes);
+    if (!sizes) return sizes.error();
+    Expected<Graph> sized = graph.specialize(*sizes);
+    if (!sized) return sized.error();
+    return run_reference(*sized, inputs, on_op, cancel);
+  }
   return detail::catch_errors([&] { return interpret(ir_of(graph), inputs, on_op, cancel); });
 }
 

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -51,6 +52,24 @@ class Graph {
   std::vector<TensorDesc> outputs() const;  // in the document's order
   int op_count() const;
 
+  // Symbolic dimensions (graph-format.md): a symbolic graph's inputs() and
+  // outputs() show the shapes at every symbol's smallest size; to plan,
+  // compile or run it, bind its sizes with specialize() (run_reference does
+  // so from its inputs' shapes).
+  struct Dim {
+    std::string name;
+    int64_t min = 1, max = 1, multiple_of = 1;
+  };
+  using DimValues = std::map<std::string, int64_t, std::less<>>;
+  bool is_symbolic() const;
+  std::vector<Dim> dims() const;  // the `dims` table, in the document's order
+  // The integer graph at these sizes (every symbol given, each in range);
+  // an integer graph takes no sizes and comes back as it is.
+  Expected<Graph> specialize(const DimValues& sizes) const;
+  // The symbols' values read from the inputs' shapes (binding order),
+  // checked to agree and lie in range: a binding error otherwise.
+  Expected<DimValues> dims_from_shapes(const std::vector<Shape>& input_shapes) const;
+
   // kiln's own passes reach the IR through Graph::Internal
   // (compiler/graph_internal.h); it is not part of the API.
   struct Internal;
@@ -72,8 +91,14 @@ struct Tensor {
   bool valid() const { return id >= 0 && builder != 0; }
 };
 
-// The value of an op attribute, as its JSON value would be.
-using AttrValue = std::variant<int64_t, double, bool, std::string, std::vector<int64_t>>;
+// A dimension that may be a dim expression (graph-format.md, "Symbolic
+// dimensions"): 64, "B", "B*S", "3*S".
+using DimSize = std::variant<int64_t, std::string>;
+
+// The value of an op attribute, as its JSON value would be. A size attribute
+// may hold dim expressions: reshape's and expand's `shape` as a list of
+// DimSize ({"B", -1, 64}), slice's `start`/`end` as a string ("S").
+using AttrValue = std::variant<int64_t, double, bool, std::string, std::vector<int64_t>, std::vector<DimSize>>;
 using Attrs = std::vector<std::pair<std::string, AttrValue>>;
 // An op operand: a tensor or an f32 scalar constant.
 using Operand = std::variant<Tensor, double>;
@@ -88,6 +113,13 @@ class GraphBuilder {
   GraphBuilder& operator=(GraphBuilder&&) noexcept;
 
   Tensor input(std::string name, Shape shape, DType dtype, Strides strides = {});
+
+  // Symbolic dimensions: declare each symbol first (before any input), then
+  // give shapes that hold them:
+  //   b.dim("B", 1, 64);
+  //   auto x = b.symbolic_input("x", {"B", "S*4", 64}, kiln::DType::bf16);
+  void dim(std::string name, int64_t min = 1, int64_t max = (int64_t{1} << 31) - 1, int64_t multiple_of = 1);
+  Tensor symbolic_input(std::string name, std::vector<DimSize> shape, DType dtype, Strides strides = {});
 
   // Any op of the catalogue, by its graph-format.md name. `out` names the
   // result (a fresh name is made when empty); `dtype` is the op's `dtype` key.

@@ -12,12 +12,12 @@ arrays run the reference interpreter). The contract is python.md.
             w=torch.randn(512, 256, dtype=torch.bfloat16, device="cuda"))["y"]
 """
 from ._errors import BindingError, CompileError, DeviceError, GraphError, KilnError, OutOfMemoryError
-from ._graph import OP_TABLE, Graph, GraphBuilder, Tensor, TensorSpec
+from ._graph import OP_TABLE, Dim, Graph, GraphBuilder, Tensor, TensorSpec
 from ._executable import Executable, compile
 from ._warm import warm
 from . import _kiln
 
-__all__ = ["Graph", "GraphBuilder", "Tensor", "TensorSpec", "Executable", "compile", "warm", "set_log",
+__all__ = ["Dim", "Graph", "GraphBuilder", "Tensor", "TensorSpec", "Executable", "compile", "warm", "set_log",
            "KilnError", "GraphError", "BindingError", "CompileError", "DeviceError", "OutOfMemoryError", "OP_TABLE"]
 __version__ = "0.1.0"
 

@@ -55,6 +55,24 @@ class Graph:
     def hash(self) -> str:
         return self._native.hash
 
+    @property
+    def dims(self) -> Dict[str, Tuple[int, int, int]]:
+        """The `dims` table of a graph with symbolic dimensions: symbol ->
+        (min, max, multiple_of); empty for an integer graph. (A symbolic
+        graph's `inputs` and `outputs` show the shapes at every symbol's
+        smallest size.)"""
+        return {name: (lo, hi, multiple) for name, lo, hi, multiple in self._native.dims()}
+
+    def specialize(self, **sizes: int) -> "Graph":
+        """The integer graph at these sizes (every symbol given, each in its
+        range: a GraphError otherwise): what compile() takes."""
+        return Graph(self._native.specialize({k: _integer(f"size of '{k}'", v) for k, v in sizes.items()}))
+
+    def dims_from_shapes(self, shapes: Sequence[Sequence[int]]) -> Dict[str, int]:
+        """The symbols' values read from the inputs' shapes (binding order),
+        checked to agree and lie in range: a BindingError otherwise."""
+        return self._native.dims_from_shapes([_integers("an input shape", s) for s in shapes])
+
     def __repr__(self) -> str:
         return f"kiln.Graph({self.name!r}, {self._native.op_count} ops, hash {self.hash})"
 
@@ -81,6 +99,50 @@ class Tensor:
 Operand = Union[Tensor, float, int]
 
 
+class Dim:
+    """A symbol that GraphBuilder.dim declared, or a product of symbols and
+    positive integers (`b.dim("B") * 128`): shapes and size attributes take
+    it where the JSON writes a dim expression ("B*128"). Sums and quotients
+    are not dimensions (graph-format.md, "Symbolic dimensions")."""
+
+    def __init__(self, expression: str):
+        self.expression = expression
+
+    def __mul__(self, other: Any) -> "Dim":
+        if isinstance(other, Dim):
+            return Dim(f"{self.expression}*{other.expression}")
+        if isinstance(other, numbers.Integral) and not isinstance(other, bool):
+            return Dim(f"{self.expression}*{operator.index(other)}")
+        return NotImplemented
+
+    __rmul__ = __mul__
+
+    def _not_a_product(self, *_: Any) -> "Dim":
+        raise GraphError(f"dimension {self.expression}: a sum, difference or quotient of dimensions is not a "
+                         "dimension (only products of symbols and positive integers are)")
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __truediv__ = __rtruediv__ = __floordiv__ = __rfloordiv__ = _not_a_product
+
+    def __str__(self) -> str:
+        return self.expression
+
+    def __repr__(self) -> str:
+        return f"kiln.Dim({self.expression!r})"
+
+    def __eq__(self, other: Any) -> bool:
+        return isinstance(other, Dim) and other.expression == self.expression
+
+    def __hash__(self) -> int:
+        return hash(self.expression)
+
+
+def _dimensions(what: str, values: Sequence[Any]) -> List[Union[int, str]]:
+    """A shape as the JSON writes it: integers, and dim expressions (Dim or str) as strings."""
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise GraphError(f"{what}: a {type(values).__name__}, not a sequence of dimensions")
+    return [str(v) if isinstance(v, (Dim, str)) else _integer(what, v) for v in values]
+
+
 def _integers(what: str, values: Sequence[Any]) -> List[int]:
     """Sizes, strides or an integer attribute as the JSON writes them: Python
     ints (NumPy's and other integers through operator.index); a bool or
@@ -103,6 +165,10 @@ def _attribute(op: str, key: str, value: Any) -> Any:
     """An attribute value as the JSON writes it (NumPy integers as ints)."""
     if isinstance(value, (bool, float, str)):
         return value
+    if isinstance(value, Dim):  # slice's start/end
+        return str(value)
+    if isinstance(value, (list, tuple)) and any(isinstance(v, (Dim, str)) for v in value):
+        return _dimensions(f"{op}: attribute '{key}'", value)
     if isinstance(value, (list, tuple)):
         return _integers(f"{op}: attribute '{key}'", value)
     if isinstance(value, numbers.Integral):  # NumPy's integers (not its bool)
@@ -148,8 +214,17 @@ class GraphBuilder:
                              "use the handle the builder returned")
         return current
 
-    def input(self, name: str, shape: Sequence[int], dtype: str, strides: Optional[Sequence[int]] = None) -> Tensor:
-        shape = _integers(f"input '{name}': shape", shape)
+    def dim(self, name: str, min: int = 1, max: int = 2**31 - 1, multiple_of: int = 1) -> Dim:
+        """Declares a symbol of the graph's `dims` table (before any input)."""
+        lo, hi, multiple = (_integer(f"dim '{name}': {k}", v) for k, v in
+                            (("min", min), ("max", max), ("multiple_of", multiple_of)))
+        self._native.dim(name, lo, hi, multiple)
+        self._doc.setdefault("dims", {})[name] = {"min": lo, "max": hi, "multiple_of": multiple}
+        return Dim(name)
+
+    def input(self, name: str, shape: Sequence[Union[int, Dim, str]], dtype: str,
+              strides: Optional[Sequence[int]] = None) -> Tensor:
+        shape = _dimensions(f"input '{name}': shape", shape)
         strides = None if strides is None else _integers(f"input '{name}': strides", strides)
         tid = self._native.input(name, shape, dtype, strides)
         entry: Dict[str, Any] = {"shape": shape, "dtype": dtype}
@@ -256,6 +331,6 @@ def _split(op: str, attr_names: List[str], kwargs: Dict[str, Any]):
 
 OP_TABLE = _kiln.op_table()
 for _op, _family, _lo, _hi, _attrs in OP_TABLE:
-    if _op in ("input", "output", "op", "build", "to_json"):
+    if _op in ("input", "output", "op", "build", "to_json", "dim"):
         raise RuntimeError(f"op '{_op}' collides with a GraphBuilder method")
     setattr(GraphBuilder, _op, _make_op_method(_op, _family, _lo, _hi, list(_attrs)))

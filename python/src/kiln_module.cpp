@@ -8,6 +8,7 @@
 // GIL is released while NVRTC compiles and while a launch is enqueued.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/string_view.h>
@@ -164,6 +165,17 @@ AttrValue attr_value(const std::string& op, const std::string& key, nb::handle v
   if (nb::isinstance<nb::float_>(v)) return nb::cast<double>(v);
   if (nb::isinstance<nb::str>(v)) return nb::cast<std::string>(v);
   if (nb::isinstance<nb::list>(v) || nb::isinstance<nb::tuple>(v)) {
+    bool expressions = false;  // a list holding dim expressions (graph-format.md, "Symbolic dimensions")
+    for (nb::handle x : v) expressions |= nb::isinstance<nb::str>(x);
+    if (expressions) {
+      std::vector<DimSize> dims;
+      for (nb::handle x : v) {
+        if (nb::isinstance<nb::str>(x)) dims.emplace_back(nb::cast<std::string>(x));
+        else if (nb::isinstance<nb::int_>(x) && !nb::isinstance<nb::bool_>(x)) dims.emplace_back(integer(x));
+        else raise("GraphError", op + ": attribute '" + key + "' must be a list of integers and dim expressions");
+      }
+      return dims;
+    }
     std::vector<int64_t> values;
     for (nb::handle x : v) {
       if (!nb::isinstance<nb::int_>(x) || nb::isinstance<nb::bool_>(x))
@@ -456,6 +468,20 @@ NB_MODULE(_kiln, m) {
       .def_static("from_json", [](const std::string& text) { return unwrap_graph(Graph::from_json(text, "<python>")); })
       .def("to_json", &Graph::to_json)
       .def_prop_ro("name", &Graph::name)
+      .def_prop_ro("is_symbolic", &Graph::is_symbolic)
+      .def("dims", [](const Graph& g) {
+        nb::list out;
+        for (const Graph::Dim& d : g.dims()) out.append(nb::make_tuple(d.name, d.min, d.max, d.multiple_of));
+        return out;
+      })
+      .def("specialize", [](const Graph& g, const std::map<std::string, int64_t>& sizes) {
+        return unwrap_graph(g.specialize(Graph::DimValues(sizes.begin(), sizes.end())));
+      }, "sizes"_a)
+      .def("dims_from_shapes", [](const Graph& g, const std::vector<std::vector<int64_t>>& shapes) {
+        Expected<Graph::DimValues> sizes = g.dims_from_shapes(shapes);
+        if (!sizes) raise("BindingError", sizes.error().message);
+        return std::map<std::string, int64_t>(sizes->begin(), sizes->end());
+      }, "shapes"_a)
       .def_prop_ro("hash", &Graph::hash)
       .def_prop_ro("op_count", &Graph::op_count)
       .def("ir_text", &Graph::to_ir_text)
@@ -468,10 +494,14 @@ NB_MODULE(_kiln, m) {
 
   nb::class_<PyGraphBuilder>(m, "GraphBuilder")
       .def(nb::init<std::string>(), "name"_a = "")
-      .def("input", [](PyGraphBuilder& b, std::string name, std::vector<int64_t> shape, const std::string& dtype,
+      .def("input", [](PyGraphBuilder& b, std::string name, std::vector<DimSize> shape, const std::string& dtype,
                        std::optional<std::vector<int64_t>> strides) {
-        return b.keep(b.builder.input(std::move(name), std::move(shape), dtype_of(dtype), strides.value_or(Strides{})));
+        return b.keep(b.builder.symbolic_input(std::move(name), std::move(shape), dtype_of(dtype), strides.value_or(Strides{})));
       }, "name"_a, "shape"_a, "dtype"_a, "strides"_a = nb::none())
+      .def("dim", [](PyGraphBuilder& b, std::string name, int64_t min, int64_t max, int64_t multiple_of) {
+        b.builder.dim(std::move(name), min, max, multiple_of);
+        if (Status s = b.builder.status(); !s) raise_graph_error(s.error());
+      }, "name"_a, "min"_a, "max"_a, "multiple_of"_a)
       .def("op", [](PyGraphBuilder& b, const std::string& op, nb::list in, nb::dict attrs, std::optional<std::string> dtype,
                     std::string out) {
         std::vector<Operand> operands;

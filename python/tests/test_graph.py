@@ -233,3 +233,66 @@ def test_an_attribute_too_large_for_int64_is_a_graph_error(attrs, says):
         b.reshape(x, shape=[2**64])
     with pytest.raises(kiln.GraphError, match="attribute name is a int"):
         b._native.op("softmax", [x.id], {1: 2}, None, "w")
+
+
+# Symbolic dimensions (graph-format.md, "Symbolic dimensions"; python.md, b.dim).
+def _symbolic_layer(b):
+    B = b.dim("B", min=1, max=64)
+    S = b.dim("S", multiple_of=8)
+    x = b.input("x", [B, S, 64], "f32")
+    w = b.input("w", [64, 256], "f32")
+    h = b.matmul(x, w)
+    r = b.reshape(h, shape=[B, S * 4, 64])
+    b.output(b.softmax(r), name="y")
+    b.output(b.slice(r, axis=1, start=-1), name="last")
+    return b.build()
+
+
+def test_builder_dims_give_the_json_graph():
+    g = _symbolic_layer(kiln.GraphBuilder("layer"))
+    doc = {"kiln": 1, "name": "layer",
+           "dims": {"B": {"min": 1, "max": 64}, "S": {"min": 1, "max": 2**31 - 1, "multiple_of": 8}},
+           "inputs": {"x": {"shape": ["B", "S", 64], "dtype": "f32"}, "w": {"shape": [64, 256], "dtype": "f32"}},
+           "ops": [{"op": "matmul", "in": ["x", "w"], "out": "h"},
+                   {"op": "reshape", "in": ["h"], "out": "r", "shape": ["B", "4*S", 64]},
+                   {"op": "softmax", "in": ["r"], "out": "y"},
+                   {"op": "slice", "in": ["r"], "out": "last", "axis": 1, "start": -1}],
+           "outputs": ["y", "last"]}
+    assert g.hash == kiln.Graph.from_json(doc).hash
+    assert g.dims == {"B": (1, 64, 1), "S": (1, 2**31 - 1, 8)}
+    assert '"shape":["B","S*4",64]' in g.to_json()
+    assert kiln.Graph.from_json(g.to_json()).hash == g.hash
+
+
+def test_specialize_and_sizes_from_shapes():
+    g = _symbolic_layer(kiln.GraphBuilder("layer"))
+    sized = g.specialize(B=2, S=16)
+    assert sized.dims == {}
+    assert sized.inputs["x"].shape == (2, 16, 64)
+    assert sized.outputs["y"].shape == (2, 64, 64)
+    assert g.dims_from_shapes([(3, 24, 64), (64, 256)]) == {"B": 3, "S": 24}
+    with pytest.raises(kiln.BindingError, match=r"S = 12 is outside its range \(S in \[1, 2147483647\], a multiple of 8\)"):
+        g.dims_from_shapes([(3, 12, 64), (64, 256)])
+    with pytest.raises(kiln.GraphError, match=r"B = 65 is outside its range \(B in \[1, 64\]\)"):
+        g.specialize(B=65, S=8)
+    with pytest.raises(kiln.GraphError, match="symbol 'S' has no size"):
+        g.specialize(B=2)
+
+
+def test_dim_sums_and_unknown_symbols_are_graph_errors():
+    b = kiln.GraphBuilder()
+    B = b.dim("B", max=8)
+    with pytest.raises(kiln.GraphError, match="a sum, difference or quotient of dimensions is not a dimension"):
+        B + 1
+    with pytest.raises(kiln.GraphError, match="dimension 'T' uses unknown symbol 'T' \\(declared: B\\)"):
+        b.input("x", [B, "T"], "f32")
+    b2 = kiln.GraphBuilder()
+    b2.input("x", [4], "f32")
+    with pytest.raises(kiln.GraphError, match="symbols are declared before the inputs"):
+        b2.dim("B")
+
+
+def test_compiling_a_symbolic_graph_asks_for_its_sizes():
+    g = _symbolic_layer(kiln.GraphBuilder("layer"))
+    with pytest.raises(kiln.GraphError, match="has symbolic dimensions; planning one needs its sizes bound first"):
+        kiln.compile(g)

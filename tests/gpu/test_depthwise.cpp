@@ -19,6 +19,7 @@
 #include "runtime/cuda_driver.h"
 #include "runtime/random_inputs.h"
 #include "runtime/storage.h"
+#include "tests/gpu/check_graphs.h"
 #include "tests/gpu/require_gpu.h"
 #include "tests/unit/depthwise_graphs.h"
 #include "tests/unit/test_helpers.h"
@@ -34,49 +35,14 @@ bool planned_on_depthwise_kernel(const Graph& g) {
                      [](const ir::PlannedKernel& k) { return k.kind == ir::KernelKind::DepthwiseConv; });
 }
 
-// Compiles in parallel (NVRTC is the slow part), runs serially: each graph's
-// outputs against the reference on the same inputs, two seeds. Returns the
-// number that failed.
+// Each graph planned on the depthwise_conv kernel, and its outputs against
+// the reference on the same inputs, two seeds (testing::check_graphs).
+// Returns the number of failed runs.
 int failures(const std::vector<Graph>& graphs, const std::vector<std::string>& names) {
-  std::vector<std::future<Expected<Executable>>> compiled;
-  for (const Graph& g : graphs) compiled.push_back(std::async(std::launch::async, [&g] { return Executable::compile(g); }));
-  int failed = 0;
-  for (size_t i = 0; i < graphs.size(); ++i) {
+  for (size_t i = 0; i < graphs.size(); ++i)
     EXPECT_TRUE(planned_on_depthwise_kernel(graphs[i])) << names[i] << ": not planned on the depthwise_conv kernel";
-    Expected<Executable> exe = compiled[i].get();
-    if (!exe) {
-      ADD_FAILURE() << names[i] << ": " << exe.error().message;
-      ++failed;
-      continue;
-    }
-    for (uint64_t seed : {21u, 22u}) {
-      const std::vector<HostTensor> inputs = random_inputs(graphs[i], seed + i);
-      Expected<std::vector<HostTensor>> got = exe->run_host(inputs);  // (outputs poisoned first)
-      Expected<std::vector<HostTensor>> want = run_reference(graphs[i], inputs);
-      if (!got || !want) {
-        ADD_FAILURE() << names[i] << ": " << (!got ? got.error().message : want.error().message);
-        ++failed;
-        break;
-      }
-      bool ok = true;
-      for (size_t o = 0; o < want->size(); ++o) {
-        const ir::TensorId id = ir_of(graphs[i]).outputs[o];
-        const double tolerance = runtime::default_tolerance(ir_of(graphs[i]), id);
-        const runtime::Comparison c = runtime::compare((*got)[o], (*want)[o]);
-        if (!c.passes(tolerance)) {
-          ok = false;
-          ADD_FAILURE() << names[i] << " output '" << ir_of(graphs[i]).tensor(id).name << "' seed " << seed << ": rel err "
-                        << c.relative_error << " (tolerance " << tolerance << ")"
-                        << (c.nonfinite_match ? "" : ", NaN/inf differ at element " + std::to_string(c.first_mismatch))
-                        << "\n" << graphs[i].to_json();
-        }
-      }
-      if (!ok) {
-        ++failed;
-        break;
-      }
-    }
-  }
+  int failed = 0;
+  for (uint64_t seed : {21u, 22u}) failed += testing::check_graphs(graphs, names, seed).failed;
   return failed;
 }
 
@@ -89,7 +55,7 @@ TEST(GpuDepthwise, EveryShapeMatchesTheReference) {
     names.push_back(c.name());
   }
   const int failed = failures(graphs, names);
-  std::printf("FIGURE depthwise shapes on the GPU: %zu run, %d failed\n", graphs.size(), failed);
+  std::printf("FIGURE depthwise shapes on the GPU: %zu graphs x 2 seeds, %d runs failed\n", graphs.size(), failed);
   EXPECT_EQ(failed, 0);
 }
 

@@ -23,6 +23,7 @@
 #include "codegen/kernel_codegen.h"
 #include "compiler/planner/planner.h"
 #include "tests/unit/random_graph.h"
+#include "tests/gpu/check_graphs.h"
 #include "tests/gpu/require_gpu.h"
 #include "tests/unit/test_helpers.h"
 
@@ -30,50 +31,8 @@ namespace kiln {
 namespace {
 
 namespace fs = std::filesystem;
-
-
-// Compiles in parallel (NVRTC is the slow part), runs serially on the GPU.
-struct Outcome {
-  int passed = 0, failed = 0;
-};
-
-Outcome check_graphs(const std::vector<Graph>& graphs, const std::vector<std::string>& names, uint64_t seed) {
-  std::vector<std::future<Expected<Executable>>> compiled;
-  for (const Graph& g : graphs)
-    compiled.push_back(std::async(std::launch::async, [&g] { return Executable::compile(g); }));
-  Outcome o;
-  for (size_t i = 0; i < graphs.size(); ++i) {
-    Expected<Executable> exe = compiled[i].get();
-    if (!exe) {
-      ADD_FAILURE() << names[i] << ": " << exe.error().message;
-      ++o.failed;
-      continue;
-    }
-    const std::vector<HostTensor> inputs = random_inputs(graphs[i], seed + i);
-    Expected<std::vector<HostTensor>> got = exe->run_host(inputs);
-    Expected<std::vector<HostTensor>> want = run_reference(graphs[i], inputs);
-    if (!got || !want) {
-      ADD_FAILURE() << names[i] << ": " << (!got ? got.error().message : want.error().message);
-      ++o.failed;
-      continue;
-    }
-    bool ok = true;
-    for (size_t k = 0; k < want->size(); ++k) {
-      const ir::TensorId id = ir_of(graphs[i]).outputs[k];
-      const double tolerance = runtime::default_tolerance(ir_of(graphs[i]), id);
-      const runtime::Comparison c = runtime::compare((*got)[k], (*want)[k]);
-      if (!c.passes(tolerance)) {
-        ok = false;
-        ADD_FAILURE() << names[i] << " output '" << ir_of(graphs[i]).tensor(id).name << "': rel err " << c.relative_error
-                      << " (tolerance " << tolerance << ")"
-                      << (c.nonfinite_match ? "" : ", NaN/inf differ at element " + std::to_string(c.first_mismatch))
-                      << "\n" << graphs[i].to_json();
-      }
-    }
-    ok ? ++o.passed : ++o.failed;
-  }
-  return o;
-}
+using testing::check_graphs;
+using testing::Outcome;
 
 TEST(Gpu, EveryExampleMatchesTheReference) {
   REQUIRE_GPU();
