@@ -95,7 +95,7 @@ class Sinker {
     const Carried c = carried(t);
     if (is_identity(c.perm)) return c.base;  // t itself, or the tensor its transposes cancelled back to
     if (done_.count(t)) return t;
-    Op transpose{OpKind::Transpose, {c.base}, t, {}, false};
+    Op transpose{OpKind::Transpose, {c.base}, t, {}, false, nullptr};
     transpose.attrs.perm = c.perm;
     emit(std::move(transpose));
     done_.insert(t);
@@ -254,7 +254,7 @@ class Sinker {
     if (from.shape.size() < p.size()) {  // broadcasting's leading 1s, made explicit
       const Shape shape = aligned(from, p.size()).shape;
       const TensorId reshaped = view_result(source, shape, from.name + ".aligned");
-      Op reshape{OpKind::Reshape, {source}, reshaped, {}, false};
+      Op reshape{OpKind::Reshape, {source}, reshaped, {}, false, nullptr};
       reshape.attrs.shape = shape;
       emit(std::move(reshape));
       source = reshaped;
@@ -266,7 +266,7 @@ class Sinker {
     std::string digits;
     for (int64_t d : p) digits += std::to_string(d);
     const TensorId view = view_result(source, shape, fmt::format("{}.perm{}", old_.tensor(t).name, digits));
-    Op transpose{OpKind::Transpose, {source}, view, {}, false};
+    Op transpose{OpKind::Transpose, {source}, view, {}, false, nullptr};
     transpose.attrs.perm = inverse;
     emit(std::move(transpose));
     carrier_views_[{t, p}] = view;

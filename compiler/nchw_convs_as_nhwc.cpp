@@ -40,7 +40,7 @@ class Rewriter {
     const TensorId result = permuted(conv.output, kNchwAsNhwc, name + ".nhwc");  // the conv's own dtype and rounding
     nhwc.output = result;
     out_.emit(std::move(nhwc));
-    Op back{OpKind::Transpose, {result}, conv.output, {}, false};
+    Op back{OpKind::Transpose, {result}, conv.output, {}, false, nullptr};
     back.attrs.perm = kNhwcAsNchw;
     out_.emit(std::move(back));
   }
@@ -61,7 +61,7 @@ class Rewriter {
 
   TensorId transposed(TensorId t, const std::vector<int64_t>& perm, const std::string& name) {
     const TensorId result = permuted(t, perm, name);
-    Op transpose{OpKind::Transpose, {t}, result, {}, false};
+    Op transpose{OpKind::Transpose, {t}, result, {}, false, nullptr};
     transpose.attrs.perm = perm;
     out_.emit(std::move(transpose));
     return result;
