@@ -49,7 +49,8 @@ auto DepthwiseGenerator::geometry(const ir::Graph& g, const ir::Op& conv) -> Geo
   geo.n = x[0], geo.h = x[1], geo.w = x[2], geo.c = x[3];
   geo.p = y[1], geo.q = y[2], geo.k = y[3];
   geo.r = w[1], geo.s = w[2];
-  geo.multiplier = geo.k / geo.c;
+  geo.group_in = w[3];
+  geo.multiplier = geo.k / (geo.c / geo.group_in);
   for (int d = 0; d < 2; ++d) {
     geo.stride[d] = conv.attrs.stride[static_cast<size_t>(d)];
     geo.padding[d] = conv.attrs.padding[static_cast<size_t>(d)];
@@ -70,8 +71,9 @@ int DepthwiseGenerator::shared_bytes(const Geometry& geo, const Tile& t) {
 int DepthwiseGenerator::shared_budget(int sm) { return sm >= 90 ? 64 * 1024 : 48 * 1024; }
 
 // A thread: as many input channels as one load of 16 bytes holds (fewer
-// with a multiplier: its accumulators are channels x multiplier), fewer
-// still where a filter row's weights would pass kFilterRowRegisters; four
+// with a multiplier: its accumulators are channels x multiplier; grouped,
+// whole groups whose outputs one 16-byte store holds), fewer still where a
+// filter row's weights (grouped: a tap's) would pass kFilterRowRegisters; four
 // pixels of a row, fewer where accumulators and a filter row would pass
 // kThreadRegisters or the row is shorter. A block: channel lanes for up to
 // 128 bytes of a pixel (a quarter-warp's conflict-free load), fewer where
@@ -84,11 +86,17 @@ auto DepthwiseGenerator::decide(const Geometry& geo, DType halo, bool vectors, i
   Tile t;
   t.halo = halo;
   const int bytes = byte_size(halo), v = 16 / bytes;
-  t.ct = static_cast<int>(pow2_floor(std::max<int64_t>(1, v / geo.multiplier)));
-  while (t.ct > 1 && geo.s * t.ct * geo.multiplier > kFilterRowRegisters) t.ct /= 2;
-  const int64_t j = t.ct * geo.multiplier;
+  const int64_t gi = geo.group_in;
+  t.ct = static_cast<int>(std::max(gi, std::min<int64_t>(v, pow2_floor(std::max<int64_t>(1, v * gi / geo.multiplier)))));
+  // (Depthwise holds a filter row's weights, grouped one tap's: S times fewer.)
+  const int64_t taps_held = gi == 1 ? geo.s : 1;
+  while (t.ct > gi && taps_held * t.ct * geo.multiplier > kFilterRowRegisters) t.ct /= 2;
+  const int64_t j = t.thread_outputs(geo);
   t.tq = 4;
-  while (t.tq > 1 && j * (t.tq + geo.s) > kThreadRegisters) t.tq /= 2;
+  if (gi == 1)
+    while (t.tq > 1 && j * (t.tq + geo.s) > kThreadRegisters) t.tq /= 2;
+  else
+    while (t.tq > 1 && j * t.tq + t.ct * geo.multiplier > kThreadRegisters) t.tq /= 2;
   while (t.tq > 1 && t.tq / 2 >= geo.q) t.tq /= 2;
   // Channel lanes: the widest whose blocks waste at most an eighth of C, else the least wasteful.
   auto waste = [&](int cg) { return ceil_div(geo.c, int64_t{cg} * t.ct) * cg * t.ct - geo.c; };
@@ -125,7 +133,7 @@ auto DepthwiseGenerator::decide(const Geometry& geo, DType halo, bool vectors, i
 
 std::string DepthwiseGenerator::Tile::to_string(const Geometry& geo) const {
   return fmt::format("{}x{} pixels x {} channels a block, {} threads of {} channels x {} pixels, {} bytes of shared memory",
-                     ty, tx * tq, block_channels(), threads(), ct * geo.multiplier, tq, shared_bytes);
+                     ty, tx * tq, block_channels(), threads(), thread_outputs(geo), tq, shared_bytes);
 }
 
 void DepthwiseGenerator::depthwise() {
@@ -136,7 +144,13 @@ void DepthwiseGenerator::depthwise() {
   // pixels are whole 16-byte runs of channels (alignment checked at run
   // time); element by element otherwise, through any view.
   const std::optional<ExternalTensor> x = strided_in_memory(conv.inputs[0]);
-  DType halo = x && x->storage != DType::boolean ? x->storage : DType::f32;
+  // (Grouped, a thread's channels are whole groups in one load: through a
+  // view the halo holds the values in their own type, exactly.)
+  const DType values = g_.operand(conv, 0).value_dtype();
+  DType halo = x && x->storage != DType::boolean ? x->storage
+               : geo.group_in > 1 && values != DType::boolean ? values
+                                                              : DType::f32;
+  KILN_INTERNAL_CHECK(geo.group_in * byte_size(halo) <= 16);
   const int v = 16 / byte_size(halo);
   bool vectors = x && x->storage == halo && x->strides[3] == 1 && geo.c % v == 0 && x->offset % v == 0;
   for (size_t d = 0; vectors && d < 3; ++d) vectors = x->strides[d] % v == 0;
@@ -145,14 +159,17 @@ void DepthwiseGenerator::depthwise() {
   const int64_t blocks = t.blocks(geo);
   KILN_USER_CHECK(blocks < (int64_t{1} << 31), "{}: {} tiles of {} exceed the 2^31 - 1 blocks of one launch",
                   g_.describe(k_.anchor), blocks, t.to_string(geo));
-  decided(fmt::format("depthwise {}x{} stride {}x{} dilation {}x{} multiplier {}: {}; halo {} {}", geo.r, geo.s, geo.stride[0],
-                      geo.stride[1], geo.dilation[0], geo.dilation[1], geo.multiplier, t.to_string(geo), to_string(halo),
+  const std::string groups = geo.group_in == 1 ? fmt::format("depthwise {}x{}", geo.r, geo.s)
+                                               : fmt::format("grouped {}x{} ({} input channels a group)", geo.r, geo.s, geo.group_in);
+  decided(fmt::format("{} stride {}x{} dilation {}x{} multiplier {}: {}; halo {} {}", groups, geo.stride[0], geo.stride[1],
+                      geo.dilation[0], geo.dilation[1], geo.multiplier, t.to_string(geo), to_string(halo),
                       vectors ? "by 16-byte copies (element by element where unaligned)" : "element by element"));
 
   const int round = round_of(g_.operand(conv, 0).value_dtype(), conv.attrs.precision);
   CodeWriter w;
-  w.line("typedef kiln::dw::Tile<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}> D;", storage_tag(halo), geo.r, geo.s,
-         geo.stride[0], geo.stride[1], geo.dilation[0], geo.dilation[1], geo.multiplier, t.ct, t.tq, t.cg, t.tx, t.ty, round);
+  w.line("typedef kiln::dw::Tile<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}{}> D;", storage_tag(halo), geo.r, geo.s,
+         geo.stride[0], geo.stride[1], geo.dilation[0], geo.dilation[1], geo.multiplier, t.ct, t.tq, t.cg, t.tx, t.ty, round,
+         geo.group_in == 1 ? "" : fmt::format(", {}", geo.group_in));
   w.line("static_assert(D::kSharedBytes == {}, \"shared memory as launched\");", t.shared_bytes);
   w.line("extern __shared__ __align__(16) unsigned char kiln_shared[];");
   w.line("D::T* halo = reinterpret_cast<D::T*>(kiln_shared);");
@@ -172,7 +189,7 @@ void DepthwiseGenerator::depthwise() {
   } else {
     w.lines(halo_elements(conv, geo, t));
   }
-  w.line("D::stage_weights(weights, (kiln::i64)tc0 * {}LL, {}LL, {});", geo.multiplier, geo.k, weight_lambda(conv));
+  w.line("D::stage_weights(weights, {}, {}LL, {});", first_output(geo, "tc0"), geo.k, weight_lambda(conv, geo));
   w.line("__syncthreads();");
   w.line("// This thread's pixels (one row, D::kTQ columns) and channels.");
   w.line("const D::Thread th = D::thread();");
@@ -209,12 +226,14 @@ std::string DepthwiseGenerator::halo_elements(const ir::Op& conv, const Geometry
   return w.take();
 }
 
-// The weight of output channel ko at tap (ri, si), rounded to the conv's precision.
-std::string DepthwiseGenerator::weight_lambda(const ir::Op& conv) {
+// The weight of output channel ko at tap (ri, si) (and its group's input
+// channel i), rounded to the conv's precision.
+std::string DepthwiseGenerator::weight_lambda(const ir::Op& conv, const Geometry& geo) {
   em_.begin_block();
-  const std::string value = operand_value(conv, 1, {"ko", "ri", "si", "0"});
+  const bool grouped = geo.group_in > 1;
+  const std::string value = operand_value(conv, 1, {"ko", "ri", "si", grouped ? "i" : "0"});
   CodeWriter w;
-  w.block("[&](kiln::i64 ko, int ri, int si) -> float", [&] {
+  w.block(grouped ? "[&](kiln::i64 ko, int i, int ri, int si) -> float" : "[&](kiln::i64 ko, int ri, int si) -> float", [&] {
     w.lines(em_.take());
     w.line("return {};", value);
   });
@@ -223,10 +242,18 @@ std::string DepthwiseGenerator::weight_lambda(const ir::Op& conv) {
   return text;
 }
 
+// The first output channel of the input channels from `channel` on (the
+// first of a group): depthwise channel * multiplier, grouped / group_in * multiplier.
+std::string DepthwiseGenerator::first_output(const Geometry& geo, const std::string& channel) {
+  const std::string c = channel.find(' ') == std::string::npos ? channel : "(" + channel + ")";
+  if (geo.group_in == 1) return fmt::format("(kiln::i64){} * {}LL", c, geo.multiplier);
+  return fmt::format("(kiln::i64){} / {} * {}LL", c, geo.group_in, geo.multiplier);
+}
+
 auto DepthwiseGenerator::channel_runs(const Geometry& geo, const Tile& t) const -> Chunking {
   Chunking ch;
   if (geo.c % t.ct != 0) return ch;  // a thread's channels may end inside the conv's: element by element
-  const int64_t j = int64_t{t.ct} * geo.multiplier;
+  const int64_t j = t.thread_outputs(geo);
   const Shape& out = g_.result(g_.ops[static_cast<size_t>(k_.anchor)]).shape;
   auto whole_words = [&](DType storage) { return storage != DType::boolean && j * byte_size(storage) % 16 == 0; };
   for (const auto& [id, e] : ext_)
@@ -251,7 +278,7 @@ std::string DepthwiseGenerator::runs_aligned(const Chunking& ch) const {
 // the column loop first (values of the channel and image alone: a bias,
 // batch_norm's parameters and scale), then each pixel's channels.
 std::string DepthwiseGenerator::epilogue(const ir::Op& conv, const Geometry& geo, const Tile& t) {
-  const int64_t j = int64_t{t.ct} * geo.multiplier;
+  const int64_t j = t.thread_outputs(geo);
   const Shape& out = g_.result(conv).shape;
   Chunking ch = channel_runs(geo, t);
   const bool whole = geo.c % t.ct == 0;  // a thread's channels all inside the conv's, or none
@@ -282,7 +309,7 @@ std::string DepthwiseGenerator::epilogue(const ir::Op& conv, const Geometry& geo
 
   CodeWriter w;
   w.line("// The epilogue: output channels kbase + v of row op.");
-  w.line("const kiln::i64 kbase = (kiln::i64)(tc0 + th.lane * D::kCT) * {}LL, op = tp0 + th.ty;", geo.multiplier);
+  w.line("const kiln::i64 kbase = {}, op = tp0 + th.ty;", first_output(geo, "tc0 + th.lane * D::kCT"));
   if (!ch.loads.empty() || !ch.stores.empty()) w.line("const bool kiln_vec = {};", ch.aligned);
   w.block(fmt::format("if (kbase < {}LL && op < {}LL)", geo.k, geo.p), [&] {
     if (!columns.empty()) {

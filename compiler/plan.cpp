@@ -55,8 +55,8 @@ std::string KernelParams::to_string(KernelKind kind) const {
     case KernelKind::Pointwise:
     case KernelKind::Copy:
       return fmt::format("domain={}", kiln::to_string(domain));
-    case KernelKind::DepthwiseConv:  // (the GEMM view's batch is the channels, n the multiplier, k the taps)
-      return fmt::format("domain={} channels={} multiplier={} pixels={} taps={}", kiln::to_string(domain), batch, n, m, k);
+    case KernelKind::DepthwiseConv:  // (the GEMM view's batch is the groups, n a group's outputs, k its taps x inputs)
+      return fmt::format("domain={} groups={} multiplier={} pixels={} k={}", kiln::to_string(domain), batch, n, m, k);
   }
   return "";
 }

@@ -12,8 +12,8 @@
 //  2. greedy fusion in op order: each op joins the kernel of one of its
 //     producers when that kernel's strategy takes it (strategies.h) and no
 //     cycle between kernels would follow; else it starts a kernel (a
-//     depthwise conv2d a depthwise_conv kernel, which takes pointwise ops
-//     as its epilogue). Views join the kernels that read them (folded into
+//     depthwise or narrowly grouped conv2d a depthwise_conv kernel, which
+//     takes pointwise ops as its epilogue). Views join the kernels that read them (folded into
 //     indexing), except a transpose that would spread an NHWC conv's
 //     channels apart in memory: a copy kernel writes it once and the conv
 //     reads it as a plain tensor (planner/strided_conv_operands.h);

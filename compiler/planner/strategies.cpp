@@ -245,7 +245,13 @@ bool depthwise_conv(const Graph& g, const Op& op) {
   const int64_t most = int64_t{1} << 30;
   const bool small = std::max({x[1], x[2], x[3], a.padding[0], a.padding[1]}) < most && y[1] < most / a.stride[0] &&
                      y[2] < most / a.stride[1];
-  return a.groups > 1 && a.groups == x[3] && w[0] / x[3] <= kMaxDepthwiseMultiplier && w[1] <= kMaxDepthwiseTaps &&
+  // Groups of one input channel, or of a few whose values one 16-byte load holds.
+  const int64_t group_in = w[3];
+  const Tensor& input = g.operand(op, 0);
+  const bool few = group_in == 1 || ((group_in == 2 || group_in == 4 || group_in == 8) &&
+                                     group_in * byte_size(input.value_dtype()) <= 16);
+  return a.groups > 1 && a.groups * group_in == x[3] && few && w[0] / a.groups <= kMaxDepthwiseMultiplier &&
+         w[1] <= kMaxDepthwiseTaps &&
          w[2] <= kMaxDepthwiseTaps && span(w[1], a.dilation[0]) <= kMaxDepthwiseSpan &&
          span(w[2], a.dilation[1]) <= kMaxDepthwiseSpan && small;
 }

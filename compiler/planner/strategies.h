@@ -21,10 +21,12 @@ Verdict can_take(const Graph& g, const Group& group, const Op& op, int stage);
 KernelKind kind_for(OpKind kind);
 KernelKind kind_for(const Graph& g, const Op& op);
 
-// The depthwise convs that the depthwise_conv kernel computes
+// The depthwise and grouped convs that the depthwise_conv kernel computes
 // (codegen/depthwise_generator.h): conv2d in NHWC with one group per input
-// channel (groups = C > 1; K = multiplier x C), the multiplier at most
-// kMaxDepthwiseMultiplier, at most kMaxDepthwiseTaps taps along each side
+// channel (groups = C > 1; K = multiplier x C), or groups of 2, 4 or 8
+// input channels that one 16-byte load holds in their storage type (the
+// narrow groups of a ResNeXt), the output channels of a group (the
+// multiplier) at most kMaxDepthwiseMultiplier, at most kMaxDepthwiseTaps taps along each side
 // and a window at most kMaxDepthwiseSpan pixels across (dilation
 // included), so that a thread's accumulators and a filter row fit in
 // registers and a tile's input halo in shared memory, and sides, channels

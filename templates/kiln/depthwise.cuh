@@ -1,31 +1,37 @@
-// kiln's depthwise convolution: conv2d in NHWC with one group per input
-// channel (groups = C) and M output channels per input channel (channel
-// c's filters are output channels c*M .. c*M + M - 1). A few multiply-adds
-// per byte: the kernel is built to move bytes.
+// kiln's depthwise and grouped convolutions: conv2d in NHWC with groups of
+// CI input channels and M output channels each (depthwise: CI = 1, groups
+// = C; group g's filters are output channels g*M .. g*M + M - 1, reading
+// input channels g*CI .. g*CI + CI - 1). A few multiply-adds per byte: the
+// kernel is built to move bytes.
 //
 // A block computes a tile of BP x BQ output pixels of one image for CB
-// consecutive input channels (their CB * M output channels):
+// consecutive input channels (whole groups; their CB / CI * M output
+// channels):
 //   halo     the input pixels the tile reads (its rows and columns widened
 //            by the window, zero outside the image and past C) are copied
 //            into shared memory in their storage type, 16 bytes at a time
 //            along the channels where the tensor allows (cp.async on
 //            sm_80 and later), else element by element (codegen's loop);
 //   filter   the block's weights, f32 (rounded to the conv's precision),
-//            [R*S taps][CB*M channels] in shared memory beside the halo;
-//   convolve each thread holds CT input channels (one shared-memory load
-//            of CT * bytes) and TQ consecutive output pixels of one row,
-//            TQ x CT*M f32 accumulators in registers. Filter row by filter
-//            row, the row's S x CT*M weights come into registers and the
-//            input row slides past them: each input pixel of the row is
-//            loaded once and multiplies every weight it meets (a stride-1
-//            3x3 row: 6 loads for 4 pixels instead of 12);
+//            [R*S taps][output channels][CI] in shared memory beside the
+//            halo;
+//   convolve each thread holds CT input channels (whole groups, one
+//            shared-memory load of CT * bytes) and TQ consecutive output
+//            pixels of one row, TQ x CT/CI*M f32 accumulators in
+//            registers. Depthwise, filter row by filter row: the row's
+//            S x CT*M weights come into registers and the input row slides
+//            past them, each input pixel of the row loaded once and
+//            multiplied by every weight it meets (a stride-1 3x3 row: 6
+//            loads for 4 pixels instead of 12). Grouped, tap by tap: the
+//            tap's CT/CI*M x CI weights in registers, each pixel's CT inputs
+//            loaded for it;
 //   epilogue codegen's: the pointwise ops after the conv, values of the
 //            channel alone (bias, batch_norm's scale) once a thread, and
-//            the written tensors stored CT*M channels at a time.
+//            the written tensors stored CT/CI*M channels at a time.
 //
 // The shapes the code depends on are template parameters (filter size,
-// stride, dilation, the tile); the tensor's sizes (H, W, C, padding) are
-// arguments.
+// stride, dilation, group width, the tile); the tensor's sizes (H, W, C,
+// padding) are arguments.
 //
 // Numerics (graph-format.md rule 5): f32 accumulation; 16-bit inputs are
 // exact; an f32 input is rounded to the conv's precision as it is read
@@ -124,15 +130,17 @@ __device__ __forceinline__ void copies_done() {
 }
 
 // The tile: S storage, an R x S_ filter at stride (SH, SW) and dilation (DH,
-// DW), channel multiplier M; a thread's CT input channels and TQ output
-// pixels along a row; CG x TX x TY threads (channel lanes fastest).
-template <Storage S, int R, int S_, int SH, int SW, int DH, int DW, int M, int CT, int TQ, int CG, int TX, int TY, int ROUND>
+// DW), groups of CI input and M output channels; a thread's CT input
+// channels and TQ output pixels along a row; CG x TX x TY threads (channel
+// lanes fastest).
+template <Storage S, int R, int S_, int SH, int SW, int DH, int DW, int M, int CT, int TQ, int CG, int TX, int TY, int ROUND,
+          int CI = 1>
 struct Tile {
   typedef typename Element<S>::type T;
   static constexpr int kThreads = CG * TX * TY;
   static constexpr int kCT = CT, kTQ = TQ;               // input channels and output pixels a thread
-  static constexpr int kJ = CT * M;                      // output channels a thread
-  static constexpr int kCB = CG * CT, kKB = kCB * M;     // input and output channels a block
+  static constexpr int kJ = CT / CI * M;                 // output channels a thread
+  static constexpr int kCB = CG * CT, kKB = kCB / CI * M;  // input and output channels a block
   static constexpr int kBP = TY, kBQ = TX * TQ;          // output rows and columns a block
   static constexpr int kSpanQ = (TQ - 1) * SW + (S_ - 1) * DW + 1;  // input columns of a thread's row of pixels
   static constexpr int kHP = (kBP - 1) * SH + (R - 1) * DH + 1, kHQ = (kBQ - 1) * SW + (S_ - 1) * DW + 1;
@@ -141,9 +149,10 @@ struct Tile {
   static constexpr int kPixelBytes = (kCB * static_cast<int>(sizeof(T)) + 15) / 16 * 16 + (kCB * sizeof(T) < 128 ? 16 : 0);
   static constexpr int kPitch = kPixelBytes / static_cast<int>(sizeof(T));  // elements
   static constexpr int kHaloBytes = kHP * kHQ * kPixelBytes;
-  static constexpr int kWeightBytes = R * S_ * kKB * 4;
+  static constexpr int kWeightBytes = R * S_ * kKB * CI * 4;
   static constexpr int kSharedBytes = kHaloBytes + kWeightBytes;
   static_assert(CT >= 1 && 16 % (CT * static_cast<int>(sizeof(T))) == 0, "a thread's channels: one shared-memory load");
+  static_assert(CI >= 1 && CT % CI == 0, "a thread's channels: whole groups");
 
   // The halo's element e (in [0, kHP * kHQ * kCB)): its pixel's row and column and its channel.
   static __device__ __forceinline__ void halo_element(int e, int& row, int& column, int& channel) {
@@ -165,7 +174,9 @@ struct Tile {
   static __device__ __forceinline__ const T* input_of(const T* halo, Thread th) {
     return halo + halo_index(th.ty * SH, th.tx * TQ * SW, th.lane * CT);
   }
-  static __device__ __forceinline__ const float* weights_of(const float* weights, Thread th) { return weights + th.lane * kJ; }
+  static __device__ __forceinline__ const float* weights_of(const float* weights, Thread th) {
+    return weights + th.lane * kJ * CI;
+  }
 
   // The halo by 16-byte copies: `x` is image n's pixel (0, 0) channel 0,
   // pixels stride_h and stride_w elements apart (channels contiguous, C a
@@ -185,14 +196,16 @@ struct Tile {
     copies_done();
   }
 
-  // The block's weights into shared memory: weights[tap][k] for the block's
-  // output channels k (kKB of them), `weight(k, ri, si)` for those below
-  // the conv's (in `limit`), else 0.
+  // The block's weights into shared memory: weights[tap][k][i] for the
+  // block's output channels k (kKB of them) and their group's input
+  // channels i, `weight(k, ri, si)` (depthwise) or `weight(k, i, ri, si)`
+  // for those below the conv's (in `limit`), else 0.
   template <class Weight>
   static __device__ __forceinline__ void stage_weights(float* weights, i64 k0, i64 limit, Weight weight) {
-    for (int e = threadIdx.x; e < R * S_ * kKB; e += kThreads) {
-      const int tap = e / kKB, k = e % kKB;
-      weights[e] = k0 + k < limit ? weight(k0 + k, tap / S_, tap % S_) : 0.0f;
+    for (int e = threadIdx.x; e < R * S_ * kKB * CI; e += kThreads) {
+      const int tap = e / (kKB * CI), k = e / CI % kKB;
+      if constexpr (CI == 1) weights[e] = k0 + k < limit ? weight(k0 + k, tap / S_, tap % S_) : 0.0f;
+      else weights[e] = k0 + k < limit ? weight(k0 + k, e % CI, tap / S_, tap % S_) : 0.0f;
     }
   }
 
@@ -205,6 +218,10 @@ struct Tile {
     for (int t = 0; t < TQ; ++t)
 #pragma unroll
       for (int j = 0; j < kJ; ++j) acc[t][j] = 0.0f;
+    if constexpr (CI > 1) {
+      convolve_groups(in, w, acc);
+      return;
+    }
     // (Filter rows one at a time: unrolled, the compiler hoists every row's
     // loads together and runs out of registers.)
 #pragma unroll 1
@@ -227,6 +244,32 @@ struct Tile {
           for (int c = 0; c < CT; ++c)
 #pragma unroll
             for (int m = 0; m < M; ++m) acc[t][c * M + m] = fmaf(x[c], wr[d / DW][c * M + m], acc[t][c * M + m]);
+        }
+      }
+    }
+  }
+
+  // Grouped (CI > 1): tap by tap, the tap's weights for the thread's kJ
+  // output channels (kJ x CI) in registers, then each of its pixels' CT
+  // inputs, group g's CI of them into g's M outputs.
+  static __device__ __forceinline__ void convolve_groups(const T* in, const float* w, float (&acc)[TQ][kJ]) {
+#pragma unroll 1
+    for (int ri = 0; ri < R; ++ri) {
+      const T* row = in + ri * DH * kHQ * kPitch;
+#pragma unroll
+      for (int si = 0; si < S_; ++si) {
+        float wt[kJ * CI];
+        load_floats<kJ * CI>(w + (ri * S_ + si) * kKB * CI, wt);
+#pragma unroll
+        for (int t = 0; t < TQ; ++t) {
+          float x[CT];
+          load_shared<S, CT>(row + (t * SW + si * DW) * kPitch, x);
+#pragma unroll
+          for (int c = 0; c < CT; ++c) x[c] = round_operand<ROUND>(x[c]);
+#pragma unroll
+          for (int j = 0; j < kJ; ++j)
+#pragma unroll
+            for (int i = 0; i < CI; ++i) acc[t][j] = fmaf(x[j / M * CI + i], wt[j * CI + i], acc[t][j]);
         }
       }
     }

@@ -11,10 +11,13 @@
 
 namespace kiln::testing {
 
-// A depthwise conv2d (NHWC, groups = C) and what follows it.
+// A depthwise conv2d (NHWC, groups = C) or a grouped one (groups of
+// group_in input channels), `multiplier` output channels a group, and what
+// follows it.
 struct DepthwiseCase {
   int64_t n = 2, h = 9, w = 11, c = 16;
   int64_t r = 3, s = 3, multiplier = 1;
+  int64_t group_in = 1;
   int64_t stride = 1, padding = 1, dilation = 1;
   std::string dtype = "bf16";
   std::string precision;  // the conv's `precision` ("": the default)
@@ -24,12 +27,13 @@ struct DepthwiseCase {
   std::string epilogue = "bias";
 
   std::string name() const {
-    return fmt::format("n{} {}x{}x{} {}x{} m{} s{} p{} d{} {}{} {}", n, h, w, c, r, s, multiplier, stride, padding, dilation,
-                       dtype, precision.empty() ? "" : "/" + precision, epilogue);
+    return fmt::format("n{} {}x{}x{} {}x{} m{}{} s{} p{} d{} {}{} {}", n, h, w, c, r, s, multiplier,
+                       group_in == 1 ? "" : fmt::format(" g{}", group_in), stride, padding, dilation, dtype,
+                       precision.empty() ? "" : "/" + precision, epilogue);
   }
 
   std::string json() const {
-    const int64_t k = c * multiplier;
+    const int64_t groups = c / group_in, k = groups * multiplier;
     std::string inputs, ops, outputs = "\"y\"";
     const std::string conv_in = epilogue == "sliced_input" || epilogue == "nchw_input" ? "xv" : "x";
     if (epilogue == "sliced_input") {
@@ -41,11 +45,11 @@ struct DepthwiseCase {
     } else {
       inputs += fmt::format(R"("x": {{"shape": [{}, {}, {}, {}], "dtype": "{}"}},)", n, h, w, c, dtype);
     }
-    inputs += fmt::format(R"("w": {{"shape": [{}, {}, {}, 1], "dtype": "{}"}})", k, r, s, dtype);
+    inputs += fmt::format(R"("w": {{"shape": [{}, {}, {}, {}], "dtype": "{}"}})", k, r, s, group_in, dtype);
     const std::string precision_attr = precision.empty() ? "" : fmt::format(R"(, "precision": "{}")", precision);
     ops += fmt::format(R"({{"op": "conv2d", "in": ["{}", "w"], "out": "c", "stride": [{}, {}], "padding": [{}, {}], )"
                        R"("dilation": [{}, {}], "groups": {}{}}})",
-                       conv_in, stride, stride, padding, padding, dilation, dilation, c, precision_attr);
+                       conv_in, stride, stride, padding, padding, dilation, dilation, groups, precision_attr);
     auto channel_input = [&](const char* name, const char* type) {
       inputs += fmt::format(R"(, "{}": {{"shape": [{}], "dtype": "{}"}})", name, k, type);
     };
@@ -113,6 +117,19 @@ inline std::vector<DepthwiseCase> depthwise_cases() {
   add({.n = 1, .h = 9, .w = 9, .c = 48, .dtype = "f32", .precision = "bf16", .epilogue = "bn_relu6"});
   add({.n = 1, .h = 28, .w = 28, .c = 200, .epilogue = "bn_relu6"});
   add({.n = 1, .h = 30, .w = 29, .c = 72, .r = 5, .s = 5, .padding = 2, .epilogue = "bias_silu"});
+  // Grouped: groups of 2, 4 and 8 input channels (one 16-byte load), their
+  // outputs 2 to 8 a group; ResNeXt's 4 x 4 and 8 x 8 with batch norm,
+  // stride 2; C not a multiple of 8; views; f32 (groups of at most 4).
+  add({.n = 2, .h = 14, .w = 13, .c = 128, .multiplier = 4, .group_in = 4, .epilogue = "bn_relu6"});
+  add({.n = 1, .h = 15, .w = 15, .c = 256, .multiplier = 8, .group_in = 8, .stride = 2, .epilogue = "bias"});
+  add({.n = 2, .h = 9, .w = 11, .c = 64, .multiplier = 8, .group_in = 8, .dtype = "f16", .epilogue = "residual"});
+  add({.n = 1, .h = 10, .w = 13, .c = 64, .r = 5, .s = 5, .multiplier = 8, .group_in = 8, .padding = 2, .epilogue = "two_outputs"});
+  add({.n = 1, .h = 9, .w = 10, .c = 24, .multiplier = 3, .group_in = 2, .padding = 2, .dilation = 2, .dtype = "f32",
+       .epilogue = "hardswish"});
+  add({.n = 2, .h = 7, .w = 9, .c = 40, .multiplier = 4, .group_in = 4, .dtype = "f32", .precision = "tf32", .epilogue = "bias"});
+  add({.n = 1, .h = 8, .w = 9, .c = 12, .multiplier = 2, .group_in = 4, .epilogue = "sliced_input"});
+  add({.n = 2, .h = 8, .w = 7, .c = 16, .multiplier = 2, .group_in = 2, .epilogue = "nchw_input"});
+  add({.n = 1, .h = 6, .w = 5, .c = 32, .multiplier = 1, .group_in = 8, .epilogue = "none"});
   return cases;
 }
 

@@ -49,11 +49,11 @@ TEST(Depthwise, BatchNormAndRelu6AreTheEpilogueOfOneKernel) {
   EXPECT_EQ(p.kernels[0].kind, KernelKind::DepthwiseConv);
   EXPECT_EQ(op_names(g, p.kernels[0]), (std::vector<std::string>{"c", "bn", "y"}));
   EXPECT_EQ(p.kernels[0].params.to_string(p.kernels[0].kind),
-            "domain=[2,9,11,96] channels=96 multiplier=1 pixels=198 taps=9");
+            "domain=[2,9,11,96] groups=96 multiplier=1 pixels=198 k=9");
   EXPECT_THAT(ir::plan_to_text(ir_of(g), p), HasSubstr("kernel 0: depthwise_conv, anchor c"));
 }
 
-TEST(Depthwise, OnlyNhwcConvsWithAGroupPerChannelWithinBoundsTakeIt) {
+TEST(Depthwise, OnlyNhwcConvsWithNarrowGroupsWithinBoundsTakeIt) {
   auto kind_of = [](const std::string& json) {  // the conv's kernel (a thin conv's padded channels come first)
     const Graph g = must_parse(json);
     for (const ir::PlannedKernel& k : plan_of(g).kernels)
@@ -64,9 +64,18 @@ TEST(Depthwise, OnlyNhwcConvsWithAGroupPerChannelWithinBoundsTakeIt) {
   EXPECT_EQ(kind_of(conv_graph("[1,8,8,16]", "[128,3,3,1]", R"(, "groups": 16)")), KernelKind::DepthwiseConv);  // multiplier 8
   // NCHW: an NHWC conv between transposes (compiler/nchw_convs_as_nhwc.h), so the depthwise kernel too.
   EXPECT_EQ(kind_of(conv_graph("[1,16,8,8]", "[16,1,3,3]", R"(, "layout": "NCHW", "groups": 16)")), KernelKind::DepthwiseConv);
-  // Fewer groups than channels, a multiplier past 8, a filter past 15 taps or a window past 32 pixels, one
-  // channel, sides past 32-bit indexing: the implicit-GEMM conv kernel.
-  EXPECT_EQ(kind_of(conv_graph("[1,8,8,16]", "[16,3,3,2]", R"(, "groups": 8)")), KernelKind::Conv);
+  // Groups of 2, 4 or 8 channels that one 16-byte load holds (f32: 2 or 4), outputs at most 8 a group.
+  EXPECT_EQ(kind_of(conv_graph("[1,8,8,16]", "[16,3,3,2]", R"(, "groups": 8)")), KernelKind::DepthwiseConv);
+  EXPECT_EQ(kind_of(conv_graph("[1,8,8,16]", "[16,3,3,4]", R"(, "groups": 4)")), KernelKind::DepthwiseConv);
+  EXPECT_EQ(kind_of(conv_graph("[1,8,8,16]", "[16,3,3,8]", R"(, "groups": 2)")), KernelKind::DepthwiseConv);
+  std::string f32_groups_of_8 = conv_graph("[1,8,8,16]", "[16,3,3,8]", R"(, "groups": 2)");
+  for (size_t at; (at = f32_groups_of_8.find("bf16")) != std::string::npos;) f32_groups_of_8.replace(at, 4, "f32");
+  EXPECT_EQ(kind_of(f32_groups_of_8), KernelKind::Conv);  // 32 bytes a group
+  // Groups of 3 or 16 channels (32 bytes), more than 8 outputs a group, a multiplier past 8, a filter past 15
+  // taps or a window past 32 pixels, one channel, sides past 32-bit indexing: the implicit-GEMM conv kernel.
+  EXPECT_EQ(kind_of(conv_graph("[1,8,8,18]", "[18,3,3,3]", R"(, "groups": 6)")), KernelKind::Conv);
+  EXPECT_EQ(kind_of(conv_graph("[1,8,8,32]", "[32,3,3,16]", R"(, "groups": 2)")), KernelKind::Conv);
+  EXPECT_EQ(kind_of(conv_graph("[1,8,8,16]", "[36,3,3,4]", R"(, "groups": 4)")), KernelKind::Conv);
   EXPECT_EQ(kind_of(conv_graph("[1,8,8,16]", "[144,3,3,1]", R"(, "groups": 16)")), KernelKind::Conv);
   EXPECT_EQ(kind_of(conv_graph("[1,20,20,16]", "[16,17,17,1]", R"(, "groups": 16)")), KernelKind::Conv);
   EXPECT_EQ(kind_of(conv_graph("[1,40,40,16]", "[16,3,3,1]", R"(, "dilation": [17, 1], "groups": 16)")), KernelKind::Conv);
