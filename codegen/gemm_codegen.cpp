@@ -55,8 +55,9 @@ std::optional<ExternalTensor> GemmGenerator::chunkable(ir::TensorId t, Mma kind,
 
 void GemmGenerator::gemm(const ir::Op& anchor, const Gemm& gm) {
   if (const std::optional<Mma> kind = mma_kind(anchor)) {
-    if (auto operands = wgmma_operands(anchor, gm, *kind)) return gemm_wgmma(anchor, gm, *kind, *operands);
-    return gemm_tensor_core(anchor, gm, *kind);
+    std::string not_wgmma;
+    if (auto operands = wgmma_operands(anchor, gm, *kind, &not_wgmma)) return gemm_wgmma(anchor, gm, *kind, *operands);
+    return gemm_tensor_core(anchor, gm, *kind, not_wgmma);
   }
   gemm_simt(anchor, gm);
 }
@@ -104,6 +105,14 @@ void GemmGenerator::gemm_simt(const ir::Op& anchor, const Gemm& gm) {
 auto GemmGenerator::mma_tile(const Gemm& gm, Mma kind) const -> MmaTile {
   const int bk = kind == Mma::tf32 ? 16 : 32;
   const int64_t big_tiles = ((gm.m + 127) / 128) * ((gm.n + 127) / 128) * gm.batches;
+  // Few rows (decode: m <= 64), however wide: a tile only as tall as m
+  // (16-row steps), 64 columns over 4 warps, 64-deep slices; B is what
+  // costs, streamed by many small blocks (with split_k) instead of a few
+  // wide ones; a 128-row tile would multiply zero rows (an LM head at 7
+  // rows and 50257 columns took 128 x 128 tiles: 18x the MMA work). (64-deep
+  // slices in every type: a computed operand's 8-element runs then divide
+  // evenly among the 128 threads.)
+  if (gm.m <= 64 && !gm.conv) return {static_cast<int>((gm.m + 15) / 16 * 16), 64, 64, 1, 4, 4};
   // 128x128 tiles once they fill most of a GPU's SMs; else 64x64. With
   // both operands copied straight from memory, 4 warps of 64x64 and a
   // deeper K-slice (measured on H100, bf16 8192x8192x4096: 209 TFLOP/s
@@ -111,12 +120,6 @@ auto GemmGenerator::mma_tile(const Gemm& gm, Mma kind) const -> MmaTile {
   // operands keep 8 warps so each thread stages only two 8-element runs.
   if (big_tiles >= 96 && gm.chunk_a && gm.chunk_b) return {128, 128, 2 * bk, 2, 2, 3};
   if (big_tiles >= 96) return {128, 128, bk, 2, 4, 4};
-  // Few rows (decode: m <= 64): a tile only as tall as m (16-row steps),
-  // 64 columns over 4 warps, 64-deep slices; B is what costs, streamed by
-  // many small blocks (with split_k) instead of a few wide ones. (64-deep
-  // slices in every type: a computed operand's 8-element runs then divide
-  // evenly among the 128 threads.)
-  if (gm.m <= 64 && !gm.conv) return {static_cast<int>((gm.m + 15) / 16 * 16), 64, 64, 1, 4, 4};
   return {64, 64, bk, 2, 2, 4};
 }
 
@@ -295,9 +298,10 @@ std::string GemmGenerator::tensor_core_loader(const ir::Op& anchor, const Gemm& 
   return out.decls + out.load + out.stash;
 }
 
-void GemmGenerator::gemm_tensor_core(const ir::Op& anchor, const Gemm& gm, Mma kind) {
+void GemmGenerator::gemm_tensor_core(const ir::Op& anchor, const Gemm& gm, Mma kind, const std::string& not_wgmma) {
   const MmaTile t = mma_tile(gm, kind);
-  decided(fmt::format("mma.sync {}x{}x{}, {}x{} warps, {} stages", t.bm, t.bn, t.bk, t.warps_m, t.warps_n, t.stages));
+  decided(fmt::format("mma.sync {}x{}x{}, {}x{} warps, {} stages{}", t.bm, t.bn, t.bk, t.warps_m, t.warps_n, t.stages,
+                      not_wgmma.empty() ? "" : " (not wgmma: " + not_wgmma + ")"));
   const int threads = t.warps_m * t.warps_n * 32;
   const int elem = kind == Mma::tf32 ? 4 : 2, chunk = 16 / elem;
   const char* kind_name = kind == Mma::bf16 ? "kBf16" : kind == Mma::f16 ? "kF16" : "kTf32";

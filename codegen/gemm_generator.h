@@ -207,7 +207,8 @@ class GemmGenerator : public KernelBuilder {
   int64_t k_slices(const Gemm& gm, int bk) const;
   std::string split_k_main_loop(const Gemm& gm, const MmaTile& t, int splits, int64_t k_tiles);
 
-  void gemm_tensor_core(const ir::Op& anchor, const Gemm& gm, Mma kind);
+  // `not_wgmma`: why the Hopper kernel did not take it (sm_90), for the decisions.
+  void gemm_tensor_core(const ir::Op& anchor, const Gemm& gm, Mma kind, const std::string& not_wgmma = "");
   std::vector<Tuning> tensor_core_tuning_space(const Gemm& gm, const MmaTile& t, int64_t k_tiles) const;
   // An operand's tile as the tensor-core kernel's loaders see it.
   struct TileOperand {
@@ -248,7 +249,8 @@ class GemmGenerator : public KernelBuilder {
   // A tensor in memory stored as the MMA's type, bound to this kernel: its
   // pointer and tensor, the map still to fill in.
   std::optional<TmaOperand> tma_source(const std::optional<ExternalTensor>& e, Mma kind) const;
-  std::optional<TmaOperand> tma_operand(const ir::Op& anchor, size_t slot, Mma kind) const;
+  // `why`, where given, learns why an operand has no tensor map.
+  std::optional<TmaOperand> tma_operand(const ir::Op& anchor, size_t slot, Mma kind, std::string* why = nullptr) const;
   std::optional<TmaOperand> split_tma_a(const ir::Op& anchor, Mma kind) const;
 
   // A conv's weights [K, R, S, C] as B, k-major: one group, contiguous.
@@ -277,13 +279,15 @@ class GemmGenerator : public KernelBuilder {
   // operands, a problem that fills the GPU with 128 x 128 tiles, B loaded
   // by the copy engine and A too (a matmul), or gathered by the producer:
   // a matmul's A through views (`gathered`), an NHWC conv's input (gm.conv);
-  // A is nullopt where it is gathered. Else nullopt.
+  // A is nullopt where it is gathered. Else nullopt, and on sm_90 `why`
+  // (where given) learns why ("B ('wt') has rows 4099 elements apart ...").
   struct WgmmaOperands {
     std::optional<TmaOperand> a;
     TmaOperand b;
     std::optional<StridedView> gathered;
   };
-  std::optional<WgmmaOperands> wgmma_operands(const ir::Op& anchor, const Gemm& gm, Mma kind) const;
+  std::optional<WgmmaOperands> wgmma_operands(const ir::Op& anchor, const Gemm& gm, Mma kind,
+                                              std::string* why = nullptr) const;
 
   // The persistent warp-specialised kernel of wgmma.cuh: TMA loads of `a`
   // (or, without `a`, gm.conv's implicit im2col gathered by the producer

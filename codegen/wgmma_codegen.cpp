@@ -80,33 +80,47 @@ auto GemmGenerator::tma_source(const std::optional<ExternalTensor>& e, Mma kind)
   return op;
 }
 
-auto GemmGenerator::tma_operand(const ir::Op& anchor, size_t slot, Mma kind) const -> std::optional<TmaOperand> {
-  if (kind == Mma::tf32) return std::nullopt;
+auto GemmGenerator::tma_operand(const ir::Op& anchor, size_t slot, Mma kind, std::string* why) const
+    -> std::optional<TmaOperand> {
+  // Each refusal says why where the caller asks (the plan's "not wgmma: ..." on sm_90).
+  const std::string name = fmt::format("{} ('{}')", slot == 0 ? "A" : "B", g_.operand(anchor, slot).name);
+  auto refuse = [&](const std::string& reason) {
+    if (why) *why = name + " " + reason;
+    return std::nullopt;
+  };
+  if (kind == Mma::tf32) return refuse("has f32 values (tf32 MMA)");
   const std::optional<ExternalTensor> e = in_memory(anchor.inputs[slot]);
-  if (slot == 0 && (!e || e->strides.back() != 1)) return split_tma_a(anchor, kind);
+  if (slot == 0 && (!e || e->strides.back() != 1)) {
+    std::optional<TmaOperand> split = split_tma_a(anchor, kind);
+    if (!split) return refuse(e ? "is not contiguous along K" : "is computed in the kernel or read through views no tensor map describes");
+    return split;
+  }
+  if (!e) return refuse("is computed in the kernel's loads");
+  if (e->storage != mma_storage(kind)) return refuse(fmt::format("is stored as {}, not the MMA's type", to_string(e->storage)));
   std::optional<TmaOperand> found = tma_source(e, kind);
-  if (!found) return std::nullopt;
+  if (!found) return refuse("is not a bound tensor");
   TmaOperand op = *found;
   const Shape& s = g_.operand(anchor, slot).shape;
   const size_t r = s.size();
   // The contiguous dim (inner) and the other matrix dim (outer).
   size_t inner, outer;
   if (slot == 0) {
-    if (e->strides[r - 1] != 1) return std::nullopt;
+    if (e->strides[r - 1] != 1) return refuse("is not contiguous along K");
     inner = r - 1, outer = r - 2;
   } else if (e->strides[r - 1] == 1 && s[r - 1] > 1) {
     inner = r - 1, outer = r - 2, op.k_major = false;
   } else if (e->strides[r - 2] == 1) {
     inner = r - 2, outer = r - 1, op.k_major = true;
   } else {
-    return std::nullopt;
+    return refuse("is contiguous along neither K nor N");
   }
-  if (!map_extent_fits(s[inner]) || !map_extent_fits(s[outer])) return std::nullopt;
+  if (!map_extent_fits(s[inner]) || !map_extent_fits(s[outer])) return refuse("has a dimension of 2^31 elements or more");
   op.map.dtype = mma_storage(kind);
   op.map.dims[0] = static_cast<uint64_t>(s[inner]);
   op.map.dims[1] = static_cast<uint64_t>(s[outer]);
   const int64_t outer_stride = s[outer] == 1 ? s[inner] : e->strides[outer];
-  if (!map_stride_fits(outer_stride)) return std::nullopt;
+  if (!map_stride_fits(outer_stride))
+    return refuse(fmt::format("has rows {} elements apart ({} bytes), no 16-byte multiple", outer_stride, outer_stride * 2));
   op.map.strides[0] = static_cast<uint64_t>(outer_stride * 2);
   op.map.rank = 2;
   // Batch dims: none that matter, or exactly the result's, one stride apart.
@@ -115,14 +129,14 @@ auto GemmGenerator::tma_operand(const ir::Op& anchor, size_t slot, Mma kind) con
   for (size_t d = r - 2; d-- > 0;) {
     batches *= s[d];
     if (s[d] == 1) continue;
-    if (expect >= 0 && e->strides[d] != expect) return std::nullopt;
+    if (expect >= 0 && e->strides[d] != expect) return refuse("has batch dimensions that no single stride walks");
     if (expect < 0) batch_stride = e->strides[d];
     expect = e->strides[d] * s[d];
   }
   if (batches > 1) {
     if (r != rs.size() || !std::equal(s.begin(), s.end() - 2, rs.begin()) || !map_stride_fits(batch_stride) ||
         !map_extent_fits(batches))
-      return std::nullopt;
+      return refuse("has batch dimensions a tensor map cannot walk (broadcast, or strides no 16-byte multiple)");
     op.map.rank = 3;
     op.map.dims[2] = static_cast<uint64_t>(batches);
     op.map.strides[1] = static_cast<uint64_t>(batch_stride * 2);
@@ -233,8 +247,14 @@ auto GemmGenerator::conv_weight_operand(const ir::Op& anchor, Mma kind) const ->
   return op;
 }
 
-auto GemmGenerator::wgmma_operands(const ir::Op& anchor, const Gemm& gm, Mma kind) const -> std::optional<WgmmaOperands> {
-  if (sm_ != 90 || kind == Mma::tf32) return std::nullopt;
+auto GemmGenerator::wgmma_operands(const ir::Op& anchor, const Gemm& gm, Mma kind, std::string* why) const
+    -> std::optional<WgmmaOperands> {
+  auto refuse = [&](const std::string& reason) {
+    if (why) *why = reason;
+    return std::nullopt;
+  };
+  if (sm_ != 90) return std::nullopt;
+  if (kind == Mma::tf32) return refuse("f32 operands (tf32 MMA)");
   // At least 32 tiles of 128 x 128: a wgmma tile's rate per SM beats the
   // mma.sync kernel even where that one covers more SMs (H100, bf16, K =
   // 768, one run: 32 tiles 19.6 -> 11.2 us, 64 tiles 22.2 -> 12.4, 96
@@ -242,21 +262,28 @@ auto GemmGenerator::wgmma_operands(const ir::Op& anchor, const Gemm& gm, Mma kin
   // K = 4608, ran at 41 TFLOP/s on mma.sync). One row of tiles (decode)
   // keeps mma.sync and its K split unless it alone fills the GPU.
   const int64_t tiles_m = (gm.m + 127) / 128, tiles = tiles_m * ((gm.n + 127) / 128) * gm.batches;
-  if (tiles < 32 || (tiles_m < 2 && tiles < 132) || tiles >= (int64_t{1} << 31)) return std::nullopt;
+  if (tiles < 32) return refuse(fmt::format("{} tiles of 128 x 128, under 32", tiles));
+  if (tiles_m < 2 && tiles < 132)
+    return refuse(fmt::format("one row of tiles (M = {}) in {} tiles, under 132: mma.sync splits K", gm.m, tiles));
+  if (tiles >= (int64_t{1} << 31)) return refuse("2^31 tiles or more");
   if (anchor.kind == OpKind::Matmul) {
-    std::optional<TmaOperand> a = tma_operand(anchor, 0, kind), b = tma_operand(anchor, 1, kind);
-    if (!b) return std::nullopt;
+    std::string why_a, why_b;
+    std::optional<TmaOperand> a = tma_operand(anchor, 0, kind, &why_a), b = tma_operand(anchor, 1, kind, &why_b);
+    if (!b) return refuse(why_b);
     if (a) return WgmmaOperands{a, *b, std::nullopt};
     // A through views no tensor map describes: gathered in 16-byte runs, one batch.
     std::optional<StridedView> gathered = gathered_a(anchor, kind);
-    if (!gathered || gm.batches != 1 || gm.m >= (int64_t{1} << 31) || gm.k >= (int64_t{1} << 31)) return std::nullopt;
+    if (!gathered || gm.batches != 1 || gm.m >= (int64_t{1} << 31) || gm.k >= (int64_t{1} << 31))
+      return refuse(why_a + ", nor gathered in 16-byte runs");
     return WgmmaOperands{std::nullopt, *b, gathered};
   }
   if (anchor.kind == OpKind::Conv2d && gm.conv && gm.m < (int64_t{1} << 31)) {
     std::optional<TmaOperand> b = conv_weight_operand(anchor, kind);
-    if (!b) return std::nullopt;
+    if (!b) return refuse("the weights are not [K, R, S, C] rows a tensor map loads");
     return WgmmaOperands{std::nullopt, *b, std::nullopt};
   }
+  if (anchor.kind == OpKind::Conv2d)
+    return refuse("the input is not gathered in 16-byte runs (one group, NHWC, channels a multiple of 8)");
   return std::nullopt;
 }
 

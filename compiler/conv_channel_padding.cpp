@@ -9,6 +9,7 @@
 
 #include "compiler/error.h"
 #include "compiler/graph_rewrite.h"
+#include "compiler/zero_padding.h"
 
 namespace kiln::ir {
 namespace {
@@ -45,37 +46,9 @@ class Padder {
   // concat(t, expand(0)) along the last (channel) axis; once per tensor.
   TensorId padded_channels(TensorId t) {
     if (auto it = padded_.find(t); it != padded_.end()) return it->second;
-    const Tensor source = out_.tensor(t);
-    const int64_t channels = source.shape.back();
-    Shape zeros_shape = source.shape;
-    zeros_shape.back() = (channels + kChannelMultiple - 1) / kChannelMultiple * kChannelMultiple - channels;
-    Shape padded_shape = source.shape;
-    padded_shape.back() += zeros_shape.back();
-
-    Tensor zero;
-    zero.kind = TensorKind::Constant;
-    zero.rounded = true;
-    const TensorId zero_id = out_.add(zero);
-    auto result = [&](const std::string& suffix, const Shape& shape, DType dtype, bool rounded) {
-      Tensor r;
-      r.kind = TensorKind::OpResult;
-      r.name = fmt::format("{}.{}", source.name, suffix);
-      r.shape = shape;
-      r.strides = contiguous_strides(shape);
-      r.dtype = dtype;
-      r.rounded = rounded;
-      return out_.add(std::move(r));
-    };
-    // (A zero is exact in every type: the expanded constant is of the operand's.)
-    Op expand{OpKind::Expand, {zero_id}, result("zero_channels", zeros_shape, source.dtype, true), {}, false};
-    expand.attrs.shape = zeros_shape;
-    const TensorId zeros = expand.output;
-    out_.emit(std::move(expand));
-    Op concat{OpKind::Concat, {t, zeros}, result(fmt::format("channels{}", padded_shape.back()), padded_shape, source.dtype, true),
-              {}, false};
-    concat.attrs.axis = static_cast<int64_t>(padded_shape.size()) - 1;
-    const TensorId padded = concat.output;
-    out_.emit(std::move(concat));
+    const Shape shape = out_.tensor(t).shape;
+    const int64_t to = (shape.back() + kChannelMultiple - 1) / kChannelMultiple * kChannelMultiple;
+    const TensorId padded = zero_padded(out_, t, shape.size() - 1, to, "zero_channels", fmt::format("channels{}", to));
     padded_.emplace(t, padded);
     return padded;
   }

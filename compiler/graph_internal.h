@@ -15,10 +15,14 @@ struct Graph::Internal {
   static const ir::Graph& as_written(const Graph& g) { return *g.ir_; }
   // The graph planned as written, the rewrites skipped (tests compare the two).
   static Graph unsunk(const Graph& g) { return Graph(g.ir_, g.ir_); }
+  // The graph as written planned as `planned` (tests apply a row at the sites they choose).
+  static Graph with_planned(const Graph& g, std::shared_ptr<const ir::Graph> planned) {
+    return Graph(g.ir_, std::move(planned));
+  }
   // The graph as written, and for everything after it the graph the rewrite
   // table makes of it (compiler/rewrite_table.h: patch convolutions as
   // matmuls, written-out attention as sdpa, transposes sunk, thin
-  // convolutions' channels padded).
+  // convolutions' channels padded, odd-K matmuls' operands padded).
   // A symbolic graph is not rewritten: specialize() makes the integer
   // graph that is (compiler/specialize.h).
   static Graph make(std::shared_ptr<const ir::Graph> ir) {

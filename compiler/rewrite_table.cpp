@@ -9,6 +9,7 @@
 #include "compiler/conv_channel_padding.h"
 #include "compiler/error.h"
 #include "compiler/layout_sinking.h"
+#include "compiler/matmul_k_padding.h"
 #include "compiler/nchw_convs_as_nhwc.h"
 #include "compiler/patch_convolutions.h"
 #include "compiler/rewrite_check.h"
@@ -46,6 +47,7 @@ const std::vector<RewriteRow>& rewrite_table() {
       {"attention_as_sdpa", find_written_attention, attention_as_sdpa},
       {"layout_sinking", find_sinkable_transposes, sink_transposes},
       {"conv_channel_padding", find_thin_convs, pad_conv_channels},
+      {"matmul_k_padding", find_odd_k_matmuls, pad_matmul_k},
   };
   return table;
 }

@@ -14,6 +14,9 @@
 //                        order of dimensions (layout_sinking.h)
 //   conv_channel_padding thin channels-last convs read zero-padded channels
 //                        (conv_channel_padding.h)
+//   matmul_k_padding     16-bit matmuls with K no multiple of 8 read their
+//                        operands zero-padded along K, where the GEMM pays
+//                        for the copies (matmul_k_padding.h)
 // A row finds every place it applies in one scan and rewrites them all in
 // one rebuild; a round runs every row in order; rounds repeat until one
 // changes nothing.

@@ -1,0 +1,71 @@
+// GPU tests of GEMMs of the shapes models have: vocabulary sizes that are no
+// multiple of 8 (50257, 32001, 151936) at decode and prefill rows (M = 1, 7,
+// 64, 4096), odd K padded onto the Hopper kernel (compiler/matmul_k_padding.h)
+// and odd K at decode left on mma.sync, against the reference interpreter
+// with fresh random inputs and outputs poisoned before each run
+// (testing::check_graphs). Which kernel each takes on sm_90 is checked first
+// (on the CPU: tests/unit/test_odd_gemm.cpp says why). K is cut where the
+// reference would take minutes (M = 4096 runs K = 72 and 24). Label `gpu`;
+// without a GPU every test skips and says why.
+#include <cstdio>
+
+#include <fmt/format.h>
+
+#include "codegen/kernel_codegen.h"
+#include "compiler/graph_internal.h"
+#include "compiler/planner/planner.h"
+#include "tests/gpu/check_graphs.h"
+#include "tests/gpu/require_gpu.h"
+#include "tests/unit/test_helpers.h"
+
+namespace kiln {
+namespace {
+
+struct Shape3 {
+  int64_t m, n, k;
+  const char* kernel;  // what sm_90's matmul kernel's decisions start with
+};
+
+// h [m, k] times w [n, k] transposed (nn.Linear; an LM head with tied embeddings), then a bias.
+Graph lm_head(const Shape3& s) {
+  return testing::must_parse(fmt::format(R"({{"kiln": 1, "name": "lm_head_m{0}_n{1}_k{2}",
+    "inputs": {{"h": {{"shape": [{0}, {2}], "dtype": "bf16"}}, "w": {{"shape": [{1}, {2}], "dtype": "bf16"}},
+                "b": {{"shape": [{1}], "dtype": "bf16"}}}},
+    "ops": [{{"op": "transpose", "in": ["w"], "out": "wt", "perm": [1, 0]}},
+            {{"op": "matmul", "in": ["h", "wt"], "out": "m"}},
+            {{"op": "add", "in": ["m", "b"], "out": "logits"}}], "outputs": ["logits"]}})",
+                                         s.m, s.n, s.k));
+}
+
+std::string sm90_matmul_decisions(const Graph& g) {
+  const codegen::GeneratedProgram p = codegen::generate_program(ir_of(g), ir::plan_fusion(ir_of(g), {.sm = 90}), 90);
+  return p.kernels.back().decisions;  // (the matmul comes after any padded copies)
+}
+
+TEST(GpuOddGemm, VocabularySizesDecodeRowsAndOddKMatchTheReference) {
+  REQUIRE_GPU();
+  const std::vector<Shape3> shapes = {
+      // GPT-2's vocabulary: decode rows and a prefill of 4096 rows
+      {1, 50257, 768, "wgmma"}, {7, 50257, 768, "wgmma"}, {64, 50257, 768, "wgmma"}, {4096, 50257, 72, "wgmma"},
+      // 32001 (a vocabulary with one added token), Qwen2's 151936
+      {7, 32001, 4096, "wgmma"}, {4096, 32001, 24, "wgmma"}, {1, 151936, 896, "wgmma"}, {64, 151936, 896, "wgmma"},
+      // odd K: padded to a multiple of 8 and on the Hopper kernel, odd N too; at decode left on mma.sync
+      {1536, 1536, 99, "wgmma"}, {2048, 4096, 1027, "wgmma"}, {2048, 50257, 99, "wgmma"}, {7, 50257, 771, "mma.sync"},
+      // a decode projection: mma.sync with its K split
+      {1, 4096, 4096, "mma.sync"},
+  };
+  std::vector<Graph> graphs;
+  std::vector<std::string> names;
+  for (const Shape3& s : shapes) {
+    graphs.push_back(lm_head(s));
+    names.push_back(fmt::format("m {} n {} k {}", s.m, s.n, s.k));
+    const std::string decisions = sm90_matmul_decisions(graphs.back());
+    EXPECT_EQ(decisions.rfind(s.kernel, 0), 0u) << names.back() << ": " << decisions;
+  }
+  const testing::Outcome o = testing::check_graphs(graphs, names, 41);
+  std::printf("FIGURE odd GEMM shapes on the GPU: %zu graphs, %d failed\n", graphs.size(), o.failed);
+  EXPECT_EQ(o.failed, 0);
+}
+
+}  // namespace
+}  // namespace kiln
