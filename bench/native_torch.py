@@ -53,14 +53,16 @@ def channel_stats(c):
 
 
 def depthwise(epilogue, stride, padding):
-    """A depthwise conv (groups = C) and what follows it as the zoo's models
-    write it: the conv's bias (ConvNeXt), or an inference BatchNorm2d and
-    ReLU, ReLU6, Hardswish or SiLU (MobileNetV3, EfficientNet)."""
+    """A depthwise conv (groups = C) or a grouped one (ResNeXt: groups of
+    C / w.shape[1]) and what follows it as the zoo's models write it: the
+    conv's bias (ConvNeXt), or an inference BatchNorm2d and ReLU, ReLU6,
+    Hardswish or SiLU (MobileNetV3, EfficientNet, ResNeXt)."""
     def run(i):
         x, w = cl(i["x"]), cl(i["w"])
+        groups = x.shape[1] // w.shape[1]
         if epilogue == "bias":
-            return (F.conv2d(x, w, i["b"], stride=stride, padding=padding, groups=x.shape[1]),)
-        y = F.batch_norm(F.conv2d(x, w, stride=stride, padding=padding, groups=x.shape[1]), i["mean"], i["var"], i["gamma"],
+            return (F.conv2d(x, w, i["b"], stride=stride, padding=padding, groups=groups),)
+        y = F.batch_norm(F.conv2d(x, w, stride=stride, padding=padding, groups=groups), i["mean"], i["var"], i["gamma"],
                          i["beta"], training=False)
         return ({"relu": F.relu, "relu6": F.relu6, "hardswish": F.hardswish, "silu": F.silu}[epilogue](y),)
     return run
@@ -128,4 +130,7 @@ NATIVE = {
     "depthwise_mnv3s_5x5_c240_b64": depthwise("hardswish", 1, 2),
     "depthwise_mnv3s_5x5_c576_b64": depthwise("hardswish", 1, 2),
     "depthwise_mnv3s_5x5s2_c96_b64": depthwise("hardswish", 2, 2),
+    "grouped_resnext_3x3_c128g32_56_b32": depthwise("relu", 1, 1),
+    "grouped_resnext_3x3_c256g32_28_b32": depthwise("relu", 1, 1),
+    "grouped_resnext_3x3s2_c256g32_56_b32": depthwise("relu", 2, 1),
 }

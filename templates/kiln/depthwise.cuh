@@ -13,8 +13,11 @@
 //            along the channels where the tensor allows (cp.async on
 //            sm_80 and later), else element by element (codegen's loop);
 //   filter   the block's weights, f32 (rounded to the conv's precision),
-//            [R*S taps][output channels][CI] in shared memory beside the
-//            halo;
+//            in shared memory beside the halo: depthwise [R*S taps][output
+//            channels]; grouped, a thread's weights of a tap (its outputs x
+//            CI) cut into chunks of up to 4 floats, chunk c of every lane
+//            side by side ([tap][chunk][lane][4]), so that a quarter-warp's
+//            16-byte loads meet no bank twice;
 //   convolve each thread holds CT input channels (whole groups, one
 //            shared-memory load of CT * bytes) and TQ consecutive output
 //            pixels of one row, TQ x CT/CI*M f32 accumulators in
@@ -150,6 +153,8 @@ struct Tile {
   static constexpr int kPitch = kPixelBytes / static_cast<int>(sizeof(T));  // elements
   static constexpr int kHaloBytes = kHP * kHQ * kPixelBytes;
   static constexpr int kWeightBytes = R * S_ * kKB * CI * 4;
+  // Grouped: a thread's weights of one tap, and the chunk they are stored in.
+  static constexpr int kWT = kJ * CI, kW = kWT % 4 == 0 ? 4 : kWT % 2 == 0 ? 2 : 1;
   static constexpr int kSharedBytes = kHaloBytes + kWeightBytes;
   static_assert(CT >= 1 && 16 % (CT * static_cast<int>(sizeof(T))) == 0, "a thread's channels: one shared-memory load");
   static_assert(CI >= 1 && CT % CI == 0, "a thread's channels: whole groups");
@@ -175,7 +180,8 @@ struct Tile {
     return halo + halo_index(th.ty * SH, th.tx * TQ * SW, th.lane * CT);
   }
   static __device__ __forceinline__ const float* weights_of(const float* weights, Thread th) {
-    return weights + th.lane * kJ * CI;
+    if constexpr (CI == 1) return weights + th.lane * kJ;
+    else return weights + th.lane * kW;
   }
 
   // The halo by 16-byte copies: `x` is image n's pixel (0, 0) channel 0,
@@ -196,16 +202,22 @@ struct Tile {
     copies_done();
   }
 
-  // The block's weights into shared memory: weights[tap][k][i] for the
+  // The block's weights into shared memory (the layouts above): for the
   // block's output channels k (kKB of them) and their group's input
   // channels i, `weight(k, ri, si)` (depthwise) or `weight(k, i, ri, si)`
   // for those below the conv's (in `limit`), else 0.
   template <class Weight>
   static __device__ __forceinline__ void stage_weights(float* weights, i64 k0, i64 limit, Weight weight) {
     for (int e = threadIdx.x; e < R * S_ * kKB * CI; e += kThreads) {
-      const int tap = e / (kKB * CI), k = e / CI % kKB;
-      if constexpr (CI == 1) weights[e] = k0 + k < limit ? weight(k0 + k, tap / S_, tap % S_) : 0.0f;
-      else weights[e] = k0 + k < limit ? weight(k0 + k, e % CI, tap / S_, tap % S_) : 0.0f;
+      const int tap = e / (kKB * CI);
+      if constexpr (CI == 1) {
+        const int k = e % kKB;
+        weights[e] = k0 + k < limit ? weight(k0 + k, tap / S_, tap % S_) : 0.0f;
+      } else {  // e = ((tap * chunks + c) * CG + lane) * kW + r: the lane's weight c * kW + r of the tap
+        const int at = e % (kKB * CI), c = at / (CG * kW), lane = at / kW % CG, own = c * kW + at % kW;
+        const int k = lane * kJ + own / CI;
+        weights[e] = k0 + k < limit ? weight(k0 + k, own % CI, tap / S_, tap % S_) : 0.0f;
+      }
     }
   }
 
@@ -250,16 +262,22 @@ struct Tile {
   }
 
   // Grouped (CI > 1): tap by tap, the tap's weights for the thread's kJ
-  // output channels (kJ x CI) in registers, then each of its pixels' CT
-  // inputs, group g's CI of them into g's M outputs.
+  // output channels (kJ x CI, chunk by chunk) in registers, then each of its
+  // pixels' CT inputs, group g's CI of them into g's M outputs.
   static __device__ __forceinline__ void convolve_groups(const T* in, const float* w, float (&acc)[TQ][kJ]) {
 #pragma unroll 1
     for (int ri = 0; ri < R; ++ri) {
       const T* row = in + ri * DH * kHQ * kPitch;
 #pragma unroll
       for (int si = 0; si < S_; ++si) {
-        float wt[kJ * CI];
-        load_floats<kJ * CI>(w + (ri * S_ + si) * kKB * CI, wt);
+        float wt[kWT];
+#pragma unroll
+        for (int c = 0; c < kWT / kW; ++c) {
+          float chunk[kW];
+          load_floats<kW>(w + (ri * S_ + si) * kKB * CI + c * CG * kW, chunk);
+#pragma unroll
+          for (int r = 0; r < kW; ++r) wt[c * kW + r] = chunk[r];
+        }
 #pragma unroll
         for (int t = 0; t < TQ; ++t) {
           float x[CT];
