@@ -133,4 +133,8 @@ NATIVE = {
     "grouped_resnext_3x3_c128g32_56_b32": depthwise("relu", 1, 1),
     "grouped_resnext_3x3_c256g32_28_b32": depthwise("relu", 1, 1),
     "grouped_resnext_3x3s2_c256g32_56_b32": depthwise("relu", 2, 1),
+    # ResNeXt's wider groups (16 and 32 channels: the conv kernel), bench/graphs/anchors/
+    "grouped_resnext_3x3s2_c512g32_28_b32": depthwise("relu", 2, 1),
+    "grouped_resnext_3x3_c512g32_14_b32": depthwise("relu", 1, 1),
+    "grouped_resnext_3x3_c1024g32_7_b32": depthwise("relu", 1, 1),
 }
