@@ -103,13 +103,14 @@ Coords Emitter::delinearize(const std::string& linear, const Shape& shape) {
     // Indices below 2^31 divide in 32 bits (a multiply-high and a shift;
     // 64-bit division is a long emulated sequence).
     std::string e;
-    if (element_count(shape) < (int64_t{1} << 31)) {
-      e = strides[d] == 1 ? fmt::format("(kiln::u32){}", linear) : fmt::format("((kiln::u32){} / {}u)", linear, strides[d]);
-      if (d > 0) e = fmt::format("({} % {}u)", e, shape[d]);
+    SizeText& size = *sizes_;
+    if (size.known_below(element_count(shape), int64_t{1} << 31)) {
+      e = strides[d] == 1 ? fmt::format("(kiln::u32){}", linear) : fmt::format("((kiln::u32){} / {})", linear, size(strides[d], "u"));
+      if (d > 0) e = fmt::format("({} % {})", e, size(shape[d], "u"));
       e = "(kiln::i64)" + e;
     } else {
-      e = strides[d] == 1 ? linear : fmt::format("({} / {}LL)", linear, strides[d]);
-      if (d > 0) e = fmt::format("({} % {}LL)", e, shape[d]);
+      e = strides[d] == 1 ? linear : fmt::format("({} / {})", linear, size(strides[d]));
+      if (d > 0) e = fmt::format("({} % {})", e, size(shape[d]));
     }
     const std::string name = fresh("c");
     define_index(name, fmt::format("const kiln::i64 {} = {};", name, e), is_column_expression(e));
@@ -125,7 +126,7 @@ std::string Emitter::linearize(const Coords& coords, const Shape& shape) {
   std::string e;
   for (size_t d = 0; d < shape.size(); ++d) {
     if (coords[d] == "0") continue;
-    e += (e.empty() ? "" : " + ") + (strides[d] == 1 ? coords[d] : fmt::format("{} * {}LL", coords[d], strides[d]));
+    e += (e.empty() ? "" : " + ") + (strides[d] == 1 ? coords[d] : fmt::format("{} * {}", coords[d], (*sizes_)(strides[d])));
   }
   return e.empty() ? "0" : e;
 }
@@ -162,7 +163,7 @@ std::string Emitter::offset_of(const ExternalTensor& e, const Shape& shape, cons
   std::string out;
   for (size_t d = 0; d < shape.size(); ++d) {
     if (coords[d] == "0" || e.strides[d] == 0) continue;
-    out += (out.empty() ? "" : " + ") + (e.strides[d] == 1 ? coords[d] : fmt::format("{} * {}LL", coords[d], e.strides[d]));
+    out += (out.empty() ? "" : " + ") + (e.strides[d] == 1 ? coords[d] : fmt::format("{} * {}", coords[d], (*sizes_)(e.strides[d])));
   }
   return out.empty() ? "0" : out;
 }
@@ -342,12 +343,12 @@ std::string Emitter::concat(const ir::Op& op, const Coords& coords) {
   for (size_t i = 0; i < op.inputs.size(); ++i) {
     const int64_t size = g_.tensor(op.inputs[i]).shape[axis];
     const bool last = i + 1 == op.inputs.size();
-    const std::string condition = fmt::format("{} < {}", coords[axis], offset + size);
+    const std::string condition = fmt::format("{} < {}", coords[axis], (*sizes_)(offset + size, ""));
     lines_.push_back(i == 0 ? fmt::format("if ({}) {{", condition)
                             : last ? std::string("} else {") : fmt::format("}} else if ({}) {{", condition));
     const std::map<std::string, std::string> memo = memo_;
     Coords c = coords;
-    if (offset != 0) c[axis] = fmt::format("({} - {})", coords[axis], offset);
+    if (offset != 0) c[axis] = fmt::format("({} - {})", coords[axis], (*sizes_)(offset, ""));
     const std::string in = value(op.inputs[i], c);
     lines_.push_back(fmt::format("{} = {};", v, in));
     memo_ = memo;

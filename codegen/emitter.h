@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "codegen/size_text.h"
 #include "compiler/ir.h"
 
 namespace kiln::codegen {
@@ -43,6 +44,9 @@ struct ExternalTensor {
 class Emitter {
  public:
   Emitter(const ir::Graph& g, std::set<int32_t> ops, std::map<ir::TensorId, ExternalTensor> externals);
+
+  // How sizes are spelled (size_text.h); integer literals until set.
+  void set_sizes(SizeText* sizes) { sizes_ = sizes; }
 
   std::string value(ir::TensorId t, const Coords& coords);
   // A value computed by the kernel template, valid for the current block:
@@ -139,6 +143,8 @@ class Emitter {
   std::string norm_from_stats(const ir::Op& op, const Coords& coords);
 
   const ir::Graph& g_;
+  SizeText literal_sizes_;
+  SizeText* sizes_ = &literal_sizes_;
   std::set<int32_t> ops_;
   std::map<ir::TensorId, ExternalTensor> externals_;
   std::map<ir::TensorId, std::pair<Coords, std::string>> leaves_;  // coordinates (empty: any), variable

@@ -202,12 +202,14 @@ std::string ReductionGenerator::held_row_writes(const HeldRowLayout& h) {
 }
 
 void ReductionGenerator::held_rows() {
+  if (sizes_.symbolic(k_.params.reduced))
+    throw NotSymbolic("a held row whose length is symbolic (row lengths are integers so far)");
   HeldRowLayout h = held_row_layout();
   decided(fmt::format("held rows: {} passes, {}, {} threads, {}-element chunks", h.reduces.size(),
                       h.in_registers ? "the row in registers" : "each pass re-reads the row", h.threads, h.ch.vec));
   std::string body = "__shared__ float kiln_scratch[32];\n";
   if (h.ch.vec > 1) body += fmt::format("const bool kiln_vec = {};\n", h.ch.aligned);
-  body += fmt::format("for (kiln::i64 line = blockIdx.x; line < {}LL; line += gridDim.x) {{\n", k_.params.outer);
+  body += fmt::format("for (kiln::i64 line = blockIdx.x; line < {}; line += gridDim.x) {{\n", sizes_(k_.params.outer));
   if (h.in_registers && !h.held.empty()) {  // the row's inputs, read once
     for (size_t i = 0; i < h.held.size(); ++i)
       body += fmt::format("float xs{}[{}];  // {}\n", i, h.per * h.ch.vec, g_.tensor(h.held[i]).name);
@@ -221,7 +223,7 @@ void ReductionGenerator::held_rows() {
   for (ir::TensorId t : h.held) em_.clear_leaf(t);
   for (const auto& [t, array] : h.kept) em_.clear_leaf(t);
   finish(body, h.threads);
-  out_.grid = {blocks_for(k_.params.outer, 1), 1, 1};
+  grid_over(k_.params.outer, 1, 1);
 }
 
 }  // namespace kiln::codegen

@@ -338,7 +338,17 @@ std::string KernelBuilder::finish(const std::string& body, int threads, const st
                    const std::string& includes) {
   if (!epilogue_decision_.empty()) decided(epilogue_decision_);
   std::string src;
-  src += fmt::format("// kiln kernel {}: {} over {}\n", k_.id, ir::to_string(k_.kind), k_.params.to_string(k_.kind));
+  src += fmt::format("// kiln kernel {}: {} over {}\n", k_.id, ir::to_string(k_.kind),
+                     state_.probe ? ir::with_symbols(k_.params.to_string(k_.kind), *state_.probe)
+                                  : k_.params.to_string(k_.kind));
+  // A symbolic graph's sizes, last: those the text reads.
+  for (size_t symbol : sizes_.used()) {
+    KernelArg arg{KernelArg::Role::Size};
+    arg.symbol = static_cast<int>(symbol);
+    out_.args.push_back(arg);
+    params_.push_back(fmt::format("const kiln::i64 {}", size_param(symbol)));
+    param_notes_.push_back("size " + state_.probe->table().symbols[symbol].name);
+  }
   std::vector<std::string> names;
   for (int32_t oi : k_.ops) names.push_back(g_.result(g_.ops[static_cast<size_t>(oi)]).name);
   src += fmt::format("// ops: {}\n", fmt::join(names, ", "));
@@ -353,6 +363,11 @@ std::string KernelBuilder::finish(const std::string& body, int threads, const st
   out_.canonical = drop_comment_lines(src);
   out_.block = {static_cast<uint32_t>(threads), 1, 1};
   return src;
+}
+
+void KernelBuilder::grid_over(int64_t work, int64_t per_item, int64_t per_block, uint32_t multiplier) {
+  out_.grid = {blocks_for(work / per_item, per_block) * multiplier, 1, 1};
+  if (sizes_.symbolic(work)) out_.grid_rule = GridRule{sizes_.dim(work).expr(), per_item, per_block, multiplier};
 }
 
 std::string KernelBuilder::pointer_of(ir::TensorId t) const {

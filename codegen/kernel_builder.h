@@ -78,6 +78,7 @@ inline std::string drop_comment_lines(const std::string& source) {
 // State shared by the kernels of one program (workspaces by name).
 struct ProgramState {
   GeneratedProgram program;
+  const ir::SizeProbe* probe = nullptr;  // a symbolic graph's (size_text.h)
   std::map<std::string, int> workspace_index;
 
   int workspace(const std::string& name, int64_t words, uint32_t fill) {
@@ -93,9 +94,16 @@ struct ProgramState {
 class KernelBuilder {
  public:
   KernelBuilder(const ir::Graph& g, const ir::PlannedKernel& k, ProgramState& state, int sm, Tuning wanted = {})
-      : g_(g), k_(k), state_(state), sm_(sm), wanted_(wanted), em_(g, std::set<int32_t>(k.ops.begin(), k.ops.end()), externals()) {
+      : g_(g), k_(k), state_(state), sm_(sm), wanted_(wanted), em_(g, std::set<int32_t>(k.ops.begin(), k.ops.end()), externals()),
+        sizes_(state.probe) {
     out_.plan_kernel = k.id;
+    em_.set_sizes(&sizes_);
   }
+
+  // grid[0] over `work` items taken `per_item` at a time, `per_block` per
+  // block (blocks_for), times `multiplier`; for a symbolic `work`, also the
+  // rule that gives it at launch (GridRule).
+  void grid_over(int64_t work, int64_t per_item, int64_t per_block, uint32_t multiplier = 1);
 
   // ---- parameters ---------------------------------------------------------
   std::map<ir::TensorId, ExternalTensor> externals();
@@ -231,6 +239,7 @@ class KernelBuilder {
   int sm_;
   Tuning wanted_;
   Emitter em_;
+  SizeText sizes_;  // how this kernel spells sizes; em_ spells them through it
 };
 
 }  // namespace kiln::codegen

@@ -1,6 +1,10 @@
 #include "codegen/kernel_codegen.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include "codegen/generator_registry.h"
+#include "codegen/size_text.h"
 
 namespace kiln::codegen {
 
@@ -16,10 +20,34 @@ DType storage_dtype(const ir::Tensor& t) {
   return t.value_dtype();
 }
 
-GeneratedProgram generate_program(const ir::Graph& g, const ir::Plan& plan, int sm, const ProgramTuning& tuning) {
+namespace {
+
+// The kernels whose generators spell every size through SizeText (this
+// slice of one compile for every size): pointwise, copies, normalisations,
+// row reductions (held rows included) without workspaces. (The reduction
+// generator refuses its other paths itself: column reductions, pools, row
+// statistics, symbolic reduced extents.)
+void check_symbolic_scope(const ir::PlannedKernel& k) {
+  const bool covered = k.kind == ir::KernelKind::Pointwise || k.kind == ir::KernelKind::Copy ||
+                       k.kind == ir::KernelKind::Norm || k.kind == ir::KernelKind::Reduction;
+  if (!covered)
+    throw NotSymbolic(fmt::format("kernel {} is a {} kernel; symbolic kernels cover pointwise, copy, norm and row "
+                                  "reduction kernels so far",
+                                  k.id, ir::to_string(k.kind)));
+  if (!k.workspace.empty())
+    throw NotSymbolic(fmt::format("kernel {} uses a workspace ({}); symbolic kernels have none so far", k.id,
+                                  fmt::join(k.workspace, ", ")));
+}
+
+}  // namespace
+
+GeneratedProgram generate_program(const ir::Graph& g, const ir::Plan& plan, int sm, const ProgramTuning& tuning,
+                                  const ir::SizeProbe* probe) {
   ProgramState state;
+  state.probe = probe;
   for (const ir::PlannedKernel& k : plan.kernels) {
     if (k.writes.empty() && k.workspace.empty()) continue;  // computes nothing anyone reads
+    if (probe) check_symbolic_scope(k);
     const auto wanted = tuning.find(k.id);
     const Tuning requested = wanted == tuning.end() ? Tuning{} : wanted->second;
     state.program.kernels.push_back(generator_for(k.kind).generate({g, k, state, sm, requested}));

@@ -4,8 +4,8 @@
 // Guarantees: one self-contained CUDA translation unit per planned kernel
 // (it includes only kiln/common.cuh), deterministic for a given kernel, with
 // one entry point `kiln_kernel` whose parameters are device pointers (and,
-// for TMA kernels, tensor maps of them) in the order of `args`. Shapes, strides and dtypes are compile-time constants in
-// the source. User-provided text appears only as validated tensor names in
+// for TMA kernels, tensor maps of them; for a symbolic graph, its sizes) in the order of `args`. Shapes, strides and
+// dtypes are compile-time constants in the source, except a symbolic graph's symbols (size_text.h). User-provided text appears only as validated tensor names in
 // `//` comments; `canonical` drops comment lines, so two graphs that differ
 // only in names share compiled kernels.
 //
@@ -15,11 +15,13 @@
 #pragma once
 
 #include <array>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "compiler/ir.h"
 #include "compiler/plan.h"
+#include "compiler/size_probe.h"
 #include "codegen/tuning.h"
 
 namespace kiln::codegen {
@@ -40,11 +42,23 @@ struct TensorMapSpec {
 };
 
 struct KernelArg {
-  enum class Role : uint8_t { Input, Output, Intermediate, Workspace, TensorMap };
+  // Size: a symbolic graph's size parameter (`const kiln::i64 kiln_size<symbol>`), bound at launch.
+  enum class Role : uint8_t { Input, Output, Intermediate, Workspace, TensorMap, Size };
   Role role;
   ir::TensorId tensor = -1;  // Input, Output, Intermediate, TensorMap (the tensor it describes)
   int workspace = -1;        // Workspace
   TensorMapSpec map{};       // TensorMap
+  int symbol = -1;           // Size: the symbol's index in the graph's `dims` table
+};
+
+// A symbolic graph's kernel: how many blocks a launch takes at the bound
+// sizes (launch_geometry.h): clamp(ceil((work / per_item) / per_block), 1,
+// 2^20) * multiplier, `work` a product of the graph's sizes.
+struct GridRule {
+  ir::DimExpr work;
+  int64_t per_item = 1, per_block = 1;
+  uint32_t multiplier = 1;
+  bool operator==(const GridRule&) const = default;
 };
 
 // Scratch memory kiln owns: `words` 32-bit words set to `fill` before the
@@ -60,7 +74,8 @@ struct GeneratedKernel {
   std::string source;     // what NVRTC compiles (annotated)
   std::string canonical;  // the source without comment lines: the cache key's text
   std::vector<KernelArg> args;
-  std::array<uint32_t, 3> grid{1, 1, 1};
+  std::array<uint32_t, 3> grid{1, 1, 1};  // a symbolic graph's: at its probe sizes; grid_rule gives grid[0] at launch
+  std::optional<GridRule> grid_rule;
   std::array<uint32_t, 3> block{1, 1, 1};
   uint32_t shared_bytes = 0;  // dynamic shared memory per block
   // Persistent kernels (> 0): blocks loop over their work (grid[0] blocks'
@@ -86,7 +101,11 @@ struct GeneratedProgram {
 // `sm`: the target's compute capability (80 for sm_80): tensor-core kernels
 // from 80 on, SIMT before. `tuning`: choices to use instead of the
 // heuristic's, by plan kernel (those outside a kernel's space are ignored).
-GeneratedProgram generate_program(const ir::Graph& g, const ir::Plan& plan, int sm, const ProgramTuning& tuning = {});
+// `probe`: for a symbolic graph, `g` is its probe graph and this the probe
+// (compiler/size_probe.h): sizes are kernel parameters (size_text.h), and a
+// kernel this slice of symbolic codegen does not cover throws NotSymbolic.
+GeneratedProgram generate_program(const ir::Graph& g, const ir::Plan& plan, int sm, const ProgramTuning& tuning = {},
+                                  const ir::SizeProbe* probe = nullptr);
 
 // The compute capability of an arch name: sm_90a -> 90.
 int sm_of(const std::string& arch);

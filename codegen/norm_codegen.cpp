@@ -11,7 +11,8 @@ Coords NormGenerator::norm_element(const ir::Op& norm, const std::string& j) {
   const auto axis = static_cast<size_t>(norm.attrs.axis);
   const std::string e = em_.fresh("e");
   if (norm.kind == OpKind::Softmax || norm.kind == OpKind::LogSoftmax) {
-    em_.emit(fmt::format("const kiln::i64 {1} = ((line / {0}LL) * {2}LL + {3}) * {0}LL + (line % {0}LL);", p.inner, e,
+    const std::string inner = sizes_(p.inner);
+    em_.emit(fmt::format("const kiln::i64 {1} = ((line / {0}) * {2}LL + {3}) * {0} + (line % {0});", inner, e,
                          p.reduced, j));
     return em_.delinearize(e, x.shape);
   }
@@ -95,6 +96,8 @@ void NormGenerator::norm() {
   KILN_INTERNAL_CHECK(norm != nullptr);
   const ir::KernelParams& p = k_.params;
   const int64_t lines = p.outer * p.inner, n = p.reduced;
+  if (sizes_.symbolic(n))
+    throw NotSymbolic("a normalisation whose row length is symbolic (row lengths are integers in this slice)");
   const NormRecipe recipe = norm_recipe(*norm);
   const bool fits = (p.row == ir::RowStrategy::Warp || p.row == ir::RowStrategy::Block) && n <= 16384;
   if (fits) {
@@ -107,7 +110,7 @@ void NormGenerator::norm() {
   const bool persistent = fits;
   decided(persistent ? "rows in registers, element by element" : "two passes over each row");
   std::string body = "__shared__ float kiln_scratch[32];\n";
-  body += fmt::format("for (kiln::i64 line = blockIdx.x; line < {}LL; line += gridDim.x) {{\n", lines);
+  body += fmt::format("for (kiln::i64 line = blockIdx.x; line < {}; line += gridDim.x) {{\n", sizes_(lines));
   body += "float stat0 = 0.0f, stat1 = 0.0f;\n";
   int threads = kThreads;
   if (persistent) {
@@ -159,7 +162,7 @@ void NormGenerator::norm() {
     body += "}\n}\n";
   }
   finish(body, threads);
-  out_.grid = {blocks_for(lines, 1), 1, 1};
+  grid_over(lines, 1, 1);
 }
 
 // Chunks run along the last axis: softmax and layer/rms norms over it,
@@ -258,7 +261,8 @@ void NormGenerator::norm_cluster(const ir::Op& norm, const Chunking& ch, int clu
   } else {
     body += fmt::format("const int first = 0, count = {};\n", chunks);
   }
-  body += fmt::format("for (kiln::i64 line = blockIdx.x / {0}; line < {1}LL; line += gridDim.x / {0}) {{\n", cluster, lines);
+  body += fmt::format("for (kiln::i64 line = blockIdx.x / {0}; line < {1}; line += gridDim.x / {0}) {{\n", cluster,
+                      sizes_(lines));
   body += "float stat0 = 0.0f, stat1 = 0.0f;\n";
   // Each thread's chunks: a loop with a trip count known here, unrolled so
   // that its loads are in flight together.
@@ -292,7 +296,7 @@ void NormGenerator::norm_cluster(const ir::Op& norm, const Chunking& ch, int clu
   body += cluster > 1 ? "kiln::cluster_sync();\n}\n" : "}\n";
   finish(body, threads);
   out_.shared_bytes = static_cast<uint32_t>(per_block * vec * 4);
-  out_.grid = {static_cast<uint32_t>(std::min<int64_t>(lines, int64_t{1} << 20) * cluster), 1, 1};
+  grid_over(lines, 1, 1, static_cast<uint32_t>(cluster));
 }
 
 // The row in registers, V elements per chunk: each thread holds `per`
@@ -311,7 +315,7 @@ void NormGenerator::norm_chunked(const ir::Op& norm, const Chunking& ch) {
   const std::string chunk_start = fmt::format("const int j0 = (threadIdx.x + t * {}) * {};", threads, vec);
   std::string body = "__shared__ float kiln_scratch[32];\n";
   body += fmt::format("const bool kiln_vec = {};\n", ch.aligned);
-  body += fmt::format("for (kiln::i64 line = blockIdx.x; line < {}LL; line += gridDim.x) {{\n", lines);
+  body += fmt::format("for (kiln::i64 line = blockIdx.x; line < {}; line += gridDim.x) {{\n", sizes_(lines));
   body += "float stat0 = 0.0f, stat1 = 0.0f;\n";
   body += fmt::format("float xs[{}];\n", per * vec);
   // Load: one chunk of every chunked input, then x at each of its elements.
@@ -333,7 +337,7 @@ void NormGenerator::norm_chunked(const ir::Op& norm, const Chunking& ch) {
   body += norm_chunk_output(norm, ch, fmt::format("xs[t * {} + v]", vec), recipe.finale, !reuse_exp);
   body += "}\n__syncthreads();\n}\n";
   finish(body, threads);
-  out_.grid = {blocks_for(lines, 1), 1, 1};
+  grid_over(lines, 1, 1);
 }
 
 }  // namespace kiln::codegen

@@ -10,7 +10,7 @@ void PointwiseGenerator::pointwise() {
   const int64_t n = element_count(domain);
   const int vec = vector_width(domain);
   CodeWriter w;
-  w.line("const kiln::i64 n = {}LL;", n);
+  w.line("const kiln::i64 n = {};", sizes_(n));
   if (vec > 1) w.lines(vector_loop(domain, vec));
   // The scalar loop: everything when not vectorised, else the tail (and any
   // call whose pointers are not 16-byte aligned).
@@ -28,7 +28,7 @@ void PointwiseGenerator::pointwise() {
   });
   decided(vec > 1 ? fmt::format("{}-element vectors, scalar tail", vec) : "scalar elements");
   finish(w.take(), kThreads);
-  out_.grid = {blocks_for(vec > 1 ? n / vec : n, kThreads), 1, 1};
+  grid_over(n, vec > 1 ? vec : 1, kThreads);
 }
 
 // Elements per thread of the vectorised path (1: no vector path): 16 bytes
@@ -50,7 +50,7 @@ int PointwiseGenerator::vector_width(const Shape& domain) {
       narrowest = std::min(narrowest, byte_size(st));
   }
   const int v = 16 / narrowest;
-  if (domain.empty() || element_count(domain) < 4 * v) return 1;
+  if (domain.empty() || sizes_.lower(element_count(domain)) < 4 * v) return 1;
   return v;
 }
 

@@ -114,18 +114,25 @@ void ReductionGenerator::reduction() {
   for (size_t i = 0; i < d.size(); ++i)
     (std::binary_search(axes.begin(), axes.end(), static_cast<int64_t>(i)) ? reduced_shape : kept_shape).push_back(d[i]);
   const int64_t kept = element_count(kept_shape), reduced = element_count(reduced_shape);
+  if (sizes_.symbolic(reduced)) throw NotSymbolic("a reduction over a symbolic extent (reduced extents are integers so far)");
   std::set<ir::TensorId> reduce_outs;
   for (const ir::Op* r : reduces) reduce_outs.insert(r->output);
   const std::set<ir::TensorId> post = downstream_of(reduce_outs);
   const bool contiguous_axes = axes.back() - axes.front() + 1 == static_cast<int64_t>(axes.size());
   int64_t inner = 1;
   for (size_t i = static_cast<size_t>(axes.back()) + 1; i < d.size(); ++i) inner *= d[i];
-  if (contiguous_axes && inner >= 32) return column_reduction(reduces, post, d, kept_shape, reduced_shape, inner);
+  if (contiguous_axes && inner >= 32) {
+    if (sizes_.symbolic(kept)) throw NotSymbolic("a column reduction with symbolic kept extents");
+    return column_reduction(reduces, post, d, kept_shape, reduced_shape, inner);
+  }
 
   // Few kept elements over a long axis: split the axis over gridDim.y
   // blocks, combine their partials atomically, and let the last block
-  // finish (post-reduction ops included).
-  const int64_t splits = kept < 256 && reduced >= 65536 ? std::min<int64_t>((512 + kept - 1) / kept, reduced / 16384) : 1;
+  // finish (post-reduction ops included). A symbolic number of rows is not
+  // split (a block per row is right at every size).
+  const int64_t splits = !sizes_.symbolic(kept) && kept < 256 && reduced >= 65536
+                             ? std::min<int64_t>((512 + kept - 1) / kept, reduced / 16384)
+                             : 1;
   // Reduced axes that end the shape are read a chunk at a time.
   const Chunking ch = contiguous_axes && inner == 1 ? chunking(d, d.back()) : Chunking{};
   const int64_t vec = ch.vec;
@@ -140,7 +147,7 @@ void ReductionGenerator::reduction() {
   }
   std::string body = "__shared__ float kiln_scratch[32];\n";
   if (vec > 1) body += fmt::format("const bool kiln_vec = {};\n", ch.aligned);
-  body += fmt::format("for (kiln::i64 k = blockIdx.x; k < {}LL; k += gridDim.x) {{\n", kept);
+  body += fmt::format("for (kiln::i64 k = blockIdx.x; k < {}; k += gridDim.x) {{\n", sizes_(kept));
   const Coords kc = em_.delinearize("k", kept_shape);
   for (size_t j = 0; j < reduces.size(); ++j)
     em_.emit(fmt::format("float acc{} = {}::identity();  // {}", j, reduce_functor(reduces[j]->kind),
@@ -157,7 +164,8 @@ void ReductionGenerator::reduction() {
   em_.begin_block();
   body += reduction_results(reduces, post, reduced, "acc{}") + "}\n}\n";
   finish(body, kThreads);
-  out_.grid = {blocks_for(kept, 1), static_cast<uint32_t>(splits), 1};
+  grid_over(kept, 1, 1);
+  out_.grid[1] = static_cast<uint32_t>(splits);
 }
 
 // Reductions over axes outside a contiguous inner block of >= 32
@@ -373,6 +381,7 @@ std::string ReductionGenerator::pooling_vectors(const ir::Op& pool, std::string&
 }
 
 void ReductionGenerator::pooling(const ir::Op& pool) {
+  if (sizes_.probe()) throw NotSymbolic("pooling kernels are compiled per size so far");
   std::string aligned;
   const std::string vectors = pooling_vectors(pool, aligned);
   if (vectors.empty()) decided("a thread per pooled element");
@@ -439,6 +448,7 @@ void ReductionGenerator::pooling(const ir::Op& pool) {
 // The row statistics of a layer_norm/rms_norm whose application is the
 // prologue of a matmul: [rows][2] floats (mean, rstd) in a workspace.
 void ReductionGenerator::norm_statistics(const ir::Op& norm) {
+  if (sizes_.probe()) throw NotSymbolic("row statistics kernels are compiled per size so far");
   decided("row statistics (mean, rstd) for a matmul prologue");
   const ir::Tensor& x = g_.operand(norm, 0);
   const int64_t rows = element_count(x.shape) / x.shape.back(), n = x.shape.back();

@@ -31,9 +31,9 @@ using TensorId = int32_t;
 
 // Symbolic dimensions (compiler/symbolic_dims.h). In a symbolic graph the
 // integer `shape`s and size attributes hold the sizes at each symbol's
-// smallest value; the symbolic ones hold the truth. Only loading, printing,
-// hashing, JSON and specialize() read them; the planner, codegen and runtime
-// take integer graphs only (symbolic_dims.h says how one is made).
+// smallest value; the symbolic ones hold the truth. The planner and codegen
+// take integer graphs only: specialize() makes one, or a probe graph for one
+// compile of every size (size_probe.h, runtime/pipeline.h).
 struct SymbolicShape;
 struct SymbolicAttrs;
 struct DimTable;

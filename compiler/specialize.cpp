@@ -84,6 +84,11 @@ DimValues dim_values_from_shapes(const Graph& graph, const std::vector<Shape>& s
 Graph specialize(const Graph& graph, const DimValues& given) {
   const DimValues values = check_dim_values(graph, given);
   if (!graph.dims) return graph;
+  return specialize_unchecked(graph, values);
+}
+
+Graph specialize_unchecked(const Graph& graph, const DimValues& values) {
+  KILN_INTERNAL_CHECK(graph.dims != nullptr);
   GraphConstructor out(graph.name);
   for (TensorId id : graph.inputs) {
     const Tensor& t = graph.tensor(id);

@@ -18,10 +18,11 @@
 //    graph is); its hash is that of the same graph written with integers.
 //    An integer graph comes back as it is.
 //
-// How the one-compile path would use it: today each size is its own integer
-// graph (its own compile, cached by its own hash); the planner and codegen
-// will take the symbolic graph itself once sizes are kernel arguments,
-// and these checks are what a launch runs first.
+// How the one-compile path uses it (runtime/pipeline.h): a graph it covers
+// is compiled once, its launches check their sizes with
+// dim_values_from_shapes first; any other symbolic graph is specialized
+// and compiled per size. specialize_unchecked makes the probe graphs
+// (size_probe.h).
 #pragma once
 
 #include <vector>
@@ -34,5 +35,8 @@ namespace kiln::ir {
 DimValues check_dim_values(const Graph& graph, const DimValues& values);
 DimValues dim_values_from_shapes(const Graph& graph, const std::vector<Shape>& input_shapes);
 Graph specialize(const Graph& graph, const DimValues& values);
+// specialize() without the range check, for values outside the ranges on
+// purpose (size_probe.h); every symbol must have a value.
+Graph specialize_unchecked(const Graph& graph, const DimValues& values);
 
 }  // namespace kiln::ir

@@ -87,7 +87,8 @@ BenchBuffers::~BenchBuffers() {
     for (uint64_t p : allocations_) (*d)->cuMemFree(static_cast<CUdeviceptr>(p));
 }
 
-Expected<Timing> time_runs(const Executable& exe, const BenchBuffers& buffers, double budget_ms) {
+Expected<Timing> time_runs(const Executable& exe, const BenchBuffers& buffers, double budget_ms,
+                           const std::vector<Shape>& input_shapes) {
   Expected<const Driver*> d = driver();
   if (!d) return d.error();
   const Driver& cu = **d;
@@ -121,7 +122,7 @@ Expected<Timing> time_runs(const Executable& exe, const BenchBuffers& buffers, d
     for (int i = 0; i < iterations && status; ++i) {
       cu.cuEventRecord(events[static_cast<size_t>(2 * i)], nullptr);
       const size_t set = static_cast<size_t>(i % timing.input_sets);
-      status = exe.launch(BoundArgs{inputs[set], outputs[set]}, reinterpret_cast<void*>(workspace), nullptr);
+      status = exe.launch(BoundArgs{inputs[set], outputs[set], input_shapes}, reinterpret_cast<void*>(workspace), nullptr);
       cu.cuEventRecord(events[static_cast<size_t>(2 * i + 1)], nullptr);
     }
     if (status) status = check(cu.cuCtxSynchronize(), "running the graph");

@@ -44,9 +44,12 @@ class BenchBuffers {
   std::vector<uint64_t> allocations_;  // CUdeviceptr
 };
 
-// Times `exe` on `buffers` (made for the same graph): 3 warm-up runs, then
-// as many as fit in about `budget_ms` (10 to 200).
-Expected<Timing> time_runs(const Executable& exe, const BenchBuffers& buffers, double budget_ms = 300);
+// Times `exe` on `buffers` (made for the same graph, or for a symbolic
+// `exe`, for its graph specialized at the sizes of `input_shapes`, which
+// each launch binds): 3 warm-up runs, then as many as fit in about
+// `budget_ms` (10 to 200).
+Expected<Timing> time_runs(const Executable& exe, const BenchBuffers& buffers, double budget_ms = 300,
+                           const std::vector<Shape>& input_shapes = {});
 Expected<Timing> time_executable(const Executable& exe, uint64_t seed);
 
 }  // namespace kiln::runtime

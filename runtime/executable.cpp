@@ -9,7 +9,9 @@
 #include <memory>
 #include <utility>
 
+#include "codegen/launch_geometry.h"
 #include "compiler/graph_internal.h"
+#include "compiler/specialize.h"
 #include "compiler/error.h"
 #include "compiler/rewrite_table.h"
 #include "runtime/autotune.h"
@@ -71,12 +73,12 @@ Status check_paths(const CompileOptions& options) {
 
 Expected<Executable> Executable::compile(const Graph& graph, const CompileOptions& options) {
   if (Status paths = check_paths(options); !paths) return paths.error();
-  if (graph.is_symbolic())  // one compile for every size is not built yet: specialize first
-    return Error{ErrorCode::InvalidInput,
-                 fmt::format("graph {}: has symbolic dimensions; planning one needs its sizes bound first (--dim "
-                             "NAME=VALUE for each symbol, or Graph::specialize)",
-                             detail::quoted(graph.name()))};
-  log_rewrites(graph);
+  // A symbolic graph compiles once for every size where the pipeline covers it, else says why (pipeline.h).
+  if (graph.is_symbolic() && options.autotune)
+    return Error{ErrorCode::InvalidInput, fmt::format("graph {}: autotuning a graph with symbolic dimensions is not "
+                                                      "supported; bind its sizes first (Graph::specialize)",
+                                                      detail::quoted(graph.name()))};
+  if (!graph.is_symbolic()) log_rewrites(graph);
   if (!options.autotune) return runtime::compile_executable(graph, options, nullptr);
   // Autotuning measures the choices; the pipeline compiles with them.
   Expected<runtime::TunedProgram> tuned = runtime::autotune(graph, options);
@@ -185,14 +187,84 @@ Expected<size_t> Executable::binding_bytes(std::string_view name) const {
                                                     detail::quoted(impl_->graph.name()))};
 }
 
-void Executable::Impl::resolve() {
+const ir::Graph& Executable::Impl::planned_ir() const { return probe_graph ? ir_of(*probe_graph) : ir_of(graph); }
+
+int64_t Executable::Impl::elements_at(const ir::Tensor& t, const ir::DimValues& values) const {
+  if (!probe) return element_count(t.shape);
+  const std::optional<ir::DimExpr> e = probe->expr_of(element_count(t.shape));
+  KILN_INTERNAL_CHECK(e.has_value());
+  return ir::evaluate(*e, values);
+}
+
+Expected<ir::DimValues> Executable::Impl::bind_sizes(std::span<const Shape> input_shapes) const {
   const ir::Graph& g = ir_of(graph);
+  if (input_shapes.empty()) {
+    if (!probe) return ir::DimValues{};
+    return Error{ErrorCode::InvalidInput,
+                 fmt::format("launch: graph {} has symbolic dimensions: bind the inputs' shapes (BoundArgs::input_shapes)",
+                             detail::quoted(graph.name()))};
+  }
+  if (input_shapes.size() != g.inputs.size())
+    return Error{ErrorCode::InvalidInput, fmt::format("launch: {} input shapes given; graph {} has {} inputs",
+                                                      input_shapes.size(), detail::quoted(graph.name()), g.inputs.size())};
+  if (!probe) {
+    for (size_t i = 0; i < g.inputs.size(); ++i)
+      if (const ir::Tensor& t = g.tensor(g.inputs[i]); input_shapes[i] != t.shape)
+        return Error{ErrorCode::InvalidInput, fmt::format("binding error: input '{}' has shape {}, the graph's is {}", t.name,
+                                                          to_string(input_shapes[i]), to_string(t.shape))};
+    return ir::DimValues{};
+  }
+  Expected<ir::DimValues> values = detail::catch_errors(
+      [&] { return ir::dim_values_from_shapes(g, std::vector<Shape>(input_shapes.begin(), input_shapes.end())); });
+  if (!values) return Error{ErrorCode::InvalidInput, "binding error: " + values.error().message};
+  return values;
+}
+
+Shape Executable::Impl::shape_at(const ir::Tensor& t, const ir::DimValues& values) const {
+  if (!probe) return t.shape;
+  Shape out;
+  for (int64_t d : t.shape) {
+    const std::optional<ir::DimExpr> e = probe->expr_of(d);
+    KILN_INTERNAL_CHECK(e.has_value());
+    out.push_back(ir::evaluate(*e, values));
+  }
+  return out;
+}
+
+Strides Executable::Impl::strides_at(const ir::Tensor& t, const Shape& shape) const {
+  // (A symbolic graph's input is contiguous unless the document declared its strides, which are integers.)
+  return probe && t.strides == contiguous_strides(t.shape) ? contiguous_strides(shape) : t.strides;
+}
+
+size_t Executable::Impl::output_bytes_at(size_t o, const ir::DimValues& values) const {
+  if (!probe) return output_bytes[o];
+  const ir::Tensor& t = planned_ir().tensor(planned_ir().outputs[o]);
+  return static_cast<size_t>(elements_at(t, values) * byte_size(codegen::storage_dtype(t)));
+}
+
+Expected<std::vector<Shape>> Executable::output_shapes(std::span<const Shape> input_shapes) const {
+  const Impl& x = *impl_;
+  Expected<ir::DimValues> sizes = x.bind_sizes(input_shapes);
+  if (!sizes) return sizes.error();
+  const ir::Graph& g = x.planned_ir();
+  std::vector<Shape> out;
+  for (ir::TensorId id : g.outputs) out.push_back(x.shape_at(g.tensor(id), *sizes));
+  return out;
+}
+
+void Executable::Impl::resolve() {
+  const ir::Graph& g = planned_ir();
+  // A symbolic graph's bytes and workspace layout at its largest sizes (enough for every size).
+  ir::DimValues largest;
+  if (probe)
+    for (const ir::DimSymbol& s : probe->table().symbols) largest[s.name] = s.largest();
   std::map<ir::TensorId, size_t> input_of, output_of, scratch_of;
   for (ir::TensorId id : g.inputs) {
     const ir::Tensor& t = g.tensor(id);
     input_of[id] = input_names.size();
     input_names.push_back(t.name);
-    input_bytes.push_back(static_cast<size_t>(runtime::span_elements(t.shape, t.strides) * byte_size(t.dtype)));
+    const Shape at_largest = shape_at(t, largest);
+    input_bytes.push_back(static_cast<size_t>(runtime::span_elements(at_largest, strides_at(t, at_largest)) * byte_size(t.dtype)));
     input_contiguous.push_back(t.strides == contiguous_strides(t.shape));
     input_alignment.push_back(static_cast<size_t>(byte_size(t.dtype)));
   }
@@ -200,7 +272,7 @@ void Executable::Impl::resolve() {
     const ir::Tensor& t = g.tensor(id);
     output_of[id] = output_names.size();
     output_names.push_back(t.name);
-    output_bytes.push_back(static_cast<size_t>(element_count(t.shape) * byte_size(codegen::storage_dtype(t))));
+    output_bytes.push_back(static_cast<size_t>(elements_at(t, largest) * byte_size(codegen::storage_dtype(t))));
     output_alignment.push_back(static_cast<size_t>(byte_size(codegen::storage_dtype(t))));
     output_is_input.push_back(t.kind == ir::TensorKind::Input ? static_cast<int>(input_of.at(id)) : -1);
   }
@@ -209,7 +281,7 @@ void Executable::Impl::resolve() {
   for (ir::TensorId t : program().intermediates) {
     const ir::Tensor& tensor = g.tensor(t);
     scratch_of[t] = offset;
-    offset += aligned(static_cast<size_t>(element_count(tensor.shape) * byte_size(codegen::storage_dtype(tensor))));
+    offset += aligned(static_cast<size_t>(elements_at(tensor, largest) * byte_size(codegen::storage_dtype(tensor))));
   }
   for (const codegen::WorkspaceSpec& w : program().workspaces) {
     workspace_offsets.push_back(offset);
@@ -224,6 +296,8 @@ void Executable::Impl::resolve() {
       runtime::ArgSource source;
       if (a.role == Role::Workspace) {
         source = {From::Workspace, workspace_offsets[static_cast<size_t>(a.workspace)]};
+      } else if (a.role == Role::Size) {
+        source = {From::Size, static_cast<size_t>(a.symbol)};
       } else if (input_of.count(a.tensor)) {  // inputs first: an output that is an input is read where it is bound
         source = {From::Input, input_of.at(a.tensor)};
       } else if (output_of.count(a.tensor)) {
@@ -379,6 +453,12 @@ Status check_bindings(const Executable::Impl& x, const BoundArgs& args, const vo
 Status Executable::launch(const BoundArgs& args, void* workspace, void* stream_handle) const {
   const Impl& x = *impl_;
   if (Status s = check_bindings(x, args, workspace); !s) return s;
+  // The sizes, checked before anything runs.
+  Expected<ir::DimValues> sizes = x.bind_sizes(args.input_shapes);
+  if (!sizes) return sizes.error();
+  std::vector<int64_t> size_of_symbol;
+  if (x.probe)
+    for (const ir::DimSymbol& s : x.probe->table().symbols) size_of_symbol.push_back(sizes->at(s.name));
   const auto scratch = reinterpret_cast<CUdeviceptr>(workspace);
   const auto stream = static_cast<CUstream>(stream_handle);
   Expected<LaunchScope> scope = launch_scope(stream, x.device);
@@ -393,6 +473,7 @@ Status Executable::launch(const BoundArgs& args, void* workspace, void* stream_h
       case runtime::ArgSource::From::Input: return reinterpret_cast<CUdeviceptr>(args.inputs[s.index]);
       case runtime::ArgSource::From::Output: return reinterpret_cast<CUdeviceptr>(args.outputs[s.index]);
       case runtime::ArgSource::From::Workspace: return scratch + s.index;
+      case runtime::ArgSource::From::Size: return static_cast<CUdeviceptr>(size_of_symbol[s.index]);  // an i64 parameter
     }
     return 0;
   };
@@ -424,9 +505,10 @@ Status Executable::launch(const BoundArgs& args, void* workspace, void* stream_h
     for (size_t a = 0, m = 0; a < plan.args.size(); ++a)
       params[a] = plan.is_map[a] ? static_cast<void*>(&maps[m++]) : static_cast<void*>(&values[a]);
     const runtime::DeviceState& st = **state;
-    const uint32_t grid_x = k.persistent_group ? std::min(k.grid[0], st.resident_blocks[i]) : k.grid[0];
-    if (CUresult r = cu.cuLaunchKernel(st.functions[i], grid_x, k.grid[1], k.grid[2], k.block[0], k.block[1], k.block[2],
-                                       k.shared_bytes, stream, params.data(), nullptr);
+    const codegen::LaunchGeometry at = codegen::launch_geometry(k, *sizes);
+    const uint32_t grid_x = k.persistent_group ? std::min(at.grid[0], st.resident_blocks[i]) : at.grid[0];
+    if (CUresult r = cu.cuLaunchKernel(st.functions[i], grid_x, at.grid[1], at.grid[2], at.block[0], at.block[1], at.block[2],
+                                       at.shared_bytes, stream, params.data(), nullptr);
         r != CUDA_SUCCESS)
       return runtime::check(r, fmt::format("cuLaunchKernel (kernel {})", k.plan_kernel));
   }
@@ -435,7 +517,7 @@ Status Executable::launch(const BoundArgs& args, void* workspace, void* stream_h
     if (const int i = x.output_is_input[o]; i >= 0 && args.outputs[o] != args.inputs[static_cast<size_t>(i)])
       if (Status s = runtime::check(cu.cuMemcpyDtoDAsync(reinterpret_cast<CUdeviceptr>(args.outputs[o]),
                                                           reinterpret_cast<CUdeviceptr>(args.inputs[static_cast<size_t>(i)]),
-                                                          x.output_bytes[o], stream),
+                                                          x.output_bytes_at(o, *sizes), stream),
                                     "cuMemcpyDtoDAsync");
           !s)
         return s;
@@ -444,6 +526,10 @@ Status Executable::launch(const BoundArgs& args, void* workspace, void* stream_h
 
 Status Executable::launch(const std::vector<DeviceBinding>& bindings, void* stream_handle) const {
   const Impl& x = *impl_;
+  if (x.probe)
+    return Error{ErrorCode::InvalidInput, fmt::format("launch: graph {} has symbolic dimensions: launch it with BoundArgs "
+                                                      "and the inputs' shapes",
+                                                      detail::quoted(x.graph.name()))};
   std::vector<void*> inputs(x.input_names.size(), nullptr), outputs(x.output_names.size(), nullptr);
   for (const DeviceBinding& b : bindings) {
     Expected<size_t> need = binding_bytes(b.name);
@@ -475,12 +561,19 @@ Status Executable::launch(const std::vector<DeviceBinding>& bindings, void* stre
 }
 
 Expected<std::vector<HostTensor>> Executable::run_host(const std::vector<HostTensor>& inputs) const {
+  const ir::Graph& g = impl_->planned_ir();
+  if (inputs.size() != g.inputs.size())
+    return Error{ErrorCode::InvalidInput, fmt::format("{} inputs given, the graph has {}", inputs.size(), g.inputs.size())};
+  // The sizes from the inputs' shapes, checked before the GPU is touched.
+  std::vector<Shape> shapes;
+  for (const HostTensor& t : inputs) shapes.push_back(t.shape);
+  Expected<ir::DimValues> sizes = impl_->bind_sizes(impl_->probe ? std::span<const Shape>(shapes) : std::span<const Shape>());
+  if (!sizes) return sizes.error();
+  std::vector<size_t> output_bytes;
+  for (size_t o = 0; o < g.outputs.size(); ++o) output_bytes.push_back(impl_->output_bytes_at(o, *sizes));
   Expected<const runtime::Driver*> d = runtime::driver();
   if (!d) return d.error();
   const runtime::Driver& cu = **d;
-  const ir::Graph& g = ir_of(impl_->graph);
-  if (inputs.size() != g.inputs.size())
-    return Error{ErrorCode::InvalidInput, fmt::format("{} inputs given, the graph has {}", inputs.size(), g.inputs.size())};
   std::vector<CUdeviceptr> allocations;
   auto release = [&] {
     for (CUdeviceptr p : allocations) cu.cuMemFree(p);
@@ -497,7 +590,7 @@ Expected<std::vector<HostTensor>> Executable::run_host(const std::vector<HostTen
   int64_t device_bytes = static_cast<int64_t>(impl_->workspace_bytes);
   for (size_t b : impl_->input_bytes) device_bytes += static_cast<int64_t>(b);
   for (size_t o = 0; o < g.outputs.size(); ++o)
-    if (impl_->output_is_input[o] < 0) device_bytes += static_cast<int64_t>(impl_->output_bytes[o]);
+    if (impl_->output_is_input[o] < 0) device_bytes += static_cast<int64_t>(output_bytes[o]);
   if (Status s = runtime::require_device_memory(cu, device_bytes, fmt::format("running graph {} (inputs, outputs and "
                                                                                "workspace)", detail::quoted(impl_->graph.name())));
       !s)
@@ -505,12 +598,13 @@ Expected<std::vector<HostTensor>> Executable::run_host(const std::vector<HostTen
   std::vector<void*> in(inputs.size()), out(g.outputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     const ir::Tensor& t = g.tensor(g.inputs[i]);
-    if (inputs[i].shape != t.shape || inputs[i].dtype != t.dtype) {
+    const Shape shape = impl_->shape_at(t, *sizes);
+    if (inputs[i].shape != shape || inputs[i].dtype != t.dtype) {
       release();
       return Error{ErrorCode::InvalidInput, fmt::format("input '{}': expected {}{}, got {}{}", t.name, to_string(t.dtype),
-                                                        to_string(t.shape), to_string(inputs[i].dtype), to_string(inputs[i].shape))};
+                                                        to_string(shape), to_string(inputs[i].dtype), to_string(inputs[i].shape))};
     }
-    const std::string bytes = runtime::to_storage(inputs[i], t.strides);
+    const std::string bytes = runtime::to_storage(inputs[i], impl_->strides_at(t, shape));
     Expected<CUdeviceptr> p = allocate(bytes.size());
     if (!p) return release(), p.error();
     if (Status s = runtime::check(cu.cuMemcpyHtoD(*p, bytes.data(), bytes.size()), "cuMemcpyHtoD"); !s) return release(), s.error();
@@ -521,15 +615,18 @@ Expected<std::vector<HostTensor>> Executable::run_host(const std::vector<HostTen
       out[o] = in[static_cast<size_t>(impl_->output_is_input[o])];
       continue;
     }
-    Expected<CUdeviceptr> p = allocate(impl_->output_bytes[o]);
+    Expected<CUdeviceptr> p = allocate(output_bytes[o]);
     if (!p) return release(), p.error();
-    if (Status s = runtime::check(cu.cuMemsetD8Async(*p, 0xff, impl_->output_bytes[o], nullptr), "cuMemsetD8Async"); !s)
+    if (Status s = runtime::check(cu.cuMemsetD8Async(*p, 0xff, output_bytes[o], nullptr), "cuMemsetD8Async"); !s)
       return release(), s.error();
     out[o] = reinterpret_cast<void*>(*p);
   }
   Expected<CUdeviceptr> workspace = impl_->workspace_bytes ? allocate(impl_->workspace_bytes) : Expected<CUdeviceptr>(0);
   if (!workspace) return release(), workspace.error();
-  if (Status s = launch(BoundArgs{in, out}, reinterpret_cast<void*>(*workspace), nullptr); !s) return release(), s.error();
+  if (Status s = launch(BoundArgs{in, out, impl_->probe ? std::span<const Shape>(shapes) : std::span<const Shape>()},
+                        reinterpret_cast<void*>(*workspace), nullptr);
+      !s)
+    return release(), s.error();
   if (Status s = runtime::check(cu.cuCtxSynchronize(), "running the kernels"); !s) return release(), s.error();
   std::vector<HostTensor> result;
   for (size_t o = 0; o < g.outputs.size(); ++o) {
@@ -539,12 +636,13 @@ Expected<std::vector<HostTensor>> Executable::run_host(const std::vector<HostTen
       continue;
     }
     const DType storage = codegen::storage_dtype(t);
-    std::string bytes(impl_->output_bytes[o], '\0');
+    const Shape shape = impl_->shape_at(t, *sizes);
+    std::string bytes(output_bytes[o], '\0');
     if (Status s = runtime::check(cu.cuMemcpyDtoH(bytes.data(), reinterpret_cast<CUdeviceptr>(out[o]), bytes.size()),
                                   "cuMemcpyDtoH");
         !s)
       return release(), s.error();
-    result.push_back(HostTensor{t.shape, t.dtype, runtime::from_storage(bytes, storage, element_count(t.shape))});
+    result.push_back(HostTensor{shape, t.dtype, runtime::from_storage(bytes, storage, element_count(shape))});
   }
   release();
   return result;

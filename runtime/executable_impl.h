@@ -8,11 +8,13 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <shared_mutex>
 #include <unordered_map>
 #include <vector>
 
 #include "codegen/kernel_codegen.h"
+#include "compiler/size_probe.h"
 #include "kiln/executable.h"
 #include "runtime/program_cache.h"
 
@@ -28,9 +30,9 @@ struct Compiled {
 
 // Where a pointer argument of a kernel comes from at launch.
 struct ArgSource {
-  enum class From : uint8_t { Input, Output, Workspace };
+  enum class From : uint8_t { Input, Output, Workspace, Size };
   From from = From::Input;
-  size_t index = 0;  // Input, Output: the binding index; Workspace: the byte offset
+  size_t index = 0;  // Input, Output: the binding index; Workspace: the byte offset; Size: the symbol's index
 };
 
 // One kernel's launch, resolved once: every argument's source, and which
@@ -64,10 +66,15 @@ struct Executable::Impl {
   int device = -1;
   std::shared_ptr<const runtime::Compiled> compiled;
   std::vector<KernelReport> reports;
+  // A symbolic graph compiled once for every size (runtime/pipeline.h): the
+  // probe its kernels were made at and the graph at it (whose tensor ids the
+  // kernels' arguments name); null for an integer graph.
+  std::shared_ptr<const ir::SizeProbe> probe;
+  std::shared_ptr<const Graph> probe_graph;
 
   // Bindings and scratch, resolved when the executable is made.
   std::vector<std::string> input_names, output_names;
-  std::vector<size_t> input_bytes, output_bytes;
+  std::vector<size_t> input_bytes, output_bytes;  // a symbolic graph's: at its largest sizes
   std::vector<size_t> input_alignment, output_alignment;  // an element's bytes: what a binding's address is a multiple of
   std::vector<int> output_is_input;     // per output: the input it is, or -1
   std::vector<bool> input_contiguous;
@@ -83,6 +90,19 @@ struct Executable::Impl {
   const codegen::GeneratedProgram& program() const { return compiled->recipe.program; }
   // Fills the binding tables, the workspace layout and `launches` from `compiled`.
   void resolve();
+  // The IR the kernels were generated from (the probe graph's, for a symbolic graph).
+  const ir::Graph& planned_ir() const;
+  // A symbolic graph's sizes read from the inputs' shapes (one per input),
+  // checked against its `dims`; an InvalidInput error naming the symbol, the
+  // input and the sizes. Empty values for an integer graph (whose shapes,
+  // where given, must be its own).
+  Expected<ir::DimValues> bind_sizes(std::span<const Shape> input_shapes) const;
+  // The elements of a tensor of the planned IR at bound sizes.
+  int64_t elements_at(const ir::Tensor& t, const ir::DimValues& values) const;
+  Shape shape_at(const ir::Tensor& t, const ir::DimValues& values) const;
+  // An input's strides at `shape` (shape_at's), and output o's bytes at bound sizes.
+  Strides strides_at(const ir::Tensor& t, const Shape& shape) const;
+  size_t output_bytes_at(size_t o, const ir::DimValues& values) const;
   // The kernels loaded into `context` (loaded now on its first use).
   Expected<runtime::DeviceState*> device_state(CUcontext context) const;
   Status tensor_maps(runtime::DeviceState& state, size_t kernel, const CUdeviceptr* values, CUtensorMap* out) const;

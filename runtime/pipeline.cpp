@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cstring>
@@ -11,7 +12,10 @@
 #include <mutex>
 #include <optional>
 
+#include "codegen/size_text.h"
 #include "compiler/error.h"
+#include "compiler/op_table.h"
+#include "compiler/size_probe.h"
 #include "compiler/graph_internal.h"
 #include "compiler/memory_budget.h"
 #include "compiler/plan_printer.h"
@@ -158,14 +162,111 @@ Expected<Target> compile_target(const Graph& graph, const CompileOptions& option
   return target;
 }
 
+namespace {
+
+// Before planning: what one compile for every size does not take yet.
+void check_symbolic_ops(const ir::Graph& g) {
+  for (const ir::Op& op : g.ops) {
+    const ir::OpFamily f = ir::op_info(op.kind).family;
+    if (f == ir::OpFamily::Matmul || f == ir::OpFamily::Conv || f == ir::OpFamily::Attention)
+      throw codegen::NotSymbolic(fmt::format("{} is a {}, an anchor (anchors are compiled per size so far)",
+                                             detail::quoted(g.result(op).name), ir::op_name(op.kind)));
+    if (op.symbolic && (op.symbolic->start || op.symbolic->end))
+      throw codegen::NotSymbolic(fmt::format("{} slices at a symbolic position", detail::quoted(g.result(op).name)));
+  }
+}
+
+// Steps 1-3 at one probe of the symbolic graph.
+Planned run_at_probe(const Graph& graph, const Target& target, int64_t first_prime) {
+  Planned out;
+  out.probe = std::make_shared<const ir::SizeProbe>(ir_of(graph), first_prime);
+  try {
+    out.probe_graph = std::make_shared<const Graph>(
+        Graph::Internal::make(std::make_shared<const ir::Graph>(ir::probe_graph(ir_of(graph), *out.probe))));
+  } catch (const std::exception& e) {  // e.g. an element count past 2^62 at the probe
+    throw codegen::NotSymbolic(fmt::format("the graph at its probe sizes: {}", e.what()));
+  }
+  const ir::Graph& g = ir_of(*out.probe_graph);
+  const int sm = codegen::sm_of(target.arch);
+  out.plan = ir::plan_fusion(g, {.fuse = target.fuse, .sm = sm});
+  if (std::string problem = ir::verify_plan(g, out.plan); !problem.empty())
+    KILN_UNREACHABLE("invalid plan of a probe graph: " + problem);
+  out.program = codegen::generate_program(g, out.plan, sm, target.tuning, out.probe.get());
+  return out;
+}
+
+bool same_arg(const codegen::KernelArg& a, const codegen::KernelArg& b) {
+  return a.role == b.role && a.tensor == b.tensor && a.workspace == b.workspace && a.symbol == b.symbol;
+}
+
+// The first way two probes' plans or programs differ, or "".
+std::string first_difference(const Planned& a, const Planned& b) {
+  if (a.plan.kernels.size() != b.plan.kernels.size()) return "the plan's kernels depend on the sizes";
+  for (size_t i = 0; i < a.plan.kernels.size(); ++i) {
+    const ir::PlannedKernel &x = a.plan.kernels[i], &y = b.plan.kernels[i];
+    if (x.kind != y.kind || x.ops != y.ops || x.reads != y.reads || x.writes != y.writes || x.recomputed != y.recomputed)
+      return fmt::format("the plan's kernel {} depends on the sizes", x.id);
+  }
+  if (a.program.kernels.size() != b.program.kernels.size() || a.program.intermediates != b.program.intermediates ||
+      a.program.workspaces.size() != b.program.workspaces.size())
+    return "the program depends on the sizes";
+  for (size_t i = 0; i < a.program.kernels.size(); ++i) {
+    const codegen::GeneratedKernel &x = a.program.kernels[i], &y = b.program.kernels[i];
+    const bool same_args = x.args.size() == y.args.size() &&
+                           std::equal(x.args.begin(), x.args.end(), y.args.begin(), same_arg);
+    if (x.canonical != y.canonical || !same_args)
+      return fmt::format("kernel {}'s source depends on the sizes beyond its size parameters", x.plan_kernel);
+    if (x.grid_rule != y.grid_rule || x.grid[1] != y.grid[1] || x.grid[2] != y.grid[2] || x.block != y.block ||
+        x.shared_bytes != y.shared_bytes || x.persistent_group != y.persistent_group ||
+        (!x.grid_rule && x.grid[0] != y.grid[0]))
+      return fmt::format("kernel {}'s launch depends on the sizes beyond its grid rule", x.plan_kernel);
+  }
+  return "";
+}
+
+// A symbolic graph: the pipeline at two probes, compared; `why` says why
+// one compile does not serve every size (then the result is empty).
+Planned run_symbolic_pipeline(const Graph& graph, const Target& target, std::string& why) {
+  try {
+    check_symbolic_ops(ir_of(graph));
+    Planned first = run_at_probe(graph, target, int64_t{1} << 17);
+    const Planned second = run_at_probe(graph, target, int64_t{1} << 18);
+    why = first_difference(first, second);
+    return why.empty() ? std::move(first) : Planned{};
+  } catch (const codegen::NotSymbolic& e) {
+    why = e.what();
+    return {};
+  }
+}
+
+}  // namespace
+
+Expected<std::string> per_size_reason(const Graph& graph, const Target& target) {
+  if (!graph.is_symbolic()) return std::string("the graph has no symbolic dimensions");
+  std::string why;
+  Expected<Planned> p = detail::catch_errors([&] { return run_symbolic_pipeline(graph, target, why); });
+  if (!p) return p.error();
+  return why;
+}
+
 Expected<Planned> run_pipeline(const Graph& graph, const Target& target, Stage until) {
+  if (graph.is_symbolic()) {
+    std::string why;
+    Expected<Planned> p = detail::catch_errors([&] { return run_symbolic_pipeline(graph, target, why); });
+    if (p && !why.empty())
+      return Error{ErrorCode::InvalidInput,
+                   fmt::format("graph {}: one compile for every size does not cover it yet: {}; bind its sizes first "
+                               "(--dim NAME=VALUE for each symbol, or Graph::specialize)",
+                               detail::quoted(graph.name()), why)};
+    return p;
+  }
   // 0. The graph as the planner takes it, made when the graph was built
   //    (compiler/graph_internal.h): patch convolutions as matmuls, transposes
   //    sunk, thin convolutions' channels padded.
   const ir::Graph& g = ir_of(graph);
   const int sm = codegen::sm_of(target.arch);
   // 1. Plan fusion for the target (compiler/planner/planner.h).
-  Planned out{ir::plan_fusion(g, {.fuse = target.fuse, .sm = sm}), {}};
+  Planned out{ir::plan_fusion(g, {.fuse = target.fuse, .sm = sm}), {}, nullptr, nullptr};
   // 2. Verify the plan (compiler/plan_verifier.h).
   if (std::string problem = ir::verify_plan(g, out.plan); !problem.empty())
     return Error{ErrorCode::Internal, "internal error: invalid plan: " + problem + " (this is a bug in kiln; please report it)"};
@@ -315,7 +416,8 @@ Expected<std::unique_ptr<Executable::Impl>> compile_program(const Graph& graph, 
   impl->device = options.device;
   // 1, 2. This process compiled it already, or the disk holds its recipe and every cubin.
   open_disk_cache(job);
-  if (std::shared_ptr<const Compiled> c = cached_program(job)) {
+  // (A symbolic graph's recipe is not kept: its kernels are, by their symbolic source.)
+  if (std::shared_ptr<const Compiled> c = graph.is_symbolic() ? nullptr : cached_program(job)) {
     impl->compiled = std::move(c);
     for (size_t i = 0; i < impl->program().kernels.size(); ++i) {
       impl->reports.push_back(job.report_of(impl->program().kernels[i], impl->compiled->recipe.kernel_kinds[i],
@@ -331,8 +433,12 @@ Expected<std::unique_ptr<Executable::Impl>> compile_program(const Graph& graph, 
   // 4. Each kernel from memory, disk or NVRTC; 5. the recipe stored, the cache kept to its limit.
   Expected<std::shared_ptr<Compiled>> c = compile_kernels(job, *planned, *impl);
   if (!c) return c.error();
-  store_program(job, **c);
-  remember_program(job.recipe_key, *c);
+  if (!graph.is_symbolic()) {
+    store_program(job, **c);
+    remember_program(job.recipe_key, *c);
+  }
+  impl->probe = planned->probe;
+  impl->probe_graph = planned->probe_graph;
   impl->compiled = std::move(*c);
   impl->resolve();
   return impl;

@@ -59,6 +59,11 @@ enum class Stage { plan, cuda };
 struct Planned {
   ir::Plan plan;
   codegen::GeneratedProgram program;
+  // A symbolic graph's: the probe its plan and kernels were made at
+  // (compiler/size_probe.h), and the graph at that probe, whose tensor ids
+  // the plan and the kernels' arguments name.
+  std::shared_ptr<const ir::SizeProbe> probe;
+  std::shared_ptr<const Graph> probe_graph;
 };
 
 // The pipeline, in order (pipeline.cpp reads as this list; step 0, the
@@ -69,7 +74,21 @@ struct Planned {
 //   3. generate CUDA C++ per kernel with the target's tile choices
 //      (codegen/kernel_codegen.h).
 // NVRTC comes after, in compile_program (and `kiln warm`, `kiln dump`).
+//
+// A symbolic graph runs the same steps on its probe graph (size_probe.h),
+// twice, at two probes of different primes; one compile serves every size
+// in its range when both give the same plan and the same kernels, byte for
+// byte (every size a kernel reads is a parameter, and no choice depended on
+// the probe's magnitude). This slice covers graphs without anchors whose
+// kernels are pointwise, copy and norm kernels without workspaces. Any other
+// symbolic graph is compiled per size: run_pipeline returns an InvalidInput
+// error saying why (per_size_reason), and callers specialize it
+// (Graph::specialize, `--dim`).
 Expected<Planned> run_pipeline(const Graph& graph, const Target& target, Stage until = Stage::cuda);
+
+// For a symbolic graph: "" when one compile serves every size in its range,
+// else why it is compiled per size; an Error for what fails otherwise.
+Expected<std::string> per_size_reason(const Graph& graph, const Target& target);
 
 // Compiles `graph` with `tuning` instead of the choices recorded in the
 // cache (nullptr: the recorded ones; an empty map: the heuristic's).

@@ -47,6 +47,29 @@ Runner add_bench(CLI::App& app, const CommonOptions& common) {
         r[fuse ? "fused_kernels" : "unfused_kernels"] = exe->kernel_count();
         if (fuse || args->no_fusion) kernels = exe->kernel_count();
       }
+      std::string symbolic_row;
+      // A symbolic graph compiled once for every size: its kernels timed at these sizes on the
+      // same inputs, beside the kernels of the graph written at them.
+      if (Expected<std::optional<Graph>> once = load_symbolic_once(path, compile_options(common, ""));
+          !once) {
+        return report(once.error());
+      } else if (*once && !args->no_fusion) {
+        Expected<Executable> symbolic = Executable::compile(**once, compile_options(common, ""));
+        Expected<Executable> integer = symbolic ? Executable::compile(*graph, compile_options(common, ""))
+                                                : Expected<Executable>(symbolic.error());
+        Expected<runtime::BenchBuffers> buffers =
+            integer ? runtime::BenchBuffers::make(*integer, 1) : Expected<runtime::BenchBuffers>(integer.error());
+        if (!buffers) return report(buffers.error());
+        std::vector<Shape> shapes;
+        for (const TensorDesc& t : graph->inputs()) shapes.push_back(t.shape);
+        Expected<runtime::Timing> t = runtime::time_runs(*symbolic, *buffers, 300, shapes);
+        if (!t) return report(t.error());
+        r["one_compile_ms"] = t->median_ms;
+        symbolic_row = fmt::format("{:<34} {:>7} {:>10.4f}  one compile for every size: {:.2f}x the time of the graph "
+                                   "written at these sizes\n",
+                                   detail::escaped(graph->name()).substr(0, 23) + " (symbolic)", symbolic->kernel_count(),
+                                   t->median_ms, t->median_ms / fused);
+      }
       const double ms = args->no_fusion ? unfused : fused;
       const double gbps = static_cast<double>(bytes) / (ms * 1e-3) / 1e9;
       const double tflops = static_cast<double>(flops) / (ms * 1e-3) / 1e12;
@@ -56,6 +79,7 @@ Runner add_bench(CLI::App& app, const CommonOptions& common) {
       if (!args->json)
         fmt::print("{:<34} {:>7} {:>10.4f} {:>10.4f} {:>7.2f} {:>9.1f} {:>9.2f}\n", detail::escaped(graph->name()).substr(0, 34), kernels,
                    args->no_fusion ? 0.0 : fused, unfused, args->no_fusion ? 1.0 : unfused / fused, gbps, tflops);
+      if (!args->json) fmt::print("{}", symbolic_row);
     }
     if (args->json) fmt::print("{}\n", results.dump(2));
     return 0;

@@ -41,7 +41,10 @@ Runner add_compile(CLI::App& app, const CommonOptions& common) {
         return report(safe.error());
     nlohmann::ordered_json results = nlohmann::ordered_json::array();
     for (const std::string& path : args->paths) {
-      Expected<Graph> graph = load_sized(path, args->dims);
+      // A symbolic graph compiles once for every size where that covers it; else at --dim's sizes.
+      Expected<std::optional<Graph>> once = load_symbolic_once(path, compile_options(common, ""));
+      if (!once) return report(once.error());
+      Expected<Graph> graph = *once ? Expected<Graph>(**once) : load_sized(path, args->dims);
       if (!graph) return report(graph.error());
       for (const std::string& wanted_arch : archs) {
         CompileOptions options = compile_options(common, wanted_arch);
@@ -52,9 +55,11 @@ Runner add_compile(CLI::App& app, const CommonOptions& common) {
         int hits = 0;
         for (const KernelReport& k : exe->report()) hits += k.cache_hit;
         nlohmann::ordered_json entry{{"graph", graph->name()}, {"path", path}, {"arch", arch}, {"kernels", nlohmann::ordered_json::array()}};
+        if (*once) entry["every_size"] = true;
         if (!args->json)
           fmt::print("{} ({}): {} kernel{}, {} compiled, {} cached\n", graph->name().empty() ? path : detail::escaped(graph->name()), arch,
                      exe->report().size(), exe->report().size() == 1 ? "" : "s", exe->report().size() - hits, hits);
+        if (!args->json && *once) fmt::print("  one compile for every size in range\n");
         for (const KernelReport& k : exe->report()) {
           nlohmann::ordered_json trials = nlohmann::ordered_json::array();
           for (const TuningTrial& t : k.trials) trials.push_back({{"tuning", t.tuning}, {"milliseconds", t.milliseconds}});

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "compiler/graph_internal.h"
+#include "compiler/size_probe.h"
 #include "codegen/kernel_codegen.h"
 #include "compiler/ir_printer.h"
 #include "compiler/plan_printer.h"
@@ -38,8 +39,15 @@ Runner add_dump(CLI::App& app, const CommonOptions& common) {
   cmd->add_option("--arch", args->arch, "target architecture, e.g. sm_90");
   add_dim_option(cmd, args->dims);
   return [args, &common] {
-    // The IR of a symbolic graph prints as written; every later stage needs its sizes.
-    Expected<Graph> graph = load_sized(args->path, args->dims, args->stage == "ir");
+    // The IR of a symbolic graph prints as written; later stages show its one
+    // compile for every size where that covers it, else need its sizes.
+    std::optional<Graph> once_graph;
+    if (args->stage != "ir" && args->stage != "rewrites" && args->dims.empty()) {
+      Expected<std::optional<Graph>> once = load_symbolic_once(args->path, compile_options(common, args->arch));
+      if (!once) return report(once.error());
+      once_graph = std::move(*once);
+    }
+    Expected<Graph> graph = once_graph ? Expected<Graph>(*once_graph) : load_sized(args->path, args->dims, args->stage == "ir");
     if (!graph) return report(graph.error());
     if (args->stage == "ir") {
       if (args->kernel >= 0)
@@ -69,8 +77,13 @@ Runner add_dump(CLI::App& app, const CommonOptions& common) {
         runtime::run_pipeline(*graph, *target, plan_only ? runtime::Stage::plan : runtime::Stage::cuda);
     if (!planned) return report(planned.error());
     const ir::Plan& plan = planned->plan;
+    // A symbolic graph's plan is of its probe graph: sizes printed as their expressions.
+    auto plan_text = [&] {
+      if (!planned->probe) return ir::plan_to_text(ir_of(*graph), plan);
+      return ir::symbolic_plan_text(ir_of(*planned->probe_graph), plan, *planned->probe);
+    };
     if (plan_only) {
-      fmt::print("{}", ir::plan_to_text(ir_of(*graph), plan));
+      fmt::print("{}", plan_text());
       return 0;
     }
     if (args->kernel >= static_cast<int>(plan.kernels.size()))
@@ -78,7 +91,7 @@ Runner add_dump(CLI::App& app, const CommonOptions& common) {
                                                           plan.kernels.size(), plan.kernels.size() - 1)});
     const codegen::GeneratedProgram& program = planned->program;
     if (args->stage == "plan") {  // with --arch: and what each kernel's generator decided for it
-      fmt::print("{}", ir::plan_to_text(ir_of(*graph), plan));
+      fmt::print("{}", plan_text());
       for (const codegen::GeneratedKernel& k : program.kernels)
         if (!k.tuning.empty() || !k.decisions.empty())
           fmt::print("codegen {} kernel {}: {}{}{}\n", arch, k.plan_kernel, k.tuning.to_string(),

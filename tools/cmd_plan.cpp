@@ -1,14 +1,20 @@
 // kiln plan GRAPH [--json] [--dot] [--svg] [--no-fusion] [--arch sm_XX]: print the
 // fusion plan for the target, as a compile plans it (runtime::run_pipeline).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
+#include "compiler/error.h"
+#include "compiler/graph_hash.h"
 #include "compiler/graph_internal.h"
+#include "codegen/launch_geometry.h"
 #include "compiler/plan_printer.h"
+#include "compiler/size_probe.h"
+#include "compiler/specialize.h"
 #include "kiln/graph.h"
 #include "runtime/pipeline.h"
 #include "runtime/temp_files.h"
@@ -18,15 +24,56 @@
 
 namespace kiln::cli {
 
+namespace {
+
+struct PlanArgs {
+  std::string path;
+  bool json = false, dot = false, svg = false, no_fusion = false;
+  std::string arch;
+  std::vector<std::string> dims;
+};
+
+int print_symbolic_plan(const Graph& graph, const PlanArgs& args, const CommonOptions& common) {
+  Expected<Graph::DimValues> values = parse_dims(args.dims);
+  if (!values) return report(values.error());
+  ir::DimValues sizes(values->begin(), values->end());
+  if (!sizes.empty())
+    if (Expected<ir::DimValues> checked = detail::catch_errors([&] { return ir::check_dim_values(ir_of(graph), sizes); });
+        !checked)
+      return report({checked.error().code, fmt::format("{}: {}", args.path, checked.error().message)});
+  const codegen::ProgramTuning no_tuning;
+  Expected<runtime::Target> target =
+      runtime::compile_target(graph, compile_options(common, args.arch, !args.no_fusion), &no_tuning);
+  if (!target) return report(target.error());
+  Expected<runtime::Planned> planned = runtime::run_pipeline(graph, *target);
+  if (!planned) return report(planned.error());
+  const ir::Graph& g = ir_of(*planned->probe_graph);
+  const ir::SizeProbe& probe = *planned->probe;
+  if (args.json) {  // (the probe graph's hash replaced by the graph's own)
+    std::string doc = ir::plan_to_json(g, planned->plan);
+    const std::string probe_hash = ir::graph_hash(g).hex();
+    if (size_t at = doc.find(probe_hash); at != std::string::npos) doc.replace(at, probe_hash.size(), graph.hash());
+    fmt::print("{}", doc);
+    return 0;
+  }
+  fmt::print("{}", symbolic_plan_text(g, planned->plan, probe));
+  std::vector<std::string> ranges;
+  for (const ir::DimSymbol& s : probe.table().symbols) ranges.push_back(s.range_text());
+  fmt::print("one compile for every size: {}\n", fmt::join(ranges, "; "));
+  if (sizes.empty()) return 0;
+  std::vector<std::string> at;
+  for (const auto& [name, value] : sizes) at.push_back(fmt::format("{}={}", name, value));
+  for (const codegen::GeneratedKernel& k : planned->program.kernels)
+    fmt::print("kernel {} at {}: {}\n", k.plan_kernel, fmt::join(at, ", "),
+               codegen::to_string(codegen::launch_geometry(k, sizes)));
+  return 0;
+}
+
+}  // namespace
+
 Runner add_plan(CLI::App& app, const CommonOptions& common) {
   CLI::App* cmd = app.add_subcommand("plan", "print the fusion plan: kernels, their ops, reads, writes, and why groups were split");
-  struct Args {
-    std::string path;
-    bool json = false, dot = false, svg = false, no_fusion = false;
-    std::string arch;
-    std::vector<std::string> dims;
-  };
-  auto args = std::make_shared<Args>();
+  auto args = std::make_shared<PlanArgs>();
   cmd->add_option("GRAPH", args->path, "graph file")->required();
   auto* json = cmd->add_flag("--json", args->json, "the plan as JSON (cli.md)");
   auto* dot = cmd->add_flag("--dot", args->dot, "the plan as Graphviz, one cluster per kernel")->excludes(json);
@@ -35,7 +82,16 @@ Runner add_plan(CLI::App& app, const CommonOptions& common) {
   cmd->add_option("--arch", args->arch, "plan for this target, sm_XX (default: the GPU present, else sm_90)");
   add_dim_option(cmd, args->dims);
   return [args, &common] {
+    // A symbolic graph compiled once for every size: its one plan (sizes as
+    // their expressions), and with --dim each kernel's launch at those sizes.
+    std::string per_size;
+    Expected<std::optional<Graph>> once =
+        load_symbolic_once(args->path, compile_options(common, args->arch, !args->no_fusion), &per_size);
+    if (!once) return report(once.error());
+    if (*once && !args->svg && !args->dot) return print_symbolic_plan(**once, *args, common);
     Expected<Graph> graph = load_sized(args->path, args->dims);
+    if (!graph && !per_size.empty())
+      return report({graph.error().code, graph.error().message + fmt::format(" (it is compiled per size: {})", per_size)});
     if (!graph) return report(graph.error());
     const ir::Graph& g = ir_of(*graph);
     // The plan does not depend on the tile choices: none are read from the cache.

@@ -115,7 +115,11 @@ int run(const RunArgs& a, const CommonOptions& common) {
   const bool gpu = a.device == "cuda";
   std::optional<Executable> exe;
   if (gpu) {
-    Expected<Executable> compiled = Executable::compile(*graph, compile_options(common, ""));
+    // A symbolic graph that one compile serves at every size compiles as itself and runs at these inputs' sizes.
+    Expected<std::optional<Graph>> once = load_symbolic_once(a.path, compile_options(common, ""));
+    if (!once) return report(once.error());
+    if (*once) fmt::print("compiling {} once for every size in its range\n", a.path);
+    Expected<Executable> compiled = Executable::compile(*once ? **once : *graph, compile_options(common, ""));
     if (!compiled) return report(compiled.error());
     exe.emplace(std::move(compiled).value());
   }

@@ -170,12 +170,8 @@ Runner add_warm(CLI::App& app, const CommonOptions& common) {
         std::fprintf(stderr, "kiln: error: %s\n", where.c_str());
         continue;
       }
-      if (graph->is_symbolic()) {  // (symbolic kernels, for every size in range, are not built yet)
-        ++invalid;
-        std::fprintf(stderr, "kiln: error: %s: the graph has symbolic dimensions; kiln warm does not compile those "
-                             "yet (kiln compile --dim NAME=VALUE compiles it at one size)\n", path.c_str());
-        continue;
-      }
+      // A symbolic graph warms its kernels for every size where one compile serves them
+      // (runtime/pipeline.h); the pipeline says why not otherwise (kiln compile --dim compiles it at one size).
       for (const std::string& arch : archs) {  // plans and kernels depend on the arch
         Expected<runtime::Target> target = runtime::compile_target(*graph, {.arch = arch, .cache_dir = dir});
         Expected<runtime::Planned> planned =

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "compiler/error.h"
+#include "runtime/pipeline.h"
 #include "runtime/temp_files.h"
 #include "tools/external_tool.h"
 #include "tools/commands.h"
@@ -57,6 +58,21 @@ Expected<Graph> load_sized(const std::string& path, const std::vector<std::strin
   Expected<Graph> sized = graph->specialize(*values);
   if (!sized) return Error{sized.error().code, fmt::format("{}: {}", path, sized.error().message)};
   return sized;
+}
+
+Expected<std::optional<Graph>> load_symbolic_once(const std::string& path, const CompileOptions& options,
+                                                  std::string* why) {
+  Expected<Graph> graph = Graph::load(path);
+  if (!graph) return graph.error();
+  if (!graph->is_symbolic()) return std::optional<Graph>();
+  const codegen::ProgramTuning no_tuning;
+  Expected<runtime::Target> target = runtime::compile_target(*graph, options, &no_tuning);
+  if (!target) return target.error();
+  Expected<std::string> reason = runtime::per_size_reason(*graph, *target);
+  if (!reason) return Error{reason.error().code, fmt::format("{}: {}", path, reason.error().message)};
+  if (why) *why = *reason;
+  if (!reason->empty()) return std::optional<Graph>();
+  return std::optional<Graph>(std::move(*graph));
 }
 
 Expected<std::string> disassemble(const std::string& cubin) {

@@ -1,6 +1,7 @@
 // Helpers the commands share: the options of a compile, and disassembly.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,13 @@ Expected<Graph::DimValues> parse_dims(const std::vector<std::string>& dims);
 // missing symbols, unless `symbolic_ok` (then it comes back symbolic when no
 // --dim is given at all).
 Expected<Graph> load_sized(const std::string& path, const std::vector<std::string>& dims, bool symbolic_ok = false);
+
+// `path`'s graph where it is symbolic and one compile serves every size in
+// its range (runtime::per_size_reason): the graph itself, to compile once;
+// nullopt for an integer graph, or a symbolic one compiled per size (then
+// `why` says why, and load_sized binds its sizes).
+Expected<std::optional<Graph>> load_symbolic_once(const std::string& path, const CompileOptions& options,
+                                                  std::string* why = nullptr);
 
 // SASS of a cubin through cuobjdump or nvdisasm, where one is installed.
 Expected<std::string> disassemble(const std::string& cubin);

@@ -77,9 +77,17 @@ struct KernelReport {
 // Device pointers by binding index: inputs in the order of
 // Graph::inputs() (input_index), outputs in the order of Graph::outputs()
 // (output_index). Each points at binding_bytes() of device memory at least.
+//
+// A graph with symbolic dimensions (graph-format.md) launches at the sizes
+// its inputs have: `input_shapes`, one per input in binding order, from
+// which each symbol is read and checked against the graph's `dims` (range,
+// multiple_of, and agreement between inputs) before anything runs; outputs
+// then have the shapes those sizes give. An integer graph may leave it
+// empty (given, each shape must be the input's own).
 struct BoundArgs {
   std::span<void* const> inputs;
   std::span<void* const> outputs;
+  std::span<const Shape> input_shapes{};
 };
 
 // A device buffer bound to a graph input or output by name.
@@ -103,11 +111,18 @@ class Executable {
   Expected<int> input_index(std::string_view name) const;
   Expected<int> output_index(std::string_view name) const;
   // Bytes a binding of this input or output must have (strided span for
-  // inputs; contiguous outputs).
+  // inputs; contiguous outputs); a symbolic graph's: at its largest sizes.
   Expected<size_t> binding_bytes(std::string_view name) const;
 
+  // The outputs' shapes (Graph::outputs() order) for inputs of these shapes
+  // (binding order): a symbolic graph's at the sizes they bind, checked as a
+  // launch checks them (an InvalidInput binding error naming the symbol, the
+  // input and the sizes); an integer graph's own, its inputs' shapes checked.
+  Expected<std::vector<Shape>> output_shapes(std::span<const Shape> input_shapes) const;
+
   // Scratch memory one launch needs (intermediates, split-K and reduction
-  // partials, counters); 0 for many graphs. The caller owns it; a launch
+  // partials, counters); 0 for many graphs; a symbolic graph's: enough for
+  // its largest sizes. The caller owns it; a launch
   // uses it until its kernels finish on the stream, so launches that may
   // run at the same time need workspaces of their own.
   size_t workspace_bytes() const;

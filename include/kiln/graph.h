@@ -52,10 +52,10 @@ class Graph {
   std::vector<TensorDesc> outputs() const;  // in the document's order
   int op_count() const;
 
-  // Symbolic dimensions (graph-format.md): a symbolic graph's inputs() and
-  // outputs() show the shapes at every symbol's smallest size; to plan,
-  // compile or run it, bind its sizes with specialize() (run_reference does
-  // so from its inputs' shapes).
+  // Symbolic dimensions (graph-format.md): inputs() and outputs() show the
+  // shapes at every symbol's smallest size. Executable::compile compiles it
+  // once for every size where it can (else its error says: specialize() it);
+  // run_reference and launches read the sizes from the inputs' shapes.
   struct Dim {
     std::string name;
     int64_t min = 1, max = 1, multiple_of = 1;

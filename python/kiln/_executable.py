@@ -38,6 +38,9 @@ class Executable:
             (n, s.shape, s.dtype, s.strides) for n, s in graph.inputs.items()]
         self._outputs: List[Tuple[str, Tuple[int, ...], str]] = [
             (n, s.shape, dtype) for (n, s), dtype in zip(graph.outputs.items(), native.output_storage_dtypes())]
+        # A symbolic graph (python.md, b.dim): compiled once for every size; each
+        # call reads the sizes from the inputs' shapes and sizes the outputs by them.
+        self._symbolic = bool(graph.dims)
         self._input_names = [n for n, *_ in self._inputs]
         self._output_names = [n for n, *_ in self._outputs]
         # The fast path for PyTorch tensors: (shape, strides, dtype, device) of
@@ -74,6 +77,9 @@ class Executable:
         bound = []
         for name, shape, dtype, strides in self._inputs:
             b = bind(inputs[name], f"input '{name}'")
+            if self._symbolic:  # (the sizes are checked against `dims` by the launch; contiguous unless declared)
+                strides = _contiguous(b.shape) if tuple(strides) == tuple(_contiguous(shape)) else strides
+                shape = b.shape
             if b.shape != shape:
                 raise BindingError(f"input '{name}': shape {list(b.shape)} given, {list(shape)} expected")
             if b.dtype != dtype and not (b.library == "numpy" and dtype == "bf16" and b.dtype == "f32"):
@@ -90,13 +96,25 @@ class Executable:
                                    f"{_where(first)}: bind arrays of one device")
         return bound
 
-    def _bind_outputs(self, outputs: Mapping[str, Any], device: Tuple[str, int]) -> List[Bound]:
+    def _output_specs(self, ins: List[Bound]) -> List[Tuple[str, Tuple[int, ...], str]]:
+        """(name, shape, dtype) of each output for these inputs: a symbolic
+        graph's at the sizes they bind (a BindingError where they break `dims`)."""
+        if not self._symbolic:
+            return self._outputs
+        shapes = self._native.output_shapes([list(b.shape) for b in ins])
+        return [(name, tuple(shape), dtype) for (name, _, dtype), shape in zip(self._outputs, shapes)]
+
+    def _shapes(self, ins: List[Bound]) -> List[List[int]]:
+        return [list(b.shape) for b in ins] if self._symbolic else []
+
+    def _bind_outputs(self, outputs: Mapping[str, Any], device: Tuple[str, int],
+                      specs: Optional[List[Tuple[str, Tuple[int, ...], str]]] = None) -> List[Bound]:
         names = [n for n, *_ in self._outputs]
         for name in outputs:
             if name not in names:
                 raise BindingError(f"'{name}' is not an output of graph '{self.graph.name}' (outputs: {', '.join(names)})")
         bound = []
-        for name, shape, dtype in self._outputs:
+        for name, shape, dtype in (specs if specs is not None else self._outputs):
             if name not in outputs:
                 raise BindingError(f"output '{name}' is not given")
             b = bind(outputs[name], f"output '{name}'")
@@ -143,8 +161,9 @@ class Executable:
         like = ins[0] if ins else None
         if like is None or like.device[0] == "cpu":
             return self._run_reference(ins)
-        outs = {name: allocate(like, shape, dtype) for name, shape, dtype in self._outputs}
-        bound_outs = self._bind_outputs(outs, like.device)
+        specs = self._output_specs(ins)
+        outs = {name: allocate(like, shape, dtype) for name, shape, dtype in specs}
+        bound_outs = self._bind_outputs(outs, like.device, specs)
         self._launch(ins, bound_outs, like, stream, None)
         self._remember_torch(ins, bound_outs)
         if like.library == "jax":
@@ -161,7 +180,9 @@ class Executable:
         # the workspace from PyTorch's pool, stream-ordered like the outputs
         scratch = torch.empty(self.workspace_bytes, dtype=torch.uint8, device=where).data_ptr() if self.workspace_bytes else 0
         device = where.index or 0
-        self._native.launch(pointers, [t.data_ptr() for t in outs.values()], scratch, self._raw_stream(device), device)
+        shapes = [list(s) for s, *_ in self._torch_inputs[1]] if self._symbolic else []
+        self._native.launch(pointers, [t.data_ptr() for t in outs.values()], scratch, self._raw_stream(device), device,
+                            shapes)
         return outs
 
     def run(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any], *, stream: Any = None,
@@ -174,17 +195,18 @@ class Executable:
             out_pointers = self._fast_torch(outputs, self._torch_outputs) if pointers is not None else None
             if out_pointers is not None and not self.workspace_bytes:
                 device = self._torch_inputs[1][0][3].index or 0
-                self._native.launch(pointers, out_pointers, 0, self._raw_stream(device), device)
+                shapes = [list(s) for s, *_ in self._torch_inputs[1]] if self._symbolic else []
+                self._native.launch(pointers, out_pointers, 0, self._raw_stream(device), device, shapes)
                 return None
         ins = self._bind_inputs(inputs)
         like = ins[0] if ins else None
         if like is None or like.device[0] == "cpu":
             results = self._run_reference(ins)
-            outs = self._bind_outputs(outputs, like.device if like else ("cpu", 0))
+            outs = self._bind_outputs(outputs, like.device if like else ("cpu", 0), self._output_specs(ins))
             for b, (name, *_rest) in zip(outs, self._outputs):
                 _copy_host(results[name], b.array)
             return None
-        bound_outs = self._bind_outputs(outputs, like.device)
+        bound_outs = self._bind_outputs(outputs, like.device, self._output_specs(ins))
         self._launch(ins, bound_outs, like, stream, workspace)
         self._remember_torch(ins, bound_outs)
         return None
@@ -216,7 +238,8 @@ class Executable:
             if _bytes(w) < self.workspace_bytes:
                 raise BindingError(f"workspace: {_bytes(w)} bytes given, {self.workspace_bytes} needed")
             scratch = w.pointer
-        self._native.launch([b.pointer for b in ins], [b.pointer for b in outs], scratch, handle, like.device[1])
+        self._native.launch([b.pointer for b in ins], [b.pointer for b in outs], scratch, handle, like.device[1],
+                            self._shapes(ins))
 
     def _run_reference(self, ins: List[Bound]) -> Dict[str, Any]:
         import numpy as np

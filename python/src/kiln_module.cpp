@@ -304,7 +304,7 @@ PyExecutable compile(const Graph& graph, std::optional<std::string> arch, bool f
 }
 
 void launch(const PyExecutable& self, const std::vector<uintptr_t>& inputs, const std::vector<uintptr_t>& outputs,
-            uintptr_t workspace, uintptr_t stream, int device) {
+            uintptr_t workspace, uintptr_t stream, int device, const std::vector<std::vector<int64_t>>& shapes) {
   Status s;
   {
     nb::gil_scoped_release release;
@@ -319,7 +319,8 @@ void launch(const PyExecutable& self, const std::vector<uintptr_t>& inputs, cons
     std::vector<void*> in(inputs.size()), out(outputs.size());
     for (size_t i = 0; i < inputs.size(); ++i) in[i] = reinterpret_cast<void*>(inputs[i]);
     for (size_t i = 0; i < outputs.size(); ++i) out[i] = reinterpret_cast<void*>(outputs[i]);
-    s = self.exe.launch(BoundArgs{in, out}, reinterpret_cast<void*>(workspace), reinterpret_cast<void*>(stream));
+    // A symbolic graph's sizes come from the inputs' shapes (an integer graph's need not be passed).
+    s = self.exe.launch(BoundArgs{in, out, shapes}, reinterpret_cast<void*>(workspace), reinterpret_cast<void*>(stream));
   }
   if (!s) raise_run_error(s.error());
 }
@@ -374,7 +375,16 @@ Expected<std::vector<HostTensor>> run_interruptibly(const Graph& graph, const st
 nb::list run_reference_on(const Graph& graph, const std::vector<HostArray>& arrays) {
   const std::vector<TensorDesc> declared = graph.inputs();
   std::vector<HostTensor> inputs;
-  for (size_t i = 0; i < arrays.size(); ++i) inputs.push_back(host_tensor(arrays[i], declared[i]));
+  for (size_t i = 0; i < arrays.size(); ++i) {
+    TensorDesc want = declared[i];
+    if (graph.is_symbolic()) {  // the arrays' sizes (run_reference checks them against `dims`)
+      if (arrays[i].ndim() != want.shape.size())
+        raise("BindingError", "input '" + want.name + "': rank " + std::to_string(arrays[i].ndim()) + " given, " +
+                                  std::to_string(want.shape.size()) + " expected");
+      for (size_t d = 0; d < want.shape.size(); ++d) want.shape[d] = static_cast<int64_t>(arrays[i].shape(d));
+    }
+    inputs.push_back(host_tensor(arrays[i], want));
+  }
   Expected<std::vector<HostTensor>> out = run_interruptibly(graph, inputs);
   if (!out) raise_run_error(out.error());
   nb::list result;
@@ -533,7 +543,15 @@ NB_MODULE(_kiln, m) {
         }
         return out;
       })
-      .def("launch", &launch, "inputs"_a, "outputs"_a, "workspace"_a, "stream"_a, "device"_a);
+      .def("launch", &launch, "inputs"_a, "outputs"_a, "workspace"_a, "stream"_a, "device"_a,
+           "shapes"_a = std::vector<std::vector<int64_t>>{})
+      .def("output_shapes", [](const PyExecutable& e, const std::vector<std::vector<int64_t>>& shapes) {
+        Expected<std::vector<Shape>> out = e.exe.output_shapes(shapes);
+        if (!out) raise_run_error(out.error());
+        nb::list l;
+        for (const Shape& s : *out) l.append(to_tuple(s));
+        return l;
+      }, "shapes"_a);
 
   m.def("compile", &compile, "graph"_a, "arch"_a = nb::none(), "fuse"_a = true, "autotune"_a = false,
         "cache_dir"_a = nb::none());

@@ -325,3 +325,28 @@ def test_backend_reduce_overhead_replays_cuda_graphs():
     finally:
         kiln.torch._REPORTS.report = None
     assert report.subgraphs and any("replayed from CUDA graphs" in w for w in report.cuda_graphs), str(report)
+
+
+def test_a_symbolic_graph_runs_every_size_from_one_compile():
+    # One compile for every size (python.md, b.dim): PyTorch CUDA tensors of four sizes, outputs sized by
+    # them, against the reference at each size; the fast path (same layout as last call) and a new size.
+    b = kiln.GraphBuilder("symbolic_rms_gelu")
+    B = b.dim("B", min=1, max=32)
+    S = b.dim("S", min=1, max=256)
+    x = b.input("x", [B, S, 256], "bf16")
+    w = b.input("w", [256], "bf16")
+    b.output(b.gelu(b.rms_norm(x, w), dtype="bf16"), name="y")
+    g = b.build()
+    exe = kiln.compile(g)
+    for batch, seq in [(1, 1), (32, 256), (3, 45), (13, 127), (13, 127), (2, 8)]:
+        inputs = {"x": torch.randn(batch, seq, 256, device="cuda").to(torch.bfloat16),
+                  "w": torch.randn(256, device="cuda").to(torch.bfloat16)}
+        got = exe(**inputs)["y"]
+        assert tuple(got.shape) == (batch, seq, 256)
+        want = reference(g, inputs)["y"]
+        assert relative_error(got.float().cpu().numpy(), want) < TOLERANCE["bf16"], (batch, seq)
+    with pytest.raises(kiln.BindingError, match=r"B = 33 is outside its range \(B in \[1, 32\]\)"):
+        exe(x=torch.zeros(33, 8, 256, device="cuda", dtype=torch.bfloat16),
+            w=torch.zeros(256, device="cuda", dtype=torch.bfloat16))
+    # The kernels are keyed by their symbolic source: compiling again finds every one in the cache.
+    assert all(k["cache_hit"] for k in kiln.compile(g).kernels)

@@ -2,6 +2,7 @@
 catalogue, and the errors."""
 import json
 
+import numpy as np
 import pytest
 
 import kiln
@@ -292,7 +293,38 @@ def test_dim_sums_and_unknown_symbols_are_graph_errors():
         b2.dim("B")
 
 
-def test_compiling_a_symbolic_graph_asks_for_its_sizes():
+def test_compiling_a_symbolic_graph_with_an_anchor_asks_for_its_sizes():
+    # One compile for every size covers graphs without anchors so far: this one says why it is compiled per size.
     g = _symbolic_layer(kiln.GraphBuilder("layer"))
-    with pytest.raises(kiln.GraphError, match="has symbolic dimensions; planning one needs its sizes bound first"):
+    with pytest.raises(kiln.GraphError, match="one compile for every size does not cover it yet: 't0' is a matmul, an anchor"):
         kiln.compile(g)
+
+
+def _symbolic_norm(b):
+    B = b.dim("B", min=1, max=64)
+    S = b.dim("S", max=4096, multiple_of=8)
+    x = b.input("x", [B, S, 768], "bf16")
+    w = b.input("w", [768], "bf16")
+    b.output(b.gelu(b.rms_norm(x, w)), name="y")
+    return b.build()
+
+
+def test_a_symbolic_norm_graph_compiles_once_and_sizes_its_outputs_from_the_inputs():
+    g = _symbolic_norm(kiln.GraphBuilder("norm"))
+    exe = kiln.compile(g, arch="sm_90")
+    assert exe._native.output_shapes([[3, 24, 768], [768]]) == [(3, 24, 768)]
+    assert exe._native.output_shapes([[64, 4096, 768], [768]]) == [(64, 4096, 768)]
+    with pytest.raises(kiln.BindingError, match=r"B = 65 is outside its range \(B in \[1, 64\]\)"):
+        exe._native.output_shapes([[65, 8, 768], [768]])
+    with pytest.raises(kiln.BindingError, match=r"S = 12 is outside its range \(S in \[1, 4096\], a multiple of 8\)"):
+        exe._native.output_shapes([[2, 12, 768], [768]])
+    # On the CPU, the reference at the inputs' sizes, outputs shaped by them.
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 16, 768), dtype=np.float32)
+    w = rng.standard_normal(768, dtype=np.float32)
+    got = exe(x=x, w=w)
+    assert got["y"].shape == (2, 16, 768)
+    want = g.specialize(B=2, S=16)
+    assert got["y"].tobytes() == kiln.compile(want, arch="sm_90")(x=x, w=w)["y"].tobytes()
+    with pytest.raises(kiln.BindingError, match="S = 12 is outside its range"):
+        exe(x=np.zeros((2, 12, 768), np.float32), w=w)

@@ -1,0 +1,29 @@
+#include "codegen/size_text.h"
+
+#include <fmt/format.h>
+
+
+namespace kiln::codegen {
+
+ir::Dim SizeText::dim(int64_t value) const {
+  if (!symbolic(value)) return ir::Dim::constant(value);
+  std::optional<ir::DimExpr> e = probe_->expr_of(value);
+  if (!e) throw NotSymbolic(fmt::format("a size the kernel computes ({} at the probe) is not a product of the graph's sizes", value));
+  return ir::Dim(*e, &probe_->table());
+}
+
+std::string SizeText::operator()(int64_t value, std::string_view suffix) {
+  if (!symbolic(value)) return fmt::format("{}{}", value, suffix);
+  const ir::Dim d = dim(value);
+  std::vector<std::string> terms;
+  for (const std::string& s : d.expr().symbols) {
+    const size_t i = probe_->index_of(s);
+    used_.insert(i);
+    terms.push_back(size_param(i));
+  }
+  if (d.expr().factor != 1) terms.push_back(fmt::format("{}LL", d.expr().factor));
+  std::string text = terms.size() == 1 ? terms[0] : fmt::format("({})", fmt::join(terms, " * "));
+  return suffix == "u" ? "(kiln::u32)" + text : text;
+}
+
+}  // namespace kiln::codegen

@@ -1,0 +1,66 @@
+// SizeText: the one way codegen spells a size (an extent, a stride, an
+// element count) in generated source.
+//
+// Integer graphs: a size is a literal with the site's suffix, as it always
+// was ("768LL", "768u", "768"), so their kernels' source is unchanged.
+// Symbolic graphs (compiler/size_probe.h): codegen runs on the graph at
+// probe sizes; a value that a probe prime divides is a product of symbols
+// and a constant, spelled over the kernel's size parameters, one
+// `const kiln::i64 kiln_size<i>` per symbol of the `dims` table the kernel
+// reads ("(kiln_size0 * 768LL)"), so one source serves every size.
+// Choices that compare a size with a bound ask lower()/upper() (compiler/dim.h).
+//
+// Expects: values computed from the probe graph's sizes by products.
+// Guarantees: a symbolic value that is not such a product throws
+// NotSymbolic (the pipeline then compiles the graph per size); every symbol a
+// kernel's text reads is in used().
+#pragma once
+
+#include <cstdint>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+#include "compiler/dim.h"
+#include "compiler/size_probe.h"
+
+namespace kiln::codegen {
+
+// Thrown where a kernel of a symbolic graph needs what this slice of
+// symbolic codegen does not do yet (a kernel kind, a size that is not a
+// product); the pipeline then compiles the graph per size and says why.
+struct NotSymbolic : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+class SizeText {
+ public:
+  SizeText() = default;
+  explicit SizeText(const ir::SizeProbe* probe) : probe_(probe) {}
+
+  bool symbolic(int64_t value) const { return probe_ && probe_->involves_symbol(value); }
+  // `value` as the source spells it; `suffix` is the literal's ("LL", "u",
+  // ""). A symbolic value is an i64 expression (cast to kiln::u32 where the
+  // suffix is "u").
+  std::string operator()(int64_t value, std::string_view suffix = "LL");
+  // The size as a Dim, for the range's queries (a constant for integer graphs).
+  ir::Dim dim(int64_t value) const;
+  // Whether the size stays below `bound` at every size in range.
+  bool known_below(int64_t value, int64_t bound) const { return dim(value).known_le(bound - 1); }
+  // The smallest value of the size over the range.
+  int64_t lower(int64_t value) const { return dim(value).lower(); }
+
+  // The symbols (indices in the `dims` table) the text so far reads.
+  const std::set<size_t>& used() const { return used_; }
+  const ir::SizeProbe* probe() const { return probe_; }
+
+ private:
+  const ir::SizeProbe* probe_ = nullptr;
+  std::set<size_t> used_;
+};
+
+// The name of symbol i's size parameter in a kernel.
+inline std::string size_param(size_t symbol) { return "kiln_size" + std::to_string(symbol); }
+
+}  // namespace kiln::codegen

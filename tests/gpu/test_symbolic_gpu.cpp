@@ -1,0 +1,126 @@
+// GPU tests of one compile for every size (runtime/pipeline.h): each
+// symbolic graph (pointwise, norm, held-row and row-reduction kernels) compiled ONCE, run at its smallest, largest, an odd and a
+// prime size against the reference interpreter on random inputs with its
+// outputs poisoned (Executable::run_host), and against the same graph
+// written with integers and compiled at that size. The compile is counted:
+// after every size has run, compiling the symbolic graph again with
+// fail_if_compiling finds every kernel in the cache. Label `gpu`; without a
+// GPU every test skips and says why.
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "compiler/graph_internal.h"
+#include "kiln/executable.h"
+#include "kiln/reference.h"
+#include "runtime/check.h"
+#include "runtime/random_inputs.h"
+#include "tests/gpu/require_gpu.h"
+#include "tests/unit/test_helpers.h"
+
+namespace kiln {
+namespace {
+
+struct SymbolicCase {
+  std::string name, json;
+  std::vector<Graph::DimValues> sizes;  // smallest, largest, odd, prime
+};
+
+std::vector<SymbolicCase> cases() {
+  const std::string rn = R"({"kiln": 1, "name": "residual_rms_norm_gelu",
+ "dims": {"B": {"min": 1, "max": 16}, "S": {"min": 1, "max": 512}},
+ "inputs": {"x": {"shape": ["B", "S", 768], "dtype": "bf16"}, "res": {"shape": ["B", "S", 768], "dtype": "bf16"},
+            "w": {"shape": [768], "dtype": "bf16"}, "bias": {"shape": [768], "dtype": "bf16"}},
+ "ops": [{"op": "add", "in": ["x", "res"], "out": "h", "dtype": "bf16"}, {"op": "rms_norm", "in": ["h", "w"], "out": "n"},
+         {"op": "add", "in": ["n", "bias"], "out": "nb"}, {"op": "gelu", "in": ["nb"], "out": "y", "dtype": "bf16"}],
+ "outputs": ["y", "h"]})";
+  const std::string ln = R"({"kiln": 1, "name": "layer_norm_rows",
+ "dims": {"R": {"min": 1, "max": 20000}},
+ "inputs": {"x": {"shape": ["R", 1024], "dtype": "f32"}, "g": {"shape": [1024], "dtype": "f32"}, "b": {"shape": [1024], "dtype": "f32"}},
+ "ops": [{"op": "layer_norm", "in": ["x", "g", "b"], "out": "y"}], "outputs": ["y"]})";
+  const std::string sm = R"({"kiln": 1, "name": "rows_softmax",
+ "dims": {"N": {"min": 1, "max": 4096}},
+ "inputs": {"x": {"shape": ["N", 1000], "dtype": "f32"}, "scale": {"shape": [1000], "dtype": "f32"}},
+ "ops": [{"op": "mul", "in": ["x", "scale"], "out": "xs"}, {"op": "softmax", "in": ["xs"], "out": "p"},
+         {"op": "mul", "in": ["p", 2.0], "out": "y"}], "outputs": ["y"]})";
+  const std::string pw = R"({"kiln": 1, "name": "bias_gelu_rows",
+ "dims": {"B": {"min": 1, "max": 64, "multiple_of": 1}, "T": {"min": 8, "max": 2048, "multiple_of": 8}},
+ "inputs": {"x": {"shape": ["B", "T", 96], "dtype": "f16"}, "b": {"shape": [96], "dtype": "f16"}, "s": {"shape": ["B", 1, 96], "dtype": "f32"}},
+ "ops": [{"op": "add", "in": ["x", "b"], "out": "xb"}, {"op": "gelu", "in": ["xb"], "out": "g"},
+         {"op": "mul", "in": ["g", "s"], "out": "y", "dtype": "f16"}], "outputs": ["y"]})";
+  const std::string held = R"({"kiln": 1, "name": "layer_norm_written_out",
+ "dims": {"R": {"min": 1, "max": 50000}},
+ "inputs": {"x": {"shape": ["R", 512], "dtype": "f32"}},
+ "ops": [{"op": "reduce_mean", "in": ["x"], "out": "m", "axes": [1], "keepdims": true},
+         {"op": "sub", "in": ["x", "m"], "out": "d"}, {"op": "mul", "in": ["d", "d"], "out": "d2"},
+         {"op": "reduce_mean", "in": ["d2"], "out": "v", "axes": [1], "keepdims": true},
+         {"op": "add", "in": ["v", 1e-5], "out": "ve"}, {"op": "rsqrt", "in": ["ve"], "out": "r"},
+         {"op": "mul", "in": ["d", "r"], "out": "y"}, {"op": "reduce_max", "in": ["x"], "out": "top", "axes": [1]}],
+ "outputs": ["y", "top"]})";
+  return {{"layer_norm_written_out", held, {{{"R", 1}}, {{"R", 50000}}, {{"R", 999}}, {{"R", 7919}}}},
+          {"residual_rms_norm_gelu", rn, {{{"B", 1}, {"S", 1}}, {{"B", 16}, {"S", 512}}, {{"B", 3}, {"S", 45}}, {{"B", 13}, {"S", 127}}}},
+          {"layer_norm_rows", ln, {{{"R", 1}}, {{"R", 20000}}, {{"R", 999}}, {{"R", 7919}}}},
+          {"rows_softmax", sm, {{{"N", 1}}, {{"N", 4096}}, {{"N", 333}}, {{"N", 997}}}},
+          {"bias_gelu_rows", pw, {{{"B", 1}, {"T", 8}}, {{"B", 64}, {"T", 2048}}, {{"B", 5}, {"T", 72}}, {{"B", 31}, {"T", 8}}}}};
+}
+
+TEST(SymbolicGpu, OneCompileRunsEverySizeLikeTheIntegerGraph) {
+  REQUIRE_GPU();
+  for (const SymbolicCase& c : cases()) {
+    SCOPED_TRACE(c.name);
+    const Graph g = testing::must_parse(c.json);
+    const std::string dir = testing::fresh_cache("symbolic-gpu-" + c.name).string();
+    Expected<Executable> exe = Executable::compile(g, {.cache_dir = dir});
+    ASSERT_TRUE(exe.ok()) << exe.error().message;
+    int run = 0;
+    for (const Graph::DimValues& sizes : c.sizes) {
+      std::string at;
+      for (const auto& [k, v] : sizes) at += fmt::format("{}={} ", k, v);
+      SCOPED_TRACE(at);
+      Expected<Graph> sized = g.specialize(sizes);
+      ASSERT_TRUE(sized.ok()) << sized.error().message;
+      const std::vector<HostTensor> inputs = random_inputs(*sized, 7 + static_cast<uint64_t>(run++));
+      Expected<std::vector<HostTensor>> got = exe->run_host(inputs);  // outputs poisoned first
+      ASSERT_TRUE(got.ok()) << got.error().message;
+      Expected<std::vector<HostTensor>> want = run_reference(*sized, inputs);
+      ASSERT_TRUE(want.ok()) << want.error().message;
+      Expected<Executable> integer = Executable::compile(*sized, {.cache_dir = dir});
+      ASSERT_TRUE(integer.ok()) << integer.error().message;
+      Expected<std::vector<HostTensor>> integer_got = integer->run_host(inputs);
+      ASSERT_TRUE(integer_got.ok()) << integer_got.error().message;
+      for (size_t k = 0; k < want->size(); ++k) {
+        const ir::TensorId id = ir_of(*sized).outputs[k];
+        const double tolerance = runtime::default_tolerance(ir_of(*sized), id);
+        ASSERT_EQ((*got)[k].shape, (*want)[k].shape);
+        const runtime::Comparison c1 = runtime::compare((*got)[k], (*want)[k]);
+        EXPECT_TRUE(c1.passes(tolerance)) << "output " << k << ": rel err " << c1.relative_error << " against the reference";
+        const runtime::Comparison c2 = runtime::compare((*got)[k], (*integer_got)[k]);
+        EXPECT_TRUE(c2.passes(tolerance)) << "output " << k << ": rel err " << c2.relative_error
+                                          << " against the integer graph's kernels";
+      }
+    }
+    // ONE compile: the symbolic kernels are all in the cache, whatever the sizes run.
+    Expected<Executable> again = Executable::compile(g, {.cache_dir = dir, .fail_if_compiling = true});
+    ASSERT_TRUE(again.ok()) << again.error().message;
+    for (const KernelReport& r : again->report()) EXPECT_TRUE(r.cache_hit);
+    std::filesystem::remove_all(dir);
+  }
+}
+
+TEST(SymbolicGpu, ALaunchOutsideTheRangeIsRefusedBeforeItRuns) {
+  REQUIRE_GPU();
+  const Graph g = testing::must_parse(cases()[2].json);
+  Expected<Executable> exe = Executable::compile(g);
+  ASSERT_TRUE(exe.ok()) << exe.error().message;
+  const std::vector<HostTensor> inputs{HostTensor{{4097, 1000}, DType::f32, std::vector<float>(4097 * 1000)},
+                                       HostTensor{{1000}, DType::f32, std::vector<float>(1000)}};
+  Expected<std::vector<HostTensor>> got = exe->run_host(inputs);
+  ASSERT_FALSE(got.ok());
+  EXPECT_THAT(got.error().message, ::testing::HasSubstr("N = 4097 is outside its range (N in [1, 4096])"));
+}
+
+}  // namespace
+}  // namespace kiln

@@ -1,0 +1,246 @@
+// One compile for every size (graph-format.md, "Symbolic dimensions"): the
+// Dim queries, the probe sizes, the pipeline's symbolic plan and kernels
+// (sizes as kernel parameters, the launch geometry at bound sizes, the same
+// plan and launch as the graph written with integers), the graphs it does
+// not cover yet (compiled per size, saying why), NVRTC over the symbolic
+// kernels, and the binding errors a launch gives before the GPU is touched.
+#include <fmt/format.h>
+
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "codegen/launch_geometry.h"
+#include "codegen/size_text.h"
+#include "compiler/dim.h"
+#include "compiler/graph_internal.h"
+#include "compiler/size_probe.h"
+#include "kiln/executable.h"
+#include "runtime/pipeline.h"
+#include "tests/unit/test_helpers.h"
+
+namespace kiln {
+namespace {
+
+using testing::must_parse;
+
+const std::string kDims = R"("dims": {"B": {"min": 1, "max": 64}, "S": {"min": 1, "max": 4096, "multiple_of": 8}})";
+
+// x + res, rms_norm, + bias, gelu over [B, S, 768] (examples/symbolic/residual_rms_norm_gelu.json).
+std::string residual_norm(const std::string& b, const std::string& s, bool symbolic) {
+  return fmt::format(R"({{"kiln": 1, "name": "rn", {}
+ "inputs": {{"x": {{"shape": [{}, {}, 768], "dtype": "bf16"}}, "res": {{"shape": [{}, {}, 768], "dtype": "bf16"}},
+            "w": {{"shape": [768], "dtype": "bf16"}}, "bias": {{"shape": [768], "dtype": "bf16"}}}},
+ "ops": [
+  {{"op": "add", "in": ["x", "res"], "out": "h", "dtype": "bf16"}},
+  {{"op": "rms_norm", "in": ["h", "w"], "out": "n"}},
+  {{"op": "add", "in": ["n", "bias"], "out": "nb"}},
+  {{"op": "gelu", "in": ["nb"], "out": "y", "dtype": "bf16"}}
+ ],
+ "outputs": ["y", "h"]}})",
+                     symbolic ? kDims + "," : "", b, s, b, s);
+}
+
+ir::DimTable table() {
+  ir::DimTable t;
+  t.symbols = {{"B", 1, 64, 1}, {"S", 8, 4096, 8}};
+  return t;
+}
+
+TEST(SymbolicCompile, DimQueriesHoldForTheWholeRange) {
+  const ir::DimTable t = table();
+  const ir::Dim s(ir::DimExpr{1, {"S"}}, &t), bs768(ir::DimExpr{768, {"B", "S"}}, &t), b(ir::DimExpr{1, {"B"}}, &t);
+  EXPECT_TRUE(s.known_multiple_of(8));
+  EXPECT_FALSE(s.known_multiple_of(16));
+  EXPECT_FALSE(b.known_multiple_of(2));
+  EXPECT_TRUE(bs768.known_multiple_of(8 * 768));
+  EXPECT_FALSE(bs768.known_multiple_of(5));
+  EXPECT_EQ(bs768.lower(), 8 * 768);
+  EXPECT_EQ(bs768.upper(), 64 * 4096 * 768);
+  EXPECT_TRUE(bs768.known_le(64 * 4096 * 768));
+  EXPECT_FALSE(bs768.known_le(64 * 4096 * 768 - 1));
+  EXPECT_TRUE(b.known_ge(1));
+  EXPECT_FALSE(b.known_ge(2));
+  EXPECT_TRUE(bs768.known_equal(ir::Dim(ir::DimExpr{768, {"B", "S"}}, &t)));
+  EXPECT_FALSE(b.known_equal(ir::Dim::constant(1)));
+  EXPECT_TRUE(ir::Dim::constant(48).known_multiple_of(16));
+}
+
+TEST(SymbolicCompile, ProbeValuesFactorBackIntoExpressions) {
+  const Graph g = must_parse(residual_norm("\"B\"", "\"S\"", true));
+  const ir::SizeProbe probe(ir_of(g), int64_t{1} << 17);
+  const int64_t b = probe.values().at("B"), s = probe.values().at("S");
+  EXPECT_EQ(s % 8, 0);
+  EXPECT_EQ(probe.expr_of(b * s * 768), (ir::DimExpr{768, {"B", "S"}}));
+  EXPECT_EQ(probe.expr_of(768), ir::DimExpr::constant(768));
+  EXPECT_EQ(probe.expr_of(s / 8), std::nullopt);  // a quotient of a size is not a product
+  EXPECT_FALSE(probe.involves_symbol(768));
+  EXPECT_EQ(ir::with_symbols(fmt::format("domain=[{},{},768] n={}", b, s, b * s * 768), probe),
+            "domain=[B,S,768] n=B*S*768");
+  // The one helper: constants print as they always did, symbols as parameters.
+  codegen::SizeText sizes(&probe);
+  EXPECT_EQ(sizes(768), "768LL");
+  EXPECT_EQ(sizes(768, "u"), "768u");
+  EXPECT_EQ(sizes(b * s * 768), "(kiln_size0 * kiln_size1 * 768LL)");
+  EXPECT_EQ(sizes(b, "u"), "(kiln::u32)kiln_size0");
+  EXPECT_EQ(sizes.used(), (std::set<size_t>{0, 1}));
+  EXPECT_THROW(sizes(s / 8), codegen::NotSymbolic);
+}
+
+runtime::Planned must_plan(const Graph& g) {
+  Expected<runtime::Planned> p = runtime::run_pipeline(g, runtime::Target{.arch = "sm_90"});
+  EXPECT_TRUE(p.ok()) << p.error().message;
+  return std::move(p).value();
+}
+
+TEST(SymbolicCompile, OnePlanAndKernelsServeEverySize) {
+  const Graph g = must_parse(residual_norm("\"B\"", "\"S\"", true));
+  const runtime::Planned symbolic = must_plan(g);
+  ASSERT_TRUE(symbolic.probe != nullptr);
+  for (const codegen::GeneratedKernel& k : symbolic.program.kernels) {
+    EXPECT_NE(k.canonical.find("const kiln::i64 kiln_size"), std::string::npos) << k.source;
+    EXPECT_TRUE(k.grid_rule.has_value());
+    // No probe value is left in the source: every number in it is a constant of the graph or of codegen.
+    const std::regex number("\\b[0-9]+\\b");
+    for (std::sregex_iterator it(k.canonical.begin(), k.canonical.end(), number), end; it != end; ++it)
+      EXPECT_FALSE(symbolic.probe->involves_symbol(std::stoll(it->str()))) << it->str();
+  }
+  // At any size, the plan and each kernel's launch are those of the graph written with integers.
+  for (const auto& [b, s] : std::vector<std::pair<int, int>>{{1, 8}, {7, 24}, {64, 4096}, {13, 1000}}) {
+    const Graph sized = must_parse(residual_norm(std::to_string(b), std::to_string(s), false));
+    const runtime::Planned integer = must_plan(sized);
+    ASSERT_EQ(integer.plan.kernels.size(), symbolic.plan.kernels.size());
+    ASSERT_EQ(integer.program.kernels.size(), symbolic.program.kernels.size());
+    for (size_t i = 0; i < integer.program.kernels.size(); ++i) {
+      EXPECT_EQ(integer.plan.kernels[i].kind, symbolic.plan.kernels[i].kind);
+      EXPECT_EQ(integer.plan.kernels[i].ops, symbolic.plan.kernels[i].ops);
+      const codegen::LaunchGeometry at = codegen::launch_geometry(symbolic.program.kernels[i], {{"B", b}, {"S", s}});
+      EXPECT_EQ(codegen::to_string(at), codegen::to_string(codegen::launch_geometry(integer.program.kernels[i], {})))
+          << "B=" << b << " S=" << s;
+    }
+  }
+}
+
+TEST(SymbolicCompile, SoftmaxRowsOverASymbolicCount) {
+  const Graph g = must_parse(R"({"kiln": 1, "dims": {"N": {"min": 1, "max": 100000}},
+    "inputs": {"x": {"shape": ["N", 1000], "dtype": "f32"}},
+    "ops": [{"op": "softmax", "in": ["x"], "out": "p"}, {"op": "mul", "in": ["p", 2.0], "out": "y"}],
+    "outputs": ["y"]})");
+  const runtime::Planned p = must_plan(g);
+  ASSERT_EQ(p.program.kernels.size(), 1u);
+  EXPECT_EQ(codegen::launch_geometry(p.program.kernels[0], {{"N", 77}}).grid[0], 77u);
+}
+
+// Row reductions over symbolic rows: one written op by op (a layer norm
+// whose kernel holds its rows) and a plain row reduction; the launch at each
+// size is that of the integer graph.
+std::string written_layer_norm(const std::string& rows, bool symbolic) {
+  return fmt::format(R"({{"kiln": 1, {}
+    "inputs": {{"x": {{"shape": [{}, 512], "dtype": "f32"}}}},
+    "ops": [{{"op": "reduce_mean", "in": ["x"], "out": "m", "axes": [1], "keepdims": true}},
+            {{"op": "sub", "in": ["x", "m"], "out": "d"}}, {{"op": "mul", "in": ["d", "d"], "out": "d2"}},
+            {{"op": "reduce_mean", "in": ["d2"], "out": "v", "axes": [1], "keepdims": true}},
+            {{"op": "add", "in": ["v", 1e-5], "out": "ve"}}, {{"op": "rsqrt", "in": ["ve"], "out": "r"}},
+            {{"op": "mul", "in": ["d", "r"], "out": "y"}},
+            {{"op": "reduce_max", "in": ["x"], "out": "top", "axes": [1]}}],
+    "outputs": ["y", "top"]}})",
+                     symbolic ? R"("dims": {"R": {"min": 1, "max": 50000}},)" : "", rows);
+}
+
+TEST(SymbolicCompile, RowReductionsAndHeldRowsOverSymbolicRows) {
+  const runtime::Planned symbolic = must_plan(must_parse(written_layer_norm("\"R\"", true)));
+  bool held = false;
+  for (const ir::PlannedKernel& k : symbolic.plan.kernels) held |= k.params.holds_rows;
+  EXPECT_TRUE(held);
+  for (int rows : {1, 77, 50000}) {
+    const runtime::Planned integer = must_plan(must_parse(written_layer_norm(std::to_string(rows), false)));
+    ASSERT_EQ(integer.program.kernels.size(), symbolic.program.kernels.size());
+    for (size_t i = 0; i < integer.program.kernels.size(); ++i)
+      EXPECT_EQ(codegen::to_string(codegen::launch_geometry(symbolic.program.kernels[i], {{"R", rows}})),
+                codegen::to_string(codegen::launch_geometry(integer.program.kernels[i], {})))
+          << "R=" << rows;
+  }
+}
+
+TEST(SymbolicCompile, WhatOneCompileDoesNotCoverIsCompiledPerSizeAndSaysWhy) {
+  // An anchor.
+  const Graph mm = must_parse(R"({"kiln": 1, "dims": {"B": {"min": 1, "max": 64}},
+    "inputs": {"x": {"shape": ["B", 64], "dtype": "f32"}, "w": {"shape": [64, 32], "dtype": "f32"}},
+    "ops": [{"op": "matmul", "in": ["x", "w"], "out": "y"}], "outputs": ["y"]})");
+  Expected<std::string> why = runtime::per_size_reason(mm, runtime::Target{.arch = "sm_90"});
+  ASSERT_TRUE(why.ok());
+  EXPECT_THAT(*why, ::testing::HasSubstr("'y' is a matmul, an anchor"));
+  Expected<Executable> exe = Executable::compile(mm, {.arch = "sm_90", .use_cache = false});
+  ASSERT_FALSE(exe.ok());
+  EXPECT_THAT(exe.error().message, ::testing::HasSubstr("one compile for every size does not cover it yet"));
+  EXPECT_THAT(exe.error().message, ::testing::HasSubstr("Graph::specialize"));
+  // A reduction over a symbolic extent (row lengths are integers so far).
+  const Graph sum = must_parse(R"({"kiln": 1, "dims": {"B": {"min": 1, "max": 64}},
+    "inputs": {"x": {"shape": ["B", 64], "dtype": "f32"}},
+    "ops": [{"op": "reduce_sum", "in": ["x"], "out": "y", "axes": [0]}], "outputs": ["y"]})");
+  why = runtime::per_size_reason(sum, runtime::Target{.arch = "sm_90"});
+  ASSERT_TRUE(why.ok());
+  EXPECT_THAT(*why, ::testing::HasSubstr("a reduction over a symbolic extent"));
+  // A covered graph.
+  why = runtime::per_size_reason(must_parse(residual_norm("\"B\"", "\"S\"", true)), runtime::Target{.arch = "sm_90"});
+  ASSERT_TRUE(why.ok());
+  EXPECT_EQ(*why, "");
+}
+
+TEST(SymbolicCompile, NvrtcCompilesTheSymbolicKernelsOnceForEverySize) {
+  const Graph g = must_parse(residual_norm("\"B\"", "\"S\"", true));
+  const std::string dir = testing::fresh_cache("symbolic-compile").string();
+  Expected<Executable> cold = Executable::compile(g, {.arch = "sm_90", .cache_dir = dir});
+  ASSERT_TRUE(cold.ok()) << cold.error().message;
+  // The kernel cache keys them by their symbolic source: a second compile compiles nothing.
+  Expected<Executable> warm = Executable::compile(g, {.arch = "sm_90", .cache_dir = dir, .fail_if_compiling = true});
+  ASSERT_TRUE(warm.ok()) << warm.error().message;
+  for (const KernelReport& r : warm->report()) EXPECT_TRUE(r.cache_hit);
+  // Bytes and workspace for the largest sizes.
+  EXPECT_EQ(*cold->binding_bytes("x"), size_t{64} * 4096 * 768 * 2);
+  std::filesystem::remove_all(dir);
+}
+
+// A launch's sizes are checked against `dims` before anything runs: a
+// binding error naming the symbol, the input and the sizes.
+TEST(SymbolicCompile, LaunchSizesOutsideTheRangeAreBindingErrors) {
+  const Graph g = must_parse(residual_norm("\"B\"", "\"S\"", true));
+  Expected<Executable> exe = Executable::compile(g, {.arch = "sm_90", .use_cache = false});
+  ASSERT_TRUE(exe.ok()) << exe.error().message;
+  // Pointers that are never dereferenced: the checks come first.
+  void* const fake = reinterpret_cast<void*>(uintptr_t{1} << 20);
+  const std::vector<void*> inputs(4, fake), outputs(2, fake);
+  auto launch_error = [&](std::vector<Shape> shapes) {
+    Status s = exe->launch(BoundArgs{inputs, outputs, shapes}, nullptr, nullptr);
+    EXPECT_FALSE(s.ok());
+    return s.ok() ? std::string() : s.error().message;
+  };
+  const int xi = *exe->input_index("x"), ri = *exe->input_index("res"), wi = *exe->input_index("w"),
+            bi = *exe->input_index("bias");
+  auto shapes = [&](Shape x, Shape res) {
+    std::vector<Shape> out(4);
+    out[static_cast<size_t>(xi)] = x, out[static_cast<size_t>(ri)] = res;
+    out[static_cast<size_t>(wi)] = out[static_cast<size_t>(bi)] = {768};
+    return out;
+  };
+  EXPECT_THAT(launch_error(shapes({65, 8, 768}, {65, 8, 768})),
+              ::testing::HasSubstr("binding error: input 'x' [65,8,768] (dimension 0 of [B,S,768]): B = 65 is outside its "
+                                   "range (B in [1, 64])"));
+  EXPECT_THAT(launch_error(shapes({2, 12, 768}, {2, 12, 768})),
+              ::testing::HasSubstr("S = 12 is outside its range (S in [1, 4096], a multiple of 8)"));
+  EXPECT_THAT(launch_error(shapes({2, 8, 768}, {3, 8, 768})),
+              ::testing::AllOf(::testing::HasSubstr("gives B = 3"), ::testing::HasSubstr("gives B = 2")));
+  EXPECT_THAT(launch_error(shapes({2, 8, 512}, {2, 8, 512})), ::testing::HasSubstr("has shape [2,8,512]"));
+  EXPECT_THAT(launch_error({}), ::testing::HasSubstr("has symbolic dimensions: bind the inputs' shapes"));
+  // run_host reads the sizes from the host tensors, and checks them before it looks for a GPU.
+  std::vector<HostTensor> host(4);
+  host[static_cast<size_t>(xi)] = HostTensor{{2, 16, 768}, DType::bf16, std::vector<float>(2 * 16 * 768)};
+  host[static_cast<size_t>(ri)] = HostTensor{{2, 24, 768}, DType::bf16, std::vector<float>(2 * 24 * 768)};
+  host[static_cast<size_t>(wi)] = host[static_cast<size_t>(bi)] = HostTensor{{768}, DType::bf16, std::vector<float>(768)};
+  Expected<std::vector<HostTensor>> ran = exe->run_host(host);
+  ASSERT_FALSE(ran.ok());
+  EXPECT_THAT(ran.error().message, ::testing::HasSubstr("gives S = 24"));
+}
+
+}  // namespace
+}  // namespace kiln
