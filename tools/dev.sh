@@ -10,10 +10,6 @@
 #
 # Environment: KILN_BUILD_DIR (default: build), KILN_BUILD_TYPE (default:
 # RelWithDebInfo), KILN_NO_INSTALL=1 to never call apt-get.
-#
-# Compiles go through ccache where it is installed: the Python package's
-# build (a sibling of the build folder, same flags) then finds the C++
-# build's objects instead of compiling the library a second time.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -25,7 +21,7 @@ say() { printf '==> %s\n' "$*"; }
 # Packages for what is missing: "package:file-or-command" pairs.
 install_missing() {
   local wanted=(
-    "cmake:cmake" "ninja-build:ninja" "g++:g++" "python3:python3" "ccache:ccache"
+    "cmake:cmake" "ninja-build:ninja" "g++:g++" "python3:python3"
     "libfmt-dev:/usr/include/fmt/format.h"
     "nlohmann-json3-dev:/usr/include/nlohmann/json.hpp"
     "libxxhash-dev:/usr/include/xxhash.h"
@@ -101,18 +97,8 @@ sass_tool_dir() {
   echo "$dir"
 }
 
-# ccache for every compile where it is installed: paths under the checkout
-# hashed relative to the build folder, so that two build folders side by
-# side share their objects.
-use_ccache() {
-  command -v ccache >/dev/null 2>&1 || return 0
-  export CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache
-  export CCACHE_BASEDIR=$root CCACHE_NOHASHDIR=1
-}
-
 configure_and_build() {
   install_missing
-  use_ccache
   local generator=()
   command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
   if [[ ! -f $build/CMakeCache.txt ]]; then
@@ -155,7 +141,7 @@ demo() {
 }
 
 # The Python package (pip install . into $build/venv, incrementally through
-# $build-python, built as $build is) and what its tests need: nanobind, scikit-build-core,
+# $build/python) and what its tests need: nanobind, scikit-build-core,
 # pytest, hypothesis, NumPy, PyTorch's CPU build, and the model zoo's
 # packages (transformers, timm, torchvision).
 python_package() {
@@ -180,11 +166,10 @@ python_package() {
     say "installing into $venv: ${zoo[*]}"
     "$venv/bin/python" -m pip install -q --disable-pip-version-check "${zoo[@]}"
   fi
-  say "pip install . (the kiln package, built in $build-python)"
-  use_ccache
+  say "pip install . (the kiln package, built in $build/python)"
   local start=$SECONDS
   "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps \
-    -Cbuild-dir="$build-python" -Ccmake.build-type="${KILN_BUILD_TYPE:-RelWithDebInfo}" "$root"
+    -Cbuild-dir="$build/python" "$root"
   say "kiln package installed in $((SECONDS - start)) s"
 }
 
