@@ -731,6 +731,7 @@ class KilnSubgraph(torch.nn.Module):
 
     def _graph_for(self, args):
         c = Conversion(self.name)
+        self.output_orders: Dict[str, List[int]] = {}  # output -> the permutation giving PyTorch's shape back
         for i, (n, t) in enumerate(zip(self.placeholders, args)):
             if t.numel() > 0:  # an empty input (read only by a cat, which drops it) is no kiln input
                 c.env[n] = c.b.input(f"in{i}", list(t.shape), _KILN_DTYPE[t.dtype], list(t.stride()))
@@ -746,16 +747,24 @@ class KilnSubgraph(torch.nn.Module):
                 seen[n] = by_value[t.name]
                 continue
             value_name = t.name
-            if t.name in {c.env[x].name for x in self.placeholders if x in c.env}:
+            order = _dense_order(val(n))
+            if order is not None:  # written in PyTorch's memory order (channels-last), given back as its view
+                t = c.b.op("transpose", [t], {"perm": order})
+            elif t.name in {c.env[x].name for x in self.placeholders if x in c.env}:
                 t = c.b.op("identity", [t])  # an output that is an input through identities
             out_name = f"out{len(names)}"
             c.b.output(t, name=out_name)
+            if order is not None:
+                self.output_orders[out_name] = [order.index(d) for d in range(len(order))]
             seen[n] = by_value[value_name] = out_name
             names.append((i, out_name))
         graph = c.b.build()
         for i, out_name in names:  # the conversion's shapes and dtypes are PyTorch's
             spec, want = graph.outputs[out_name], val(self.output_nodes[i])
-            if list(spec.shape) != list(want.shape) or spec.dtype != _KILN_DTYPE[want.dtype]:
+            shape = list(spec.shape)
+            if out_name in self.output_orders:
+                shape = [shape[d] for d in self.output_orders[out_name]]
+            if shape != list(want.shape) or spec.dtype != _KILN_DTYPE[want.dtype]:
                 raise KilnError(f"internal: output {i} converted as {spec.dtype}{list(spec.shape)}, "
                                 f"PyTorch has {want.dtype}{list(want.shape)}")
         return graph, seen
@@ -796,7 +805,9 @@ class KilnSubgraph(torch.nn.Module):
                     env = _run_views(self.gm, args)
                 outs.append(env[n])
             else:
-                outs.append(results[seen[n]])
+                out_name = seen[n]
+                order = self.output_orders.get(out_name)
+                outs.append(results[out_name] if order is None else results[out_name].permute(order))
         return tuple(outs) if len(self.output_nodes) > 1 or isinstance(self._output_arg(), (list, tuple)) else outs[0]
 
     def _in_pytorch(self, args):
@@ -837,6 +848,25 @@ class KilnSubgraph(torch.nn.Module):
 
     def _output_arg(self):
         return next(n for n in self.gm.graph.nodes if n.op == "output").args[0]
+
+
+def _dense_order(v: Any) -> Optional[List[int]]:
+    """The dimensions of a dense tensor from its outermost to its innermost in memory where that
+    is not their logical order (a channels-last activation: [0, 2, 3, 1]); None for a contiguous
+    tensor or one with gaps or overlaps. kiln writes such an output in that order, so PyTorch gets
+    the strides it traced (and its backward reads the activations it saved as eager's are laid out)."""
+    if not isinstance(v, torch.Tensor) or v.dim() < 2 or v.is_contiguous():
+        return None
+    shape, strides = list(v.shape), list(v.stride())
+    order = sorted(range(v.dim()), key=lambda d: (-strides[d] if shape[d] != 1 else 0, d))
+    order = [d for d in order if shape[d] != 1]
+    order = [d for d in range(v.dim()) if shape[d] == 1] + order  # size-1 dimensions: outermost, any stride
+    expected = 1
+    for d in reversed(order):
+        if shape[d] != 1 and strides[d] != expected:
+            return None
+        expected *= shape[d]
+    return None if order == list(range(v.dim())) else order
 
 
 def _is_empty(n: torch.fx.Node) -> bool:

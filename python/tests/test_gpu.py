@@ -350,3 +350,59 @@ def test_a_symbolic_graph_runs_every_size_from_one_compile():
             w=torch.zeros(256, device="cuda", dtype=torch.bfloat16))
     # The kernels are keyed by their symbolic source: compiling again finds every one in the cache.
     assert all(k["cache_hit"] for k in kiln.compile(g).kernels)
+
+
+def _zoo_models():
+    import importlib.util
+    import pathlib
+    import sys
+    if "zoo_models" not in sys.modules:
+        path = pathlib.Path(__file__).resolve().parents[2] / "bench" / "zoo_models.py"
+        spec = importlib.util.spec_from_file_location("zoo_models", path)
+        sys.modules["zoo_models"] = module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    return sys.modules["zoo_models"]
+
+
+@pytest.mark.parametrize("name,batch,seq", [("resnet50_cl", 8, 224), ("efficientnet_b0", 8, 224), ("bert", 4, 128)])
+def test_zoo_models_with_gradients_on_match_eager(name, batch, seq):
+    """Three zoo models at their real widths (two CNNs, one transformer), f32, model.eval() with
+    gradients on: the kiln forward's output, the gradients of the float inputs and of every
+    parameter, and three SGD steps against eager. Norm-wise errors: kiln's f32 anchors run on
+    TF32 tensor cores, and a ReLU whose input rounds across zero moves a gradient by a whole term."""
+    import kiln.torch  # noqa: F401
+    zoo = _zoo_models()
+    spec = next(s for s in zoo.SPECS if s.name == name)
+    pytest.importorskip(spec.package)
+    eager, inputs = zoo.instantiate(spec, tiny=False, device="cuda", dtype=torch.float32, batch=batch, seq=seq)
+    ours, _ = zoo.instantiate(spec, tiny=False, device="cuda", dtype=torch.float32, batch=batch, seq=seq)
+    ours.load_state_dict(eager.state_dict())
+    relative = lambda got, want: ((got - want).double().norm() / want.double().norm().clamp_min(1e-30)).item()  # noqa: E731
+    float_inputs = [k for k, v in inputs.items() if v.is_floating_point()]
+    torch._dynamo.reset()
+    compiled = torch.compile(ours, backend="kiln")
+    optimizers = [torch.optim.SGD(m.parameters(), lr=1e-2) for m in (eager, ours)]
+    for step in range(3):
+        outs, grads = [], []
+        for model, optimizer in zip((eager, compiled), optimizers):
+            optimizer.zero_grad(set_to_none=True)
+            args = {k: v.clone().requires_grad_(k in float_inputs) for k, v in inputs.items()}
+            out = spec.output(model(**args))
+            out.float().square().mean().backward()
+            outs.append(out.detach())
+            params = ours.named_parameters() if model is compiled else eager.named_parameters()
+            grads.append({**{f"input {k}": args[k].grad for k in float_inputs},
+                          **{f"parameter {k}": p.grad for k, p in params}})
+            optimizer.step()
+        assert relative(outs[1], outs[0]) < 1e-2, f"{name} step {step}: output"
+        assert grads[0].keys() == grads[1].keys()
+        for key, want in grads[0].items():
+            got = grads[1][key]
+            assert (got is None) == (want is None), f"{name} step {step}: {key}"
+            if want is not None and want.norm() > 0:
+                assert relative(got, want) < 3e-2, f"{name} step {step}: {key}: {relative(got, want):.2e}"
+    for (key, pe), pk in zip(eager.named_parameters(), ours.parameters()):
+        assert relative(pk.detach(), pe.detach()) < 1e-3, f"{name}: parameter {key} after three steps"
+    torch._dynamo.reset()
+    report = kiln.torch.explain(ours, **{k: v.clone().requires_grad_(k in float_inputs) for k, v in inputs.items()})
+    assert report.backward_in_pytorch and report.subgraphs, str(report)

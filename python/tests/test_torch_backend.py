@@ -335,3 +335,35 @@ def test_explain_reports_subgraphs_kernels_and_reasons():
 
 def test_the_backend_is_registered():
     assert "kiln" in torch._dynamo.list_backends()
+
+
+def test_a_channels_last_model_with_gradients_on_saves_channels_last_activations():
+    # The activations the backward saves are outputs of the kiln forward: kiln writes them in the
+    # memory order PyTorch traced (channels-last), not contiguous NCHW through a transposing copy
+    # per activation, and the backward reads them laid out as eager's.
+    torch.manual_seed(3)
+    def make():
+        return nn.Sequential(nn.Conv2d(8, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
+                             nn.Conv2d(16, 16, 1), nn.ReLU()).eval().to(memory_format=torch.channels_last)
+    eager, ours = make(), make()
+    ours.load_state_dict(eager.state_dict())
+    x = X(2, 8, 6, 6).to(memory_format=torch.channels_last)
+    xe, xk = x.clone().requires_grad_(), x.clone().requires_grad_()
+    torch._dynamo.reset()
+    compiled = torch.compile(ours, backend="kiln")
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        yk = compiled(xk)
+    ye = eager(xe)
+    assert yk.stride() == ye.stride() and torch.allclose(yk, ye, atol=1e-5)
+    activations = [t for t in saved if t.dim() == 4 and t.shape[1] == 16]
+    assert activations and all(t.is_contiguous(memory_format=torch.channels_last) for t in activations), \
+        [(tuple(t.shape), t.stride()) for t in activations]
+    weights = X(*ye.shape)
+    (ye * weights).sum().backward()
+    (yk * weights).sum().backward()
+    assert torch.allclose(xk.grad, xe.grad, atol=1e-4)
+    for (name, pe), pk in zip(eager.named_parameters(), ours.parameters()):
+        assert torch.allclose(pk.grad, pe.grad, atol=1e-4), name
+    report = kiln.torch.explain(ours, xk)
+    assert all("copy" not in s["kinds"] for s in report.subgraphs), str(report)
