@@ -367,42 +367,61 @@ def _zoo_models():
 @pytest.mark.parametrize("name,batch,seq", [("resnet50_cl", 8, 224), ("efficientnet_b0", 8, 224), ("bert", 4, 128)])
 def test_zoo_models_with_gradients_on_match_eager(name, batch, seq):
     """Three zoo models at their real widths (two CNNs, one transformer), f32, model.eval() with
-    gradients on: the kiln forward's output, the gradients of the float inputs and of every
-    parameter, and three SGD steps against eager. Norm-wise errors: kiln's f32 anchors run on
-    TF32 tensor cores, and a ReLU whose input rounds across zero moves a gradient by a whole term."""
+    gradients on, over three SGD steps: the kiln forward's output, and the gradients of the float
+    inputs and of every parameter, against eager. kiln's f32 anchors run on TF32 tensor cores, so
+    the reference is eager in full f32 and kiln may be as far from it as a few times eager's own
+    TF32 run is. A gradient's error is taken against its size or 1% of the gradients' RMS size,
+    whichever is larger (BERT's key bias has a gradient that is zero in exact arithmetic)."""
     import kiln.torch  # noqa: F401
     zoo = _zoo_models()
     spec = next(s for s in zoo.SPECS if s.name == name)
     pytest.importorskip(spec.package)
-    eager, inputs = zoo.instantiate(spec, tiny=False, device="cuda", dtype=torch.float32, batch=batch, seq=seq)
-    ours, _ = zoo.instantiate(spec, tiny=False, device="cuda", dtype=torch.float32, batch=batch, seq=seq)
-    ours.load_state_dict(eager.state_dict())
-    relative = lambda got, want: ((got - want).double().norm() / want.double().norm().clamp_min(1e-30)).item()  # noqa: E731
+    models = []
+    for _ in range(3):  # eager f32, eager TF32, kiln
+        m, inputs = zoo.instantiate(spec, tiny=False, device="cuda", dtype=torch.float32, batch=batch, seq=seq)
+        models.append(m)
+    for m in models[1:]:
+        m.load_state_dict(models[0].state_dict())
     float_inputs = [k for k, v in inputs.items() if v.is_floating_point()]
     torch._dynamo.reset()
-    compiled = torch.compile(ours, backend="kiln")
-    optimizers = [torch.optim.SGD(m.parameters(), lr=1e-2) for m in (eager, ours)]
-    for step in range(3):
-        outs, grads = [], []
-        for model, optimizer in zip((eager, compiled), optimizers):
-            optimizer.zero_grad(set_to_none=True)
-            args = {k: v.clone().requires_grad_(k in float_inputs) for k, v in inputs.items()}
-            out = spec.output(model(**args))
-            out.float().square().mean().backward()
-            outs.append(out.detach())
-            params = ours.named_parameters() if model is compiled else eager.named_parameters()
-            grads.append({**{f"input {k}": args[k].grad for k in float_inputs},
-                          **{f"parameter {k}": p.grad for k, p in params}})
-            optimizer.step()
-        assert relative(outs[1], outs[0]) < 1e-2, f"{name} step {step}: output"
-        assert grads[0].keys() == grads[1].keys()
-        for key, want in grads[0].items():
-            got = grads[1][key]
-            assert (got is None) == (want is None), f"{name} step {step}: {key}"
-            if want is not None and want.norm() > 0:
-                assert relative(got, want) < 3e-2, f"{name} step {step}: {key}: {relative(got, want):.2e}"
-    for (key, pe), pk in zip(eager.named_parameters(), ours.parameters()):
-        assert relative(pk.detach(), pe.detach()) < 1e-3, f"{name}: parameter {key} after three steps"
+    compiled = torch.compile(models[2], backend="kiln")
+    optimizers = [torch.optim.SGD(m.parameters(), lr=1e-2) for m in models]
+    weights = None
+    tf32 = (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)
+
+    def step(i):
+        model, optimizer = models[i], optimizers[i]
+        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = i > 0
+        optimizer.zero_grad(set_to_none=True)
+        args = {k: v.clone().requires_grad_(k in float_inputs) for k, v in inputs.items()}
+        out = spec.output((compiled if i == 2 else model)(**args)).float()
+        (out * weights).sum().backward()  # every element counts, with its own weight
+        grads = {**{f"input {k}": args[k].grad for k in float_inputs},
+                 **{f"parameter {k}": p.grad for k, p in model.named_parameters()}}
+        optimizer.step()
+        return out.detach(), grads
+
+    try:
+        for n in range(3):
+            if weights is None:
+                with torch.no_grad():
+                    shape = spec.output(models[0](**inputs)).shape
+                weights = torch.randn(shape, device="cuda", generator=torch.Generator("cuda").manual_seed(5))
+            (want, want_grads), (tf32_out, tf32_grads), (got, got_grads) = step(0), step(1), step(2)
+            size = lambda t: t.double().norm().item()  # noqa: E731
+            assert size(got - want) <= max(4 * size(tf32_out - want), 1e-3 * size(want)), f"{name} step {n}: output"
+            assert want_grads.keys() == got_grads.keys()
+            rms = (sum(size(g) ** 2 for g in want_grads.values() if g is not None) / len(want_grads)) ** 0.5
+            for key, w in want_grads.items():
+                g, t = got_grads[key], tf32_grads[key]
+                assert (g is None) == (w is None), f"{name} step {n}: {key}: gradient missing or unexpected"
+                if w is None:
+                    continue
+                scale = max(size(w), 1e-2 * rms)
+                err, tf32_err = size(g - w) / scale, size(t - w) / scale
+                assert err <= max(4 * tf32_err, 1e-3), f"{name} step {n}: {key}: {err:.2e} (eager's TF32 {tf32_err:.2e})"
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = tf32
     torch._dynamo.reset()
-    report = kiln.torch.explain(ours, **{k: v.clone().requires_grad_(k in float_inputs) for k, v in inputs.items()})
+    report = kiln.torch.explain(models[2], **{k: v.clone().requires_grad_(k in float_inputs) for k, v in inputs.items()})
     assert report.backward_in_pytorch and report.subgraphs, str(report)
