@@ -3,7 +3,8 @@ with the epilogue its model gives it, kiln against cuDNN's conv alone and
 against Inductor on the same conv + epilogue, in one device run.
 
     python3 bench/zoo_convs.py [--models a,b] [--inductor sample|all|off] [--rounds N] [--json OUT]
-    python3 bench/zoo_convs.py [KILN_BINARY] --dry-run [--graphs DIR] [--check N]   # no GPU: list, write, plan, check
+    python3 bench/zoo_convs.py [KILN_BINARY] --dry-run [--graphs DIR] [--check N] [--warm]  # no GPU: list, write,
+                                                                                       # plan, check (compile)
     python3 bench/zoo_convs.py [KILN_BINARY] --dry-run --tiny                        # the tiny configs (the test)
 
 The device run uses kiln's Python package (`pip install .`) and the `kiln`
@@ -47,8 +48,8 @@ Each side, channels-last bf16:
   function (compile_threads = the CPU count). An Inductor compile takes
   seconds and there are about 210 rows: --inductor=sample (the default)
   compiles 6 rows a family (the 4 the models spend most kiln time in, the 2
-  slowest for kiln against cuDNN), all: every row (about 5 minutes more),
-  off: none.
+  slowest for kiln against cuDNN), all: every row (2-3 s more a row, some
+  8 minutes: past the 6-minute budget), off: none.
 
 Every side is timed by CUDA-graph replay (run_bench.graph_ms_sets: the
 kernels' GPU time without host time per call), over as many input sets as
@@ -73,6 +74,7 @@ import math
 import operator
 import os
 import subprocess
+import statistics
 import sys
 import tempfile
 import time
@@ -86,6 +88,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import zoo_models  # noqa: E402  (first: it makes torchvision importable on a CPU PyTorch)
+from run_bench import ceilings, geomean, graph_ms_sets  # noqa: E402  (NaN-skipping geomean; CUDA-graph replay)
 
 MODELS = ["resnet50", "resnet50_cl", "resnext50_32x4d", "convnext_t", "efficientnet_b0", "mobilenet_v3_s",
           "densenet121", "vit_s16"]
@@ -517,6 +520,12 @@ def dry_run(args, rows: List[Row], models: List[str]) -> int:
             print(f"  {r.conv.shape_text():<34} {r.conv.epilogue_text():<18} {counts_text(r):<28} "
                   f"{r.conv.flops / 1e9:>7.3f} {r.conv.bytes / 1e6:>7.2f}  {text}")
     print(f"\nplanned {len(paths) - failed} of {len(paths)} graphs for sm_90" + (f", {failed} FAILED" if failed else ""))
+    if args.warm:  # codegen and NVRTC for every kernel (no GPU needed), into the kernel cache
+        done = subprocess.run([args.kiln, "warm", "--arch", "sm_90", "--jobs", str(args.jobs), folder],
+                              capture_output=True, text=True)
+        summary_line = [l for l in done.stdout.splitlines() if l.startswith("warmed:")]
+        print(f"kiln warm --arch sm_90: {summary_line[-1] if summary_line else done.stderr.strip()[-2000:]}")
+        failed += done.returncode != 0
     bad = 0
     if args.check:
         print(f"checked against PyTorch on the CPU (kiln run --device cpu; f32, bf16 rounding as the model's):")
@@ -535,15 +544,14 @@ def dry_run(args, rows: List[Row], models: List[str]) -> int:
 # ---- the device run -----------------------------------------------------------------
 
 def _median(values: List[float]) -> float:
-    values = sorted(v for v in values if v == v)
-    return values[len(values) // 2] if values else float("nan")
+    values = [v for v in values if v == v]
+    return statistics.median(values) if values else float("nan")
 
 
 def time_row(conv: Conv, path: str, l2_bytes: int, rounds: int) -> dict:
     """kiln's and cuDNN's times for one row, alternating in `rounds`, on the
     same input sets; and kiln's output against PyTorch eager's (bf16)."""
     import kiln
-    from run_bench import graph_ms_sets
     names = input_names(conv)
     sets = [make_inputs(conv, "cuda", seed) for seed in range(input_sets(conv, l2_bytes))]
     outs = [torch.empty(conv.n, conv.p, conv.q, conv.k, device="cuda", dtype=torch.bfloat16) for _ in sets]
@@ -587,7 +595,6 @@ def time_row(conv: Conv, path: str, l2_bytes: int, rounds: int) -> dict:
 def time_inductor(conv: Conv, l2_bytes: int, rounds: int) -> dict:
     """torch.compile (default mode) of the row's conv + epilogue, timed by
     CUDA-graph replay over rotating input sets (median of `rounds`)."""
-    from run_bench import graph_ms_sets
     names = input_names(conv)
     torch._dynamo.reset()
     fn = torch.compile(torch_function(conv), dynamic=False)
@@ -654,11 +661,6 @@ def figures(rows: List[Row], results: List[dict], ceil: dict, fma_tflops: float)
     return out
 
 
-def geomean(values: List[float]) -> float:
-    values = [v for v in values if v == v]
-    return math.exp(sum(map(math.log, values)) / len(values)) if values else float("nan")
-
-
 def report(figs: List[dict], models: List[str]) -> Tuple[List[str], dict]:
     """The markdown tables per family, the per-family lines and the goals; and those figures."""
     lines, families = [], {}
@@ -723,7 +725,6 @@ def report(figs: List[dict], models: List[str]) -> Tuple[List[str], dict]:
 def run_on_gpu(args, rows: List[Row], models: List[str]) -> int:
     import kiln
     import torch._inductor.config
-    from run_bench import ceilings
     start = time.monotonic()
     torch.backends.cudnn.benchmark = True  # cuDNN at its best, as users who care about speed run it
     torch._inductor.config.compile_threads = os.cpu_count() or 1
@@ -784,6 +785,7 @@ def main(argv=None) -> int:
     ap.add_argument("--dry-run", action="store_true", help="no GPU: list, write the graphs, plan them, check a few on the CPU")
     ap.add_argument("--tiny", action="store_true", help="the models' tiny configurations (the test)")
     ap.add_argument("--graphs", help="folder for the kiln graphs (default: a new temporary folder)")
+    ap.add_argument("--warm", action="store_true", help="dry run: also compile every kernel for sm_90 (kiln warm)")
     ap.add_argument("--check", type=int, default=16, help="dry run: rows checked on the CPU (0: none)")
     ap.add_argument("--jobs", type=int, default=min(16, os.cpu_count() or 1), help="parallel kiln processes")
     args = ap.parse_args(argv)
