@@ -64,13 +64,23 @@ def graph_ms(fn, runs=50):
     warm-up, so cuDNN's autotuner has chosen), then replayed back to back.
     For vendor kernels: their time without PyTorch's host time per call,
     which on a 20-us convolution is most of what median_ms would see."""
+    return graph_ms_sets([fn], runs=runs)
+
+
+def graph_ms_sets(calls, runs=50):
+    """graph_ms of several calls captured in turn in one CUDA graph, per
+    call: the same work on as many input sets (one call each), so that a
+    small kernel does not find its inputs in L2 from the call before, as
+    `kiln bench` rotates its input sets (runtime/bench.h)."""
     for _ in range(3):
-        fn()
+        for call in calls:
+            call()
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        fn()
-    return median_ms(graph.replay, runs=runs)
+        for call in calls:
+            call()
+    return median_ms(graph.replay, runs=runs) / len(calls)
 
 
 def ceilings():
