@@ -370,9 +370,9 @@ def test_zoo_models_with_gradients_on_match_eager(name, batch, seq):
     gradients on, over three SGD steps (each from eager's parameters, so that the compiled model
     reads updated weights): the kiln forward's output, and the gradients of the float inputs and of
     every parameter, against eager. kiln's f32 anchors run on TF32 tensor cores, so the reference is
-    eager in full f32 and kiln may be as far from it as a few times eager's own TF32 run is. A
-    gradient's error is taken against its size or 1% of the gradients' RMS size, whichever is larger
-    (BERT's key bias has a gradient that is zero in exact arithmetic)."""
+    eager in full f32 and kiln may be as far from it as a few times eager's own TF32 run is (or
+    0.5%). A gradient's error is taken against its size or 1% of the gradients' RMS size, whichever
+    is larger (BERT's key bias has a gradient that is zero in exact arithmetic)."""
     import kiln.torch  # noqa: F401
     zoo = _zoo_models()
     spec = next(s for s in zoo.SPECS if s.name == name)
@@ -396,7 +396,7 @@ def test_zoo_models_with_gradients_on_match_eager(name, batch, seq):
         optimizer.zero_grad(set_to_none=True)
         args = {k: v.clone().requires_grad_(k in float_inputs) for k, v in inputs.items()}
         out = spec.output((compiled if i == 2 else model)(**args)).float()
-        (out * weights).sum().backward()  # every element counts, with its own weight
+        (out * weights).mean().backward()  # every element counts, with its own weight
         grads = {**{f"input {k}": args[k].grad for k in float_inputs},
                  **{f"parameter {k}": p.grad for k, p in model.named_parameters()}}
         optimizer.step()
@@ -424,7 +424,7 @@ def test_zoo_models_with_gradients_on_match_eager(name, batch, seq):
                 assert g is not None, f"{name} step {n}: {key}: no gradient"
                 scale = max(size(w), 1e-2 * rms)
                 err, tf32_err = size(g - w) / scale, size(t - w) / scale
-                assert err <= max(4 * tf32_err, 1e-3), f"{name} step {n}: {key}: {err:.2e} (eager's TF32 {tf32_err:.2e})"
+                assert err <= max(4 * tf32_err, 5e-3), f"{name} step {n}: {key}: {err:.2e} (eager's TF32 {tf32_err:.2e})"
     finally:
         torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = tf32
     torch._dynamo.reset()
