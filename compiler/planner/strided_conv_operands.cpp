@@ -22,11 +22,46 @@ std::optional<Strides> strides_through_transposes(const Graph& g, TensorId t) {
   return out;
 }
 
+// Whether `strides` (of `shape`) lay the tensor out as rows: every
+// dimension but the last merges into one row index of a uniform stride, and
+// the last is stride 1 (or one element).
+bool rows_in_memory(const Shape& shape, const Strides& strides) {
+  const size_t rank = shape.size();
+  if (rank == 0 || (shape[rank - 1] > 1 && strides[rank - 1] != 1)) return false;
+  for (size_t d = 0; d + 2 < rank; ++d)
+    if (shape[d] > 1 && strides[d] != strides[d + 1] * shape[d + 1]) return false;
+  return true;
+}
+
+// A matmul operand that is a reshape to rows of a transpose (a pointwise
+// conv's pixel rows read through an NCHW network's NHWC transpose): the
+// transpose's result, where it does not lie as rows in memory.
+std::optional<TensorId> transposed_rows(const Graph& g, TensorId operand) {
+  const Tensor& t = g.tensor(operand);
+  if (t.kind != TensorKind::OpResult || g.ops[static_cast<size_t>(t.producer)].kind != OpKind::Reshape) return std::nullopt;
+  const TensorId source = g.ops[static_cast<size_t>(t.producer)].inputs[0];
+  const Tensor& s = g.tensor(source);
+  if (s.kind != TensorKind::OpResult || g.ops[static_cast<size_t>(s.producer)].kind != OpKind::Transpose ||
+      s.shape.size() < 3 || s.shape.back() != t.shape.back())
+    return std::nullopt;
+  const std::optional<Strides> strides = strides_through_transposes(g, source);
+  if (!strides || rows_in_memory(s.shape, *strides)) return std::nullopt;
+  return source;
+}
+
 }  // namespace
 
 std::map<TensorId, std::string> strided_conv_operands(const Graph& g) {
   std::map<TensorId, std::string> out;
   for (const Op& op : g.ops) {
+    if (op.kind == OpKind::Matmul) {
+      for (size_t slot = 0; slot < 2; ++slot)
+        if (const std::optional<TensorId> t = transposed_rows(g, op.inputs[slot]))
+          out.emplace(*t, fmt::format("'{}' is written once in rows by a copy: matmul '{}' reads it as rows "
+                                      "of a transpose that spreads them apart, and would load it element by element",
+                                      g.tensor(*t).name, g.result(op).name));
+      continue;
+    }
     if (op.kind != OpKind::Conv2d || op.attrs.layout != Layout::NHWC) continue;
     for (size_t slot = 0; slot < 2; ++slot) {
       const TensorId t = op.inputs[slot];

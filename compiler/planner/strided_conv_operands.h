@@ -21,6 +21,11 @@
 // apart, the kernel falls back to mma.sync with every element of that
 // operand loaded alone, once per output tile. The copy reads and writes the
 // tensor once (weights: K*C*R*S elements, a few KiB to a few MiB per conv).
+//
+// The same for a matmul operand that is a transpose reshaped to rows (a
+// pointwise conv as a matmul, patch_convolutions.h, over an NCHW network's
+// NHWC transpose): rows that do not lie as rows in memory are no TMA tile,
+// and the matmul would load them element by element in its prologue.
 #pragma once
 
 #include <map>

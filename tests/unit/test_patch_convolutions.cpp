@@ -65,6 +65,9 @@ TEST(PatchConvolutions, WindowsThatTileTheInputComputeTheConvsValues) {
       {"[2, 32, 32, 3]", "[16, 8, 8, 3]", "bf16", R"("stride": [8, 8])"},
       // NHWC, 4 channels, 2 x 2 patches: rows of 8 elements.
       {"[3, 16, 16, 4]", "[8, 2, 2, 4]", "bf16", R"("stride": [2, 2])"},
+      // Pointwise (1x1, stride 1) NHWC: its pixel rows as they lie; 24 channels, odd H and W.
+      {"[2, 7, 9, 24]", "[40, 1, 1, 24]", "bf16", R"("stride": [1, 1])"},
+      {"[1, 4, 4, 64]", "[8, 1, 1, 64]", "f16", R"("stride": [1, 1])"},
   };
   for (const Case& c : cases) {
     const Graph g = conv_graph(c.x, c.w, c.dtype, c.attrs);
@@ -86,10 +89,31 @@ TEST(PatchConvolutions, OtherConvsStayConvs) {
       {"[2, 3, 32, 32]", "[16, 3, 4, 4]", "bf16", R"("layout": "NCHW", "stride": [4, 4])", "4-pixel patch rows"},
       {"[2, 32, 32, 3]", "[16, 8, 8, 3]", "f32", R"("stride": [8, 8])", "f32 operands"},
       {"[2, 32, 32, 16]", "[16, 2, 2, 16]", "bf16", R"("stride": [2, 2])", "channels gather already"},
-      {"[2, 32, 32, 8]", "[16, 1, 1, 8]", "bf16", R"("stride": [1, 1])", "one tap"},
+      {"[2, 32, 32, 8]", "[16, 1, 1, 8]", "f32", R"("stride": [1, 1])", "an f32 pointwise conv"},
+      {"[2, 32, 32, 8]", "[16, 1, 1, 8]", "bf16", R"("stride": [2, 2])", "a strided 1x1"},
       {"[2, 32, 32, 8]", "[8, 2, 2, 4]", "bf16", R"("stride": [2, 2], "groups": 2)", "groups"},
   };
   for (const Case& c : cases) EXPECT_TRUE(has_conv(ir_of(conv_graph(c.x, c.w, c.dtype, c.attrs)))) << c.why;
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// A pointwise conv whose result reaches a pooling op through a batch norm and
+// a ReLU stays a conv: the conv kernel pools 2 x 2 windows in its epilogue.
+TEST(PatchConvolutions, APointwiseConvFeedingAPoolStaysAConv) {
+  const Graph g = testing::must_parse(R"({"kiln": 1,
+    "inputs": {"x": {"shape": [2, 8, 8, 16], "dtype": "bf16"}, "w": {"shape": [32, 1, 1, 16], "dtype": "bf16"},
+               "m": {"shape": [32], "dtype": "f32"}, "v": {"shape": [32], "dtype": "f32"}},
+    "ops": [{"op": "conv2d", "in": ["x", "w"], "out": "c"},
+            {"op": "batch_norm", "in": ["c", "m", "v"], "out": "bn", "axis": 3},
+            {"op": "relu", "in": ["bn"], "out": "r"},
+            {"op": "avg_pool2d", "in": ["r"], "out": "y", "kernel": [2, 2], "stride": [2, 2]}],
+    "outputs": ["y"]})");
+  EXPECT_TRUE(has_conv(ir_of(g)));
 }
 
 }  // namespace
