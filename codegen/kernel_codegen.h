@@ -69,6 +69,18 @@ struct WorkspaceSpec {
   uint32_t fill = 0;
 };
 
+// The tactics a kernel's generator tried (codegen/tactic.h), in order: the
+// one that built the kernel and those before it that did not fit, with why.
+// Empty (no chosen tactic) for kernel kinds built one way.
+struct TacticRecord {
+  struct Rejected {
+    std::string tactic, reason;
+  };
+  std::string chosen;
+  std::vector<Rejected> rejected;
+  bool empty() const { return chosen.empty(); }
+};
+
 struct GeneratedKernel {
   int plan_kernel = 0;
   std::string source;     // what NVRTC compiles (annotated)
@@ -90,6 +102,8 @@ struct GeneratedKernel {
   // What its generator decided beyond the tuning, in words (not part of the
   // source): "epilogue: staged y, residual r, column blocks rolled".
   std::string decisions;
+  // Which tactic built it, and why those before it did not (for `kiln plan --arch`).
+  TacticRecord tactics;
 };
 
 struct GeneratedProgram {
