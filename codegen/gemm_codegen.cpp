@@ -304,10 +304,9 @@ std::string GemmGenerator::tensor_core_loader(const ir::Op& anchor, const Gemm& 
   return out.decls + out.load + out.stash;
 }
 
-void GemmGenerator::gemm_tensor_core(const ir::Op& anchor, const Gemm& gm, Mma kind, const std::string& not_wgmma) {
+void GemmGenerator::gemm_tensor_core(const ir::Op& anchor, const Gemm& gm, Mma kind) {
   const MmaTile t = mma_tile(gm, kind);
-  decided(fmt::format("mma.sync {}x{}x{}, {}x{} warps, {} stages{}", t.bm, t.bn, t.bk, t.warps_m, t.warps_n, t.stages,
-                      not_wgmma.empty() ? "" : " (not wgmma: " + not_wgmma + ")"));
+  decided(fmt::format("mma.sync {}x{}x{}, {}x{} warps, {} stages", t.bm, t.bn, t.bk, t.warps_m, t.warps_n, t.stages));
   const int threads = t.warps_m * t.warps_n * 32;
   const int elem = kind == Mma::tf32 ? 4 : 2, chunk = 16 / elem;
   const char* kind_name = kind == Mma::bf16 ? "kBf16" : kind == Mma::f16 ? "kF16" : "kTf32";

@@ -224,8 +224,7 @@ class GemmGenerator : public KernelBuilder {
   int64_t k_slices(const Gemm& gm, int bk) const;
   std::string split_k_main_loop(const Gemm& gm, const MmaTile& t, int splits, int64_t k_tiles);
 
-  // `not_wgmma`: why the Hopper kernel did not take it (sm_90), for the decisions.
-  void gemm_tensor_core(const ir::Op& anchor, const Gemm& gm, Mma kind, const std::string& not_wgmma = "");
+  void gemm_tensor_core(const ir::Op& anchor, const Gemm& gm, Mma kind);
   std::vector<Tuning> tensor_core_tuning_space(const Gemm& gm, const MmaTile& t, int64_t k_tiles) const;
   // An operand's tile as the tensor-core kernel's loaders see it.
   struct TileOperand {

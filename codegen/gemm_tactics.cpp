@@ -37,10 +37,7 @@ std::optional<std::string> mma_sync_fits(const GemmGenerator& gen, const Input& 
 }
 
 Emitted mma_sync_emit(GemmGenerator& gen, const Input& in) {
-  std::string not_wgmma;
-  for (const TacticRecord::Rejected& r : gen.tactics_tried().rejected)
-    if (r.tactic == "wgmma" && gen.sm() == 90) not_wgmma = r.reason;
-  gen.gemm_tensor_core(in.anchor, in.gm, *in.kind, not_wgmma);
+  gen.gemm_tensor_core(in.anchor, in.gm, *in.kind);
   return gen.take();
 }
 

@@ -157,8 +157,6 @@ class KernelBuilder {
 
   // The target's compute capability (80 for sm_80).
   int sm() const { return sm_; }
-  // The tactics tried so far (codegen/tactic.h): filled before the chosen one emits.
-  const TacticRecord& tactics_tried() const { return out_.tactics; }
 
   // Records what the generator decided, in words (GeneratedKernel::decisions,
   // printed by `kiln dump --stage plan --arch`): "mma.sync 128x128x32 ...".
