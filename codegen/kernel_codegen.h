@@ -21,6 +21,7 @@
 
 #include "compiler/ir.h"
 #include "compiler/plan.h"
+#include "compiler/plan_printer.h"
 #include "compiler/size_probe.h"
 #include "codegen/tuning.h"
 
@@ -120,6 +121,10 @@ struct GeneratedProgram {
 // kernel this slice of symbolic codegen does not cover throws NotSymbolic.
 GeneratedProgram generate_program(const ir::Graph& g, const ir::Plan& plan, int sm, const ProgramTuning& tuning = {},
                                   const ir::SizeProbe* probe = nullptr);
+
+// Each generated kernel's tactics on `arch` (its generator's TacticRecord),
+// for the plan's printers; kernels built one way have none.
+ir::PlanTactics plan_tactics(const GeneratedProgram& program, const std::string& arch);
 
 // The compute capability of an arch name: sm_90a -> 90.
 int sm_of(const std::string& arch);

@@ -133,7 +133,7 @@ Runner add_plan(CLI::App& app, const CommonOptions& common) {
     std::optional<Error> refused;
     if (!args->arch.empty()) {
       Expected<runtime::Planned> generated = runtime::run_pipeline(*graph, *target, runtime::Stage::cuda);
-      if (generated) tactics = plan_tactics(generated->program, target->arch);
+      if (generated) tactics = codegen::plan_tactics(generated->program, target->arch);
       else refused = generated.error();
     }
     fmt::print("{}", args->json ? ir::plan_to_json(g, plan, tactics) : ir::plan_to_text(g, plan, tactics));

@@ -15,18 +15,6 @@
 
 namespace kiln::cli {
 
-ir::PlanTactics plan_tactics(const codegen::GeneratedProgram& program, const std::string& arch) {
-  ir::PlanTactics out;
-  for (const codegen::GeneratedKernel& k : program.kernels) {
-    if (k.tactics.empty()) continue;
-    ir::KernelTactics& t = out[k.plan_kernel];
-    t.arch = arch;
-    t.chosen = k.tactics.chosen;
-    for (const codegen::TacticRecord::Rejected& r : k.tactics.rejected) t.rejected.emplace_back(r.tactic, r.reason);
-  }
-  return out;
-}
-
 CompileOptions compile_options(const CommonOptions& common, const std::string& arch, bool fuse) {
   return {.arch = arch, .fuse = fuse, .use_cache = !common.no_cache, .cache_dir = common.cache_dir};
 }

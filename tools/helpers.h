@@ -7,8 +7,6 @@
 
 #include <CLI/CLI.hpp>
 
-#include "codegen/kernel_codegen.h"
-#include "compiler/plan_printer.h"
 #include "kiln/executable.h"
 #include "kiln/status.h"
 
@@ -38,10 +36,6 @@ Expected<Graph> load_sized(const std::string& path, const std::vector<std::strin
 // `why` says why, and load_sized binds its sizes).
 Expected<std::optional<Graph>> load_symbolic_once(const std::string& path, const CompileOptions& options,
                                                   std::string* why = nullptr);
-
-// Each generated kernel's tactics (codegen/tactic.h) on `arch`, for the plan's
-// printers; kernels built one way have none.
-ir::PlanTactics plan_tactics(const codegen::GeneratedProgram& program, const std::string& arch);
 
 // SASS of a cubin through cuobjdump or nvdisasm, where one is installed.
 Expected<std::string> disassemble(const std::string& cubin);
