@@ -36,27 +36,32 @@ auto AttentionGenerator::attention_operand(ir::TensorId t) const -> std::optiona
 // strides express, and k, v through the grouped-query expand), d
 // contiguous, rows and heads 16-byte aligned, head dimension a multiple of
 // 16 up to 256.
-bool AttentionGenerator::flash_attention_fits(const ir::Op& op) const {
-  if (op.kind != OpKind::Sdpa || sm_ < 80) return false;
+std::optional<std::string> AttentionGenerator::why_not_flash(const ir::Op& op) const {
+  if (op.kind != OpKind::Sdpa) return "not an sdpa";
+  if (sm_ < 80) return fmt::format("tensor cores need sm_80, the target is sm_{}", sm_);
   const int64_t d = g_.operand(op, 0).shape[3];
-  if (d % 16 != 0 || d > 256) return false;
+  if (d % 16 != 0 || d > 256) return fmt::format("head dimension {}: not a multiple of 16 up to 256", d);
   std::optional<DType> type;
   std::optional<int64_t> kv_heads;
   for (size_t slot = 0; slot < 3; ++slot) {
+    const std::string name = fmt::format("{} ('{}')", "qkv"[slot], g_.operand(op, slot).name);
     // q in memory as it is; k and v also as grouped-query heads (attention_operand)
     const std::optional<ExternalTensor> q = slot == 0 ? strided_in_memory(op.inputs[0]) : std::nullopt;
     const std::optional<AttentionOperand> a =
         slot == 0 ? (q ? std::optional<AttentionOperand>(AttentionOperand{*q, 0}) : std::nullopt) : attention_operand(op.inputs[slot]);
-    if (!a) return false;
-    if (slot > 0 && kv_heads && *kv_heads != a->heads) return false;
+    if (!a) return name + " is computed in the kernel or read through views that strides do not express";
+    if (slot > 0 && kv_heads && *kv_heads != a->heads) return "k and v have different head counts";
     if (slot > 0) kv_heads = a->heads;
     const std::optional<ExternalTensor> e = a->memory;
-    if ((e->storage != DType::bf16 && e->storage != DType::f16) || (type && *type != e->storage)) return false;
+    if (e->storage != DType::bf16 && e->storage != DType::f16)
+      return fmt::format("{} is stored as {}, not bf16 or f16", name, to_string(e->storage));
+    if (type && *type != e->storage)
+      return fmt::format("{} is stored as {}, q as {}", name, to_string(e->storage), to_string(*type));
     type = e->storage;
     if (e->strides[3] != 1 || e->strides[0] % 8 != 0 || e->strides[1] % 8 != 0 || e->strides[2] % 8 != 0 || e->offset % 8 != 0)
-      return false;
+      return name + " is not contiguous along d with its rows and heads 16-byte aligned";
   }
-  return true;
+  return std::nullopt;
 }
 
 // The score hook both flash kernels call: scale and mask (and, for the
@@ -206,11 +211,13 @@ void AttentionGenerator::flash_attention(const ir::Op& op) {
 // Few query rows per kv head (every query of every head that shares it: at
 // most 16) against at least 512 keys: an LLM's decode step. The flash kernels'
 // tiles of 64 or 128 query rows would multiply mostly empty rows there.
-bool AttentionGenerator::decode_fits(const ir::Op& op) const {
-  if (!flash_attention_fits(op)) return false;
+std::optional<std::string> AttentionGenerator::why_not_decode(const ir::Op& op) const {
+  if (std::optional<std::string> why = why_not_flash(op)) return why;
   const Shape& qs = g_.operand(op, 0).shape;
-  const int64_t group = qs[1] / attention_operand(op.inputs[1])->heads;
-  return group * qs[2] <= 16 && g_.operand(op, 1).shape[2] >= 512;
+  const int64_t group = qs[1] / attention_operand(op.inputs[1])->heads, keys = g_.operand(op, 1).shape[2];
+  if (group * qs[2] > 16) return fmt::format("{} query rows a key head ({} heads x {} queries), over 16", group * qs[2], group, qs[2]);
+  if (keys < 512) return fmt::format("{} keys, under 512", keys);
+  return std::nullopt;
 }
 
 void AttentionGenerator::decode_attention(const ir::Op& op) {
@@ -302,10 +309,24 @@ std::optional<AttentionGenerator::HopperAttention::Operand> AttentionGenerator::
   return op;
 }
 
-// The Hopper kernel's description for an sdpa the flash kernel takes, or
-// nullopt (not sm_90, or an operand the copy engine cannot load).
-auto AttentionGenerator::hopper_attention(const ir::Op& op) -> std::optional<HopperAttention> {
-  if (sm_ != 90 || !flash_attention_fits(op)) return std::nullopt;
+// The Hopper kernel takes an sdpa the flash kernel takes on sm_90 whose
+// operands the copy engine loads (hopper_operand).
+std::optional<std::string> AttentionGenerator::why_not_hopper(const ir::Op& op) const {
+  if (sm_ != 90) return fmt::format("the Hopper kernel needs sm_90, the target is sm_{}", sm_);
+  if (std::optional<std::string> why = why_not_flash(op)) return why;
+  const AttentionOperand ka = *attention_operand(op.inputs[1]), va = *attention_operand(op.inputs[2]);
+  const Shape& qs = g_.operand(op, 0).shape;
+  const Shape kv_shape{qs[0], ka.heads, g_.operand(op, 1).shape[2], qs[3]};
+  const ExternalTensor memory[3] = {*strided_in_memory(op.inputs[0]), ka.memory, va.memory};
+  for (size_t slot = 0; slot < 3; ++slot)
+    if (!hopper_operand(memory[slot], slot == 0 ? qs : kv_shape))
+      return fmt::format("{} ('{}') is not a tensor the copy engine loads (offset 0, strides multiples of 16 bytes)",
+                         "qkv"[slot], g_.operand(op, slot).name);
+  return std::nullopt;
+}
+
+// The Hopper kernel's description for an sdpa it takes (why_not_hopper).
+auto AttentionGenerator::hopper_attention(const ir::Op& op) -> HopperAttention {
   const AttentionOperand ka = *attention_operand(op.inputs[1]), va = *attention_operand(op.inputs[2]);
   const Shape& qs = g_.operand(op, 0).shape;
   const Shape& ks = g_.operand(op, 1).shape;
@@ -316,7 +337,7 @@ auto AttentionGenerator::hopper_attention(const ir::Op& op) -> std::optional<Hop
   const Shape kv_shape{a.batches, a.kv_heads, a.skv, a.head_dim};
   std::optional<HopperAttention::Operand> q = hopper_operand(*strided_in_memory(op.inputs[0]), qs);
   std::optional<HopperAttention::Operand> k = hopper_operand(ka.memory, kv_shape), v = hopper_operand(va.memory, kv_shape);
-  if (!q || !k || !v) return std::nullopt;
+  KILN_INTERNAL_CHECK(q && k && v);
   a.q = *q, a.k = *k, a.v = *v;
   a.type = a.q.memory.storage;
   a.padded_dim = a.head_dim <= 64 ? 64 : a.head_dim <= 128 ? 128 : 256;
@@ -477,11 +498,8 @@ std::string AttentionGenerator::exact_attention_pass2(const ExactAttention& a, c
 
 // Pass 1 finds the row's max and sum, pass 2 forms each probability as sdpa
 // defines it (rounded to v's type) and accumulates p * v.
-void AttentionGenerator::attention() {
+void AttentionGenerator::exact_attention() {
   const ir::Op& last = g_.ops[static_cast<size_t>(k_.anchor)];
-  if (decode_fits(last)) return decode_attention(last);
-  if (std::optional<HopperAttention> hopper = hopper_attention(last)) return flash_attention_wgmma(last, *hopper);
-  if (flash_attention_fits(last)) return flash_attention(last);
   const ExactAttention a = exact_attention_shape();
   decided(fmt::format("exact two-pass attention: a block per query row, {} output columns a thread", a.per_thread));
   const ir::Tensor& result = g_.result(last);

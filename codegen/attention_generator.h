@@ -1,11 +1,13 @@
 // The generator of attention kernels (attention_codegen.cpp): flash
 // attention on tensor cores (templates/kiln/attention.cuh) and the exact
-// two-pass kernel for what it does not take (f32 or mixed operands). Every
-// attention kernel's anchor is an sdpa: written-out attention became one
-// before planning (compiler/attention_rewrite.h).
+// two-pass kernel for what it does not take (f32 or mixed operands); which
+// of them builds a kernel is the ordered list of attention_tactics.cpp.
+// Every attention kernel's anchor is an sdpa: written-out attention became
+// one before planning (compiler/attention_rewrite.h).
 #pragma once
 
 #include "codegen/kernel_builder.h"
+#include "codegen/tactic.h"
 
 namespace kiln::codegen {
 
@@ -13,10 +15,19 @@ class AttentionGenerator : public KernelBuilder {
  public:
   using KernelBuilder::KernelBuilder;
 
+  // ---- tactics: attention_tactics.cpp -----------------------------------------------
+  // In order of preference: flash decoding, the Hopper flash kernel, the
+  // mma.sync flash kernel, the exact two-pass kernel (the last resort:
+  // always fits). Each sees the sdpa.
+  using AttentionTactic = Tactic<AttentionGenerator, ir::Op>;
+  static std::span<const AttentionTactic> tactics();
+  // The kernel of the first tactic that fits the kernel's sdpa.
+  Emitted attention();
+
   // ---- attention on tensor cores: templates/kiln/attention.cuh -------------------
   // sdpa with q, k, v in memory as one 16-bit type (through transposes),
-  // d contiguous, head dimension a multiple of 16 up to 256.
-  bool flash_attention_fits(const ir::Op& op) const;
+  // d contiguous, head dimension a multiple of 16 up to 256; else why not.
+  std::optional<std::string> why_not_flash(const ir::Op& op) const;
   // k or v of an sdpa as the flash kernel reads it: a tensor in memory and
   // its head count; grouped-query heads written as reshape -> expand ->
   // reshape of a [B, Hkv, S, D] tensor (PyTorch's repeat_kv) read in place.
@@ -44,12 +55,15 @@ class AttentionGenerator : public KernelBuilder {
     bool causal = false;
     std::string to_string() const;
   };
-  std::optional<HopperAttention> hopper_attention(const ir::Op& op);
+  // sm_90 and operands the copy engine loads; else why not.
+  std::optional<std::string> why_not_hopper(const ir::Op& op) const;
+  HopperAttention hopper_attention(const ir::Op& op);
   std::optional<HopperAttention::Operand> hopper_operand(const ExternalTensor& e, const Shape& shape) const;
   void flash_attention_wgmma(const ir::Op& op, const HopperAttention& a);
 
   // ---- flash decoding: templates/kiln/attention_decode.cuh ------------------------------
-  bool decode_fits(const ir::Op& op) const;
+  // Few query rows a key head (at most 16) over at least 512 keys; else why not.
+  std::optional<std::string> why_not_decode(const ir::Op& op) const;
   void decode_attention(const ir::Op& op);
 
   // Pieces the kernels share: the score hook (`coordinates` defines qi and
@@ -66,7 +80,7 @@ class AttentionGenerator : public KernelBuilder {
 
   // Pass 1 finds the row's max and sum, pass 2 forms each probability as
   // sdpa defines it (rounded to v's type) and accumulates p * v.
-  void attention();
+  void exact_attention();
   // The exact two-pass attention kernel (what flash attention does not take).
   struct ExactAttention {
     const ir::Op* last = nullptr;      // the anchor: the sdpa

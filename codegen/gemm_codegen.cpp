@@ -27,6 +27,15 @@ auto GemmGenerator::mma_kind(const ir::Op& anchor) const -> std::optional<Mma> {
   return Mma::tf32;
 }
 
+std::string GemmGenerator::no_mma_reason(const ir::Op& anchor) const {
+  if (sm_ < 80) return fmt::format("tensor cores need sm_80, the target is sm_{}", sm_);
+  for (size_t slot = 0; slot < 2; ++slot)
+    if (g_.operand(anchor, slot).value_dtype() == DType::f32 && anchor.attrs.precision == ir::Precision::f32)
+      return fmt::format("{} ('{}') is f32 at precision \"f32\": no tensor-core MMA computes it exactly",
+                         slot == 0 ? "A" : "B", g_.operand(anchor, slot).name);
+  KILN_UNREACHABLE("mma_kind takes every anchor whose operands are not f32 at precision f32");
+}
+
 DType GemmGenerator::mma_storage(Mma kind) {
   return kind == Mma::bf16 ? DType::bf16 : kind == Mma::f16 ? DType::f16 : DType::f32;
 }
@@ -51,15 +60,6 @@ std::optional<ExternalTensor> GemmGenerator::chunkable(ir::TensorId t, Mma kind,
   for (size_t d = 0; d < shape.size(); ++d)
     if (d != inner && shape[d] != 1 && e->strides[d] % chunk != 0) return std::nullopt;
   return e;
-}
-
-void GemmGenerator::gemm(const ir::Op& anchor, const Gemm& gm) {
-  if (const std::optional<Mma> kind = mma_kind(anchor)) {
-    std::string not_wgmma;
-    if (auto operands = wgmma_operands(anchor, gm, *kind, &not_wgmma)) return gemm_wgmma(anchor, gm, *kind, *operands);
-    return gemm_tensor_core(anchor, gm, *kind, not_wgmma);
-  }
-  gemm_simt(anchor, gm);
 }
 
 // f32 operands in full f32 (and GPUs before sm_80): a BM x BN tile per
@@ -309,10 +309,9 @@ std::string GemmGenerator::tensor_core_loader(const ir::Op& anchor, const Gemm& 
   return out.decls + out.load + out.stash;
 }
 
-void GemmGenerator::gemm_tensor_core(const ir::Op& anchor, const Gemm& gm, Mma kind, const std::string& not_wgmma) {
+void GemmGenerator::gemm_tensor_core(const ir::Op& anchor, const Gemm& gm, Mma kind) {
   const MmaTile t = mma_tile(gm, kind);
-  decided(fmt::format("mma.sync {}x{}x{}, {}x{} warps, {} stages{}", t.bm, t.bn, t.bk, t.warps_m, t.warps_n, t.stages,
-                      not_wgmma.empty() ? "" : " (not wgmma: " + not_wgmma + ")"));
+  decided(fmt::format("mma.sync {}x{}x{}, {}x{} warps, {} stages", t.bm, t.bn, t.bk, t.warps_m, t.warps_n, t.stages));
   const int threads = t.warps_m * t.warps_n * 32;
   const int elem = kind == Mma::tf32 ? 4 : 2, chunk = 16 / elem;
   const char* kind_name = kind == Mma::bf16 ? "kBf16" : kind == Mma::f16 ? "kF16" : "kTf32";
@@ -387,7 +386,7 @@ std::string GemmGenerator::split_k_main_loop(const Gemm& gm, const MmaTile& t, i
   return b;
 }
 
-void GemmGenerator::matmul() {
+auto GemmGenerator::matmul() -> Emitted {
   const ir::Op& mm = g_.ops[static_cast<size_t>(k_.anchor)];
   const ir::Tensor& result = g_.result(mm);
   const Shape batch_shape(result.shape.begin(), result.shape.end() - 2);
@@ -433,7 +432,7 @@ void GemmGenerator::matmul() {
   if (const std::optional<Mma> kind = mma_kind(mm)) matmul_chunks(mm, *kind, batch_shape, gm);
   gm.b_runs_last = !gm.b_k_major && gm.n % 8 == 0;
   setup_norm_prologue();
-  gemm(mm, gm);
+  return gemm(mm, gm);
 }
 
 // A matmul's operands that the tensor-core kernels can read as 16-byte
@@ -502,7 +501,7 @@ std::string GemmGenerator::pooled_pixel(const std::string& m, const std::string&
                      type, w, window, names[0], p * q / 4, wide, names[1], q / 2, p / 2, dy, names[2], dx);
 }
 
-void GemmGenerator::conv() {
+auto GemmGenerator::conv() -> Emitted {
   const ir::Op& cv = g_.ops[static_cast<size_t>(k_.anchor)];
   const ir::Attributes& at = cv.attrs;
   const bool nhwc = at.layout == ir::Layout::NHWC;
@@ -576,7 +575,7 @@ void GemmGenerator::conv() {
   // B's tile is [k-out][ri, si, ci]: the weights' own order in NHWC.
   gm.b_k_major = true;
   if (kind && nhwc && cg % (*kind == Mma::tf32 ? 4 : 8) == 0) conv_chunks(cv, *kind, input_pixel, filter_tap, gm);
-  gemm(cv, gm);
+  return gemm(cv, gm);
 }
 
 // An NHWC conv's operands that the tensor-core kernels can read as 16-byte

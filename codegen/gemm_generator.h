@@ -1,10 +1,12 @@
 // The generator of matmul and conv kernels: gemm_codegen.cpp (the GEMM view
-// of an anchor, SIMT, mma.sync tensor cores, prologues), wgmma_codegen.cpp
-// (the Hopper kernel: TMA, mbarriers, wgmma), epilogue_codegen.cpp (their
-// epilogues: decided, then written).
+// of an anchor, SIMT, mma.sync tensor cores, prologues), gemm_tactics.cpp
+// (which of those kernels builds it: the ordered list of tactics),
+// wgmma_codegen.cpp (the Hopper kernel: TMA, mbarriers, wgmma),
+// epilogue_codegen.cpp (their epilogues: decided, then written).
 #pragma once
 
 #include "codegen/kernel_builder.h"
+#include "codegen/tactic.h"
 
 namespace kiln::codegen {
 
@@ -65,6 +67,8 @@ class GemmGenerator : public KernelBuilder {
   enum class Mma { bf16, f16, tf32 };
   std::optional<Mma> mma_kind(const ir::Op& anchor) const;
   static DType mma_storage(Mma kind);
+  // Why mma_kind is nullopt: "needs sm_80 ..." or which operand is f32 at precision f32.
+  std::string no_mma_reason(const ir::Op& anchor) const;
 
   // The tensor in device memory that `t` is, seen through this kernel's
   // transposes (x @ w^T reads w in place): its pointer, storage and strides
@@ -186,7 +190,20 @@ class GemmGenerator : public KernelBuilder {
 
  public:
 
-  void gemm(const ir::Op& anchor, const Gemm& gm);
+  // ---- tactics: gemm_tactics.cpp ----------------------------------------------
+  // What every GEMM tactic sees: the anchor, its GEMM view, and the
+  // tensor-core MMA that computes it exactly (nullopt: none does).
+  struct TacticInput {
+    const ir::Op& anchor;
+    const Gemm& gm;
+    std::optional<Mma> kind;
+  };
+  using GemmTactic = Tactic<GemmGenerator, TacticInput>;
+  // In order of preference: wgmma (the Hopper kernel), mma.sync, SIMT (the
+  // last resort: always fits).
+  static std::span<const GemmTactic> tactics();
+  // The kernel of the first tactic that fits.
+  Emitted gemm(const ir::Op& anchor, const Gemm& gm);
 
   // f32 operands in full f32 (and GPUs before sm_80): a BM x BN tile per
   // block, 256 threads with 4x4 results each.
@@ -207,8 +224,7 @@ class GemmGenerator : public KernelBuilder {
   int64_t k_slices(const Gemm& gm, int bk) const;
   std::string split_k_main_loop(const Gemm& gm, const MmaTile& t, int splits, int64_t k_tiles);
 
-  // `not_wgmma`: why the Hopper kernel did not take it (sm_90), for the decisions.
-  void gemm_tensor_core(const ir::Op& anchor, const Gemm& gm, Mma kind, const std::string& not_wgmma = "");
+  void gemm_tensor_core(const ir::Op& anchor, const Gemm& gm, Mma kind);
   std::vector<Tuning> tensor_core_tuning_space(const Gemm& gm, const MmaTile& t, int64_t k_tiles) const;
   // An operand's tile as the tensor-core kernel's loaders see it.
   struct TileOperand {
@@ -330,14 +346,14 @@ class GemmGenerator : public KernelBuilder {
                                 const std::set<std::string>& operands) const;
   std::string tensor_map_param(const TmaOperand& op, const std::string& what);
 
-  void matmul();
+  Emitted matmul();
   void matmul_chunks(const ir::Op& mm, Mma kind, const Shape& batch_shape, Gemm& gm);
 
   // The matmul applies a split layer_norm/rms_norm from its row statistics
   // (the norm, and any pointwise ops after it, are recomputed in its prologue).
   void setup_norm_prologue();
 
-  void conv();
+  Emitted conv();
   // A pooled conv's GEMM row `m` (an expression) as its output pixel:
   // declares names[0..2] (n, p, q) of type `type` for a P x Q output.
   static std::string pooled_pixel(const std::string& m, const std::string& type, const std::array<std::string, 3>& names,

@@ -6,16 +6,22 @@
 #include "codegen/norm_generator.h"
 #include "codegen/pointwise_generator.h"
 #include "codegen/reduction_generator.h"
+#include "codegen/tactic.h"
 
 namespace kiln::codegen {
 namespace {
 
-// Builds generator G for the kernel, runs its entry point, returns what it wrote.
-template <class G, void (G::*Entry)()>
+// Builds generator G for the kernel, runs its entry point, returns what it
+// wrote: the kernel it kept, or what its chosen tactic emitted (tactic.h).
+template <class G, auto Entry>
 GeneratedKernel run(const GeneratorInput& in) {
   G generator(in.graph, in.kernel, in.state, in.sm, in.wanted);
-  (generator.*Entry)();
-  return generator.take();
+  if constexpr (std::is_same_v<decltype((generator.*Entry)()), Emitted>) {
+    return nvrtc_source((generator.*Entry)());
+  } else {
+    (generator.*Entry)();
+    return generator.take();
+  }
 }
 
 using Kind = ir::KernelKind;

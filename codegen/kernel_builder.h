@@ -155,6 +155,9 @@ class KernelBuilder {
 
   GeneratedKernel take() { return std::move(out_); }
 
+  // The target's compute capability (80 for sm_80).
+  int sm() const { return sm_; }
+
   // Records what the generator decided, in words (GeneratedKernel::decisions,
   // printed by `kiln dump --stage plan --arch`): "mma.sync 128x128x32 ...".
   // The epilogue's decision is kept apart and comes last (finish() adds it):

@@ -41,6 +41,18 @@ void check_symbolic_scope(const ir::PlannedKernel& k) {
 
 }  // namespace
 
+ir::PlanTactics plan_tactics(const GeneratedProgram& program, const std::string& arch) {
+  ir::PlanTactics out;
+  for (const GeneratedKernel& k : program.kernels) {
+    if (k.tactics.empty()) continue;
+    ir::KernelTactics& t = out[k.plan_kernel];
+    t.arch = arch;
+    t.chosen = k.tactics.chosen;
+    for (const TacticRecord::Rejected& r : k.tactics.rejected) t.rejected.emplace_back(r.tactic, r.reason);
+  }
+  return out;
+}
+
 GeneratedProgram generate_program(const ir::Graph& g, const ir::Plan& plan, int sm, const ProgramTuning& tuning,
                                   const ir::SizeProbe* probe) {
   ProgramState state;

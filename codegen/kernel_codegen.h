@@ -21,6 +21,7 @@
 
 #include "compiler/ir.h"
 #include "compiler/plan.h"
+#include "compiler/plan_printer.h"
 #include "compiler/size_probe.h"
 #include "codegen/tuning.h"
 
@@ -69,6 +70,18 @@ struct WorkspaceSpec {
   uint32_t fill = 0;
 };
 
+// The tactics a kernel's generator tried (codegen/tactic.h), in order: the
+// one that built the kernel and those before it that did not fit, with why.
+// Empty (no chosen tactic) for kernel kinds built one way.
+struct TacticRecord {
+  struct Rejected {
+    std::string tactic, reason;
+  };
+  std::string chosen;
+  std::vector<Rejected> rejected;
+  bool empty() const { return chosen.empty(); }
+};
+
 struct GeneratedKernel {
   int plan_kernel = 0;
   std::string source;     // what NVRTC compiles (annotated)
@@ -90,6 +103,8 @@ struct GeneratedKernel {
   // What its generator decided beyond the tuning, in words (not part of the
   // source): "epilogue: staged y, residual r, column blocks rolled".
   std::string decisions;
+  // Which tactic built it, and why those before it did not (for `kiln plan --arch`).
+  TacticRecord tactics;
 };
 
 struct GeneratedProgram {
@@ -106,6 +121,10 @@ struct GeneratedProgram {
 // kernel this slice of symbolic codegen does not cover throws NotSymbolic.
 GeneratedProgram generate_program(const ir::Graph& g, const ir::Plan& plan, int sm, const ProgramTuning& tuning = {},
                                   const ir::SizeProbe* probe = nullptr);
+
+// Each generated kernel's tactics on `arch` (its generator's TacticRecord),
+// for the plan's printers; kernels built one way have none.
+ir::PlanTactics plan_tactics(const GeneratedProgram& program, const std::string& arch);
 
 // The compute capability of an arch name: sm_90a -> 90.
 int sm_of(const std::string& arch);

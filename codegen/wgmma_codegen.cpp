@@ -82,7 +82,7 @@ auto GemmGenerator::tma_source(const std::optional<ExternalTensor>& e, Mma kind)
 
 auto GemmGenerator::tma_operand(const ir::Op& anchor, size_t slot, Mma kind, std::string* why) const
     -> std::optional<TmaOperand> {
-  // Each refusal says why where the caller asks (the plan's "not wgmma: ..." on sm_90).
+  // Each refusal says why where the caller asks (the wgmma tactic's reason for not fitting, gemm_tactics.cpp).
   const std::string name = fmt::format("{} ('{}')", slot == 0 ? "A" : "B", g_.operand(anchor, slot).name);
   auto refuse = [&](const std::string& reason) {
     if (why) *why = name + " " + reason;

@@ -25,7 +25,7 @@ std::vector<std::string> tensor_names(const Graph& g, const std::vector<TensorId
 
 }  // namespace
 
-std::string plan_to_text(const Graph& g, const Plan& plan) {
+std::string plan_to_text(const Graph& g, const Plan& plan, const PlanTactics& tactics) {
   const int64_t moved = bytes_through_memory(g, plan);
   std::string out = fmt::format("plan for {}: {} ops in {} kernel{}{}, {} through device memory\n",
                                 detail::quoted(g.name), g.ops.size(), plan.kernels.size(),
@@ -48,11 +48,15 @@ std::string plan_to_text(const Graph& g, const Plan& plan) {
       if (b.to_kernel == k.id)
         out += fmt::format("  boundary: '{}' ({}) from kernel {}: {}\n", g.tensor(b.tensor).name,
                            human_bytes(materialised_bytes(g.tensor(b.tensor))), b.from_kernel, b.reason);
+    if (const auto t = tactics.find(k.id); t != tactics.end()) {
+      out += fmt::format("  tactic for {}: {}\n", t->second.arch, t->second.chosen);
+      for (const auto& [tactic, why] : t->second.rejected) out += fmt::format("  rejected {}: {}\n", tactic, why);
+    }
   }
   return out;
 }
 
-std::string plan_to_json(const Graph& g, const Plan& plan) {
+std::string plan_to_json(const Graph& g, const Plan& plan, const PlanTactics& tactics) {
   using json = nlohmann::ordered_json;
   json doc;
   doc["graph"] = g.name;
@@ -70,6 +74,11 @@ std::string plan_to_json(const Graph& g, const Plan& plan) {
     entry["ops"] = op_names(g, k.ops);
     entry["reads"] = tensor_names(g, k.reads);
     entry["writes"] = tensor_names(g, k.writes);
+    if (const auto t = tactics.find(k.id); t != tactics.end()) {
+      json rejected = json::array();
+      for (const auto& [tactic, why] : t->second.rejected) rejected.push_back({{"tactic", tactic}, {"reason", why}});
+      entry["tactic"] = {{"arch", t->second.arch}, {"chosen", t->second.chosen}, {"rejected", std::move(rejected)}};
+    }
     kernels.push_back(std::move(entry));
   }
   doc["kernels"] = std::move(kernels);

@@ -79,7 +79,7 @@ Runner add_dump(CLI::App& app, const CommonOptions& common) {
     const ir::Plan& plan = planned->plan;
     // A symbolic graph's plan is of its probe graph: sizes printed as their expressions.
     auto plan_text = [&] {
-      if (!planned->probe) return ir::plan_to_text(ir_of(*graph), plan);
+      if (!planned->probe) return ir::plan_to_text(ir_of(*graph), plan, codegen::plan_tactics(planned->program, arch));
       return ir::symbolic_plan_text(ir_of(*planned->probe_graph), plan, *planned->probe);
     };
     if (plan_only) {

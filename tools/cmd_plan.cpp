@@ -1,5 +1,7 @@
 // kiln plan GRAPH [--json] [--dot] [--svg] [--no-fusion] [--arch sm_XX]: print the
-// fusion plan for the target, as a compile plans it (runtime::run_pipeline).
+// fusion plan for the target, as a compile plans it (runtime::run_pipeline);
+// with --arch (text and JSON), which tactic builds each kernel on that target
+// and why those before it in its list do not (codegen/tactic.h).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <unistd.h>
@@ -120,10 +122,22 @@ Runner add_plan(CLI::App& app, const CommonOptions& common) {
       fmt::print("{}", run->output);
       return 0;
     }
-    if (args->json) fmt::print("{}", ir::plan_to_json(g, plan));
-    else if (args->dot) fmt::print("{}", ir::plan_to_dot(g, plan));
-    else fmt::print("{}", ir::plan_to_text(g, plan));
-    return 0;
+    if (args->dot) {
+      fmt::print("{}", ir::plan_to_dot(g, plan));
+      return 0;
+    }
+    // With --arch: the kernels generated (not compiled) for the target, for
+    // their tactics. A graph whose plan codegen refuses still prints its
+    // plan, then the error.
+    ir::PlanTactics tactics;
+    std::optional<Error> refused;
+    if (!args->arch.empty()) {
+      Expected<runtime::Planned> generated = runtime::run_pipeline(*graph, *target, runtime::Stage::cuda);
+      if (generated) tactics = codegen::plan_tactics(generated->program, target->arch);
+      else refused = generated.error();
+    }
+    fmt::print("{}", args->json ? ir::plan_to_json(g, plan, tactics) : ir::plan_to_text(g, plan, tactics));
+    return refused ? report(*refused) : 0;
   };
 }
 

@@ -277,17 +277,21 @@ struct PyExecutable {
 
 // The plan the executable's kernels were made from, as `kiln plan --json`
 // prints it: planned when asked (a program found in the cache needed none),
-// by the pipeline every compile runs, for the executable's arch.
-std::string plan_json(const Graph& graph, const std::string& arch, bool fuse) {
+// by the pipeline every compile runs, for the executable's arch. With
+// `tactics` (an executable's plan, its arch explicit: `kiln plan --json
+// --arch`), its kernels are generated too, for each one's tactic.
+std::string plan_json(const Graph& graph, const std::string& arch, bool fuse, bool tactics) {
   const codegen::ProgramTuning no_tuning;  // the plan does not depend on the tile choices
   std::optional<Expected<runtime::Planned>> planned;
   {
     nb::gil_scoped_release release;
     Expected<runtime::Target> target = runtime::compile_target(graph, {.arch = arch, .fuse = fuse}, &no_tuning);
-    planned.emplace(target ? runtime::run_pipeline(graph, *target, runtime::Stage::plan) : target.error());
+    const runtime::Stage until = tactics ? runtime::Stage::cuda : runtime::Stage::plan;
+    planned.emplace(target ? runtime::run_pipeline(graph, *target, until) : target.error());
   }
   if (!planned->ok()) raise_compile_error(planned->error());
-  return ir::plan_to_json(ir_of(graph), planned->value().plan);
+  const runtime::Planned& p = planned->value();
+  return ir::plan_to_json(ir_of(graph), p.plan, tactics ? codegen::plan_tactics(p.program, arch) : ir::PlanTactics{});
 }
 
 PyExecutable compile(const Graph& graph, std::optional<std::string> arch, bool fuse, bool autotune,
@@ -498,7 +502,7 @@ NB_MODULE(_kiln, m) {
       .def("input_specs", [](const Graph& g) { return describe(g.inputs()); })
       .def("output_specs", [](const Graph& g) { return describe(g.outputs()); })
       .def("plan_json", [](const Graph& g, bool fuse) {  // for the GPU present, else sm_90, as compile() plans
-        return plan_json(g, "", fuse);
+        return plan_json(g, "", fuse, false);
       }, "fuse"_a = true)
       .def("run_reference", &run_reference_on);
 
@@ -529,7 +533,7 @@ NB_MODULE(_kiln, m) {
 
   nb::class_<PyExecutable>(m, "Executable")
       .def_prop_ro("arch", [](const PyExecutable& e) { return e.exe.arch(); })
-      .def_prop_ro("plan_json", [](const PyExecutable& e) { return plan_json(e.exe.graph(), e.exe.arch(), e.fuse); })
+      .def_prop_ro("plan_json", [](const PyExecutable& e) { return plan_json(e.exe.graph(), e.exe.arch(), e.fuse, true); })
       .def_prop_ro("kernel_count", [](const PyExecutable& e) { return e.exe.kernel_count(); })
       .def_prop_ro("workspace_bytes", [](const PyExecutable& e) { return e.exe.workspace_bytes(); })
       .def("kernel_reports", &kernel_reports)

@@ -141,6 +141,10 @@ def test_compile_reports_plan_and_kernels():
     path = ROOT / "examples/conv/conv_bias_relu.json"
     fused_plan = json.loads(kiln_cli("plan", path, "--json", "--arch", "sm_90").stdout)
     assert exe.plan == fused_plan and again.plan == fused_plan
+    # With each kernel's tactic for the arch (codegen/tactic.h) and why those before it did not fit.
+    assert exe.plan["kernels"][0]["tactic"] == {
+        "arch": "sm_90", "chosen": "mma.sync",
+        "rejected": [{"tactic": "wgmma", "reason": "8 tiles of 128 x 128, under 32"}]}
     assert unfused.plan == json.loads(kiln_cli("plan", path, "--json", "--arch", "sm_90", "--no-fusion").stdout)
 
 

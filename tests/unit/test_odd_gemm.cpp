@@ -77,28 +77,40 @@ TEST(OddGemm, OddKIsPaddedOntoTheHopperKernel) {
   EXPECT_EQ(matmul_kernel(p).decisions.rfind("wgmma 128x256x64, A by TMA", 0), 0u) << matmul_kernel(p).decisions;
 }
 
-TEST(OddGemm, TheMmaSyncKernelSaysWhyNotWgmma) {
+// The mma.sync tactic's kernel, and why the wgmma tactic before it did not fit.
+std::string mma_sync_after_wgmma(const codegen::GeneratedKernel& k) {
+  EXPECT_EQ(k.tactics.chosen, "mma.sync");
+  if (k.tactics.rejected.size() != 1 || k.tactics.rejected[0].tactic != "wgmma") {
+    ADD_FAILURE() << "not one rejected wgmma tactic";
+    return k.decisions;
+  }
+  return k.decisions + " | not wgmma: " + k.tactics.rejected[0].reason;
+}
+
+TEST(OddGemm, TheRejectedWgmmaTacticSaysWhy) {
   // Decode rows of an odd K: not padded (the copies would cost more than the GEMM), so no tensor map.
   // The mma.sync tile is as tall as the rows (16), however wide the problem.
-  EXPECT_EQ(matmul_kernel(sm90(lm_head(7, 50257, 771))).decisions,
-            "mma.sync 16x64x64, 1x4 warps, 4 stages (not wgmma: B ('wt') has rows 771 elements apart (1542 bytes), no "
-            "16-byte multiple); epilogue: stores direct");
+  EXPECT_EQ(mma_sync_after_wgmma(matmul_kernel(sm90(lm_head(7, 50257, 771)))),
+            "mma.sync 16x64x64, 1x4 warps, 4 stages; epilogue: stores direct | not wgmma: B ('wt') has rows 771 "
+            "elements apart (1542 bytes), no 16-byte multiple");
   // A decode projection: one row of tiles that does not fill the GPU keeps mma.sync and its K split.
-  EXPECT_EQ(matmul_kernel(sm90(lm_head(1, 4096, 4096))).decisions,
-            "mma.sync 16x64x64, 1x4 warps, 4 stages (not wgmma: one row of tiles (M = 1) in 32 tiles, under 132: "
-            "mma.sync splits K); epilogue: stores direct");
-  EXPECT_EQ(matmul_kernel(sm90(lm_head(256, 512, 768))).decisions,
-            "mma.sync 64x64x32, 2x2 warps, 4 stages (not wgmma: 8 tiles of 128 x 128, under 32); epilogue: stores direct");
+  EXPECT_EQ(mma_sync_after_wgmma(matmul_kernel(sm90(lm_head(1, 4096, 4096)))),
+            "mma.sync 16x64x64, 1x4 warps, 4 stages; epilogue: stores direct | not wgmma: one row of tiles (M = 1) in "
+            "32 tiles, under 132: mma.sync splits K");
+  EXPECT_EQ(mma_sync_after_wgmma(matmul_kernel(sm90(lm_head(256, 512, 768)))),
+            "mma.sync 64x64x32, 2x2 warps, 4 stages; epilogue: stores direct | not wgmma: 8 tiles of 128 x 128, under 32");
   // B stored [K, N] with N odd.
   const Graph n_major = testing::must_parse(R"({"kiln": 1, "inputs": {"x": {"shape": [256, 64], "dtype": "bf16"},
     "w": {"shape": [64, 4001], "dtype": "bf16"}}, "ops": [{"op": "matmul", "in": ["x", "w"], "out": "y"}], "outputs": ["y"]})");
-  EXPECT_EQ(matmul_kernel(sm90(n_major)).decisions,
-            "mma.sync 64x64x32, 2x2 warps, 4 stages (not wgmma: B ('w') has rows 4001 elements apart (8002 bytes), no "
-            "16-byte multiple); epilogue: stores direct");
-  // sm_80 has no Hopper kernel to explain.
+  EXPECT_EQ(mma_sync_after_wgmma(matmul_kernel(sm90(n_major))),
+            "mma.sync 64x64x32, 2x2 warps, 4 stages; epilogue: stores direct | not wgmma: B ('w') has rows 4001 elements "
+            "apart (8002 bytes), no 16-byte multiple");
+  // On sm_80 the Hopper kernel is refused for the target alone.
   const Graph g = lm_head(7, 50257, 771);
-  EXPECT_EQ(codegen::generate_program(ir_of(g), ir::plan_fusion(ir_of(g), {.sm = 80}), 80).kernels.at(0).decisions,
-            "mma.sync 16x64x64, 1x4 warps, 4 stages; epilogue: stores direct");
+  EXPECT_EQ(mma_sync_after_wgmma(
+                codegen::generate_program(ir_of(g), ir::plan_fusion(ir_of(g), {.sm = 80}), 80).kernels.at(0)),
+            "mma.sync 16x64x64, 1x4 warps, 4 stages; epilogue: stores direct | not wgmma: the Hopper kernel needs "
+            "sm_90, the target is sm_80");
 }
 
 TEST(OddGemm, NvrtcCompilesTheGeneratedSm90Kernels) {
