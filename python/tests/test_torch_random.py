@@ -112,3 +112,40 @@ def test_random_programs_match_eager(seed):
     what = f"seed {seed} ({' -> '.join(names)}, {dtype}, x {tuple(args[0].shape)})"
     err, eager_err = relative_error(got, exact), relative_error(eager, exact)
     assert err <= 2 * eager_err + SLACK[dtype], f"{what}: error {err} against f64, eager's {eager_err}"
+
+
+GRADIENT_SEEDS = sorted(set(range(FIRST, FIRST + max(COUNT // 2, 1))) | set(REGRESSIONS))
+
+
+@pytest.mark.parametrize("seed", GRADIENT_SEEDS)
+def test_random_programs_with_gradients_on_match_eager(seed):
+    """The same programs with autograd on (half the seeds): the kiln forward's output and the
+    gradients of x and the parameters (the backward in PyTorch, from the activations kiln saved),
+    each against f64 no farther than twice eager's error plus a slack."""
+    if DEVICE == "cuda" and not torch.cuda.is_available():
+        pytest.skip("KILN_RANDOM_DEVICE=cuda without a GPU")
+    args, dtype = inputs(seed)
+    fn, names = program(seed, dtype)
+    weights = torch.randn(fn(*args).shape, generator=torch.Generator().manual_seed(seed)).to(args[0].device)
+
+    def forward_backward(f, values):
+        leaves = [a.detach().clone().requires_grad_() for a in values]
+        out = f(*leaves)
+        if out.requires_grad:
+            (out.double() * weights.double()).sum().backward()
+        return out.detach(), [t.grad for t in leaves]
+
+    eager, eager_grads = forward_backward(fn, args)
+    torch._dynamo.reset()
+    got, got_grads = forward_backward(torch.compile(fn, backend="kiln", dynamic=False), args)
+    exact, exact_grads = forward_backward(fn, [a.double().cpu() for a in args])
+    what = f"seed {seed} ({' -> '.join(names)}, {dtype}, x {tuple(args[0].shape)})"
+    err, eager_err = relative_error(got, exact), relative_error(eager, exact)
+    assert err <= 2 * eager_err + SLACK[dtype], f"{what}: output's error {err} against f64, eager's {eager_err}"
+    for name, g, e, x in zip("xwbg", got_grads, eager_grads, exact_grads):
+        if x is None or not x.any():  # (no path from this input to the output, or a zero gradient)
+            assert g is None or not g.any(), f"{what}: a gradient of {name} where f64 has none"
+            continue
+        assert g is not None, f"{what}: no gradient of {name}"
+        err, eager_err = relative_error(g, x), relative_error(e, x)
+        assert err <= 2 * eager_err + 10 * SLACK[dtype], f"{what}: gradient of {name}: {err} against f64, eager's {eager_err}"
