@@ -126,13 +126,13 @@ def test_random_programs_with_gradients_on_match_eager(seed):
         pytest.skip("KILN_RANDOM_DEVICE=cuda without a GPU")
     args, dtype = inputs(seed)
     fn, names = program(seed, dtype)
-    weights = torch.randn(fn(*args).shape, generator=torch.Generator().manual_seed(seed)).to(args[0].device)
+    weights = torch.randn(fn(*args).shape, generator=torch.Generator().manual_seed(seed))
 
     def forward_backward(f, values):
         leaves = [a.detach().clone().requires_grad_() for a in values]
         out = f(*leaves)
         if out.requires_grad:
-            (out.double() * weights.double()).sum().backward()
+            (out.double() * weights.to(out.device, torch.float64)).sum().backward()
         return out.detach(), [t.grad for t in leaves]
 
     eager, eager_grads = forward_backward(fn, args)
