@@ -26,7 +26,8 @@ in this one process:
   ops left to PyTorch grouped by reason;
 - where the time goes: one kiln-compiled forward under the torch profiler,
   its GPU kernels by time (kiln's kernels labelled with their kind from the
-  kiln plans, in launch order);
+  kiln plans, in launch order), and the same forward's under Inductor
+  (default mode) beside them;
 - first calls (unless --no-cold), each in a fresh process per model and
   backend: cold (new empty KILN_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR and
   TRITON_CACHE_DIR, no remote kiln cache) and warm (a second process with
@@ -322,6 +323,9 @@ def measure(spec, args):
 
             stage = "profiling the kiln forward"
             row["top_kernels"] = top_kernels(sides["kiln"], explained, device)
+            if "inductor" in sides:  # the same forward's kernels under Inductor, beside kiln's
+                stage = "profiling the Inductor forward"
+                row["inductor_top_kernels"] = top_kernels(sides["inductor"], {"subgraphs": []}, device)
         del sides, kiln_fn, model, inputs
     except Exception as e:  # noqa: BLE001 (a model that fails is a row, the others run)
         print(f"{spec.name}: FAILURE while {stage}:", file=sys.stderr)
@@ -404,6 +408,11 @@ def details(spec, row):
     lines.append(f"top {where} of one kiln forward ({number(top['total_ms'])} ms in all):")
     lines += [f"- {100 * k['share']:5.1f}%  {k['ms']:8.3f} ms  x{k['calls']:<4d} {k['kernel'][:100]}"
               for k in top["kernels"]]
+    if "inductor_top_kernels" in row:
+        top = row["inductor_top_kernels"]
+        lines.append(f"top {where} of one Inductor forward ({number(top['total_ms'])} ms in all):")
+        lines += [f"- {100 * k['share']:5.1f}%  {k['ms']:8.3f} ms  x{k['calls']:<4d} {k['kernel'][:100]}"
+                  for k in top["kernels"]]
     return lines + [""]
 
 
