@@ -13,9 +13,10 @@ in this one process:
 
 - correctness: each compiled forward's output against eager's: the largest
   absolute difference, and that over the largest |eager| ("max rel err");
-- time: kiln, Inductor (default mode), Inductor mode="reduce-overhead" (CUDA
-  graphs) and eager, each warmed up, then timed in alternating rounds
-  (kiln, Inductor, reduce-overhead, eager, then the next round), so that a
+- time: kiln, kiln mode="reduce-overhead" (its forward replayed from CUDA
+  graphs; on the GPU), Inductor (default mode), Inductor mode="reduce-overhead"
+  and eager, each warmed up, then timed in alternating rounds
+  (kiln, its reduce-overhead, Inductor, reduce-overhead, eager, then the next round), so that a
   GPU clocking down under sustained load slows every side alike. A side's
   time in a round is run_bench.median_ms over --iters calls: CUDA events
   around each call, recorded back to back (the host's time per call
@@ -176,7 +177,7 @@ def top_kernels(fn, report, device, top=10):
 
 def compiled(model, backend, mode=None):
     if backend == "kiln":
-        return torch.compile(model, backend="kiln", dynamic=False)
+        return torch.compile(model, backend="kiln", dynamic=False, mode=mode)
     return torch.compile(model, dynamic=False, mode=mode)
 
 
@@ -287,6 +288,15 @@ def measure(spec, args):
             del got
             sides = {"kiln": lambda: kiln_fn(**inputs)}
 
+            if device == "cuda":  # kiln's forward replayed from CUDA graphs, beside Inductor's reduce-overhead
+                stage = "kiln mode=\"reduce-overhead\""
+                fn = compiled(model, "kiln", "reduce-overhead")
+                call = lambda fn=fn: (torch.compiler.cudagraph_mark_step_begin(), fn(**inputs))[1]  # noqa: E731
+                got, row["kiln_reduce_overhead_first_call_in_process_s"] = timed_first_call(call, device)
+                row["kiln_reduce_overhead_error"] = errors(spec.output(call()), want)
+                del got
+                sides["kiln_reduce_overhead"] = call
+
             if args.inductor:
                 for side, mode in (("inductor", None), ("reduce_overhead", "reduce-overhead")):
                     try:
@@ -359,7 +369,7 @@ def shape_text(spec, row):
     return f"B{row['batch']} {row['seq']}x{row['seq']}" + (" NHWC" if spec.channels_last else "")
 
 
-COLUMNS = ["model", "batch/seq", "kiln ms", "Inductor ms", "kiln/Ind", "Ind r-o ms", "kiln/r-o", "eager ms",
+COLUMNS = ["model", "batch/seq", "kiln ms", "Inductor ms", "kiln/Ind", "kiln r-o ms", "Ind r-o ms", "kiln r-o / Ind r-o", "eager ms",
            "max rel err kiln / Ind", "cold 1st call kiln / Ind s", "warm 1st call kiln / Ind s", "kernels", "subgraphs",
            "ATen ops in kiln", "FLOPs in kiln"]
 
@@ -372,8 +382,9 @@ def table_line(spec, row):
     g = row.get
     err = lambda side: f"{g(f'{side}_error')['max_rel']:.1e}" if g(f"{side}_error") else "-"  # noqa: E731
     cells = [spec.name, shape_text(spec, row), number(g("kiln_ms")), number(g("inductor_ms")),
-             number(ratio(g("kiln_ms"), g("inductor_ms")), 2), number(g("reduce_overhead_ms")),
-             number(ratio(g("kiln_ms"), g("reduce_overhead_ms")), 2), number(g("eager_ms")),
+             number(ratio(g("kiln_ms"), g("inductor_ms")), 2), number(g("kiln_reduce_overhead_ms")),
+             number(g("reduce_overhead_ms")), number(ratio(g("kiln_reduce_overhead_ms"), g("reduce_overhead_ms")), 2),
+             number(g("eager_ms")),
              f"{err('kiln')} / {err('inductor')}", f"{number(g('kiln_cold_s'), 1)} / {number(g('inductor_cold_s'), 1)}",
              f"{number(g('kiln_warm_s'), 1)} / {number(g('inductor_warm_s'), 1)}", str(row["kernels"]), str(row["subgraphs"]),
              f"{100 * row['aten_share']:.0f}% ({row['aten_ops_in_kiln']}/{row['aten_ops']})" if row["aten_ops"] else "-",
@@ -423,6 +434,9 @@ def summary(rows):
         ratios = [ratio(r.get("kiln_ms"), r.get(f"{side}_ms")) for r in ran]
         ratios = [x for x in ratios if not math.isnan(x)]
         means[side] = {"geomean": geomean(ratios), "models": len(ratios)}
+    ratios = [ratio(r.get("kiln_reduce_overhead_ms"), r.get("reduce_overhead_ms")) for r in ran]  # both from CUDA graphs
+    ratios = [x for x in ratios if not math.isnan(x)]
+    means["reduce_overhead_both"] = {"geomean": geomean(ratios), "models": len(ratios)}
     return means, [r["model"] for r in rows if "failure" in r]
 
 
@@ -434,9 +448,10 @@ def report(rows, args):
         print(table_line(spec, row))
     means, failures = summary(rows)
     print()
-    names = {"inductor": "Inductor (default)", "reduce_overhead": "Inductor reduce-overhead", "eager": "eager"}
+    names = {"inductor": "kiln/Inductor (default)", "reduce_overhead": "kiln/Inductor reduce-overhead", "eager": "kiln/eager",
+             "reduce_overhead_both": "kiln reduce-overhead/Inductor reduce-overhead"}
     for side, m in means.items():
-        print(f"geomean kiln/{names[side]} over {m['models']} models: {number(m['geomean'], 3)}")
+        print(f"geomean {names[side]} over {m['models']} models: {number(m['geomean'], 3)}")
     print(f"failures: {len(failures)}" + (f" ({', '.join(failures)})" if failures else ""))
     print()
     for spec, row in zip(specs, rows):

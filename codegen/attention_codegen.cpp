@@ -285,16 +285,19 @@ std::string AttentionGenerator::HopperAttention::to_string() const {
                      causal ? ", a block per query tile" : ", persistent");
 }
 
-// An operand the copy engine can load: offset 0, d contiguous, every
+// An operand the copy engine can load: offset a 16-byte multiple, d contiguous, every
 // other stride a positive multiple of 16 bytes (or a dimension of 1),
 // sizes that fit its 32-bit coordinates. Its map: (d, row, head, batch).
 std::optional<AttentionGenerator::HopperAttention::Operand> AttentionGenerator::hopper_operand(const ExternalTensor& e,
                                                                                              const Shape& shape) const {
-  if (e.offset != 0 || e.strides[3] != 1) return std::nullopt;
+  // A view that slices (q, k and v of one fused projection) starts its map
+  // past the bound pointer, at a 16-byte boundary.
+  if (e.offset < 0 || e.offset % 8 != 0 || e.strides[3] != 1) return std::nullopt;
   const std::optional<ir::TensorId> tensor = tensor_behind(e.pointer);
   if (!tensor) return std::nullopt;
   HopperAttention::Operand op{e, *tensor, {}};
   op.map.dtype = e.storage;
+  op.map.offset_bytes = static_cast<uint64_t>(e.offset) * 2;
   op.map.rank = 4;
   int64_t packed = shape[3];  // a stride for dimensions of 1 (never stepped along)
   for (int dim = 3; dim >= 0; --dim) {
@@ -320,7 +323,7 @@ std::optional<std::string> AttentionGenerator::why_not_hopper(const ir::Op& op) 
   const ExternalTensor memory[3] = {*strided_in_memory(op.inputs[0]), ka.memory, va.memory};
   for (size_t slot = 0; slot < 3; ++slot)
     if (!hopper_operand(memory[slot], slot == 0 ? qs : kv_shape))
-      return fmt::format("{} ('{}') is not a tensor the copy engine loads (offset 0, strides multiples of 16 bytes)",
+      return fmt::format("{} ('{}') is not a tensor the copy engine loads (offset and strides multiples of 16 bytes)",
                          "qkv"[slot], g_.operand(op, slot).name);
   return std::nullopt;
 }

@@ -461,15 +461,29 @@ void GemmGenerator::staged_column_blocks(const Gemm& gm, const EpilogueLoops& lo
   pre += "kiln::wg::named_sync(2 + consumer, 128);\n}\n";
   std::string post;
   if (plan.copied_out) {
-    // The warpgroup's 64 rows of the block, a warp's 32 threads along one row's columns.
+    // The warpgroup's 64 rows of the block. Into a 16-byte aligned result:
+    // each row in chunks of 16 bytes of memory (the row's first column
+    // lies `first % per_chunk` columns past a boundary), a warp's threads
+    // along a row's chunks; otherwise element by element.
     const int bytes = byte_size(storage_dtype(g_.tensor(plan.staged)));
+    const int per_chunk = 16 / bytes, chunks = block_columns / per_chunk + 1;
+    const std::string& out = writes_.at(plan.staged);
     post = "kiln::wg::named_sync(2 + consumer, 128);\n";
+    post += fmt::format("if (kiln::aligned16({})) {{\n", out);
+    post += fmt::format("#pragma unroll 2\nfor (int i = threadIdx.x & 127; i < 64 * {0}; i += 128) {{\n", chunks);
+    post += fmt::format("const int row = i / {0}, chunk = i % {0};\n", chunks);
+    post += fmt::format("const kiln::i64 m = {} + row, n = n0 + blk * {};\n", warpgroup_m0, block_columns);
+    post += fmt::format("if (m >= {}LL || n >= {}LL) continue;\n", gm.m, gm.n);
+    post += fmt::format("const kiln::i64 first = (batch * {}LL + m) * {}LL + n;\n", gm.m, gm.n);
+    post += fmt::format("kiln::wg::copy_out_chunk<G, {}>({}, first, chunk * {} - (int)(first % {}), (int)({}LL - n < {} ? {}LL - n : {}), "
+                        "staging, row);\n}}\n}} else {{\n",
+                        bytes, out, per_chunk, per_chunk, gm.n, block_columns, gm.n, block_columns);
     post += fmt::format("#pragma unroll 4\nfor (int i = threadIdx.x & 127; i < 64 * {0}; i += 128) {{\n", block_columns);
     post += fmt::format("const int row = i / {0}, column = i % {0};\n", block_columns);
     post += fmt::format("const kiln::i64 m = {} + row, n = n0 + blk * {} + column;\n", warpgroup_m0, block_columns);
     post += fmt::format("if (m < {}LL && n < {}LL) kiln::copy_element<{}>({}, (batch * {}LL + m) * {}LL + n, "
-                        "staging + G::staging_offset(row, column * {}));\n}}\n}}\n",
-                        gm.m, gm.n, bytes, writes_.at(plan.staged), gm.m, gm.n, bytes);
+                        "staging + G::staging_offset(row, column * {}));\n}}\n}}\n}}\n",
+                        gm.m, gm.n, bytes, out, gm.m, gm.n, bytes);
   } else {
     post = "if (staged) {\nkiln::wg::fence_async_shared();\nkiln::wg::named_sync(2 + consumer, 128);\n";
     post += fmt::format("if ((threadIdx.x & 127) == 0) {{\nkiln::wg::tma_store(&{}, staging, {});\n", text.staged_map,

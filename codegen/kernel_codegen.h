@@ -30,9 +30,10 @@ namespace kiln::codegen {
 // A tile-copy descriptor (CUtensorMap) of a tensor in memory, encoded by the
 // runtime from the bound pointer: 16-bit elements, 128-byte swizzle, rank 2
 // to 5, dims innermost first (that dim contiguous), byte strides of the
-// outer dims, and the box one copy moves. A pointer that is not 16-byte
-// aligned gets an all-zero map: the kernel checks the pointer and does not
-// use it.
+// outer dims, the box one copy moves, and where the tensor's first element
+// lies past the bound pointer (a view that slices: a multiple of 16 bytes).
+// A pointer that is not 16-byte aligned gets an all-zero map: the kernel
+// checks the pointer and does not use it.
 struct TensorMapSpec {
   DType dtype = DType::bf16;
   int rank = 2;
@@ -40,6 +41,7 @@ struct TensorMapSpec {
   std::array<uint64_t, kMaxRank> dims{};
   std::array<uint64_t, kMaxRank - 1> strides{};
   std::array<uint32_t, kMaxRank> box{};
+  uint64_t offset_bytes = 0;
 };
 
 struct KernelArg {

@@ -33,7 +33,7 @@ ir::Hash128 tuned_program_key(const ir::Hash128& program_key, const codegen::Pro
 
 std::string recipe_to_text(const ProgramRecipe& r) {
   json doc;
-  doc["format"] = 5;
+  doc["format"] = 6;
   doc["graph"] = r.graph_name;
   doc["intermediates"] = r.program.intermediates;
   doc["workspaces"] = json::array();
@@ -45,7 +45,7 @@ std::string recipe_to_text(const ProgramRecipe& r) {
     for (const codegen::KernelArg& a : k.args) {
       json arg = {static_cast<int>(a.role), a.tensor, a.workspace};
       if (a.role == codegen::KernelArg::Role::TensorMap)
-        arg.push_back({to_string(a.map.dtype), a.map.rank, a.map.dims, a.map.strides, a.map.box});
+        arg.push_back({to_string(a.map.dtype), a.map.rank, a.map.dims, a.map.strides, a.map.box, a.map.offset_bytes});
       args.push_back(arg);
     }
     doc["kernels"].push_back({{"plan_kernel", k.plan_kernel}, {"key", r.kernel_keys[i]}, {"kind", r.kernel_kinds[i]},
@@ -60,7 +60,7 @@ std::optional<ProgramRecipe> recipe_from_text(const std::string& text, size_t te
   if (!body) return std::nullopt;
   try {
     const json doc = json::parse(*body);
-    if (doc.at("format") != 5) return std::nullopt;
+    if (doc.at("format") != 6) return std::nullopt;
     ProgramRecipe r;
     r.graph_name = doc.value("graph", "");
     for (const auto& t : doc.at("intermediates")) r.program.intermediates.push_back(t.get<ir::TensorId>());
@@ -91,6 +91,8 @@ std::optional<ProgramRecipe> recipe_from_text(const std::string& text, size_t te
           arg.map.dims = m.at(2).get<decltype(arg.map.dims)>();
           arg.map.strides = m.at(3).get<decltype(arg.map.strides)>();
           arg.map.box = m.at(4).get<decltype(arg.map.box)>();
+          arg.map.offset_bytes = m.at(5).get<uint64_t>();
+          if (arg.map.offset_bytes % 16 != 0) return std::nullopt;
           if (arg.map.rank < 2 || arg.map.rank > codegen::TensorMapSpec::kMaxRank) return std::nullopt;
         } else if (a.size() != 3) {
           return std::nullopt;

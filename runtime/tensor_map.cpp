@@ -7,7 +7,8 @@ namespace kiln::runtime {
 
 Expected<CUtensorMap> encode_tensor_map(const Driver& cu, const codegen::TensorMapSpec& spec, CUdeviceptr pointer) {
   CUtensorMap map{};
-  if (pointer % 16 != 0) return map;
+  if (pointer % 16 != 0 || spec.offset_bytes % 16 != 0) return map;
+  pointer += spec.offset_bytes;
   const auto rank = static_cast<cuuint32_t>(spec.rank);
   constexpr int kMax = codegen::TensorMapSpec::kMaxRank;
   cuuint64_t dims[kMax] = {}, strides[kMax - 1] = {};

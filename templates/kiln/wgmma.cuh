@@ -563,5 +563,38 @@ struct Gemm {
   }
 };
 
+// A staged block's row copied out where the result's rows are no 16-byte
+// multiple (copy_element's path, an odd N): columns [c0, c0 + 16 / BYTES)
+// of staging row `row`, those in [0, limit), to elements first + c of p.
+// The caller aligns chunks so that first + c0 is a 16-byte boundary: a whole
+// chunk is one 16-byte store; the chunks at a row's two ends (the boundary
+// falls inside them) go element by element.
+template <class G, int BYTES>
+__device__ __forceinline__ void copy_out_chunk(void* p, i64 first, int c0, int limit, const unsigned char* staging,
+                                               int row) {
+  constexpr int E = 16 / BYTES;
+  if (c0 >= 0 && c0 + E <= limit) {
+    u32 w[4];
+    if (BYTES == 4 || (c0 & 1) == 0) {  // 4-byte words of the staging buffer
+#pragma unroll
+      for (int e = 0; e < 4; ++e) w[e] = *reinterpret_cast<const u32*>(staging + G::staging_offset(row, c0 * BYTES + 4 * e));
+    } else {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const u32 lo = *reinterpret_cast<const u16*>(staging + G::staging_offset(row, (c0 + 2 * e) * 2));
+        const u32 hi = *reinterpret_cast<const u16*>(staging + G::staging_offset(row, (c0 + 2 * e + 1) * 2));
+        w[e] = lo | (hi << 16);
+      }
+    }
+    *reinterpret_cast<uint4*>(static_cast<unsigned char*>(p) + (first + c0) * BYTES) = make_uint4(w[0], w[1], w[2], w[3]);
+    return;
+  }
+#pragma unroll
+  for (int e = 0; e < E; ++e) {
+    const int c = c0 + e;
+    if (c >= 0 && c < limit) copy_element<BYTES>(p, first + c, staging + G::staging_offset(row, c * BYTES));
+  }
+}
+
 }  // namespace wg
 }  // namespace kiln

@@ -556,6 +556,28 @@ TEST(ProgramCache, HopperMatmulKeepsItsTensorMapsAndPersistentGrid) {
   EXPECT_NE(ampere.kernels[0].source.find("kiln::tc::Gemm<"), std::string::npos);
 }
 
+// q, k and v sliced from one fused projection [B, S, 3 x H x D] (GPT-2,
+// ViT): each tensor map starts at its slice (k 256 elements, 512 bytes, past
+// qkv's pointer; v 1024 bytes), so the Hopper kernel keeps its TMA loads;
+// the recipe keeps the offsets.
+TEST(ProgramCache, HopperAttentionMapsStartAtTheSlicesOfAFusedProjection) {
+  Graph g = Graph::load(KILN_SOURCE_DIR "/examples/attention/sdpa_split_heads.json").value();
+  runtime::ProgramRecipe r;
+  r.program = codegen::generate_program(ir_of(g), ir::plan_fusion(ir_of(g)), 90);
+  const codegen::GeneratedKernel& k = r.program.kernels.at(0);
+  std::vector<uint64_t> offsets;
+  for (const codegen::KernelArg& a : k.args)
+    if (a.role == codegen::KernelArg::Role::TensorMap) offsets.push_back(a.map.offset_bytes);
+  EXPECT_EQ(offsets, (std::vector<uint64_t>{0, 512, 1024}));
+  for (size_t i = 0; i < r.program.kernels.size(); ++i) {
+    r.kernel_keys.push_back(std::string(32, 'a'));
+    r.kernel_kinds.push_back("attention");
+  }
+  std::optional<runtime::ProgramRecipe> back = runtime::recipe_from_text(runtime::recipe_to_text(r), ir_of(g).tensors.size());
+  ASSERT_TRUE(back.has_value());
+  for (size_t i = 0; i < k.args.size(); ++i) EXPECT_EQ(back->program.kernels[0].args[i].map.offset_bytes, k.args[i].map.offset_bytes);
+}
+
 // sm_90's attention kernel: blocks loop over query tiles, a persistent
 // grid without a causal mask and a block per tile under one (the hardware
 // starts the next as one ends: the triangle's tiles differ in work); the
