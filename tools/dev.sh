@@ -4,7 +4,7 @@
 #
 #   tools/dev.sh demo [GRAPH]  the main job on a bundled example graph
 #   tools/dev.sh test          build and run every CPU test, C++ and Python (what CI runs)
-#   tools/dev.sh python        build the Python package into build/venv only
+#   tools/dev.sh python        build the Python package (in build/) into build/venv only
 #   tools/dev.sh build         configure and build only
 #   tools/dev.sh deps          install missing packages only
 #
@@ -97,7 +97,7 @@ sass_tool_dir() {
   echo "$dir"
 }
 
-configure_and_build() {
+configure() {
   install_missing
   local generator=()
   command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
@@ -106,6 +106,10 @@ configure_and_build() {
     cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE="${KILN_BUILD_TYPE:-RelWithDebInfo}" \
       -DKILN_NVRTC_ROOT="$(nvrtc_root)" -DKILN_SASS_TOOL_DIR="$(sass_tool_dir)" >/dev/null
   fi
+}
+
+configure_and_build() {
+  configure
   say "building with $jobs jobs"
   cmake --build "$build" -j "$jobs"
 }
@@ -140,11 +144,10 @@ demo() {
   say "inputs and outputs written as .npy to $out"
 }
 
-# The Python package (pip install . into $build/venv, incrementally through
-# $build/python) and what its tests need: nanobind, scikit-build-core,
-# pytest, hypothesis, NumPy, PyTorch's CPU build, and the model zoo's
-# packages (transformers, timm, torchvision).
-python_package() {
+# What the Python package's build and tests need, in $build/venv: nanobind,
+# scikit-build-core, pytest, hypothesis, NumPy, PyTorch's CPU build, and the
+# model zoo's packages (transformers, timm, torchvision).
+python_env() {
   local venv=$build/venv
   if [[ ! -x $venv/bin/python ]]; then
     say "creating $venv"
@@ -166,14 +169,30 @@ python_package() {
     say "installing into $venv: ${zoo[*]}"
     "$venv/bin/python" -m pip install -q --disable-pip-version-check "${zoo[@]}"
   fi
-  say "pip install . (the kiln package, built in $build/python)"
+}
+
+# The Python package: pip install . into $build/venv, built in $build itself,
+# the C++ build's folder, at its build type and with its tests kept on, so
+# that only the extension and kiln's CLI are built (the library they link is
+# the C++ build's, not a second compile of it). scikit-build-core switches
+# KILN_BUILD_PYTHON on in that folder and points its Python at the venv's.
+# A plain `pip install .` keeps pyproject.toml's defaults (a Release build
+# of its own).
+python_package() {
+  python_env
+  configure
+  local build_type
+  build_type=$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$build/CMakeCache.txt")
+  say "pip install . (the kiln package, built in $build, ${build_type:-RelWithDebInfo})"
   local start=$SECONDS
-  "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps \
-    -Cbuild-dir="$build/python" "$root"
+  "$build/venv/bin/python" -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps \
+    -Cbuild-dir="$build" -Ccmake.build-type="${build_type:-RelWithDebInfo}" \
+    -Ccmake.define.KILN_BUILD_TESTS=ON -Cbuild.targets="_kiln;kiln_cli" "$root"
   say "kiln package installed in $((SECONDS - start)) s"
 }
 
 run_tests() {
+  python_env  # first: the C++ build's folder is the package's too, and its Python is the venv's
   configure_and_build
   say "running the CPU tests"
   ctest --test-dir "$build" --output-on-failure -j "$jobs" -L cpu
@@ -186,7 +205,7 @@ run_tests() {
 case ${1:-} in
   demo) shift; demo "$@" ;;
   test) run_tests ;;
-  python) install_missing; python_package ;;
+  python) python_package ;;
   build) configure_and_build ;;
   deps) install_missing ;;
   nvrtc-root) nvrtc_root ;;

@@ -46,8 +46,10 @@ if [[ -x $gcc_build/tests/kiln_codegen_digest ]]; then
   say "generated CUDA identical to the GCC build's ($gcc_build)"
   cmake --build "$build" -j "$jobs" --target kiln_codegen_digest >/dev/null
   digests=$(mktemp -d)
-  "$gcc_build/tests/kiln_codegen_digest" "$root" 0 >"$digests/gcc.txt"
+  "$gcc_build/tests/kiln_codegen_digest" "$root" 0 >"$digests/gcc.txt" &  # the two at once
+  gcc_digest=$!
   "$build/tests/kiln_codegen_digest" "$root" 0 >"$digests/clang.txt"
+  wait $gcc_digest
   diff "$digests/gcc.txt" "$digests/clang.txt" >/dev/null || {
     echo "the clang and GCC builds generate different CUDA (tests/tools/codegen_digest.cpp lists the kernels)"; exit 1; }
   echo "  $(wc -l <"$digests/clang.txt") kernels identical"
@@ -57,19 +59,38 @@ else
 fi
 
 mkdir -p "$build/findings"
-# fuzz TARGET SEEDS MAX_LEN: runs the libFuzzer target for $seconds on a
-# copy of the seed folder; a finding fails the job.
+# The three targets fuzz at once, each on its own core, or sharing fewer
+# cores for longer: each gets $seconds s of one core's time.
+targets=3
+wall=$(( jobs >= targets ? seconds : (seconds * targets + jobs - 1) / jobs ))
+work=$(mktemp -d)
+pids=() names=()
+# fuzz TARGET SEEDS MAX_LEN: starts the libFuzzer target (in the background,
+# for $wall s) on a copy of the seed folder; finish_fuzzing waits for them.
 fuzz() {
-  local target=$1 seeds=$2 max_len=$3 work
-  say "$target for $seconds s ($(ls "$seeds" | wc -l) seeds)"
-  work=$(mktemp -d)
-  cp "$seeds"/* "$work/"
-  "$build/fuzz/$target" "$work" -max_total_time="$seconds" -timeout=20 -rss_limit_mb=4096 -max_len="$max_len" \
-    -artifact_prefix="$build/findings/$target-" -print_final_stats=1 2>"$build/findings/$target.log" || {
-      tail -40 "$build/findings/$target.log"; echo "FUZZ FINDING in $target (see $build/findings)"; exit 1; }
-  grep -E "stat::number_of_executed_units|stat::peak_rss_mb" "$build/findings/$target.log" | sed "s/^/  /"
-  echo "  corpus now $(ls "$work" | wc -l) inputs; 0 crashes"
+  local target=$1 seeds=$2 max_len=$3
+  say "$target for $wall s, $seconds s of a core ($(ls "$seeds" | wc -l) seeds)"
+  mkdir "$work/$target"
+  cp "$seeds"/* "$work/$target/"
+  "$build/fuzz/$target" "$work/$target" -max_total_time="$wall" -timeout=20 -rss_limit_mb=4096 -max_len="$max_len" \
+    -artifact_prefix="$build/findings/$target-" -print_final_stats=1 2>"$build/findings/$target.log" &
+  pids+=($!) names+=("$target")
+}
+# Each target's result in turn; a finding fails the job.
+finish_fuzzing() {
+  local i target failed=0
+  for i in "${!pids[@]}"; do
+    target=${names[$i]}
+    if wait "${pids[$i]}"; then
+      say "$target"
+      grep -E "stat::number_of_executed_units|stat::peak_rss_mb" "$build/findings/$target.log" | sed "s/^/  /"
+      echo "  corpus now $(ls "$work/$target" | wc -l) inputs; 0 crashes"
+    else
+      tail -40 "$build/findings/$target.log"; echo "FUZZ FINDING in $target (see $build/findings)"; failed=1
+    fi
+  done
   rm -rf "$work"
+  return $failed
 }
 
 graphs=$(mktemp -d)
@@ -96,3 +117,4 @@ npy("|u1", [0, 6, 8888888888, 88, 88888888, 2], False, b"", "empty_huge")  # onc
 PY
 fuzz fuzz_npy "$npy_seeds" 4096
 rm -rf "$npy_seeds"
+finish_fuzzing
