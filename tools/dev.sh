@@ -192,7 +192,8 @@ python_package() {
 }
 
 run_tests() {
-  python_env  # first: the C++ build's folder is the package's too, and its Python is the venv's
+  install_missing
+  python_env  # before the C++ build: its folder is the package's too, and its Python the venv's
   configure_and_build
   say "running the CPU tests"
   ctest --test-dir "$build" --output-on-failure -j "$jobs" -L cpu
@@ -205,7 +206,7 @@ run_tests() {
 case ${1:-} in
   demo) shift; demo "$@" ;;
   test) run_tests ;;
-  python) python_package ;;
+  python) install_missing; python_package ;;
   build) configure_and_build ;;
   deps) install_missing ;;
   nvrtc-root) nvrtc_root ;;
