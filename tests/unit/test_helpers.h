@@ -10,8 +10,10 @@
 #include <filesystem>
 #include <string>
 
+#include "kiln/executable.h"
 #include "kiln/graph.h"
 #include "kiln/reference.h"
+#include "runtime/pipeline.h"
 
 namespace kiln::testing {
 
@@ -21,6 +23,30 @@ inline std::filesystem::path fresh_cache(const std::string& name) {
       std::filesystem::temp_directory_path() / fmt::format("kiln-test-{}-{}", name, ::getpid());
   std::filesystem::remove_all(dir);
   return dir;
+}
+
+// Sanitizer builds NVRTC-compile one graph in this many of a test's list
+// and plan and generate the rest: the generation is theirs to check,
+// NVRTC's compile time the same in every build (and most of theirs).
+#ifdef KILN_SANITIZED_BUILD
+inline constexpr size_t kNvrtcEvery = 4;
+#else
+inline constexpr size_t kNvrtcEvery = 1;
+#endif
+
+// "" when `g` compiles for `arch` (with `nvrtc`), else the error, prefixed by
+// `what`. Without `nvrtc`: planned and generated only (a symbolic graph
+// that is compiled per size passes: the compile would specialize it).
+inline std::string compiles(const Graph& g, const char* arch, bool nvrtc, const std::string& what) {
+  if (!nvrtc) {
+    Expected<runtime::Target> target = runtime::compile_target(g, {.arch = arch, .use_cache = false});
+    if (!target) return fmt::format("{} {}: {}", what, arch, target.error().message);
+    Expected<runtime::Planned> planned = runtime::run_pipeline(g, *target);
+    if (planned || planned.error().code == ErrorCode::InvalidInput) return "";
+    return fmt::format("{} {}: {}", what, arch, planned.error().message);
+  }
+  Expected<Executable> exe = Executable::compile(g, {.arch = arch, .use_cache = false});
+  return exe ? std::string() : fmt::format("{} {}: {}", what, arch, exe.error().message);
 }
 
 // Parses a graph that must be valid.
