@@ -461,23 +461,38 @@ void GemmGenerator::staged_column_blocks(const Gemm& gm, const EpilogueLoops& lo
   pre += "kiln::wg::named_sync(2 + consumer, 128);\n}\n";
   std::string post;
   if (plan.copied_out) {
-    // The warpgroup's 64 rows of the block. Into a 16-byte aligned result:
-    // each row in chunks of 16 bytes of memory (the row's first column
-    // lies `first % per_chunk` columns past a boundary), a warp's threads
-    // along a row's chunks; otherwise element by element.
+    // The warpgroup's 64 rows of the block. A whole block into a 16-byte
+    // aligned result: each row's first column lies `past` = `first %
+    // per_chunk` columns past a 16-byte boundary of memory, so a row is
+    // `inner` whole chunks of 16 bytes from the next boundary (a warp's
+    // threads along rows' chunks), and `per_chunk` columns at its two ends
+    // (per_chunk - past at its start, past at its end), element by
+    // element (a thread a column: no thread takes both kinds, so warps do not
+    // diverge). Otherwise (the block past N, an unaligned result) element by
+    // element.
     const int bytes = byte_size(storage_dtype(g_.tensor(plan.staged)));
-    const int per_chunk = 16 / bytes, chunks = block_columns / per_chunk + 1;
+    const int per_chunk = 16 / bytes, inner = block_columns / per_chunk - 1;
     const std::string& out = writes_.at(plan.staged);
     post = "kiln::wg::named_sync(2 + consumer, 128);\n";
-    post += fmt::format("if (kiln::aligned16({})) {{\n", out);
-    post += fmt::format("#pragma unroll 2\nfor (int i = threadIdx.x & 127; i < 64 * {0}; i += 128) {{\n", chunks);
-    post += fmt::format("const int row = i / {0}, chunk = i % {0};\n", chunks);
-    post += fmt::format("const kiln::i64 m = {} + row, n = n0 + blk * {};\n", warpgroup_m0, block_columns);
-    post += fmt::format("if (m >= {}LL || n >= {}LL) continue;\n", gm.m, gm.n);
-    post += fmt::format("const kiln::i64 first = (batch * {}LL + m) * {}LL + n;\n", gm.m, gm.n);
-    post += fmt::format("kiln::wg::copy_out_chunk<G, {}>({}, first, chunk * {} - (int)(first % {}), (int)({}LL - n < {} ? {}LL - n : {}), "
-                        "staging, row);\n}}\n}} else {{\n",
-                        bytes, out, per_chunk, per_chunk, gm.n, block_columns, gm.n, block_columns);
+    post += fmt::format("if (kiln::aligned16({}) && n0 + blk * {} + {} <= {}LL) {{\n", out, block_columns, block_columns, gm.n);
+    // A loop over the block's rows, `per_row` threads a row (`second`: a thread's place in its row).
+    auto row_loop = [&](int per_row, const std::string& second) {
+      std::string l = fmt::format("for (int i = threadIdx.x & 127; i < 64 * {0}; i += 128) {{\n", per_row);
+      l += fmt::format("const int row = i / {0}, {1};\n", per_row, second);
+      l += fmt::format("const kiln::i64 m = {} + row;\n", warpgroup_m0);
+      l += fmt::format("if (m >= {}LL) continue;\n", gm.m);
+      l += fmt::format("const kiln::i64 first = (batch * {}LL + m) * {}LL + n0 + blk * {};\n", gm.m, gm.n, block_columns);
+      l += fmt::format("const int past = (int)(first % {});  // the row's first column: this many past a 16-byte boundary\n", per_chunk);
+      return l;
+    };
+    post += "#pragma unroll 2\n" + row_loop(inner, fmt::format("chunk = i % {} + 1", inner));
+    post += fmt::format("kiln::wg::copy_out_chunk<G, {}>({}, first, chunk * {} - past, staging, row);\n}}\n", bytes, out,
+                        per_chunk);
+    post += "#pragma unroll 4\n" + row_loop(per_chunk, fmt::format("e = i % {}", per_chunk));
+    post += fmt::format("const int column = e < {0} - past ? e : {1} + e;\n", per_chunk, block_columns - per_chunk);
+    post += fmt::format("kiln::copy_element<{}>({}, first + column, staging + G::staging_offset(row, column * {}));\n}}\n",
+                        bytes, out, bytes);
+    post += "} else {\n";
     post += fmt::format("#pragma unroll 4\nfor (int i = threadIdx.x & 127; i < 64 * {0}; i += 128) {{\n", block_columns);
     post += fmt::format("const int row = i / {0}, column = i % {0};\n", block_columns);
     post += fmt::format("const kiln::i64 m = {} + row, n = n0 + blk * {} + column;\n", warpgroup_m0, block_columns);

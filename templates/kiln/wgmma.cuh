@@ -564,36 +564,24 @@ struct Gemm {
 };
 
 // A staged block's row copied out where the result's rows are no 16-byte
-// multiple (copy_element's path, an odd N): columns [c0, c0 + 16 / BYTES)
-// of staging row `row`, those in [0, limit), to elements first + c of p.
-// The caller aligns chunks so that first + c0 is a 16-byte boundary: a whole
-// chunk is one 16-byte store; the chunks at a row's two ends (the boundary
-// falls inside them) go element by element.
+// multiple (an odd N): the 16 bytes of columns [c0, c0 + 16 / BYTES) of
+// staging row `row` to elements first + c0... of p, first + c0 a 16-byte
+// boundary. Two-byte columns at an odd c0 come from the five 4-byte words
+// around them.
 template <class G, int BYTES>
-__device__ __forceinline__ void copy_out_chunk(void* p, i64 first, int c0, int limit, const unsigned char* staging,
-                                               int row) {
-  constexpr int E = 16 / BYTES;
-  if (c0 >= 0 && c0 + E <= limit) {
-    u32 w[4];
-    if (BYTES == 4 || (c0 & 1) == 0) {  // 4-byte words of the staging buffer
+__device__ __forceinline__ void copy_out_chunk(void* p, i64 first, int c0, const unsigned char* staging, int row) {
+  u32 w[4];
+  if (BYTES == 4 || (c0 & 1) == 0) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) w[e] = *reinterpret_cast<const u32*>(staging + G::staging_offset(row, c0 * BYTES + 4 * e));
-    } else {
+    for (int e = 0; e < 4; ++e) w[e] = *reinterpret_cast<const u32*>(staging + G::staging_offset(row, c0 * BYTES + 4 * e));
+  } else {
+    u32 x[5];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const u32 lo = *reinterpret_cast<const u16*>(staging + G::staging_offset(row, (c0 + 2 * e) * 2));
-        const u32 hi = *reinterpret_cast<const u16*>(staging + G::staging_offset(row, (c0 + 2 * e + 1) * 2));
-        w[e] = lo | (hi << 16);
-      }
-    }
-    *reinterpret_cast<uint4*>(static_cast<unsigned char*>(p) + (first + c0) * BYTES) = make_uint4(w[0], w[1], w[2], w[3]);
-    return;
+    for (int e = 0; e < 5; ++e) x[e] = *reinterpret_cast<const u32*>(staging + G::staging_offset(row, (c0 - 1) * 2 + 4 * e));
+#pragma unroll
+    for (int e = 0; e < 4; ++e) w[e] = __funnelshift_r(x[e], x[e + 1], 16);
   }
-#pragma unroll
-  for (int e = 0; e < E; ++e) {
-    const int c = c0 + e;
-    if (c >= 0 && c < limit) copy_element<BYTES>(p, first + c, staging + G::staging_offset(row, c * BYTES));
-  }
+  *reinterpret_cast<uint4*>(static_cast<unsigned char*>(p) + (first + c0) * BYTES) = make_uint4(w[0], w[1], w[2], w[3]);
 }
 
 }  // namespace wg
