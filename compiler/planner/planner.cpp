@@ -30,6 +30,10 @@ using planner::pointwise_like;
 using planner::Verdict;
 
 bool is_view(OpKind k) { return op_info(k).family == OpFamily::View; }
+// A boundary's reason gains a clause once (a tensor's readers may name it twice).
+void append_once(std::string& reason, const std::string& clause) {
+  if (reason.find(clause) == std::string::npos) reason += clause;
+}
 bool is_anchor(OpKind k) {
   const OpFamily f = op_info(k).family;
   return f == OpFamily::Matmul || f == OpFamily::Conv || f == OpFamily::Attention;
@@ -823,7 +827,7 @@ class Planner {
     }
     if (!why_not.empty()) {
       for (auto [rid, oi] : users)
-        if (auto it = reasons_.find({t, oi}); it != reasons_.end()) it->second += "; not recomputed here: " + why_not;
+        if (auto it = reasons_.find({t, oi}); it != reasons_.end()) append_once(it->second, "; not recomputed here: " + why_not);
       return;
     }
     std::set<int> into;
@@ -834,8 +838,8 @@ class Planner {
           full(rid, cone->size())) {
         for (auto [other, reader] : users)
           if (auto it = reasons_.find({t, reader}); it != reasons_.end())
-            it->second += fmt::format("; not recomputed here: '{}' ({}) reads it in a {} kernel", g_.result(g_.ops[static_cast<size_t>(oi)]).name,
-                                      op_name(kind), to_string(r.kind));
+            append_once(it->second, fmt::format("; not recomputed here: '{}' ({}) reads it in a {} kernel",
+                                                g_.result(g_.ops[static_cast<size_t>(oi)]).name, op_name(kind), to_string(r.kind)));
         return;
       }
       into.insert(rid);

@@ -49,11 +49,35 @@ std::optional<TensorId> transposed_rows(const Graph& g, TensorId operand) {
   return source;
 }
 
+// An attention mask read through reshapes of a transpose that leaves its
+// key axis strided in memory (T5's position bias, an embedding's [q, k,
+// heads] read as [heads, q, k]): the transpose's result.
+std::optional<TensorId> transposed_mask(const Graph& g, TensorId mask) {
+  TensorId t = mask;
+  while (g.tensor(t).kind == TensorKind::OpResult && g.ops[static_cast<size_t>(g.tensor(t).producer)].kind == OpKind::Reshape)
+    t = g.ops[static_cast<size_t>(g.tensor(t).producer)].inputs[0];
+  const Tensor& s = g.tensor(t);
+  if (s.kind != TensorKind::OpResult || g.ops[static_cast<size_t>(s.producer)].kind != OpKind::Transpose ||
+      s.shape.empty() || s.shape.back() != g.tensor(mask).shape.back() || s.shape.back() == 1)
+    return std::nullopt;
+  const std::optional<Strides> strides = strides_through_transposes(g, t);
+  if (!strides || strides->back() == 1) return std::nullopt;
+  return t;
+}
+
 }  // namespace
 
 std::map<TensorId, std::string> strided_conv_operands(const Graph& g) {
   std::map<TensorId, std::string> out;
   for (const Op& op : g.ops) {
+    if (op.kind == OpKind::Sdpa && op.inputs.size() > 3) {
+      if (const std::optional<TensorId> t = transposed_mask(g, op.inputs[3]))
+        out.emplace(*t, fmt::format("'{}' is written once by a copy: attention '{}' reads it as its mask through a "
+                                    "transpose that leaves the key axis {} elements apart, and would load each score's "
+                                    "element alone",
+                                    g.tensor(*t).name, g.result(op).name, strides_through_transposes(g, *t)->back()));
+      continue;
+    }
     if (op.kind == OpKind::Matmul) {
       for (size_t slot = 0; slot < 2; ++slot)
         if (const std::optional<TensorId> t = transposed_rows(g, op.inputs[slot]))
