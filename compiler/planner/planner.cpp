@@ -800,7 +800,8 @@ class Planner {
   void recompute_in_readers(TensorId t, const std::vector<std::pair<int, int32_t>>& users,
                             const std::set<TensorId>& output_sources, std::map<int, std::set<int32_t>>& copied) {
     const int gid = owner_[static_cast<size_t>(t)];
-    if (output_sources.count(t) || !group(gid).alive) return;
+    // (A strided operand written once keeps its copy: its readers would load it element by element.)
+    if (output_sources.count(t) || !group(gid).alive || written_once_.count(t)) return;
     std::set<TensorId> leaves;
     std::string why_not;
     const std::optional<std::set<int32_t>> cone = recompute_cone(group(gid), t, output_sources, leaves, why_not);

@@ -65,11 +65,37 @@ std::optional<TensorId> transposed_mask(const Graph& g, TensorId mask) {
   return t;
 }
 
+// The matmul whose result reaches `t` through views and constant scales
+// (attention scores written out: q·kᵀ reshaped, times a scale), if any.
+const Op* matmul_behind(const Graph& g, TensorId t) {
+  while (g.tensor(t).kind == TensorKind::OpResult) {
+    const Op& op = g.ops[static_cast<size_t>(g.tensor(t).producer)];
+    if (op.kind == OpKind::Matmul) return &op;
+    const bool scale = (op.kind == OpKind::Mul || op.kind == OpKind::Div) && op.inputs.size() == 2 &&
+                       g.tensor(op.inputs[1]).kind == TensorKind::Constant;
+    if (op_info(op.kind).family != OpFamily::View && !scale) return nullptr;
+    t = op.inputs[0];
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 std::map<TensorId, std::string> strided_conv_operands(const Graph& g) {
   std::map<TensorId, std::string> out;
   for (const Op& op : g.ops) {
+    if (op.kind == OpKind::Add && op.inputs.size() == 2) {  // a bias on written-out attention scores, the same
+      for (size_t slot = 0; slot < 2; ++slot) {
+        const Op* scores = matmul_behind(g, op.inputs[1 - slot]);
+        const std::optional<TensorId> t = scores ? transposed_mask(g, op.inputs[slot]) : std::nullopt;
+        if (t)
+          out.emplace(*t, fmt::format("'{}' is written once by a copy: it is added to the products of matmul '{}' "
+                                      "through a transpose that leaves its last axis {} elements apart, and the "
+                                      "matmul's epilogue would load each element alone",
+                                      g.tensor(*t).name, g.result(*scores).name, strides_through_transposes(g, *t)->back()));
+      }
+      continue;
+    }
     if (op.kind == OpKind::Sdpa && op.inputs.size() > 3) {
       if (const std::optional<TensorId> t = transposed_mask(g, op.inputs[3]))
         out.emplace(*t, fmt::format("'{}' is written once by a copy: attention '{}' reads it as its mask through a "
