@@ -288,27 +288,25 @@ def measure(spec, args):
             del got
             sides = {"kiln": lambda: kiln_fn(**inputs)}
 
+            def add_side(side, backend, mode):
+                """Compiles the model through `backend` in `mode`, times its first call, checks it, and times it below."""
+                fn = compiled(model, backend, mode)
+                if mode == "reduce-overhead":  # a new step each call, as torch's benchmarks run it
+                    call = lambda: (torch.compiler.cudagraph_mark_step_begin(), fn(**inputs))[1]  # noqa: E731
+                else:
+                    call = lambda: fn(**inputs)  # noqa: E731
+                got, row[f"{side}_first_call_in_process_s"] = timed_first_call(call, device)
+                del got
+                row[f"{side}_error"] = errors(spec.output(call()), want)
+                sides[side] = call
+
             if device == "cuda":  # kiln's forward replayed from CUDA graphs, beside Inductor's reduce-overhead
                 stage = "kiln mode=\"reduce-overhead\""
-                fn = compiled(model, "kiln", "reduce-overhead")
-                call = lambda fn=fn: (torch.compiler.cudagraph_mark_step_begin(), fn(**inputs))[1]  # noqa: E731
-                got, row["kiln_reduce_overhead_first_call_in_process_s"] = timed_first_call(call, device)
-                row["kiln_reduce_overhead_error"] = errors(spec.output(call()), want)
-                del got
-                sides["kiln_reduce_overhead"] = call
-
+                add_side("kiln_reduce_overhead", "kiln", "reduce-overhead")
             if args.inductor:
                 for side, mode in (("inductor", None), ("reduce_overhead", "reduce-overhead")):
                     try:
-                        fn = compiled(model, "inductor", mode)
-                        if mode == "reduce-overhead":  # a new step each call, as torch's benchmarks run it
-                            call = lambda fn=fn: (torch.compiler.cudagraph_mark_step_begin(), fn(**inputs))[1]  # noqa: E731
-                        else:
-                            call = lambda fn=fn: fn(**inputs)  # noqa: E731
-                        got, row[f"{side}_first_call_in_process_s"] = timed_first_call(call, device)
-                        row[f"{side}_error"] = errors(spec.output(call()), want)
-                        del got
-                        sides[side] = call
+                        add_side(side, "inductor", mode)
                     except Exception as e:  # noqa: BLE001 (Inductor's failure is a missing column, not a FAILURE)
                         row[f"{side}_failure"] = describe(e)
             sides["eager"] = eager

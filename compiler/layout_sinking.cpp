@@ -172,7 +172,7 @@ class Sinker {
   // [1, K, 1, 1] and read as [1, 1, 1, K]), and a graph input that an
   // earlier op read through the same transpose (an NCHW network's input that
   // its first conv reads as NHWC, read again by the residual add: the
-  // planner writes that transpose once, planner/strided_conv_operands.h).
+  // planner writes that transpose once, planner/strided_operands.h).
   // (Only then: over a result with
   // 1s, such as a squeeze-excite's [N, K, 1, 1], a carried broadcast operand
   // would otherwise pull a plain full one the other way, round after round;

@@ -16,14 +16,14 @@ constexpr int64_t kRunMultiple = 8;  // 16 bytes of a 16-bit type
 // Whether `t` reaches a pooling op through pointwise ops, batch norms and
 // views alone: the conv kernel pools 2 x 2 windows in its epilogue, which a
 // matmul's does not, so such a pointwise conv stays a conv.
-bool feeds_a_pool(const Graph& g, const std::vector<std::vector<int32_t>>& users, TensorId t, int depth = 0) {
+bool feeds_a_pool(const Graph& g, TensorId t, int depth = 0) {
   if (depth > 8) return false;
-  for (int32_t u : users[static_cast<size_t>(t)]) {
+  for (int32_t u : g.users[static_cast<size_t>(t)]) {
     const Op& op = g.ops[static_cast<size_t>(u)];
     const OpFamily family = op_info(op.kind).family;
     if (family == OpFamily::Pool) return true;
     if ((is_pointwise(family) || family == OpFamily::View || op.kind == OpKind::BatchNorm) &&
-        feeds_a_pool(g, users, op.output, depth + 1))
+        feeds_a_pool(g, op.output, depth + 1))
       return true;
   }
   return false;
@@ -43,15 +43,13 @@ bool qualifies(const Graph& g, const Op& op) {
       op.attrs.padding[1] != 0 || op.attrs.dilation[0] != 1 || op.attrs.dilation[1] != 1 || h % r != 0 || wd % s != 0)
     return false;
   // A pointwise conv: rows of [pixels, C] by [C, K]; except a narrow one (K <= 64) over many pixels,
-  // where the conv kernel's tile is the faster (H100, the zoo's convs: 1.36x slower as matmuls).
-  if (r * s == 1) return !nchw && c % kRunMultiple == 0 && !(w.shape[0] <= 64 && x.shape[0] * h * wd > 6272);
+  // where the conv kernel's tile is the faster (H100, the zoo's convs: 1.36x slower as matmuls), and
+  // one whose result is pooled (feeds_a_pool).
+  if (r * s == 1)
+    return !nchw && c % kRunMultiple == 0 && !(w.shape[0] <= 64 && x.shape[0] * h * wd > 6272) &&
+           !feeds_a_pool(g, op.output);
   if (nchw) return s % kRunMultiple == 0;
   return c % kRunMultiple != 0 && (s * c) % kRunMultiple == 0;
-}
-
-bool is_pointwise_conv(const Graph& g, const Op& op) {
-  const Shape& w = g.operand(op, 1).shape;
-  return op.attrs.layout == Layout::NHWC && w[1] == 1 && w[2] == 1;
 }
 
 class Rewriter {
@@ -81,8 +79,17 @@ class Rewriter {
     const std::string& name = y.name;
     // A: [N*Hp*Wp, patch] with the patch's elements in the filter's order (a pointwise conv's
     // pixels are its rows as they lie).
-    const TensorId a = r * s == 1 ? reshape(conv.inputs[0], {n * hp * wp, c}, name + ".pixel_rows")
-                                  : patch_rows(conv, name);
+    TensorId a;
+    if (r * s == 1) {
+      a = reshape(conv.inputs[0], {n * hp * wp, c}, name + ".pixel_rows");
+    } else {
+      const TensorId windows = reshape(conv.inputs[0], nchw ? Shape{n, c, hp, r, wp, s} : Shape{n, hp, r, wp, s, c},
+                                       name + ".windows");
+      const TensorId patches = transpose(windows, nchw ? std::vector<int64_t>{0, 2, 4, 1, 3, 5}
+                                                      : std::vector<int64_t>{0, 1, 3, 2, 4, 5},
+                                         name + ".patches");
+      a = reshape(patches, {n * hp * wp, c * r * s}, name + ".patch_rows");
+    }
     // B: the filter's rows, transposed.
     const TensorId b = transpose(reshape(conv.inputs[1], {k, c * r * s}, name + ".filter_rows"), {1, 0}, name + ".filter_columns");
     Tensor product = y;
@@ -100,21 +107,6 @@ class Rewriter {
     }
     const TensorId pixels = reshape(mm, {n, hp, wp, k}, name + ".pixels");
     emit_view(OpKind::Transpose, pixels, conv.output, {}, {0, 3, 1, 2});
-  }
-
-  TensorId patch_rows(const Op& conv, const std::string& name) {
-    const Tensor x = g_.operand(conv, 0), w = g_.operand(conv, 1);
-    const bool nchw = conv.attrs.layout == Layout::NCHW;
-    const int64_t n = x.shape[0];
-    const int64_t r = nchw ? w.shape[2] : w.shape[1], s = nchw ? w.shape[3] : w.shape[2];
-    const int64_t c = nchw ? x.shape[1] : x.shape[3];
-    const int64_t hp = (nchw ? x.shape[2] : x.shape[1]) / r, wp = (nchw ? x.shape[3] : x.shape[2]) / s;
-    const TensorId windows = reshape(conv.inputs[0], nchw ? Shape{n, c, hp, r, wp, s} : Shape{n, hp, r, wp, s, c},
-                                     name + ".windows");
-    const TensorId patches = transpose(windows, nchw ? std::vector<int64_t>{0, 2, 4, 1, 3, 5}
-                                                    : std::vector<int64_t>{0, 1, 3, 2, 4, 5},
-                                       name + ".patches");
-    return reshape(patches, {n * hp * wp, c * r * s}, name + ".patch_rows");
   }
 
   // A view's result: `source`'s type and rounding in a new shape.
@@ -156,11 +148,8 @@ class Rewriter {
 
 RowMatches find_patch_convs(const Graph& g) {
   RowMatches m;
-  std::vector<std::vector<int32_t>> users(g.tensors.size());
   for (size_t i = 0; i < g.ops.size(); ++i)
-    for (TensorId t : g.ops[i].inputs) users[static_cast<size_t>(t)].push_back(static_cast<int32_t>(i));
-  for (size_t i = 0; i < g.ops.size(); ++i)
-    if (qualifies(g, g.ops[i]) && !(is_pointwise_conv(g, g.ops[i]) && feeds_a_pool(g, users, g.ops[i].output))) {
+    if (qualifies(g, g.ops[i])) {
       const Shape& w = g.operand(g.ops[i], 1).shape;
       const bool nchw = g.ops[i].attrs.layout == Layout::NCHW;
       m.sites.push_back({static_cast<int32_t>(i),

@@ -11,7 +11,7 @@
 #include "compiler/error.h"
 #include "compiler/memory_budget.h"
 #include "compiler/planner/strategies.h"
-#include "compiler/planner/strided_conv_operands.h"
+#include "compiler/planner/strided_operands.h"
 
 namespace kiln::ir {
 namespace {
@@ -47,7 +47,7 @@ class Planner {
       : g_(g),
         options_(options),
         owner_(g.tensors.size(), -1),
-        written_once_(planner::strided_conv_operands(g)),
+        written_once_(planner::strided_operands(g)),
         kept_from_siblings_(std::move(kept_from_siblings)) {}
 
   Plan run() {
@@ -245,7 +245,7 @@ class Planner {
   }
 
   // A conv operand that its kernel could read only element by element,
-  // written once by a kernel of its own (strided_conv_operands.h): a copy,
+  // written once by a kernel of its own (strided_operands.h): a copy,
   // unless pointwise ops over the same input join it as siblings (it starts
   // as a pointwise group, which the plan calls a copy while it holds only
   // views; absorb_prologues keeps it out of the conv's loads).

@@ -16,7 +16,7 @@
 //     takes pointwise ops as its epilogue). Views join the kernels that read them (folded into
 //     indexing), except a transpose that would spread an NHWC conv's
 //     channels apart in memory: a copy kernel writes it once and the conv
-//     reads it as a plain tensor (planner/strided_conv_operands.h);
+//     reads it as a plain tensor (planner/strided_operands.h);
 //  3. prologues (matmul and conv only below sm_90, where they run on the
 //     same mma.sync kernel either way; measured on H100, computing an
 //     operand in the loads ran 1.4-5.9x slower than writing it once and

@@ -171,7 +171,7 @@ TEST(Depthwise, ZooShapesTakeSixteenByteCopiesAndStores) {
 // Channels that are not a multiple of 8, and an input read through a view
 // whose channels are not contiguous: element by element, no 16-byte path.
 // (An NCHW input transposed to NHWC is written once by a copy instead:
-// planner/strided_conv_operands.h, NchwInputIsCopiedForTheSixteenBytePath.)
+// planner/strided_operands.h, NchwInputIsCopiedForTheSixteenBytePath.)
 TEST(Depthwise, OddChannelsAndViewsTakeTheElementPath) {
   for (const DepthwiseCase& c : {DepthwiseCase{.c = 12}, DepthwiseCase{.c = 16, .epilogue = "sliced_input"}}) {
     const Graph g = must_parse(c.json());

@@ -393,7 +393,7 @@ TEST(Planner, DoneWhenPatternsAreOneKernelEach) {
 
 // An NCHW conv is an NHWC one between transposes (nchw_convs_as_nhwc.h):
 // its NCHW input and OIHW weights are each written once channels-last by a
-// copy (planner/strided_conv_operands.h), and the conv with its whole
+// copy (planner/strided_operands.h), and the conv with its whole
 // epilogue is one kernel.
 TEST(Planner, NchwConvPatternsAreOneConvKernelAfterTheirOperandCopies) {
   for (const char* name : {"conv/conv_bn_relu_nchw", "conv/conv_bias_residual_relu_nchw"}) {
@@ -407,7 +407,7 @@ TEST(Planner, NchwConvPatternsAreOneConvKernelAfterTheirOperandCopies) {
   }
 }
 
-// Which NHWC conv operands a copy writes first (planner/strided_conv_operands.h):
+// Which NHWC conv operands a copy writes first (planner/strided_operands.h):
 // transposes of memory whose channels lie apart; not 1x1 weights, a
 // depthwise filter or a channels-last input (in memory order already), not
 // other views; on sm_80 as on sm_90 (never folded back as a prologue).

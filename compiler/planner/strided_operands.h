@@ -1,4 +1,7 @@
-// Conv operands written once in channels-last order: an NHWC conv2d's
+// Strided operands written once by a copy kernel, so that the anchor that
+// reads them reads a plain tensor.
+//
+// Conv operands, in channels-last order: an NHWC conv2d's
 // input or weights that is a transpose of a tensor in memory whose
 // channels are not adjacent there (an NCHW network's input read as NHWC;
 // OIHW weights read as [K, R, S, C], channels R*S apart) is made by a copy
@@ -22,16 +25,17 @@
 // operand loaded alone, once per output tile. The copy reads and writes the
 // tensor once (weights: K*C*R*S elements, a few KiB to a few MiB per conv).
 //
-// And an attention's mask read through (reshapes of) a transpose that
-// leaves its key axis strided in memory (T5's position bias: an embedding's
-// [q, k, heads] read as [heads, q, k]): every score would load its mask
-// element alone, a sector apiece, once per batch (H100, B16 H12 S256: 0.48
-// ms per layer); the copy reads and writes the mask once.
-//
 // The same for a matmul operand that is a transpose reshaped to rows (a
 // pointwise conv as a matmul, patch_convolutions.h, over an NCHW network's
 // NHWC transpose): rows that do not lie as rows in memory are no TMA tile,
 // and the matmul would load them element by element in its prologue.
+//
+// And for an attention's mask, or a bias added to a matmul's products
+// (attention scores written out), read through (reshapes of) a transpose
+// that leaves its last axis strided in memory (T5's position bias: an
+// embedding's [q, k, heads] read as [heads, q, k]): every score would load
+// its element alone, a sector apiece, once per batch (H100, B16 H12 S256:
+// 0.48 ms per layer); the copy reads and writes it once.
 #pragma once
 
 #include <map>
@@ -41,7 +45,7 @@
 
 namespace kiln::ir::planner {
 
-// Transposed conv operands to write once: the transpose's result -> why.
-std::map<TensorId, std::string> strided_conv_operands(const Graph& g);
+// Transposed operands to write once: the transpose's result -> why.
+std::map<TensorId, std::string> strided_operands(const Graph& g);
 
 }  // namespace kiln::ir::planner

@@ -1,0 +1,144 @@
+// Strided operands written once by a copy kernel (strided_operands.h).
+#include "compiler/planner/strided_operands.h"
+
+#include <limits>
+
+#include <fmt/format.h>
+
+namespace kiln::ir::planner {
+namespace {
+
+// The element strides operand `t` has in memory, read through its chain of
+// transposes from a tensor that is not a view; nullopt where another view
+// (a reshape, slice or expand) stands in the chain.
+std::optional<Strides> strides_through_transposes(const Graph& g, TensorId t) {
+  const Tensor& tensor = g.tensor(t);
+  if (tensor.kind != TensorKind::OpResult) return tensor.strides;
+  const Op& op = g.ops[static_cast<size_t>(tensor.producer)];
+  if (op_info(op.kind).family != OpFamily::View) return contiguous_strides(tensor.shape);
+  if (op.kind != OpKind::Transpose) return std::nullopt;
+  const std::optional<Strides> from = strides_through_transposes(g, op.inputs[0]);
+  if (!from) return std::nullopt;
+  Strides out(op.attrs.perm.size());
+  for (size_t d = 0; d < out.size(); ++d) out[d] = (*from)[static_cast<size_t>(op.attrs.perm[d])];
+  return out;
+}
+
+// Whether `strides` (of `shape`) lay the tensor out as rows: every
+// dimension but the last merges into one row index of a uniform stride, and
+// the last is stride 1 (or one element).
+bool rows_in_memory(const Shape& shape, const Strides& strides) {
+  const size_t rank = shape.size();
+  if (rank == 0 || (shape[rank - 1] > 1 && strides[rank - 1] != 1)) return false;
+  for (size_t d = 0; d + 2 < rank; ++d)
+    if (shape[d] > 1 && strides[d] != strides[d + 1] * shape[d + 1]) return false;
+  return true;
+}
+
+// The op that makes `t`, or nullptr for a graph input or constant.
+const Op* producer_of(const Graph& g, TensorId t) {
+  const Tensor& tensor = g.tensor(t);
+  return tensor.kind == TensorKind::OpResult ? &g.ops[static_cast<size_t>(tensor.producer)] : nullptr;
+}
+
+// The transpose `t` is read through: t itself or, back through at most
+// `reshapes` reshapes, a transpose's result whose last dimension is t's.
+std::optional<TensorId> transpose_behind(const Graph& g, TensorId t, int reshapes) {
+  TensorId at = t;
+  for (const Op* op = producer_of(g, at); op && op->kind == OpKind::Reshape && reshapes-- > 0; op = producer_of(g, at))
+    at = op->inputs[0];
+  const Op* op = producer_of(g, at);
+  const Shape &shape = g.tensor(at).shape, &read = g.tensor(t).shape;
+  if (!op || op->kind != OpKind::Transpose || shape.empty() || read.empty() || shape.back() != read.back())
+    return std::nullopt;
+  return at;
+}
+
+// A matmul operand that is a reshape to rows of a transpose (a pointwise
+// conv's pixel rows read through an NCHW network's NHWC transpose): the
+// transpose's result, where it does not lie as rows in memory.
+std::optional<TensorId> transposed_rows(const Graph& g, TensorId operand) {
+  const Op* reshape = producer_of(g, operand);
+  if (!reshape || reshape->kind != OpKind::Reshape) return std::nullopt;
+  const std::optional<TensorId> source = transpose_behind(g, operand, 1);
+  if (!source || g.tensor(*source).shape.size() < 3) return std::nullopt;
+  const std::optional<Strides> strides = strides_through_transposes(g, *source);
+  if (!strides || rows_in_memory(g.tensor(*source).shape, *strides)) return std::nullopt;
+  return source;
+}
+
+// A mask or bias read through reshapes of a transpose that leaves its last
+// axis strided in memory (T5's position bias, an embedding's [q, k, heads]
+// read as [heads, q, k]): the transpose's result, and that axis's stride.
+struct StridedTranspose {
+  TensorId tensor;
+  int64_t last_stride;
+};
+std::optional<StridedTranspose> transposed_mask(const Graph& g, TensorId mask) {
+  const std::optional<TensorId> t = transpose_behind(g, mask, std::numeric_limits<int>::max());
+  if (!t || g.tensor(*t).shape.back() == 1) return std::nullopt;
+  const std::optional<Strides> strides = strides_through_transposes(g, *t);
+  if (!strides || strides->back() == 1) return std::nullopt;
+  return StridedTranspose{*t, strides->back()};
+}
+
+// The matmul whose result reaches `t` through views and constant scales
+// (attention scores written out: q·kᵀ reshaped, times a scale), if any.
+const Op* matmul_behind(const Graph& g, TensorId t) {
+  for (const Op* op = producer_of(g, t); op; op = producer_of(g, op->inputs[0])) {
+    if (op->kind == OpKind::Matmul) return op;
+    const bool scale = (op->kind == OpKind::Mul || op->kind == OpKind::Div) && op->inputs.size() == 2 &&
+                       g.tensor(op->inputs[1]).kind == TensorKind::Constant;
+    if (op_info(op->kind).family != OpFamily::View && !scale) return nullptr;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+std::map<TensorId, std::string> strided_operands(const Graph& g) {
+  std::map<TensorId, std::string> out;
+  for (const Op& op : g.ops) {
+    if (op.kind == OpKind::Add && op.inputs.size() == 2) {  // a bias on written-out attention scores
+      for (size_t slot = 0; slot < 2; ++slot) {
+        const Op* scores = matmul_behind(g, op.inputs[1 - slot]);
+        if (const std::optional<StridedTranspose> t = scores ? transposed_mask(g, op.inputs[slot]) : std::nullopt)
+          out.emplace(t->tensor, fmt::format("'{}' is written once by a copy: it is added to the products of matmul '{}' "
+                                             "through a transpose that leaves its last axis {} elements apart, and the "
+                                             "matmul's epilogue would load each element alone",
+                                             g.tensor(t->tensor).name, g.result(*scores).name, t->last_stride));
+      }
+      continue;
+    }
+    if (op.kind == OpKind::Sdpa && op.inputs.size() > 3) {
+      if (const std::optional<StridedTranspose> t = transposed_mask(g, op.inputs[3]))
+        out.emplace(t->tensor, fmt::format("'{}' is written once by a copy: attention '{}' reads it as its mask through a "
+                                           "transpose that leaves the key axis {} elements apart, and would load each "
+                                           "score's element alone",
+                                           g.tensor(t->tensor).name, g.result(op).name, t->last_stride));
+      continue;
+    }
+    if (op.kind == OpKind::Matmul) {
+      for (size_t slot = 0; slot < 2; ++slot)
+        if (const std::optional<TensorId> t = transposed_rows(g, op.inputs[slot]))
+          out.emplace(*t, fmt::format("'{}' is written once in rows by a copy: matmul '{}' reads it as rows "
+                                      "of a transpose that spreads them apart, and would load it element by element",
+                                      g.tensor(*t).name, g.result(op).name));
+      continue;
+    }
+    if (op.kind != OpKind::Conv2d || op.attrs.layout != Layout::NHWC) continue;
+    for (size_t slot = 0; slot < 2; ++slot) {
+      const TensorId t = op.inputs[slot];
+      const Tensor& operand = g.tensor(t);
+      if (!transpose_behind(g, t, 0)) continue;
+      const std::optional<Strides> strides = strides_through_transposes(g, t);
+      if (!strides || operand.shape[3] == 1 || (*strides)[3] == 1) continue;
+      out.emplace(t, fmt::format("'{}' is written once in channels-last order by a copy: read through its transpose, "
+                                 "its channels lie {} elements apart and conv '{}' would load it element by element",
+                                 operand.name, (*strides)[3], g.result(op).name));
+    }
+  }
+  return out;
+}
+
+}  // namespace kiln::ir::planner
