@@ -7,7 +7,10 @@ express (torch.fx's capability-based partitioner) and runs the rest with
 PyTorch: an op kiln does not support is never an error. Each kiln subgraph
 is one kiln graph whose inputs are the tensors crossing the cut
 (parameters included, so identical layers share one graph and its
-kernels); shapes are static, so a new input shape builds new graphs.
+kernels). Static shapes give integer kiln graphs, a new shape new graphs;
+dynamo's dynamic shapes give symbolic kiln graphs, compiled once for every
+size where kiln's one compile serves them and per size (a bounded number)
+where it does not (KilnSubgraph, _torch_sizes.py).
 
 The conversion table (CONVERTERS) is generated from kiln's op table for the
 ops PyTorch spells the same way, plus the hand-written entries below for
@@ -16,6 +19,7 @@ the kiln subgraphs and every ATen op left to PyTorch with its reason.
 """
 from __future__ import annotations
 
+import json
 import math
 import operator
 import threading
@@ -27,7 +31,9 @@ import torch
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupport
 
-from . import BindingError, GraphBuilder, KilnError, OP_TABLE, compile as kiln_compile
+from . import BindingError, Graph, GraphBuilder, GraphError, KilnError, OP_TABLE, compile as kiln_compile
+from . import _torch_sizes as sizes
+from ._kiln import per_size_reason
 
 aten = torch.ops.aten
 
@@ -79,7 +85,7 @@ def dtype_of(n: torch.fx.Node) -> str:
 
 
 def shape_of(n: torch.fx.Node) -> List[int]:
-    return [int(s) for s in val(n).shape]
+    return sizes.sizes(val(n).shape)
 
 
 Converter = Callable[[Conversion, torch.fx.Node], Any]
@@ -273,9 +279,9 @@ def _slice(c, n):
     size = shape_of(x)
     dim = n.args[1] if len(n.args) > 1 else 0
     dim = dim % len(size)
-    start = n.args[2] if len(n.args) > 2 and n.args[2] is not None else 0
-    end = n.args[3] if len(n.args) > 3 and n.args[3] is not None else size[dim]
-    step = n.args[4] if len(n.args) > 4 else 1
+    start = sizes.size(n.args[2]) if len(n.args) > 2 and n.args[2] is not None else 0
+    end = sizes.size(n.args[3]) if len(n.args) > 3 and n.args[3] is not None else size[dim]
+    step = sizes.size(n.args[4]) if len(n.args) > 4 else 1
     start, end = max(min(start, size[dim]), -size[dim]), max(min(end, size[dim]), -size[dim])
     if shape_of(n)[dim] == size[dim] and step == 1:
         return c.arg(x)
@@ -286,7 +292,7 @@ def _slice(c, n):
 def _select(c, n):
     size = shape_of(n.args[0])
     dim = n.args[1] % len(size)
-    index = n.args[2] % size[dim]
+    index = sizes.size(n.args[2]) % size[dim]
     s = view(c, "slice", c.arg(n.args[0]), axis=dim, start=index, end=index + 1)
     return view(c, "reshape", s, shape=shape_of(n)) if shape_of(n) else view(c, "reshape", s, shape=[])
 
@@ -305,11 +311,11 @@ def _split(c, n):
     size = shape_of(n.args[0])
     dim = (n.args[2] if len(n.args) > 2 else n.kwargs.get("dim", 0)) % len(size)
     if n.target == aten.split.Tensor:
-        step = int(n.args[1])
-        sizes = [min(step, size[dim] - s) for s in range(0, size[dim], step)]
+        step = sizes.size(n.args[1])
+        parts = [min(step, size[dim] - s) for s in range(0, size[dim], step)]
     else:
-        sizes = [int(s) for s in n.args[1]]
-    return _split_at(c, n, sizes, dim)
+        parts = sizes.sizes(n.args[1])
+    return _split_at(c, n, parts, dim)
 
 
 @converts(aten.unbind.int)
@@ -322,7 +328,7 @@ def _unbind(c, n):
 
 @converts(aten.cat.default)
 def _cat(c, n):
-    tensors = [t for t in n.args[0] if val(t).numel() > 0]
+    tensors = [t for t in n.args[0] if sizes.numel(val(t)) > 0]
     dim = (n.args[1] if len(n.args) > 1 else n.kwargs.get("dim", 0)) % len(shape_of(n))
     if len(tensors) == 1:
         return c.arg(tensors[0])
@@ -387,7 +393,7 @@ def _convolution(c, n):
     if len(set(padding)) > 2 or any(p < 0 for p in padding):
         raise Unsupported("asymmetric padding")
     attrs = {"stride": list(stride), "padding": list(padding), "dilation": list(dilation), "groups": int(groups)}
-    if val(x).is_contiguous(memory_format=torch.channels_last):
+    if sizes.contiguous(*([sizes.sizes(s)[d] for d in (0, 2, 3, 1)] for s in (val(x).shape, val(x).stride()))):
         # Channels-last: NHWC in memory. Read it as NHWC (a view), and the weights as [K, R, S, C].
         xn = view(c, "transpose", c.arg(x), perm=[0, 2, 3, 1])
         wn = view(c, "transpose", c.arg(w), perm=[0, 2, 3, 1])
@@ -575,7 +581,7 @@ def _pool(c, n):
 def _adaptive(c, n):
     """PyTorch's windows are [floor(i*H/out), ceil((i+1)*H/out)): where out divides H they are
     avg_pool2d's with kernel = stride = H/out; to 1x1 a mean over H and W."""
-    out = [int(s) for s in n.args[1]]
+    out = sizes.sizes(n.args[1])
     if out == [1, 1]:
         return op(c, n, "reduce_mean", [c.arg(n.args[0])], axes=[2, 3], keepdims=True)
     h, w = shape_of(n.args[0])[-2:]
@@ -637,21 +643,19 @@ def why_not(node: torch.fx.Node) -> Optional[str]:
             return _tensors(n.args[0].meta.get("val"))[:1]
         if n.op == "call_function" and n.target in _EVERY_OUTPUT:  # (its empty outputs are made by PyTorch)
             first, *others = _tensors(n.meta.get("val"))
-            return [first] + [v for v in others if v.numel() > 0]
+            return [first] + [v for v in others if sizes.numel(v) > 0]
         return _tensors(n.meta.get("val"))
 
     values = checked_values(node)
     for a in node.all_input_nodes:
         # (cat drops empty inputs: a KV cache's empty past)
-        values += [v for v in checked_values(a) if node.target != aten.cat.default or v.numel() > 0]
+        values += [v for v in checked_values(a) if node.target != aten.cat.default or sizes.numel(v) > 0]
     if not values and node.target is not operator.getitem:
         return "no tensor metadata"
     for v in values:
         if v.dtype not in _KILN_DTYPE:
             return f"a {v.dtype} tensor (kiln: float32, float16, bfloat16, bool)"
-        if any(not isinstance(s, int) for s in v.shape):
-            return "dynamic shapes (kiln graphs are static: use torch.compile(..., dynamic=False))"
-        if v.numel() == 0:
+        if sizes.numel(v) == 0:
             return "an empty tensor"
         if v.dim() > 8:
             return f"a rank-{v.dim()} tensor (kiln: at most 8)"
@@ -666,10 +670,10 @@ def why_not(node: torch.fx.Node) -> Optional[str]:
             if a.op == "call_function" and a.target in _FIRST_ONLY:
                 continue
             av = _tensors(a.meta.get("val"))
-            if isinstance(a.meta.get("val"), torch.Tensor) and av[0].numel() > 0:
-                probe.env[a] = probe.b.input(f"p{len(probe.env)}", [int(s) for s in av[0].shape], _KILN_DTYPE[av[0].dtype],
-                                             [int(s) for s in av[0].stride()])
-        empty = [a for a in node.all_input_nodes if isinstance(a.meta.get("val"), torch.Tensor) and a.meta["val"].numel() == 0]
+            if isinstance(a.meta.get("val"), torch.Tensor) and sizes.numel(av[0]) > 0:
+                probe.env[a] = probe.b.input(f"p{len(probe.env)}", sizes.sizes(av[0].shape), _KILN_DTYPE[av[0].dtype],
+                                             sizes.sizes(av[0].stride()))
+        empty = [a for a in node.all_input_nodes if isinstance(a.meta.get("val"), torch.Tensor) and sizes.numel(a.meta["val"]) == 0]
         if node.target is operator.getitem or any(a not in probe.env and a not in empty for a in node.all_input_nodes):
             return None  # decided with its producer
         CONVERTERS[node.target](probe, node)
@@ -700,16 +704,24 @@ class KilnSubgraph(torch.nn.Module):
     """One partition: a kiln graph built on its first call from the
     partition's ATen nodes, compiled, and run on the tensors it is given.
     Outputs that are only views of its inputs are returned as PyTorch views
-    (computed by PyTorch), never copied by a kiln kernel."""
+    (computed by PyTorch), never copied by a kiln kernel.
 
-    def __init__(self, gm: torch.fx.GraphModule, name: str, report: "Report"):
+    A partition with symbolic sizes (dynamo's dynamic shapes) becomes one
+    symbolic kiln graph, compiled once for every size (_torch_sizes.py),
+    where kiln's one compile serves it; otherwise a graph per size, for at
+    most MAX_SIZES sizes, after which a new size runs in PyTorch."""
+
+    MAX_SIZES = 8
+
+    def __init__(self, gm: torch.fx.GraphModule, name: str, report: "Report", hints=None):
         super().__init__()
         self.gm = gm
         self.name = name
         self.report = report
+        self.hints = hints  # the symbols' traced values (a partition of symbolic sizes)
         self._lock = threading.Lock()
         self._executables: Dict[Tuple, Any] = {}
-        self.graphs: List[Any] = []  # the kiln graphs built, one per input layout
+        self.graphs: List[Any] = []  # the kiln graphs built: one per input layout, or the symbolic one
         self._last_layout = None  # the last call's argument layouts, and their entry with
         self._last_entry = None   # the non-empty arguments (kiln's inputs) and their layouts
         self._build()
@@ -728,13 +740,21 @@ class KilnSubgraph(torch.nn.Module):
         # Empty outputs (the statistics an inference batch norm saves for a backward): PyTorch's.
         self.empty_outputs = {i: n.meta["val"] for i, n in enumerate(self.output_nodes) if _is_empty(n)}
         self.torch_outputs |= set(self.empty_outputs)
+        traced = [n.meta.get("val") for n in self.placeholders]
+        self.symbolic = any(sizes.is_symbolic(v) for v in traced)
+        self.symbols = sorted({s for v in traced for s in _free_symbols(v)}, key=str)
+        self._one_compile = None  # the symbolic graph's entry, once built
+        self.per_size = None  # why this partition is compiled per size (symbolic sizes only)
+        self._sizes_compiled = 0
 
-    def _graph_for(self, args):
+    def _graph_for(self, inputs):
+        """The kiln graph of the partition for inputs [(shape, strides, dtype) or None per placeholder], and its
+        builder's document; the converters read sizes under the binding of the caller (_torch_sizes.bound)."""
         c = Conversion(self.name)
         self.output_orders: Dict[str, List[int]] = {}  # output -> the permutation giving PyTorch's shape back
-        for i, (n, t) in enumerate(zip(self.placeholders, args)):
-            if t.numel() > 0:  # an empty input (read only by a cat, which drops it) is no kiln input
-                c.env[n] = c.b.input(f"in{i}", list(t.shape), _KILN_DTYPE[t.dtype], list(t.stride()))
+        for i, (n, t) in enumerate(zip(self.placeholders, inputs)):
+            if t is not None:  # an empty input (read only by a cat, which drops it) is no kiln input
+                c.env[n] = c.b.input(f"in{i}", t[0], _KILN_DTYPE[t[2]], t[1])
         for n in self.gm.graph.nodes:
             if n.op == "call_function" and not _is_empty(n):
                 c.env[n] = CONVERTERS[n.target](c, n)
@@ -764,21 +784,22 @@ class KilnSubgraph(torch.nn.Module):
             shape = list(spec.shape)
             if out_name in self.output_orders:
                 shape = [shape[d] for d in self.output_orders[out_name]]
-            if shape != list(want.shape) or spec.dtype != _KILN_DTYPE[want.dtype]:
+            if shape != sizes.sizes(want.shape) or spec.dtype != _KILN_DTYPE[want.dtype]:
                 raise KilnError(f"internal: output {i} converted as {spec.dtype}{list(spec.shape)}, "
-                                f"PyTorch has {want.dtype}{list(want.shape)}")
-        return graph, seen
+                                f"PyTorch has {want.dtype}{sizes.sizes(want.shape)}")
+        return graph, seen, json.loads(c.b.to_json())
 
     def forward(self, *args):
-        if any(t.is_neg() or t.is_conj() for t in args):
+        if any(isinstance(t, torch.Tensor) and (t.is_neg() or t.is_conj()) for t in args):
             # A negative or conjugate view: its storage holds the values without the sign (the
             # conjugation), and kiln reads the storage. Such an argument is given as a tensor of its own.
-            args = tuple(t.resolve_neg().resolve_conj() for t in args)
+            args = tuple(t.resolve_neg().resolve_conj() if isinstance(t, torch.Tensor) else t for t in args)
         # One look at every argument's layout, compared with the last call's in one step: a
         # model's forward passes the same layouts every time (dynamo's guards see to its inputs).
-        layout = [(t.shape, t.stride(), t.dtype, t.device) for t in args]
+        # (A size argument of a dynamic-shape partition is its value.)
+        layout = [(t.shape, t.stride(), t.dtype, t.device) if isinstance(t, torch.Tensor) else t for t in args]
         if layout != self._last_layout:
-            live = [i for i, t in enumerate(args) if t.numel() > 0]  # (an empty input is no kiln input)
+            live = [i for i, t in enumerate(args) if isinstance(t, torch.Tensor) and t.numel() > 0]
             self._last_entry = self._entry_for(tuple(layout), args) + (live, [layout[i] for i in live])
             self._last_layout = layout
         exe, seen, live, live_layout = self._last_entry
@@ -790,16 +811,22 @@ class KilnSubgraph(torch.nn.Module):
         else:
             try:
                 results = exe({f"in{i}": args[i] for i in live})
-            except BindingError as e:  # arguments kiln cannot bind (checked before anything ran): PyTorch runs them
-                self._refuse(tuple(layout), f"its arguments: {e}")
+            except BindingError as e:  # arguments kiln cannot bind (checked before anything ran)
+                key = tuple(layout)
                 self._last_layout = None
+                if self._one_compile is not None and self._executables.get(key) is self._one_compile:
+                    # outside what the symbolic graph takes (its range, its strides): a graph for these sizes
+                    self._executables[key] = self._per_size_entry(key, args, f"the symbolic graph refused them: {e}")
+                    return self.forward(*args)
+                self._refuse(key, f"its arguments: {e}")
                 return self._in_pytorch(args)
         env = None
         outs = []
         for i, n in enumerate(self.output_nodes):
             if i in self.empty_outputs:
                 v = self.empty_outputs[i]
-                outs.append(torch.empty(v.shape, dtype=v.dtype, device=v.device))
+                with sizes.bound(sizes.call_binding(self.placeholders, args) if self.symbolic else None):
+                    outs.append(torch.empty(sizes.sizes(v.shape), dtype=v.dtype, device=v.device))
             elif i in self.torch_outputs:
                 if env is None:
                     env = _run_views(self.gm, args)
@@ -822,23 +849,95 @@ class KilnSubgraph(torch.nn.Module):
             with self._lock:
                 entry = self._executables.get(key)
                 if entry is None:
-                    devices = sorted({str(t.device) for t in args if t.numel() > 0})
-                    try:
-                        if len(devices) > 1:
-                            raise Unsupported(f"its inputs are on several devices ({', '.join(devices)})")
-                        graph, seen = self._graph_for(args)
-                        self.graphs.append(graph)
-                        exe = kiln_compile(graph)
-                        entry = (exe, seen)
-                        self.report.add_subgraph(self.name, self.gm, graph, exe)
-                    except (Unsupported, KilnError) as e:
-                        entry = self._refuse(key, str(e))
-                    except Exception as e:  # noqa: BLE001  (a kiln bug: PyTorch still runs the user's forward)
-                        warnings.warn(f"kiln: subgraph {self.name} runs in PyTorch after an internal error: "
-                                      f"{type(e).__name__}: {e}", RuntimeWarning, stacklevel=2)
-                        entry = self._refuse(key, f"internal error {type(e).__name__}: {e}")
+                    if self.symbolic and self.per_size is None:
+                        entry = self._one_compile or self._compile_once(args)
+                    if entry is None:
+                        entry = self._per_size_entry(key, args, self.per_size)
                     self._executables[key] = entry
         return entry
+
+    def _compiled(self, key, make_graph, sized_as: str):
+        """(executable, output names) of the graph make_graph() builds; (None, reason) where kiln refuses it."""
+        try:
+            graph, seen, _doc = make_graph()
+            exe = kiln_compile(graph)
+            self.graphs.append(graph)
+            with sizes.bound(self.hints):
+                self.report.add_subgraph(self.name, self.gm, graph, exe, sized_as)
+            return (exe, seen)
+        except (Unsupported, KilnError) as e:
+            return self._refuse(key, str(e))
+        except Exception as e:  # noqa: BLE001  (a kiln bug: PyTorch still runs the user's forward)
+            warnings.warn(f"kiln: subgraph {self.name} runs in PyTorch after an internal error: "
+                          f"{type(e).__name__}: {e}", RuntimeWarning, stacklevel=3)
+            return self._refuse(key, f"internal error {type(e).__name__}: {e}")
+
+    def _per_size_entry(self, key, args, why: Optional[str]):
+        """The partition compiled for the sizes of `args` (an integer kiln graph)."""
+        tensors = [t for t in args if isinstance(t, torch.Tensor) and t.numel() > 0]
+        devices = sorted({str(t.device) for t in tensors})
+        if len(devices) > 1:
+            return self._refuse(key, f"its inputs are on several devices ({', '.join(devices)})")
+        if self.symbolic and self._sizes_compiled >= self.MAX_SIZES:
+            return self._refuse(key, f"a {self.MAX_SIZES + 1}th size (kiln compiles this partition per size, "
+                                     f"at most {self.MAX_SIZES} sizes, because {why})")
+        inputs = [(list(t.shape), list(t.stride()), t.dtype) if isinstance(t, torch.Tensor) and t.numel() > 0 else None
+                  for t in args]
+
+        def make_graph():
+            with sizes.bound(sizes.call_binding(self.placeholders, args) if self.symbolic else None):
+                return self._graph_for(inputs)
+        self._sizes_compiled += self.symbolic
+        return self._compiled(key, make_graph, f"per size: {why}" if self.symbolic else "")
+
+    def _compile_once(self, args):
+        """The symbolic graph's entry, or None with self.per_size saying why kiln compiles per size."""
+        try:
+            graph = self._symbolic_graph()
+            why = per_size_reason(graph._native)
+            if why:
+                raise sizes.NotAProduct(why)
+            exe = kiln_compile(graph)
+        except (sizes.NotAProduct, Unsupported, KilnError) as e:
+            self.per_size = str(e)
+            return None
+        except Exception as e:  # noqa: BLE001  (a kiln bug: the partition is compiled per size)
+            warnings.warn(f"kiln: subgraph {self.name} is compiled per size after an internal error: "
+                          f"{type(e).__name__}: {e}", RuntimeWarning, stacklevel=3)
+            self.per_size = f"internal error {type(e).__name__}: {e}"
+            return None
+        self.graphs.append(graph)
+        with sizes.bound(self.hints):
+            self.report.add_subgraph(self.name, self.gm, graph, exe, "every size: one compile")
+        self._one_compile = (exe, self._symbolic_seen)
+        return self._one_compile
+
+    def _symbolic_graph(self):
+        """The partition as one symbolic kiln graph: converted at two probes, each generalised
+        into dim expressions, which must agree (_torch_sizes.py)."""
+        docs = []
+        for offset in (0, len(sizes._PRIMES) // 2):
+            probe = sizes.Probe(self.symbols, offset)
+            with sizes.bound(probe.binding):
+                inputs = [(sizes.sizes(v.shape), sizes.sizes(v.stride()), v.dtype)
+                          if isinstance(v, torch.Tensor) and sizes.numel(v) > 0 else None
+                          for v in (n.meta.get("val") for n in self.placeholders)]
+                _graph, seen, doc = self._graph_for(inputs)
+            docs.append(sizes.generalize(doc, probe))
+        if docs[0] != docs[1]:
+            raise sizes.NotAProduct("the conversion depends on the sizes beyond products of them")
+        self._symbolic_seen = seen
+        doc = docs[0]
+        used = sizes.used_symbols(doc, self.symbols)
+        env = sizes.shape_env([n.meta.get("val") for n in self.placeholders])
+        for cap in sizes.CAPS:
+            doc["dims"] = sizes.dims_table(env, used, cap)
+            try:
+                return Graph.from_json(doc)
+            except GraphError as e:
+                if "2^62" not in str(e):
+                    raise sizes.NotAProduct(f"the symbolic graph: {e}") from None
+        raise sizes.NotAProduct("no range of sizes keeps its tensors below 2^62 elements")
 
     def _refuse(self, key, reason: str):
         entry = (None, reason)
@@ -850,14 +949,22 @@ class KilnSubgraph(torch.nn.Module):
         return next(n for n in self.gm.graph.nodes if n.op == "output").args[0]
 
 
+def _free_symbols(v: Any):
+    """dynamo's symbols in a traced value (a SymInt, a tensor's sizes and strides)."""
+    values = [v] if isinstance(v, torch.SymInt) else list(v.shape) + list(v.stride()) if isinstance(v, torch.Tensor) else []
+    return {s for x in values if isinstance(x, torch.SymInt) for s in x.node.expr.free_symbols}
+
+
 def _dense_order(v: Any) -> Optional[List[int]]:
     """The dimensions of a dense tensor from its outermost to its innermost in memory where that
     is not their logical order (a channels-last activation: [0, 2, 3, 1]); None for a contiguous
     tensor or one with gaps or overlaps. kiln writes such an output in that order, so PyTorch gets
     the strides it traced (and its backward reads the activations it saved as eager's are laid out)."""
-    if not isinstance(v, torch.Tensor) or v.dim() < 2 or v.is_contiguous():
+    if not isinstance(v, torch.Tensor) or v.dim() < 2:
         return None
-    shape, strides = list(v.shape), list(v.stride())
+    shape, strides = sizes.sizes(v.shape), sizes.sizes(v.stride())
+    if sizes.contiguous(shape, strides):
+        return None
     order = sorted(range(v.dim()), key=lambda d: (-strides[d] if shape[d] != 1 else 0, d))
     order = [d for d in order if shape[d] != 1]
     order = [d for d in range(v.dim()) if shape[d] == 1] + order  # size-1 dimensions: outermost, any stride
@@ -871,7 +978,7 @@ def _dense_order(v: Any) -> Optional[List[int]]:
 
 def _is_empty(n: torch.fx.Node) -> bool:
     v = n.meta.get("val")
-    return n.op == "call_function" and isinstance(v, torch.Tensor) and v.numel() == 0
+    return n.op == "call_function" and isinstance(v, torch.Tensor) and sizes.numel(v) == 0
 
 
 def _ancestors(n: torch.fx.Node):
@@ -912,14 +1019,14 @@ def node_flops(n: torch.fx.Node) -> int:
     try:
         if n.target in (aten.mm.default, aten.bmm.default, aten.addmm.default, aten.matmul.default):
             a = val(n.args[1] if n.target == aten.addmm.default else n.args[0])
-            return 2 * val(n).numel() * int(a.shape[-1])
+            return 2 * sizes.numel(val(n)) * sizes.size(a.shape[-1])
         if n.target == aten.convolution.default:
             w = val(n.args[1])
-            return 2 * val(n).numel() * int(w.shape[1] * w.shape[2] * w.shape[3])
+            return 2 * sizes.numel(val(n)) * sizes.numel(w) // sizes.size(w.shape[0])
         if "scaled_dot_product" in str(n.target):
             q, k = val(n.args[0]), val(n.args[1])
-            return 4 * q.numel() * int(k.shape[-2])
-    except (Unsupported, IndexError, AttributeError):
+            return 4 * sizes.numel(q) * sizes.size(k.shape[-2])
+    except (Unsupported, IndexError, AttributeError, sizes.NotAProduct):
         pass
     return 0
 
@@ -934,11 +1041,18 @@ class Report:
     backward_in_pytorch: List[str] = field(default_factory=list)
     cuda_graphs: List[str] = field(default_factory=list)
 
-    def add_subgraph(self, name, gm, graph, exe):
+    def add_subgraph(self, name, gm, graph, exe, sizes_served: str = ""):
+        """One kiln graph compiled; sizes_served (dynamic shapes only): "every size: one compile", or
+        "per size: <why>" with the sizes of this graph."""
         ops = [n for n in gm.graph.nodes if n.op == "call_function"]
-        self.subgraphs.append({"name": name, "aten_ops": len(ops), "kiln_ops": graph._native.op_count,
-                               "kernels": len(exe.kernels), "hash": graph.hash,
-                               "kinds": [k["kind"] for k in exe.kernels], "flops": sum(map(node_flops, ops))})
+        entry = {"name": name, "aten_ops": len(ops), "kiln_ops": graph._native.op_count,
+                 "kernels": len(exe.kernels), "hash": graph.hash,
+                 "kinds": [k["kind"] for k in exe.kernels], "flops": sum(map(node_flops, ops))}
+        if sizes_served:
+            entry["sizes"] = sizes_served
+            if sizes_served.startswith("per size"):
+                entry["inputs"] = {n: list(spec.shape) for n, spec in graph.inputs.items()}
+        self.subgraphs.append(entry)
 
     def add_fallback(self, name, gm, reason):
         for n in gm.graph.nodes:
@@ -963,7 +1077,8 @@ class Report:
                  f"{len(self.left_to_pytorch)} ATen ops in PyTorch"]
         for s in self.subgraphs:
             lines.append(f"  {s['name']}: {s['aten_ops']} ATen ops -> {s['kiln_ops']} kiln ops in {s['kernels']} "
-                         f"kernel(s) ({', '.join(s['kinds'])}), graph {s['hash'][:12]}")
+                         f"kernel(s) ({', '.join(s['kinds'])}), graph {s['hash'][:12]}"
+                         + (f"; sizes served: {s['sizes']}" if "sizes" in s else ""))
         for why in self.graphs_in_pytorch:
             lines.append(f"  a whole graph ran in PyTorch: {why}")
         lines += [f"  {what}" for what in self.backward_in_pytorch + self.cuda_graphs]
@@ -987,7 +1102,18 @@ _GLOBAL_REPORT = Report()
 
 # ---- the backend ---------------------------------------------------------------
 
+# Values of the size arithmetic of a dynamic-shape graph (s0 * 128): host integers, no tensor ops.
+_SIZE_VALUES = (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)
+
+
 def _compile_aten(gm: torch.fx.GraphModule, example_inputs, report: Report) -> Callable:
+    env = sizes.shape_env(list(example_inputs))
+    hints = sizes.hints(env) if env is not None else None  # (dynamic shapes: sizes read at the traced values)
+    with sizes.bound(hints):
+        return _partitioned(gm, report, hints)
+
+
+def _partitioned(gm: torch.fx.GraphModule, report: Report, hints) -> torch.fx.GraphModule:
     reasons: Dict[torch.fx.Node, str] = {}
     partitioner = CapabilityBasedPartitioner(gm, _Support(reasons), allows_single_node_partition=True)
     partitions = partitioner.propose_partitions()
@@ -995,7 +1121,7 @@ def _compile_aten(gm: torch.fx.GraphModule, example_inputs, report: Report) -> C
     partitions = [p for p in partitions if any(n.target not in _VIEWS for n in p.nodes)]
     in_kiln = {n for p in partitions for n in p.nodes}
     for n in gm.graph.nodes:
-        if n.op == "call_function" and n not in in_kiln:
+        if n.op == "call_function" and n not in in_kiln and not isinstance(n.meta.get("val"), _SIZE_VALUES):
             report.left_to_pytorch.append({"op": str(n.target), "node": n.name, "flops": node_flops(n),
                                            "reason": reasons.get(n, "views alone, or outside every kiln subgraph")})
     if not partitions:
@@ -1004,7 +1130,7 @@ def _compile_aten(gm: torch.fx.GraphModule, example_inputs, report: Report) -> C
     for node in list(fused.graph.nodes):
         if node.op == "call_module" and node.target.startswith("fused_"):
             sub = getattr(fused, node.target)
-            setattr(fused, node.target, KilnSubgraph(sub, f"kiln_{node.target}", report))
+            setattr(fused, node.target, KilnSubgraph(sub, f"kiln_{node.target}", report, hints))
     fused.recompile()
     return fused
 

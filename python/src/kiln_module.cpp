@@ -294,6 +294,20 @@ std::string plan_json(const Graph& graph, const std::string& arch, bool fuse, bo
   return ir::plan_to_json(ir_of(graph), p.plan, tactics ? codegen::plan_tactics(p.program, arch) : ir::PlanTactics{});
 }
 
+// For a symbolic graph: "" when one compile serves every size in its range
+// (runtime::per_size_reason), else why it is compiled per size.
+std::string per_size_reason(const Graph& graph, const std::string& arch, bool fuse) {
+  const codegen::ProgramTuning no_tuning;
+  std::optional<Expected<std::string>> why;
+  {
+    nb::gil_scoped_release release;
+    Expected<runtime::Target> target = runtime::compile_target(graph, {.arch = arch, .fuse = fuse}, &no_tuning);
+    why.emplace(target ? runtime::per_size_reason(graph, *target) : Expected<std::string>(target.error()));
+  }
+  if (!why->ok()) raise_compile_error(why->error());
+  return why->value();
+}
+
 PyExecutable compile(const Graph& graph, std::optional<std::string> arch, bool fuse, bool autotune,
                      std::optional<std::string> cache_dir) {
   CompileOptions options{.arch = arch.value_or(""), .fuse = fuse, .use_cache = true, .cache_dir = cache_dir.value_or(""),
@@ -559,6 +573,7 @@ NB_MODULE(_kiln, m) {
 
   m.def("compile", &compile, "graph"_a, "arch"_a = nb::none(), "fuse"_a = true, "autotune"_a = false,
         "cache_dir"_a = nb::none());
+  m.def("per_size_reason", &per_size_reason, "graph"_a, "arch"_a = "", "fuse"_a = true);
   m.def("device_count", [] { return runtime::device_count(); });
   m.def("dlpack_info", &dlpack_info);
 }

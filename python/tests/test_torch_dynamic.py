@@ -1,0 +1,202 @@
+"""The backend under dynamo's dynamic shapes (python.md, "Shapes"): symbolic
+kiln graphs compiled once where kiln's one compile serves them, a graph per
+size (at most KilnSubgraph.MAX_SIZES) where it does not, PyTorch beyond;
+results equal eager's at every size. CPU tensors: the executables run the
+reference interpreter, the compiles are real NVRTC compiles for the default
+arch."""
+import contextlib
+
+import pytest
+import sympy
+
+torch = pytest.importorskip("torch")
+import kiln.torch  # noqa: E402
+from kiln import _torch_sizes as sizes  # noqa: E402
+
+
+@contextlib.contextmanager
+def reporting():
+    """Every kiln compile of the block (the first call's and those of later sizes) in one report."""
+    torch._dynamo.reset()
+    report = kiln.torch.Report()
+    kiln.torch._REPORTS.report = report
+    try:
+        yield report
+    finally:
+        kiln.torch._REPORTS.report = None
+        torch._dynamo.reset()
+
+
+_LIVE: list = []  # the KilnSubgraph modules the test's compiles made
+
+
+@pytest.fixture(autouse=True)
+def _track_subgraphs(monkeypatch):
+    original = kiln.torch.KilnSubgraph.__init__
+
+    def init(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        _LIVE.append(self)
+    monkeypatch.setattr(kiln.torch.KilnSubgraph, "__init__", init)
+    _LIVE.clear()
+    yield
+    _LIVE.clear()
+
+
+def _subgraphs():
+    return list(_LIVE)
+
+
+class NormChain(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(32)
+
+    def forward(self, x):
+        return torch.nn.functional.gelu(self.norm(x) * 2 + 1)
+
+
+class Attention(torch.nn.Module):
+    """Projection, heads split by views, attention written out, residual."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(32)
+        self.qkv = torch.nn.Linear(32, 96)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        q, k, v = (t.view(b, s, 4, 8).transpose(1, 2) for t in self.qkv(self.norm(x)).split(32, dim=-1))
+        a = (q @ k.transpose(-1, -2) / 8 ** 0.5).softmax(-1) @ v
+        return a.transpose(1, 2).reshape(b, s, 32) + x
+
+
+SIZES = ((3, 7), (5, 11), (2, 13), (4, 9))
+
+
+def run_sizes(model, compiled, shapes=SIZES, width=32):
+    for b, s in shapes:
+        x = torch.randn(b, s, width)
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
+
+
+def test_a_chain_without_anchors_compiles_once_for_every_size():
+    torch.manual_seed(0)
+    m = NormChain()
+    with reporting() as report:
+        run_sizes(m, torch.compile(m, backend="kiln", dynamic=True))
+    assert len(report.subgraphs) == 1, report
+    assert report.subgraphs[0]["sizes"] == "every size: one compile"
+    assert not report.left_to_pytorch
+    assert "sizes served: every size: one compile" in str(report)
+
+
+def test_a_graph_with_anchors_is_compiled_per_size_and_says_why():
+    torch.manual_seed(0)
+    m = Attention()
+    with reporting() as report:
+        run_sizes(m, torch.compile(m, backend="kiln", dynamic=True))
+    assert len(report.subgraphs) == len(SIZES), report
+    for entry in report.subgraphs:
+        assert entry["sizes"].startswith("per size: ") and "anchor" in entry["sizes"], entry["sizes"]
+    shapes = sorted(tuple(shape[:2]) for e in report.subgraphs for shape in e["inputs"].values() if len(shape) == 3)
+    assert shapes == sorted(SIZES)
+    # the size arithmetic between them (s0 * s1) is host integers, not an op left to PyTorch
+    assert not report.left_to_pytorch, report
+
+
+def test_a_size_seen_again_compiles_nothing():
+    torch.manual_seed(0)
+    m = Attention()
+    with reporting() as report:
+        c = torch.compile(m, backend="kiln", dynamic=True)
+        run_sizes(m, c, SIZES + SIZES[:2])
+    assert len(report.subgraphs) == len(SIZES)
+
+
+def test_sizes_past_the_bound_run_in_pytorch(monkeypatch):
+    torch.manual_seed(0)
+    monkeypatch.setattr(kiln.torch.KilnSubgraph, "MAX_SIZES", 2)
+    m = Attention()
+    with reporting() as report:
+        run_sizes(m, torch.compile(m, backend="kiln", dynamic=True))
+    assert len(report.subgraphs) == 2
+    reasons = {e["reason"] for e in report.left_to_pytorch}
+    assert any("at most 2 sizes" in r for r in reasons), reasons
+
+
+def test_mark_dynamic_makes_one_dimension_symbolic():
+    torch.manual_seed(0)
+    m = NormChain()
+    with reporting() as report:
+        c = torch.compile(m, backend="kiln")
+        for b in (3, 6, 9):
+            x = torch.randn(b, 5, 32)
+            torch._dynamo.mark_dynamic(x, 0)
+            with torch.no_grad():
+                torch.testing.assert_close(c(x), m(x), rtol=1e-5, atol=1e-5)
+    assert [e["sizes"] for e in report.subgraphs] == ["every size: one compile"]
+    sub = next(s for s in _subgraphs() if s.symbolic)
+    assert len(sub.graphs[0].dims) == 1
+
+
+def test_a_second_size_without_dynamic_set_stays_in_kiln():
+    """dynamo's automatic dynamic shapes: the first size compiles static, a second one recompiles
+    with symbolic sizes; that graph runs in kiln too, not in PyTorch."""
+    torch.manual_seed(0)
+    m = NormChain()
+    with reporting() as report:
+        run_sizes(m, torch.compile(m, backend="kiln"), SIZES[:3])
+    assert [e.get("sizes", "static") for e in report.subgraphs] == ["static", "every size: one compile"]
+    assert not report.left_to_pytorch
+
+
+def test_a_sum_of_sizes_is_compiled_per_size():
+    """cat along a dynamic dimension gives s0 + s1: not a product, so no symbolic kiln graph."""
+    def f(a, b):
+        return torch.cat([a, b], dim=1).relu() * 2
+
+    with reporting() as report:
+        c = torch.compile(f, backend="kiln", dynamic=True)
+        for s0, s1 in ((3, 4), (5, 2), (6, 7)):
+            a, b = torch.randn(2, s0, 8), torch.randn(2, s1, 8)
+            with torch.no_grad():
+                torch.testing.assert_close(c(a, b), f(a, b))
+    assert report.subgraphs and all(e["sizes"].startswith("per size") for e in report.subgraphs), report
+
+
+def test_probe_factors_products_of_symbols_and_nothing_else():
+    s0, s1 = sympy.Symbol("s0"), sympy.Symbol("s1")
+    probe = sizes.Probe([s0, s1])
+    p0, p1 = probe.primes
+    assert probe.expression(p0 * p1 * 64, "x") == "s0*s1*64"
+    assert probe.expression(p1 * p1, "x") == "s1*s1"
+    assert probe.expression(768, "x") == 768
+    doc = {"kiln": 1, "name": "g", "outputs": ["y"],
+           "inputs": {"x": {"shape": [p0, 8], "dtype": "f32", "strides": [8, 1]}},
+           "ops": [{"op": "reshape", "in": ["x"], "out": "y", "shape": [p0 * 8]}]}
+    general = sizes.generalize(doc, probe)
+    assert general["inputs"]["x"] == {"shape": ["s0", 8], "dtype": "f32"}  # (contiguous: no strides)
+    assert general["ops"][0]["shape"] == ["s0*8"]
+    strided = dict(doc, inputs={"x": {"shape": [p0, 8], "dtype": "f32", "strides": [16, 1]}})
+    assert sizes.generalize(strided, probe)["inputs"]["x"]["strides"] == [16, 1]
+    odd = dict(doc, inputs={"x": {"shape": [p0, 8], "dtype": "f32", "strides": [8 * p0, 1]}})
+    with pytest.raises(sizes.NotAProduct, match="strides"):
+        sizes.generalize(odd, probe)
+    pooled = dict(doc, ops=[{"op": "avg_pool2d", "in": ["x"], "out": "y", "kernel": [p0, 1]}])
+    with pytest.raises(sizes.NotAProduct, match="kernel"):
+        sizes.generalize(pooled, probe)
+
+
+def test_dims_take_dynamos_range_and_stay_below_the_element_limit():
+    torch.manual_seed(0)
+    m = NormChain()
+    with reporting():
+        run_sizes(m, torch.compile(m, backend="kiln", dynamic=True), SIZES[:2])
+    sub = next(s for s in _subgraphs() if s.symbolic)
+    dims = sub.graphs[0].dims
+    assert len(dims) == 2
+    for lo, hi, multiple in dims.values():
+        # dynamo's [2, oo), capped where [s0, s1, 32] stays below 2^62 elements (2^31 - 1 would not)
+        assert lo == 2 and hi == 2**24 and multiple == 1
