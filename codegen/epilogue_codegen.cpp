@@ -82,8 +82,8 @@ auto GemmGenerator::decide_epilogue(const ir::Op& anchor, const Gemm& gm, const 
   // path at their own coordinates, in column pairs; the first of them comes in through the same
   // buffers.
   // (A pooled conv's rows run window by window, not in the result's order.)
-  if (tensor_core && loops.stage_map && gm.column_last && gm.m < (int64_t{1} << 31) && gm.n < (int64_t{1} << 31) &&
-      gm.batches < (int64_t{1} << 31) && !epilogue_pool()) {
+  if (tensor_core && loops.stage_map && gm.column_last && largest(gm.m) < (int64_t{1} << 31) && gm.n < (int64_t{1} << 31) &&
+      largest(gm.batches) < (int64_t{1} << 31) && !epilogue_pool()) {
     // Rows of N at the result's linear index.
     auto in_result_order = [&](ir::TensorId t) {
       const Shape& shape = g_.tensor(t).shape;
@@ -329,9 +329,9 @@ void GemmGenerator::load_epilogue_residuals(const Gemm& gm, const EpilogueLoops&
     if (!em_.vector_source_used(r)) continue;
     const ExternalTensor& e = ext_.at(r);
     std::string from_memory = "for (int c = 0; c < 2; ++c) {\nconst kiln::i64 n = n0 + G::acc_col(ni, 2 * half + c);\n";
-    from_memory += fmt::format("residual{}[c] = {}kiln::load_{}({}, (batch * {}LL + m) * {}LL + n);\n}}\n", r,
-                               loops.check_n ? fmt::format("n >= {}LL ? 0.0f : ", gm.n) : "", to_string(e.storage), e.pointer, gm.m,
-                               gm.n);
+    from_memory += fmt::format("residual{}[c] = {}kiln::load_{}({}, (batch * {} + m) * {} + n);\n}}\n", r,
+                               loops.check_n ? fmt::format("n >= {} ? 0.0f : ", sizes_(gm.n)) : "", to_string(e.storage),
+                               e.pointer, sizes_(gm.m), sizes_(gm.n));
     text.residual_load += fmt::format("float residual{}[2];  // {}\n", r, g_.tensor(r).name);
     if (text.residual >= 0) {
       text.residual_load += from_memory;
@@ -407,7 +407,7 @@ void GemmGenerator::fragment_loops(const Gemm& gm, const EpilogueLoops& loops, c
   }
   open += "#pragma unroll\nfor (int mi = 0; mi < G::kMI; ++mi)\n#pragma unroll\nfor (int half = 0; half < 2; ++half) {\n";
   open += "const kiln::i64 m = m0 + G::acc_row(mi, 2 * half);\n";
-  if (loops.check_m) open += fmt::format("if (m >= {}LL) continue;\n", gm.m);
+  if (loops.check_m) open += fmt::format("if (m >= {}) continue;\n", sizes_(gm.m));
   if (gm.out_row) open += gm.out_row("m") + "\n";
   open += blocks ? column_tile : "#pragma unroll\nfor (int ni = 0; ni < G::kNI; ++ni) {\n";
   open += text.pair_decls + text.residual_load;
@@ -474,14 +474,14 @@ void GemmGenerator::staged_column_blocks(const Gemm& gm, const EpilogueLoops& lo
     const int per_chunk = 16 / bytes, inner = block_columns / per_chunk - 1;
     const std::string& out = writes_.at(plan.staged);
     post = "kiln::wg::named_sync(2 + consumer, 128);\n";
-    post += fmt::format("if (kiln::aligned16({}) && n0 + blk * {} + {} <= {}LL) {{\n", out, block_columns, block_columns, gm.n);
+    post += fmt::format("if (kiln::aligned16({}) && n0 + blk * {} + {} <= {}) {{\n", out, block_columns, block_columns, sizes_(gm.n));
     // A loop over the block's rows, `per_row` threads a row (`second`: a thread's place in its row).
     auto row_loop = [&](int per_row, const std::string& second) {
       std::string l = fmt::format("for (int i = threadIdx.x & 127; i < 64 * {0}; i += 128) {{\n", per_row);
       l += fmt::format("const int row = i / {0}, {1};\n", per_row, second);
       l += fmt::format("const kiln::i64 m = {} + row;\n", warpgroup_m0);
-      l += fmt::format("if (m >= {}LL) continue;\n", gm.m);
-      l += fmt::format("const kiln::i64 first = (batch * {}LL + m) * {}LL + n0 + blk * {};\n", gm.m, gm.n, block_columns);
+      l += fmt::format("if (m >= {}) continue;\n", sizes_(gm.m));
+      l += fmt::format("const kiln::i64 first = (batch * {} + m) * {} + n0 + blk * {};\n", sizes_(gm.m), sizes_(gm.n), block_columns);
       l += fmt::format("const int past = (int)(first % {});  // the row's first column: this many past a 16-byte boundary\n", per_chunk);
       return l;
     };
@@ -496,9 +496,9 @@ void GemmGenerator::staged_column_blocks(const Gemm& gm, const EpilogueLoops& lo
     post += fmt::format("#pragma unroll 4\nfor (int i = threadIdx.x & 127; i < 64 * {0}; i += 128) {{\n", block_columns);
     post += fmt::format("const int row = i / {0}, column = i % {0};\n", block_columns);
     post += fmt::format("const kiln::i64 m = {} + row, n = n0 + blk * {} + column;\n", warpgroup_m0, block_columns);
-    post += fmt::format("if (m < {}LL && n < {}LL) kiln::copy_element<{}>({}, (batch * {}LL + m) * {}LL + n, "
+    post += fmt::format("if (m < {} && n < {}) kiln::copy_element<{}>({}, (batch * {} + m) * {} + n, "
                         "staging + G::staging_offset(row, column * {}));\n}}\n}}\n}}\n",
-                        gm.m, gm.n, bytes, out, gm.m, gm.n, bytes);
+                        sizes_(gm.m), sizes_(gm.n), bytes, out, sizes_(gm.m), sizes_(gm.n), bytes);
   } else {
     post = "if (staged) {\nkiln::wg::fence_async_shared();\nkiln::wg::named_sync(2 + consumer, 128);\n";
     post += fmt::format("if ((threadIdx.x & 127) == 0) {{\nkiln::wg::tma_store(&{}, staging, {});\n", text.staged_map,
@@ -626,7 +626,7 @@ std::string GemmGenerator::epilogue(const ir::Op& anchor, const Gemm& gm, const 
   if (!text.row_flush.empty())
     row_flush = "#pragma unroll\nfor (int mi = 0; mi < G::kMI; ++mi)\n#pragma unroll\nfor (int half = 0; half < 2; ++half) {\n"
                 "const kiln::i64 m = m0 + G::acc_row(mi, 2 * half);\n" +
-                fmt::format("const bool in_rows = {};\n", loops.check_m ? fmt::format("m < {}LL", gm.m) : "true") +
+                fmt::format("const bool in_rows = {};\n", loops.check_m ? fmt::format("m < {}", sizes_(gm.m)) : "true") +
                 (gm.out_row ? gm.out_row("m") + "\n" : "") + text.row_flush + "}\n";
   const bool carrying = carry && !text.column_reduces.empty() &&
                         static_cast<int>(text.column_reduces.size()) * carry->partials_per_reduction <= carry->registers;

@@ -319,6 +319,7 @@ class GemmGenerator : public KernelBuilder {
     int bm = 128, bn = 0, bk = 64, cluster = 1, raster = 8, stages = 0, shared_bytes = 0, threads = 384;
     int producer_registers = 0, consumer_registers = 0;
     int64_t tiles_n = 0, units_m = 0, units = 0, k_tiles = 0;
+    std::string units_m_text;  // units_m as the kernel computes it (from a symbolic M), or its value
     const char* kind_name = "kBf16";
     // "wgmma 128x128x64, A by TMA, cluster 2, 6 stages, registers 56/224"
     std::string to_string() const;

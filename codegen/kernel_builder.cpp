@@ -310,6 +310,14 @@ std::string KernelBuilder::tensor_map_param(ir::TensorId tensor, const TensorMap
   param_notes_.push_back("tensor map of " + what);
   KernelArg arg{KernelArg::Role::TensorMap, tensor, -1};
   arg.map = map;
+  if (sizes_.probe()) {  // (a symbolic graph: extents and strides as products of its sizes)
+    if (sizes_.symbolic(static_cast<int64_t>(map.offset_bytes)))
+      throw NotSymbolic(fmt::format("the tensor map of {} starts at an offset that depends on the sizes", what));
+    for (int d = 0; d < map.rank; ++d) {
+      arg.map.dim_exprs.push_back(sizes_.dim(static_cast<int64_t>(map.dims[static_cast<size_t>(d)])).expr());
+      if (d + 1 < map.rank) arg.map.stride_exprs.push_back(sizes_.dim(static_cast<int64_t>(map.strides[static_cast<size_t>(d)])).expr());
+    }
+  }
   out_.args.push_back(arg);
   return name;
 }

@@ -242,7 +242,9 @@ class KernelBuilder {
   int sm_;
   Tuning wanted_;
   Emitter em_;
-  SizeText sizes_;  // how this kernel spells sizes; em_ spells them through it
+  mutable SizeText sizes_;  // how this kernel spells sizes; em_ spells them through it (it notes the symbols read)
+  // A size's largest value over the graph's range (the value itself for an integer graph's).
+  int64_t largest(int64_t value) const { return sizes_.symbolic(value) ? sizes_.dim(value).upper() : value; }
 };
 
 }  // namespace kiln::codegen

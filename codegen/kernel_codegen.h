@@ -42,6 +42,10 @@ struct TensorMapSpec {
   std::array<uint64_t, kMaxRank - 1> strides{};
   std::array<uint32_t, kMaxRank> box{};
   uint64_t offset_bytes = 0;
+  // A symbolic graph's map: each dimension's extent and each byte stride as
+  // a product of the graph's sizes, evaluated at launch (dims and strides
+  // above hold their probe values); empty for an integer graph's map.
+  std::vector<ir::DimExpr> dim_exprs, stride_exprs;
 };
 
 struct KernelArg {

@@ -38,8 +38,11 @@ std::string producer_slot() {
 // What a tensor map of 16-bit elements takes: a dimension's extent, and a
 // stride (in elements) beyond the first dimension.
 bool map_extent_fits(int64_t elements) { return elements > 0 && elements < (int64_t{1} << 31); }
-bool map_stride_fits(int64_t elements) {
-  return elements > 0 && (elements * 2) % 16 == 0 && elements * 2 < (int64_t{1} << 40);
+// (`largest`: the stride's largest value over a symbolic graph's range; a
+// symbolic stride's divisibility at the probe is its divisibility at every
+// size, compiler/size_probe.h.)
+bool map_stride_fits(int64_t elements, int64_t largest) {
+  return elements > 0 && (elements * 2) % 16 == 0 && largest < (int64_t{1} << 39);
 }
 
 }  // namespace
@@ -61,10 +64,10 @@ std::string GemmGenerator::epilogue_prefetch(const ir::Op& anchor, const Gemm& g
         e.storage == DType::boolean || (gm.n * bytes) % 16 != 0)
       continue;
     out += fmt::format("if (kiln::aligned16({})) {{  // {}\n", e.pointer, g_.tensor(id).name);
-    out += fmt::format("const kiln::u32 bytes = (kiln::u32)(min((kiln::i64){}, {}LL - n0) * {});\n", bn, gm.n, bytes);
+    out += fmt::format("const kiln::u32 bytes = (kiln::u32)(min((kiln::i64){}, {} - n0) * {});\n", bn, sizes_(gm.n), bytes);
     out += fmt::format("#pragma unroll 1\n{} {{\n", rows);
-    out += fmt::format("if (m0 + r < {}LL) kiln::wg::prefetch_l2(static_cast<const char*>({}) + ((batch * {}LL + m0 + r) * {}LL + n0) * {}, bytes);\n",
-                       gm.m, e.pointer, gm.m, gm.n, bytes);
+    out += fmt::format("if (m0 + r < {}) kiln::wg::prefetch_l2(static_cast<const char*>({}) + ((batch * {} + m0 + r) * {} + n0) * {}, bytes);\n",
+                       sizes_(gm.m), e.pointer, sizes_(gm.m), sizes_(gm.n), bytes);
     out += "}\n}\n";
   }
   return out;
@@ -114,12 +117,13 @@ auto GemmGenerator::tma_operand(const ir::Op& anchor, size_t slot, Mma kind, std
   } else {
     return refuse("is contiguous along neither K nor N");
   }
-  if (!map_extent_fits(s[inner]) || !map_extent_fits(s[outer])) return refuse("has a dimension of 2^31 elements or more");
+  if (!map_extent_fits(largest(s[inner])) || !map_extent_fits(largest(s[outer])))
+    return refuse("has a dimension of 2^31 elements or more");
   op.map.dtype = mma_storage(kind);
   op.map.dims[0] = static_cast<uint64_t>(s[inner]);
   op.map.dims[1] = static_cast<uint64_t>(s[outer]);
   const int64_t outer_stride = s[outer] == 1 ? s[inner] : e->strides[outer];
-  if (!map_stride_fits(outer_stride))
+  if (!map_stride_fits(outer_stride, largest(outer_stride)))
     return refuse(fmt::format("has rows {} elements apart ({} bytes), no 16-byte multiple", outer_stride, outer_stride * 2));
   op.map.strides[0] = static_cast<uint64_t>(outer_stride * 2);
   op.map.rank = 2;
@@ -134,8 +138,8 @@ auto GemmGenerator::tma_operand(const ir::Op& anchor, size_t slot, Mma kind, std
     expect = e->strides[d] * s[d];
   }
   if (batches > 1) {
-    if (r != rs.size() || !std::equal(s.begin(), s.end() - 2, rs.begin()) || !map_stride_fits(batch_stride) ||
-        !map_extent_fits(batches))
+    if (r != rs.size() || !std::equal(s.begin(), s.end() - 2, rs.begin()) ||
+        !map_stride_fits(batch_stride, largest(batch_stride)) || !map_extent_fits(largest(batches)))
       return refuse("has batch dimensions a tensor map cannot walk (broadcast, or strides no 16-byte multiple)");
     op.map.rank = 3;
     op.map.dims[2] = static_cast<uint64_t>(batches);
@@ -203,7 +207,8 @@ auto GemmGenerator::split_tma_a(const ir::Op& anchor, Mma kind) const -> std::op
   if (columns.size() == 2) dims.push_back(columns[0]), op.columns_inner = columns.back().size;
   if (rows.size() == 2) dims.push_back(rows[0]), op.rows_inner = rows.back().size;
   for (size_t r = 0; r < dims.size(); ++r) {
-    if (!map_extent_fits(dims[r].size) || (r > 0 && !map_stride_fits(dims[r].stride))) return std::nullopt;
+    if (!map_extent_fits(largest(dims[r].size)) || (r > 0 && !map_stride_fits(dims[r].stride, largest(dims[r].stride))))
+      return std::nullopt;
     op.map.dims[r] = static_cast<uint64_t>(dims[r].size);
     if (r > 0) op.map.strides[r - 1] = static_cast<uint64_t>(dims[r].stride * 2);
   }
@@ -235,7 +240,7 @@ auto GemmGenerator::conv_weight_operand(const ir::Op& anchor, Mma kind) const ->
   if (e->strides[3] != 1 || (ws[2] != 1 && e->strides[2] != ws[3]) || (ws[1] != 1 && e->strides[1] != ws[2] * ws[3]))
     return std::nullopt;
   const int64_t k = ws[1] * ws[2] * ws[3], outer = ws[0] == 1 ? k : e->strides[0];
-  if (!map_extent_fits(k) || !map_extent_fits(ws[0]) || !map_stride_fits(outer)) return std::nullopt;
+  if (!map_extent_fits(k) || !map_extent_fits(ws[0]) || !map_stride_fits(outer, outer)) return std::nullopt;
   std::optional<TmaOperand> op = tma_source(e, kind);
   if (!op) return std::nullopt;
   op->map.dtype = mma_storage(kind);
@@ -265,7 +270,8 @@ auto GemmGenerator::wgmma_operands(const ir::Op& anchor, const Gemm& gm, Mma kin
   if (tiles < 32) return refuse(fmt::format("{} tiles of 128 x 128, under 32", tiles));
   if (tiles_m < 2 && tiles < 132)
     return refuse(fmt::format("one row of tiles (M = {}) in {} tiles, under 132: mma.sync splits K", gm.m, tiles));
-  if (tiles >= (int64_t{1} << 31)) return refuse("2^31 tiles or more");
+  if (((largest(gm.m) + 127) / 128) * ((gm.n + 127) / 128) * largest(gm.batches) >= (int64_t{1} << 31))
+    return refuse("2^31 tiles or more");
   if (anchor.kind == OpKind::Matmul) {
     std::string why_a, why_b;
     std::optional<TmaOperand> a = tma_operand(anchor, 0, kind, &why_a), b = tma_operand(anchor, 1, kind, &why_b);
@@ -273,11 +279,11 @@ auto GemmGenerator::wgmma_operands(const ir::Op& anchor, const Gemm& gm, Mma kin
     if (a) return WgmmaOperands{a, *b, std::nullopt};
     // A through views no tensor map describes: gathered in 16-byte runs, one batch.
     std::optional<StridedView> gathered = gathered_a(anchor, kind);
-    if (!gathered || gm.batches != 1 || gm.m >= (int64_t{1} << 31) || gm.k >= (int64_t{1} << 31))
+    if (!gathered || gm.batches != 1 || largest(gm.m) >= (int64_t{1} << 31) || gm.k >= (int64_t{1} << 31))
       return refuse(why_a + ", nor gathered in 16-byte runs");
     return WgmmaOperands{std::nullopt, *b, gathered};
   }
-  if (anchor.kind == OpKind::Conv2d && gm.conv && gm.m < (int64_t{1} << 31)) {
+  if (anchor.kind == OpKind::Conv2d && gm.conv && largest(gm.m) < (int64_t{1} << 31)) {
     std::optional<TmaOperand> b = conv_weight_operand(anchor, kind);
     if (!b) return refuse("the weights are not [K, R, S, C] rows a tensor map loads");
     return WgmmaOperands{std::nullopt, *b, std::nullopt};
@@ -356,7 +362,7 @@ std::string GemmGenerator::wgmma_element_loads(const Gemm& gm, const WgmmaShape&
     out += loop_open(s.bm * s.bk);
     out += "const int row = e >> 6, col = e & 63;\n";
     out += "const kiln::i64 m = m0 + row, k = k0 + col;\n";
-    out += fmt::format("float v = 0.0f;\nif (m < {}LL && k < {}LL) {{\n", gm.m, gm.k);
+    out += fmt::format("float v = 0.0f;\nif (m < {} && k < {}) {{\n", sizes_(gm.m), sizes_(gm.k));
     em_.begin_block();
     gm.load_a("m", "k", "batch");
     out += em_.take() + "}\n";
@@ -370,7 +376,7 @@ std::string GemmGenerator::wgmma_element_loads(const Gemm& gm, const WgmmaShape&
   else
     out += fmt::format("const int nn = e % {0}, kk = e / {0};\n", s.bn);
   out += "const kiln::i64 k = k0 + kk, n = n0 + nn;\n";
-  out += fmt::format("float v = 0.0f;\nif (k < {}LL && n < {}LL) {{\n", gm.k, gm.n);
+  out += fmt::format("float v = 0.0f;\nif (k < {} && n < {}) {{\n", sizes_(gm.k), sizes_(gm.n));
   em_.begin_block();
   gm.load_b("k", "n", "batch");
   out += em_.take() + "}\n";
@@ -445,8 +451,12 @@ std::string GemmGenerator::wgmma_frame(const WgmmaShape& s, const std::string& g
     body += fmt::format("const bool chunks_a = kiln::aligned16({}), tma_b = kiln::aligned16({});\n", gathered_pointer, b.pointer);
   else
     body += fmt::format("const bool tma_a = kiln::aligned16({}), tma_b = kiln::aligned16({});\n", a.pointer, b.pointer);
-  body += fmt::format("const int units_m = {}, tiles_n = {}, units = {}, k_tiles = {};\n", s.units_m, s.tiles_n, s.units,
-                      s.k_tiles);
+  if (s.units_m_text.empty())
+    body += fmt::format("const int units_m = {}, tiles_n = {}, units = {}, k_tiles = {};\n", s.units_m, s.tiles_n, s.units,
+                        s.k_tiles);
+  else  // (M symbolic: the units at the bound sizes)
+    body += fmt::format("const int units_m = {}, tiles_n = {}, units = units_m * {}, k_tiles = {};\n", s.units_m_text,
+                        s.tiles_n, s.units / s.units_m, s.k_tiles);
   body += fmt::format("const int rank = (int)G::rank(), first_unit = blockIdx.x / {0}, unit_step = gridDim.x / {0};\n",
                       s.cluster);
   body += "  // A unit is the cluster's tile rows (one per block) at one tile column of one batch; units walk\n";
@@ -516,7 +526,14 @@ void GemmGenerator::gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind, c
   s.tiles_n = (gm.n + s.bn - 1) / s.bn;
   s.units_m = (tiles_m + s.cluster - 1) / s.cluster, s.units = s.units_m * s.tiles_n * gm.batches;
   s.k_tiles = k_slices(gm, s.bk);
-  KILN_INTERNAL_CHECK(s.units * s.cluster < (int64_t{1} << 31));
+  if (sizes_.symbolic(gm.m)) {  // units_m = ceil(M / (bm * cluster)), computed by the kernel; batches and N are integers
+    if (sizes_.symbolic(gm.batches) || ((largest(gm.m) + s.bm * s.cluster - 1) / (s.bm * s.cluster)) * s.tiles_n *
+                                               gm.batches * s.cluster >= (int64_t{1} << 31))
+      throw NotSymbolic(fmt::format("{}: the Hopper kernel's tiles of a symbolic M (symbolic batches, or 2^31 tiles)",
+                                    g_.describe(k_.anchor)));
+    s.units_m_text = fmt::format("(int)(({} + {}LL) / {}LL)", sizes_(gm.m), s.bm * s.cluster - 1, s.bm * s.cluster);
+  }
+  KILN_INTERNAL_CHECK(!s.units_m_text.empty() || s.units * s.cluster < (int64_t{1} << 31));
   s.kind_name = kind == Mma::bf16 ? "kBf16" : "kF16";
   a.map.box = {static_cast<uint32_t>(s.bk), static_cast<uint32_t>(s.bm), 1};
   for (int d = 3; d < a.map.rank; ++d) a.map.box[static_cast<size_t>(d)] = 1;  // a split A's outer dimensions
@@ -528,7 +545,8 @@ void GemmGenerator::gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind, c
   // The epilogue first: whether the result goes out through shared memory sizes the ring.
   std::string finalise;
   // (A cluster's last unit may hold a block with no rows at all.)
-  const bool check_m = gm.m % s.bm != 0 || tiles_m % s.cluster != 0;
+  const bool check_m = sizes_.symbolic(gm.m) ? !sizes_.dim(gm.m).known_multiple_of(s.bm * s.cluster)
+                                             : gm.m % s.bm != 0 || tiles_m % s.cluster != 0;
   // Column reductions stay in registers across tiles where 56 registers
   // are left for everything but the accumulators and the partials.
   TileLoopCarry carry{s.consumer_registers - s.bn / 2 - 56, s.bn / 4, "", "", ""};
@@ -575,7 +593,9 @@ void GemmGenerator::gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind, c
   body += "G::finish();\n";
   finish(body, s.threads, "", "#include \"kiln/wgmma.cuh\"\n");
   out_.shared_bytes = static_cast<uint32_t>(s.shared_bytes);
-  out_.grid = {static_cast<uint32_t>(s.units * s.cluster), 1, 1};
+  out_.grid = {static_cast<uint32_t>(std::min<int64_t>(s.units * s.cluster, int64_t{1} << 31)), 1, 1};
+  if (sizes_.symbolic(gm.m))  // (persistent: the launch takes at most the blocks that run at once)
+    out_.grid_rule = GridRule{sizes_.dim(gm.m).expr(), 1, s.bm * s.cluster, static_cast<uint32_t>(s.units / s.units_m * s.cluster)};
   out_.persistent_group = static_cast<uint32_t>(s.cluster);
 }
 

@@ -390,24 +390,41 @@ Expected<runtime::DeviceState*> Executable::Impl::device_state(CUcontext context
   return raw;
 }
 
+namespace {
+
+// A symbolic graph's tensor map at bound sizes: its extents and strides evaluated.
+codegen::TensorMapSpec map_at(const codegen::TensorMapSpec& spec, const ir::DimValues& sizes) {
+  codegen::TensorMapSpec at = spec;
+  for (size_t d = 0; d < spec.dim_exprs.size(); ++d) at.dims[d] = static_cast<uint64_t>(ir::evaluate(spec.dim_exprs[d], sizes));
+  for (size_t d = 0; d < spec.stride_exprs.size(); ++d)
+    at.strides[d] = static_cast<uint64_t>(ir::evaluate(spec.stride_exprs[d], sizes));
+  return at;
+}
+
+}  // namespace
+
 // The tensor maps of kernel `kernel` over the pointers in `values` (one per
-// argument), into `out` in argument order: each encoded once per pointer and
-// context, then copied from the cache.
-Status Executable::Impl::tensor_maps(runtime::DeviceState& st, size_t kernel, const CUdeviceptr* values, CUtensorMap* out) const {
+// argument), into `out` in argument order: each encoded once per pointer,
+// sizes (`size_key`, a symbolic graph's) and context, then copied from the cache.
+Status Executable::Impl::tensor_maps(runtime::DeviceState& st, size_t kernel, const CUdeviceptr* values,
+                                     const ir::DimValues& sizes, const std::vector<int64_t>& size_key, CUtensorMap* out) const {
   const codegen::GeneratedKernel& k = program().kernels[kernel];
   const runtime::KernelLaunch& plan = launches[kernel];
   std::lock_guard<std::mutex> lock(st.maps_mutex);
   auto& cache = st.maps[kernel];
   for (size_t a = 0, m = 0; a < plan.args.size(); ++a) {
     if (!plan.is_map[a]) continue;
-    auto it = cache.find({a, values[a]});
+    const codegen::TensorMapSpec& spec = k.args[a].map;
+    const bool sized = !spec.dim_exprs.empty();
+    auto it = cache.find({a, values[a], sized ? size_key : std::vector<int64_t>{}});
     if (it == cache.end()) {
-      if (cache.size() >= 256) cache.clear();  // bounded: a caller cycling through many buffers re-encodes
-      Expected<CUtensorMap> map = runtime::encode_tensor_map(*runtime::loaded_driver(), k.args[a].map, values[a]);
+      if (cache.size() >= 256) cache.clear();  // bounded: a caller cycling through many buffers or sizes re-encodes
+      Expected<CUtensorMap> map =
+          runtime::encode_tensor_map(*runtime::loaded_driver(), sized ? map_at(spec, sizes) : spec, values[a]);
       if (!map)
         return Error{map.error().code, fmt::format("kernel {}: tensor '{}': {}", k.plan_kernel,
                                                    ir_of(graph).tensor(k.args[a].tensor).name, map.error().message)};
-      it = cache.emplace(std::make_pair(a, values[a]), *map).first;
+      it = cache.emplace(std::make_tuple(a, values[a], sized ? size_key : std::vector<int64_t>{}), *map).first;
     }
     out[m++] = it->second;
   }
@@ -501,7 +518,7 @@ Status Executable::launch(const BoundArgs& args, void* workspace, void* stream_h
       return Error{ErrorCode::Internal, fmt::format("internal error: kernel {} has {} tensor maps (at most {})", k.plan_kernel,
                                                     plan.map_count, kMaxMaps)};
     if (plan.map_count > 0)
-      if (Status s = x.tensor_maps(**state, i, values.data(), maps.data()); !s) return s;
+      if (Status s = x.tensor_maps(**state, i, values.data(), *sizes, size_of_symbol, maps.data()); !s) return s;
     for (size_t a = 0, m = 0; a < plan.args.size(); ++a)
       params[a] = plan.is_map[a] ? static_cast<void*>(&maps[m++]) : static_cast<void*>(&values[a]);
     const runtime::DeviceState& st = **state;

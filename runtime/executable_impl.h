@@ -54,7 +54,8 @@ struct DeviceState {
   // pointers it has not seen (a model's weights keep theirs; its outputs and
   // workspace, from PyTorch's allocator, move among a few).
   std::mutex maps_mutex;
-  std::vector<std::map<std::pair<size_t, CUdeviceptr>, CUtensorMap>> maps;
+  // Per kernel: (argument, pointer, the sizes for a symbolic graph's maps) -> the encoded map.
+  std::vector<std::map<std::tuple<size_t, CUdeviceptr, std::vector<int64_t>>, CUtensorMap>> maps;
   ~DeviceState();
 };
 
@@ -105,7 +106,8 @@ struct Executable::Impl {
   size_t output_bytes_at(size_t o, const ir::DimValues& values) const;
   // The kernels loaded into `context` (loaded now on its first use).
   Expected<runtime::DeviceState*> device_state(CUcontext context) const;
-  Status tensor_maps(runtime::DeviceState& state, size_t kernel, const CUdeviceptr* values, CUtensorMap* out) const;
+  Status tensor_maps(runtime::DeviceState& state, size_t kernel, const CUdeviceptr* values, const ir::DimValues& sizes,
+                     const std::vector<int64_t>& size_key, CUtensorMap* out) const;
 };
 
 }  // namespace kiln

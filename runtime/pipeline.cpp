@@ -168,8 +168,9 @@ namespace {
 void check_symbolic_ops(const ir::Graph& g) {
   for (const ir::Op& op : g.ops) {
     const ir::OpFamily f = ir::op_info(op.kind).family;
-    if (f == ir::OpFamily::Matmul || f == ir::OpFamily::Conv || f == ir::OpFamily::Attention)
-      throw codegen::NotSymbolic(fmt::format("{} is a {}, an anchor (anchors are compiled per size so far)",
+    if (f == ir::OpFamily::Conv || f == ir::OpFamily::Attention)
+      throw codegen::NotSymbolic(fmt::format("{} is a {}, an anchor compiled per size so far (of the anchors, matmuls "
+                                             "are compiled once)",
                                              detail::quoted(g.result(op).name), ir::op_name(op.kind)));
     if (op.symbolic && (op.symbolic->start || op.symbolic->end))
       throw codegen::NotSymbolic(fmt::format("{} slices at a symbolic position", detail::quoted(g.result(op).name)));
@@ -195,8 +196,14 @@ Planned run_at_probe(const Graph& graph, const Target& target, int64_t first_pri
   return out;
 }
 
+bool same_map(const codegen::TensorMapSpec& a, const codegen::TensorMapSpec& b) {
+  return a.dtype == b.dtype && a.rank == b.rank && a.box == b.box && a.offset_bytes == b.offset_bytes &&
+         a.dim_exprs == b.dim_exprs && a.stride_exprs == b.stride_exprs;
+}
+
 bool same_arg(const codegen::KernelArg& a, const codegen::KernelArg& b) {
-  return a.role == b.role && a.tensor == b.tensor && a.workspace == b.workspace && a.symbol == b.symbol;
+  return a.role == b.role && a.tensor == b.tensor && a.workspace == b.workspace && a.symbol == b.symbol &&
+         (a.role != codegen::KernelArg::Role::TensorMap || same_map(a.map, b.map));
 }
 
 // The first way two probes' plans or programs differ, or "".
@@ -215,7 +222,8 @@ std::string first_difference(const Planned& a, const Planned& b) {
     const bool same_args = x.args.size() == y.args.size() &&
                            std::equal(x.args.begin(), x.args.end(), y.args.begin(), same_arg);
     if (x.canonical != y.canonical || !same_args)
-      return fmt::format("kernel {}'s source depends on the sizes beyond its size parameters", x.plan_kernel);
+      return fmt::format("kernel {}'s source{} depends on the sizes beyond its size parameters", x.plan_kernel,
+                         x.tactics.chosen.empty() ? "" : fmt::format(" (tactic {})", x.tactics.chosen));
     if (x.grid_rule != y.grid_rule || x.grid[1] != y.grid[1] || x.grid[2] != y.grid[2] || x.block != y.block ||
         x.shared_bytes != y.shared_bytes || x.persistent_group != y.persistent_group ||
         (!x.grid_rule && x.grid[0] != y.grid[0]))

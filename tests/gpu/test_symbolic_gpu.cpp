@@ -1,5 +1,5 @@
 // GPU tests of one compile for every size (runtime/pipeline.h): each
-// symbolic graph (pointwise, norm, held-row and row-reduction kernels) compiled ONCE, run at its smallest, largest, an odd and a
+// symbolic graph (pointwise, norm, held-row, row-reduction and Hopper matmul kernels) compiled ONCE, run at its smallest, largest, an odd and a
 // prime size against the reference interpreter on random inputs with its
 // outputs poisoned (Executable::run_host), and against the same graph
 // written with integers and compiled at that size. The compile is counted:
@@ -61,7 +61,19 @@ std::vector<SymbolicCase> cases() {
          {"op": "add", "in": ["v", 1e-5], "out": "ve"}, {"op": "rsqrt", "in": ["ve"], "out": "r"},
          {"op": "mul", "in": ["d", "r"], "out": "y"}, {"op": "reduce_max", "in": ["x"], "out": "top", "axes": [1]}],
  "outputs": ["y", "top"]})";
-  return {{"layer_norm_written_out", held, {{{"R", 1}}, {{"R", 50000}}, {{"R", 999}}, {{"R", 7919}}}},
+  // Two matmuls over rows B*S on the Hopper kernel (M a parameter, tensor maps sized at launch),
+  // with bias, GELU and a residual read through reshapes.
+  const std::string mlp = R"({"kiln": 1, "name": "mlp",
+ "dims": {"B": {"min": 1, "max": 16}, "S": {"min": 1, "max": 512}},
+ "inputs": {"x": {"shape": ["B", "S", 256], "dtype": "bf16"}, "w": {"shape": [256, 1024], "dtype": "bf16"},
+            "b": {"shape": [1024], "dtype": "bf16"}, "w2": {"shape": [1024, 256], "dtype": "bf16"}},
+ "ops": [{"op": "reshape", "in": ["x"], "out": "x2", "shape": ["B*S", 256]}, {"op": "matmul", "in": ["x2", "w"], "out": "h"},
+         {"op": "add", "in": ["h", "b"], "out": "hb"}, {"op": "gelu", "in": ["hb"], "out": "g", "dtype": "bf16"},
+         {"op": "matmul", "in": ["g", "w2"], "out": "y2"}, {"op": "add", "in": ["y2", "x2"], "out": "r", "dtype": "bf16"},
+         {"op": "reshape", "in": ["r"], "out": "y", "shape": ["B", "S", 256]}],
+ "outputs": ["y"]})";
+  return {{"mlp", mlp, {{{"B", 1}, {"S", 1}}, {{"B", 16}, {"S", 512}}, {{"B", 3}, {"S", 45}}, {{"B", 13}, {"S", 127}}}},
+          {"layer_norm_written_out", held, {{{"R", 1}}, {{"R", 50000}}, {{"R", 999}}, {{"R", 7919}}}},
           {"residual_rms_norm_gelu", rn, {{{"B", 1}, {"S", 1}}, {{"B", 16}, {"S", 512}}, {{"B", 3}, {"S", 45}}, {{"B", 13}, {"S", 127}}}},
           {"layer_norm_rows", ln, {{{"R", 1}}, {{"R", 20000}}, {{"R", 999}}, {{"R", 7919}}}},
           {"rows_softmax", sm, {{{"N", 1}}, {{"N", 4096}}, {{"N", 333}}, {{"N", 997}}}},

@@ -163,13 +163,24 @@ TEST(SymbolicCompile, RowReductionsAndHeldRowsOverSymbolicRows) {
 }
 
 TEST(SymbolicCompile, WhatOneCompileDoesNotCoverIsCompiledPerSizeAndSaysWhy) {
-  // An anchor.
+  // A matmul of f32 operands (the SIMT kernel, whose source spells its sizes as integers).
   const Graph mm = must_parse(R"({"kiln": 1, "dims": {"B": {"min": 1, "max": 64}},
     "inputs": {"x": {"shape": ["B", 64], "dtype": "f32"}, "w": {"shape": [64, 32], "dtype": "f32"}},
     "ops": [{"op": "matmul", "in": ["x", "w"], "out": "y"}], "outputs": ["y"]})");
   Expected<std::string> why = runtime::per_size_reason(mm, runtime::Target{.arch = "sm_90"});
   ASSERT_TRUE(why.ok());
-  EXPECT_THAT(*why, ::testing::HasSubstr("'y' is a matmul, an anchor"));
+  EXPECT_THAT(*why, ::testing::HasSubstr("kernel 0's source (tactic simt) depends on the sizes"));
+  // The same matmul of bf16 operands on sm_80 (mma.sync), and a conv (an anchor not covered).
+  const Graph mm16 = must_parse(std::regex_replace(mm.to_json(), std::regex("\"f32\""), "\"bf16\""));
+  why = runtime::per_size_reason(mm16, runtime::Target{.arch = "sm_80"});
+  ASSERT_TRUE(why.ok());
+  EXPECT_THAT(*why, ::testing::HasSubstr("(tactic mma.sync) depends on the sizes"));
+  const Graph conv = must_parse(R"({"kiln": 1, "dims": {"B": {"min": 1, "max": 64}},
+    "inputs": {"x": {"shape": ["B", 8, 8, 16], "dtype": "bf16"}, "w": {"shape": [16, 3, 3, 16], "dtype": "bf16"}},
+    "ops": [{"op": "conv2d", "in": ["x", "w"], "out": "y", "layout": "NHWC", "padding": [1, 1]}], "outputs": ["y"]})");
+  why = runtime::per_size_reason(conv, runtime::Target{.arch = "sm_90"});
+  ASSERT_TRUE(why.ok());
+  EXPECT_THAT(*why, ::testing::HasSubstr("'y' is a conv2d, an anchor compiled per size so far"));
   Expected<Executable> exe = Executable::compile(mm, {.arch = "sm_90", .use_cache = false});
   ASSERT_FALSE(exe.ok());
   EXPECT_THAT(exe.error().message, ::testing::HasSubstr("one compile for every size does not cover it yet"));
@@ -185,6 +196,62 @@ TEST(SymbolicCompile, WhatOneCompileDoesNotCoverIsCompiledPerSizeAndSaysWhy) {
   why = runtime::per_size_reason(must_parse(residual_norm("\"B\"", "\"S\"", true)), runtime::Target{.arch = "sm_90"});
   ASSERT_TRUE(why.ok());
   EXPECT_EQ(*why, "");
+}
+
+// x [B, S, 768] -> matmul 3072 + bias, GELU -> matmul 768 + x (examples/symbolic/mlp.json):
+// the Hopper kernel over rows M = B*S, its tiles counted and its tensor maps
+// sized at launch.
+std::string mlp(const std::string& b, const std::string& s, bool symbolic) {
+  return fmt::format(R"({{"kiln": 1, "name": "mlp", {}
+ "inputs": {{"x": {{"shape": [{}, {}, 768], "dtype": "bf16"}}, "w": {{"shape": [768, 3072], "dtype": "bf16"}},
+            "b": {{"shape": [3072], "dtype": "bf16"}}, "w2": {{"shape": [3072, 768], "dtype": "bf16"}}}},
+ "ops": [{{"op": "reshape", "in": ["x"], "out": "x2", "shape": [{}, 768]}},
+         {{"op": "matmul", "in": ["x2", "w"], "out": "h"}},
+         {{"op": "add", "in": ["h", "b"], "out": "hb"}},
+         {{"op": "gelu", "in": ["hb"], "out": "g", "dtype": "bf16"}},
+         {{"op": "matmul", "in": ["g", "w2"], "out": "y2"}},
+         {{"op": "add", "in": ["y2", "x2"], "out": "r", "dtype": "bf16"}},
+         {{"op": "reshape", "in": ["r"], "out": "y", "shape": [{}, {}, 768]}}],
+ "outputs": ["y"]}})",
+                     symbolic ? kDims + "," : "", b, s, symbolic ? "\"B*S\"" : std::to_string(std::stoll(b) * std::stoll(s)),
+                     b, s);
+}
+
+TEST(SymbolicCompile, HopperMatmulsOverSymbolicRows) {
+  const runtime::Planned symbolic = must_plan(must_parse(mlp("\"B\"", "\"S\"", true)));
+  ASSERT_EQ(symbolic.program.kernels.size(), 2u);
+  for (const codegen::GeneratedKernel& k : symbolic.program.kernels) {
+    EXPECT_EQ(k.tactics.chosen, "wgmma");
+    EXPECT_NE(k.canonical.find("const int units_m = (int)(((kiln_size0 * kiln_size1) + 127LL) / 128LL)"), std::string::npos)
+        << k.source;
+    const std::regex number("\\b[0-9]+\\b");
+    for (std::sregex_iterator it(k.canonical.begin(), k.canonical.end(), number), end; it != end; ++it)
+      EXPECT_FALSE(symbolic.probe->involves_symbol(std::stoll(it->str()))) << it->str();
+    EXPECT_TRUE(k.grid_rule.has_value());
+    // A (rows B*S) and the staged result's maps: extents and strides as expressions.
+    bool rows_map = false;
+    for (const codegen::KernelArg& a : k.args)
+      if (a.role == codegen::KernelArg::Role::TensorMap && a.map.dim_exprs.size() >= 2)
+        rows_map |= ir::to_string(a.map.dim_exprs[1]) == "B*S";
+    EXPECT_TRUE(rows_map) << k.source;
+  }
+  // The persistent grid at bound sizes: the units the integer graph's kernel walks where it
+  // chose the same tiles (its tiles are chosen for its M; the symbolic kernel's for many rows).
+  int compared = 0;
+  for (const auto& [b, s] : std::vector<std::pair<int, int>>{{1, 8}, {3, 200}, {16, 1024}, {64, 4096}}) {
+    const runtime::Planned integer = must_plan(must_parse(mlp(std::to_string(b), std::to_string(s), false)));
+    ASSERT_EQ(integer.program.kernels.size(), 2u);
+    for (size_t i = 0; i < 2; ++i) {
+      if (integer.program.kernels[i].tactics.chosen != "wgmma" ||
+          !(integer.program.kernels[i].tuning == symbolic.program.kernels[i].tuning))
+        continue;  // (a few rows: mma.sync splits K; a few hundred: narrower tiles)
+      ++compared;
+      EXPECT_EQ(codegen::to_string(codegen::launch_geometry(symbolic.program.kernels[i], {{"B", b}, {"S", s}})),
+                codegen::to_string(codegen::launch_geometry(integer.program.kernels[i], {})))
+          << "B=" << b << " S=" << s;
+    }
+  }
+  EXPECT_GE(compared, 4);
 }
 
 TEST(SymbolicCompile, NvrtcCompilesTheSymbolicKernelsOnceForEverySize) {
