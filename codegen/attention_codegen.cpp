@@ -84,7 +84,7 @@ std::string AttentionGenerator::score_hook(const ir::Op& op, bool causal_in_hook
     const std::string mv = em_.value(op.inputs[3], mc);
     sc = mask.dtype == DType::boolean ? fmt::format("({} != 0.0f ? {} : -kiln::inf())", mv, sc) : fmt::format("({} + {})", sc, mv);
   }
-  if (causal_in_hook && op.attrs.causal) sc = fmt::format("(kj > qi + {}LL ? -kiln::inf() : {})", skv - sq, sc);
+  if (causal_in_hook && op.attrs.causal) sc = fmt::format("(kj > qi + {} ? -kiln::inf() : {})", sizes_(skv - sq), sc);
   em_.emit(fmt::format("return {};", sc));
   return out + em_.take() + "};\n";
 }
@@ -122,7 +122,7 @@ void AttentionGenerator::output_element(const ir::Op& op, const std::string& val
 std::string AttentionGenerator::flash_outputs(const ir::Op& op, int64_t head_dim, bool padded) {
   const int64_t sq = g_.operand(op, 0).shape[2];
   std::string body = "#pragma unroll\nfor (int dn = 0; dn < A::kDN; ++dn)\n#pragma unroll\nfor (int half = 0; half < 2; ++half) {\n";
-  body += fmt::format("const kiln::i64 qi = q0 + A::acc_row(2 * half);\nif (qi >= {}LL{}) continue;\n", sq,
+  body += fmt::format("const kiln::i64 qi = q0 + A::acc_row(2 * half);\nif (qi >= {}{}) continue;\n", sizes_(sq),
                       padded ? fmt::format(" || A::acc_col(dn, 0) >= {}LL", head_dim) : "");
   em_.begin_block();
   em_.emit("const int e = 2 * half + c;");
@@ -141,10 +141,18 @@ std::string AttentionGenerator::attention_outputs(const ir::Op& op, const std::s
 }
 
 // The first element of (batch bi, head `head`) of an operand in memory.
-static std::string head_base(const ExternalTensor& e, const std::string& head) {
-  const std::string offset = e.offset ? fmt::format(" + {}LL", e.offset) : "";
-  return fmt::format("static_cast<const kiln::u16*>({}){} + bi * {}LL + {} * {}LL", e.pointer, offset, e.strides[0], head,
-                     e.strides[1]);
+static std::string head_base(SizeText& sizes, const ExternalTensor& e, const std::string& head) {
+  const std::string offset = e.offset ? fmt::format(" + {}", sizes(e.offset)) : "";
+  return fmt::format("static_cast<const kiln::u16*>({}){} + bi * {} + {} * {}", e.pointer, offset, sizes(e.strides[0]), head,
+                     sizes(e.strides[1]));
+}
+
+// ceil(value / by): a literal with `suffix`, or for a symbolic value the
+// kernel's i64 expression (an int where the suffix is "").
+static std::string ceil_text(SizeText& sizes, int64_t value, int64_t by, const std::string& suffix) {
+  if (!sizes.symbolic(value)) return fmt::format("{}{}", (value + by - 1) / by, suffix);
+  const std::string q = fmt::format("(({} + {}LL) / {}LL)", sizes(value), by - 1, by);
+  return suffix.empty() ? "(int)" + q : q;
 }
 
 // Blocks walk (query tile, batch x head) pairs in one grid dimension
@@ -156,20 +164,22 @@ static std::string head_base(const ExternalTensor& e, const std::string& head) {
 //
 // `tile`: the expression of the block's tile (blockIdx.x, or a persistent
 // kernel's loop variable).
-static std::string flash_block_coordinates(int64_t q_tiles, int64_t heads, int64_t kv_heads, int bq,
+// (`sq`: the query rows, q_tiles = ceil(sq / bq) of them.)
+static std::string flash_block_coordinates(SizeText& sizes, int64_t sq, int64_t heads, int64_t kv_heads, int bq,
                                            const std::string& tile = "blockIdx.x") {
-  std::string out = fmt::format("const kiln::i64 pair = {} / {}LL;\n", tile, q_tiles);
-  out += fmt::format("const int q0 = (int)({}LL - 1 - {} % {}LL) * {};\n", q_tiles, tile, q_tiles, bq);
-  out += fmt::format("const kiln::i64 bi = pair / {0}LL, hi = pair % {0}LL, kvh = hi / {1}LL;\n", heads, heads / kv_heads);
+  const std::string q_tiles = ceil_text(sizes, sq, bq, "LL");
+  std::string out = fmt::format("const kiln::i64 pair = {} / {};\n", tile, q_tiles);
+  out += fmt::format("const int q0 = (int)({} - 1 - {} % {}) * {};\n", q_tiles, tile, q_tiles, bq);
+  out += fmt::format("const kiln::i64 bi = pair / {0}, hi = pair % {0}, kvh = hi / {1}LL;\n", sizes(heads), heads / kv_heads);
   return out;
 }
 
 // Key tiles a block visits: a causal mask hides keys past q0 + BQ - 1 + skv - sq.
-static std::string flash_kv_tiles(const ir::Op& op, int64_t sq, int64_t skv, int bq, int bkv) {
+static std::string flash_kv_tiles(SizeText& sizes, const ir::Op& op, int64_t sq, int64_t skv, int bq, int bkv) {
   if (op.attrs.causal)
-    return fmt::format("const int kv_tiles = max(0, min({0}, (int)((q0 + {1} + {2}LL + {3} - 1) / {3})));\n", (skv + bkv - 1) / bkv,
-                       bq, skv - sq, bkv);
-  return fmt::format("const int kv_tiles = {};\n", (skv + bkv - 1) / bkv);
+    return fmt::format("const int kv_tiles = max(0, min({0}, (int)((q0 + {1} + {2} + {3} - 1) / {3})));\n",
+                       ceil_text(sizes, skv, bkv, ""), bq, sizes(skv - sq), bkv);
+  return fmt::format("const int kv_tiles = {};\n", ceil_text(sizes, skv, bkv, ""));
 }
 
 void AttentionGenerator::flash_attention(const ir::Op& op) {
@@ -188,13 +198,13 @@ void AttentionGenerator::flash_attention(const ir::Op& op) {
                       q.storage == DType::bf16 ? "kBf16" : "kF16");
   body += fmt::format("static_assert(A::kSharedBytes == {}, \"shared memory size as launched\");\n", shared_bytes);
   body += "extern __shared__ __align__(16) unsigned char kiln_shared[];\n";
-  body += flash_block_coordinates(q_tiles, heads, kv_heads, bq);
-  body += fmt::format("const kiln::u16* q = {};\n", head_base(q, "hi"));
-  body += fmt::format("const kiln::u16* k = {};\n", head_base(k, "kvh"));
-  body += fmt::format("const kiln::u16* v = {};\n", head_base(v, "kvh"));
+  body += flash_block_coordinates(sizes_, sq, heads, kv_heads, bq);
+  body += fmt::format("const kiln::u16* q = {};\n", head_base(sizes_, q, "hi"));
+  body += fmt::format("const kiln::u16* k = {};\n", head_base(sizes_, k, "kvh"));
+  body += fmt::format("const kiln::u16* v = {};\n", head_base(sizes_, v, "kvh"));
   body += fmt::format("const bool aligned = kiln::aligned16({}) && kiln::aligned16({}) && kiln::aligned16({});\n", q.pointer,
                       k.pointer, v.pointer);
-  body += flash_kv_tiles(op, sq, skv, bq, bkv);
+  body += flash_kv_tiles(sizes_, op, sq, skv, bq, bkv);
   body += score_hook(op, true, "const kiln::i64 qi = q0 + row, kj = key;\n");
   body += "A fa;\n";
   body += fmt::format("fa.run(reinterpret_cast<kiln::u16*>(kiln_shared), q, {}LL, q0, {}, k, {}LL, v, {}LL, {}, kv_tiles, aligned, score);\n",
@@ -245,14 +255,14 @@ void AttentionGenerator::decode_attention(const ir::Op& op) {
   body += "extern __shared__ __align__(16) float kiln_shared_f32[];\n";
   body += fmt::format("const kiln::i64 unit = blockIdx.x / {0}LL;\nconst int chunk = (int)(blockIdx.x % {0}LL);\n", chunks);
   body += fmt::format("const kiln::i64 bi = unit / {0}LL, kvh = unit % {0}LL;\n", kv_heads);
-  body += fmt::format("const kiln::u16* k = {};\n", head_base(k, "kvh"));
-  body += fmt::format("const kiln::u16* v = {};\n", head_base(v, "kvh"));
+  body += fmt::format("const kiln::u16* k = {};\n", head_base(sizes_, k, "kvh"));
+  body += fmt::format("const kiln::u16* v = {};\n", head_base(sizes_, v, "kvh"));
   body += fmt::format("const bool aligned = kiln::aligned16(k) && kiln::aligned16(v);\n");
   // Row r of the block: query r % sq of head kvh * group + r / sq.
   const std::string coordinates = fmt::format("const kiln::i64 hi = kvh * {}LL + row / {}, qi = row % {}, kj = key;\n", group, sq, sq);
   body += "auto q_row = [&](int row) -> const kiln::u16* {\n";
   body += fmt::format("const kiln::i64 hi = kvh * {}LL + row / {}, qi = row % {};\n", group, sq, sq);
-  body += fmt::format("return {} + qi * {}LL;\n}};\n", head_base(q, "hi"), q.strides[2]);
+  body += fmt::format("return {} + qi * {}LL;\n}};\n", head_base(sizes_, q, "hi"), q.strides[2]);
   body += score_hook(op, true, coordinates);
   body += "A a(kiln_shared_f32);\n";
   body += fmt::format("a.run(q_row, k, {}LL, v, {}LL, chunk * {}, {}, aligned, score);\n", k.strides[2], v.strides[2], chunk, skv);
@@ -301,11 +311,11 @@ std::optional<AttentionGenerator::HopperAttention::Operand> AttentionGenerator::
   op.map.rank = 4;
   int64_t packed = shape[3];  // a stride for dimensions of 1 (never stepped along)
   for (int dim = 3; dim >= 0; --dim) {
-    if (shape[static_cast<size_t>(dim)] >= (int64_t{1} << 31)) return std::nullopt;
+    if (largest(shape[static_cast<size_t>(dim)]) >= (int64_t{1} << 31)) return std::nullopt;
     op.map.dims[static_cast<size_t>(3 - dim)] = static_cast<uint64_t>(shape[static_cast<size_t>(dim)]);
     if (dim == 3) continue;
     const int64_t stride = shape[static_cast<size_t>(dim)] == 1 ? packed : e.strides[static_cast<size_t>(dim)];
-    if (stride <= 0 || stride % 8 != 0 || stride >= (int64_t{1} << 38)) return std::nullopt;
+    if (stride <= 0 || stride % 8 != 0 || largest(stride) >= (int64_t{1} << 38)) return std::nullopt;
     op.map.strides[static_cast<size_t>(2 - dim)] = static_cast<uint64_t>(stride * 2);
     packed *= shape[static_cast<size_t>(dim)];
   }
@@ -379,14 +389,19 @@ void AttentionGenerator::flash_attention_wgmma(const ir::Op& op, const HopperAtt
   };
   const std::string map_q = map_of(a.q, 0, 128), map_k = map_of(a.k, 1, a.bkv), map_v = map_of(a.v, 2, a.bkv);
   const int64_t q_tiles = (a.sq + 127) / 128, tiles = q_tiles * a.batches * a.heads;
-  KILN_INTERNAL_CHECK(tiles < (int64_t{1} << 31));
+  // (A symbolic B or S: the tiles as the kernel computes them, and a grid rule.)
+  const bool symbolic = sizes_.symbolic(a.sq) || sizes_.symbolic(a.batches);
+  if (((largest(a.sq) + 127) / 128) * largest(a.batches) * a.heads >= (int64_t{1} << 31))
+    throw NotSymbolic(fmt::format("{}: 2^31 query tiles or more at the largest sizes", g_.describe(k_.anchor)));
+  const std::string tiles_text = symbolic ? fmt::format("({} * {})", ceil_text(sizes_, a.sq, 128, "LL"), sizes_(a.batches * a.heads))
+                                          : fmt::format("{}LL", tiles);
   // A persistent grid (without a causal mask): each block loops over query
   // tiles (its n-th in `n`), its producer loading the next tile's Q, K and
   // V while the consumers finish this one's output, the ring of K and V
   // slots carried along.
-  const std::string tile_loop = fmt::format("for (kiln::i64 tile = blockIdx.x; tile < {}LL; tile += gridDim.x, ++n) {{\n", tiles);
-  const std::string tile_coordinates =
-      flash_block_coordinates(q_tiles, a.heads, a.kv_heads, 128, "tile") + flash_kv_tiles(op, a.sq, a.skv, 128, a.bkv);
+  const std::string tile_loop = fmt::format("for (kiln::i64 tile = blockIdx.x; tile < {}; tile += gridDim.x, ++n) {{\n", tiles_text);
+  const std::string tile_coordinates = flash_block_coordinates(sizes_, a.sq, a.heads, a.kv_heads, 128, "tile") +
+                                       flash_kv_tiles(sizes_, op, a.sq, a.skv, 128, a.bkv);
   std::string body;
   body += fmt::format("typedef kiln::wg::FlashAttention<{}, {}, {}, kiln::tc::{}, {}> A;\n", a.head_dim, a.bkv, a.stages,
                       a.type == DType::bf16 ? "kBf16" : "kF16", a.causal ? "true" : "false");
@@ -399,7 +414,8 @@ void AttentionGenerator::flash_attention_wgmma(const ir::Op& op, const HopperAtt
   body += "kiln::wg::registers_down<40>();\n";
   body += tile_loop + tile_coordinates;
   auto source = [&](const HopperAttention::Operand& o, const std::string& map, const std::string& head, int64_t rows) {
-    return fmt::format("{{&{}, {}, {}LL, (int){}, (int)bi, {}}}", map, head_base(o.memory, head), o.memory.strides[2], head, rows);
+    return fmt::format("{{&{}, {}, {}, (int){}, (int)bi, {}}}", map, head_base(sizes_, o.memory, head), sizes_(o.memory.strides[2]),
+                       head, sizes_(rows, ""));
   };
   body += fmt::format("const kiln::wg::AttentionSource q = {};\n", source(a.q, map_q, "hi", a.sq));
   body += fmt::format("const kiln::wg::AttentionSource k = {};\n", source(a.k, map_k, "kvh", a.skv));
@@ -420,13 +436,16 @@ void AttentionGenerator::flash_attention_wgmma(const ir::Op& op, const HopperAtt
   const bool additive_mask = op.inputs.size() > 3 && g_.operand(op, 3).dtype != DType::boolean;
   const bool scale_in_softmax = op.attrs.scale > 0 && !additive_mask;
   body += score_hook(op, false, "const kiln::i64 qi = q0 + row, kj = key;\n", scale_in_softmax);
-  body += fmt::format("fa.consume(smem, ring, n, q0, {}, {}, kv_tiles, {}, {}, score);\n", a.sq, a.skv, a.skv - a.sq,
+  body += fmt::format("fa.consume(smem, ring, n, q0, {}, {}, kv_tiles, {}, {}, score);\n", sizes_(a.sq, ""), sizes_(a.skv, ""),
+                      sizes_(a.skv - a.sq, ""),
                       Emitter::float_literal(scale_in_softmax ? op.attrs.scale : 1.0f));
   body += flash_outputs(op, a.head_dim, a.padded_dim != a.head_dim);
   body += "}\n}\n";
   finish(body, 384, "", "#include \"kiln/attention_wgmma.cuh\"\n");
   out_.shared_bytes = static_cast<uint32_t>(a.shared_bytes);
-  out_.grid = {static_cast<uint32_t>(tiles), 1, 1};
+  out_.grid = {static_cast<uint32_t>(std::min<int64_t>(tiles, (int64_t{1} << 31) - 1)), 1, 1};
+  if (symbolic)
+    out_.grid_rule = GridRule{sizes_.dim(a.sq).expr(), 1, 128, 1, sizes_.dim(a.batches * a.heads).expr()};
   // Under a causal mask tiles differ in work: a block per tile, and the
   // hardware starts each as one ends (blocks striding over the tiles, B4
   // H32 S4096 on H100: 1.21 ms against 1.14).

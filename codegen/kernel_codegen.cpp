@@ -24,19 +24,20 @@ namespace {
 
 // The kernels whose generators spell every size through SizeText (this
 // slice of one compile for every size): pointwise, copies, normalisations,
-// row reductions (held rows included), and matmuls, without workspaces.
-// (The generators refuse their other paths themselves: the reduction
-// generator column reductions, pools, row statistics and symbolic reduced
-// extents; of the matmul kernels only the Hopper kernel with a symbolic M
-// spells its sizes so, and the others' sources differ between the two
-// probes, which refuses them.)
+// row reductions (held rows included), matmuls and attention, without
+// workspaces. (The generators refuse their other paths themselves: the
+// reduction generator column reductions, pools, row statistics and
+// symbolic reduced extents; of the matmul and attention kernels only the
+// Hopper kernels spell their sizes so (matmul: a symbolic M; attention: a
+// symbolic batch and sequence), and the others' sources differ between the
+// two probes, which refuses them.)
 void check_symbolic_scope(const ir::PlannedKernel& k) {
   const bool covered = k.kind == ir::KernelKind::Pointwise || k.kind == ir::KernelKind::Copy ||
                        k.kind == ir::KernelKind::Norm || k.kind == ir::KernelKind::Reduction ||
-                       k.kind == ir::KernelKind::Matmul;
+                       k.kind == ir::KernelKind::Matmul || k.kind == ir::KernelKind::Attention;
   if (!covered)
     throw NotSymbolic(fmt::format("kernel {} is a {} kernel; symbolic kernels cover pointwise, copy, norm, row "
-                                  "reduction and matmul kernels so far",
+                                  "reduction, matmul and attention kernels so far",
                                   k.id, ir::to_string(k.kind)));
   if (!k.workspace.empty())
     throw NotSymbolic(fmt::format("kernel {} uses a workspace ({}); symbolic kernels have none so far", k.id,

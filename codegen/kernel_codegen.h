@@ -60,11 +60,14 @@ struct KernelArg {
 
 // A symbolic graph's kernel: how many blocks a launch takes at the bound
 // sizes (launch_geometry.h): clamp(ceil((work / per_item) / per_block), 1,
-// 2^20) * multiplier, `work` a product of the graph's sizes.
+// 2^20) * multiplier * times, `work` and `times` products of the graph's
+// sizes (an attention kernel's query tiles of every batch and head:
+// ceil(S / 128) * B*H).
 struct GridRule {
   ir::DimExpr work;
   int64_t per_item = 1, per_block = 1;
   uint32_t multiplier = 1;
+  ir::DimExpr times = ir::DimExpr::constant(1);
   bool operator==(const GridRule&) const = default;
 };
 

@@ -12,7 +12,8 @@ LaunchGeometry launch_geometry(const GeneratedKernel& k, const ir::DimValues& va
   if (const std::optional<GridRule>& rule = k.grid_rule) {
     const int64_t items = ir::evaluate(rule->work, values) / rule->per_item;
     const int64_t blocks = std::clamp<int64_t>((items + rule->per_block - 1) / rule->per_block, 1, int64_t{1} << 20);
-    g.grid[0] = static_cast<uint32_t>(blocks) * rule->multiplier;
+    g.grid[0] = static_cast<uint32_t>(
+        std::min<int64_t>(blocks * rule->multiplier * ir::evaluate(rule->times, values), (int64_t{1} << 31) - 1));
   }
   return g;
 }

@@ -6,7 +6,7 @@
 //
 // Expects: `values` with every symbol the kernel's rule reads (none for an
 // integer graph's kernels), inside the graph's ranges.
-// Guarantees: grid entries in [1, 2^20] times the rule's multiplier.
+// Guarantees: grid entries in [1, 2^20] times the rule's multiplier and `times`, below 2^31.
 #pragma once
 
 #include <array>

@@ -647,14 +647,14 @@ std::string GemmGenerator::gathered_producer(const Gemm& gm, const std::optional
                                              const std::string& b_elements, const std::string& b_copy,
                                              const std::string& warm_l2) {
   // Each row's (and chunk's) offset: the sum of its coordinates along `dims` (outer first) times their strides.
-  auto offset_of = [](const std::string& index, const std::vector<ViewDim>& dims) {
+  auto offset_of = [&](const std::string& index, const std::vector<ViewDim>& dims) {
     std::string sum;
     int64_t inner = 1;
     for (size_t d = dims.size(); d-- > 0;) {
       if (dims[d].size == 1) continue;
-      std::string coord = inner == 1 ? index : fmt::format("({} / {})", index, inner);
-      if (d > 0) coord = fmt::format("({} % {})", coord, dims[d].size);
-      sum += fmt::format("{}(kiln::i64){} * {}LL", sum.empty() ? "" : " + ", coord, dims[d].stride);
+      std::string coord = inner == 1 ? index : fmt::format("({} / {})", index, sizes_(inner, ""));
+      if (d > 0) coord = fmt::format("({} % {})", coord, sizes_(dims[d].size, ""));
+      sum += fmt::format("{}(kiln::i64){} * {}", sum.empty() ? "" : " + ", coord, sizes_(dims[d].stride));
       inner *= dims[d].size;
     }
     return sum.empty() ? std::string("0") : sum;
@@ -671,7 +671,8 @@ std::string GemmGenerator::gathered_producer(const Gemm& gm, const std::optional
     out += "kiln::i64 row_offset[8];\n";
     out += "#pragma unroll\nfor (int i = 0; i < 8; ++i) {\n";
     out += "const int m = (int)m0 + chunk_row + 16 * i;\n";
-    out += fmt::format("row_offset[i] = m < {} ? {}LL + {} : -1;\n", gm.m, view->memory.offset, offset_of("m", view->rows));
+    out += fmt::format("row_offset[i] = m < {} ? {} + {} : -1;\n", sizes_(gm.m, ""), sizes_(view->memory.offset),
+                       offset_of("m", view->rows));
     out += "}\n";
   } else {
     const Gemm::ConvGeometry& cv = *gm.conv;

@@ -222,9 +222,28 @@ def used_symbols(doc: Dict[str, Any], symbols: Sequence[sympy.Symbol]) -> List[s
     return [s for s in symbols if str(s) in names]
 
 
-# The largest sizes a symbolic graph declares, tried in turn: dynamo's ranges are usually unbounded
-# above, and kiln requires every tensor's element count at the largest sizes to stay below 2^62.
-CAPS = (2**31 - 1, 2**24, 2**20, 2**16, 2**12)
+# The largest sizes a symbolic graph declares: dynamo's ranges are usually unbounded above. The
+# largest of these that keeps every dimension the graph writes (B*S*64) below 2^31, which kiln's
+# kernels index with 32-bit tile and row counts, and then every tensor below kiln's 2^62 elements.
+CAPS = (2**31 - 1, 2**24, 2**20, 2**16, 2**15, 2**12, 2**10)
+
+
+def largest_cap(doc: Dict[str, Any]) -> int:
+    """The largest of CAPS at which every dim expression of the document stays below 2^31."""
+    dims = [d for e in doc["inputs"].values() for d in e["shape"]]
+    dims += [d for e in doc["ops"] for d in (e.get("shape") or []) if isinstance(e.get("shape"), list)]
+    cap = CAPS[0]
+    for d in dims:
+        if not isinstance(d, str):
+            continue
+        factors = d.split("*")
+        constant = 1
+        for f in factors:
+            constant *= int(f) if f.isdigit() else 1
+        symbols = sum(not f.isdigit() for f in factors)
+        while cap > CAPS[-1] and constant * cap ** symbols >= 2**31:
+            cap = CAPS[CAPS.index(cap) + 1]
+    return cap
 
 
 def _finite(bound: Any, otherwise: int) -> int:

@@ -930,7 +930,8 @@ class KilnSubgraph(torch.nn.Module):
         doc = docs[0]
         used = sizes.used_symbols(doc, self.symbols)
         env = sizes.shape_env([n.meta.get("val") for n in self.placeholders])
-        for cap in sizes.CAPS:
+        first = sizes.CAPS.index(sizes.largest_cap(doc))
+        for cap in sizes.CAPS[first:]:
             doc["dims"] = sizes.dims_table(env, used, cap)
             try:
                 return Graph.from_json(doc)

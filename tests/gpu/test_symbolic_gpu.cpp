@@ -72,7 +72,38 @@ std::vector<SymbolicCase> cases() {
          {"op": "matmul", "in": ["g", "w2"], "out": "y2"}, {"op": "add", "in": ["y2", "x2"], "out": "r", "dtype": "bf16"},
          {"op": "reshape", "in": ["r"], "out": "y", "shape": ["B", "S", 256]}],
  "outputs": ["y"]})";
-  return {{"mlp", mlp, {{{"B", 1}, {"S", 1}}, {{"B", 16}, {"S", 512}}, {{"B", 3}, {"S", 45}}, {{"B", 13}, {"S", 127}}}},
+  // A fused QKV projection, attention on the Hopper kernel (query tiles counted by the kernel) with a
+  // padding mask [B, 1, 1, S] or causal (key tiles past the diagonal skipped, a block per query
+  // tile), the output projection gathering its rows (b, s), a residual.
+  auto attention_layer = [](const std::string& name, bool causal) {
+    return fmt::format(R"({{"kiln": 1, "name": "{}",
+ "dims": {{"B": {{"min": 1, "max": 16}}, "S": {{"min": 1, "max": 512}}}},
+ "inputs": {{"x": {{"shape": ["B", "S", 256], "dtype": "bf16"}}, "wqkv": {{"shape": [256, 768], "dtype": "bf16"}},
+            "wo": {{"shape": [256, 256], "dtype": "bf16"}}{}}},
+ "ops": [{{"op": "reshape", "in": ["x"], "out": "x2", "shape": ["B*S", 256]}},
+         {{"op": "matmul", "in": ["x2", "wqkv"], "out": "qkv", "dtype": "bf16"}},
+         {{"op": "reshape", "in": ["qkv"], "out": "qkv5", "shape": ["B", "S", 3, 4, 64]}},
+         {{"op": "transpose", "in": ["qkv5"], "out": "qkvt", "perm": [2, 0, 3, 1, 4]}},
+         {{"op": "slice", "in": ["qkvt"], "out": "q1", "axis": 0, "start": 0, "end": 1}},
+         {{"op": "slice", "in": ["qkvt"], "out": "k1", "axis": 0, "start": 1, "end": 2}},
+         {{"op": "slice", "in": ["qkvt"], "out": "v1", "axis": 0, "start": 2, "end": 3}},
+         {{"op": "reshape", "in": ["q1"], "out": "q", "shape": ["B", 4, "S", 64]}},
+         {{"op": "reshape", "in": ["k1"], "out": "k", "shape": ["B", 4, "S", 64]}},
+         {{"op": "reshape", "in": ["v1"], "out": "v", "shape": ["B", 4, "S", 64]}},
+         {{"op": "sdpa", "in": ["q", "k", "v"{}], "out": "a", "dtype": "bf16"{}}},
+         {{"op": "transpose", "in": ["a"], "out": "at", "perm": [0, 2, 1, 3]}},
+         {{"op": "reshape", "in": ["at"], "out": "a2", "shape": ["B*S", 256]}},
+         {{"op": "matmul", "in": ["a2", "wo"], "out": "o"}},
+         {{"op": "add", "in": ["o", "x2"], "out": "r", "dtype": "bf16"}},
+         {{"op": "reshape", "in": ["r"], "out": "y", "shape": ["B", "S", 256]}}],
+ "outputs": ["y"]}})",
+                       name, causal ? "" : R"(, "mask": {"shape": ["B", 1, 1, "S"], "dtype": "bf16"})",
+                       causal ? "" : R"(, "mask")", causal ? R"(, "causal": true)" : "");
+  };
+  const std::string attention = attention_layer("attention_layer", false), causal = attention_layer("causal_layer", true);
+  return {{"attention_layer", attention, {{{"B", 1}, {"S", 1}}, {{"B", 16}, {"S", 512}}, {{"B", 3}, {"S", 45}}, {{"B", 13}, {"S", 127}}}},
+          {"causal_layer", causal, {{{"B", 1}, {"S", 1}}, {{"B", 16}, {"S", 512}}, {{"B", 3}, {"S", 200}}, {{"B", 2}, {"S", 257}}}},
+          {"mlp", mlp, {{{"B", 1}, {"S", 1}}, {{"B", 16}, {"S", 512}}, {{"B", 3}, {"S", 45}}, {{"B", 13}, {"S", 127}}}},
           {"layer_norm_written_out", held, {{{"R", 1}}, {{"R", 50000}}, {{"R", 999}}, {{"R", 7919}}}},
           {"residual_rms_norm_gelu", rn, {{{"B", 1}, {"S", 1}}, {{"B", 16}, {"S", 512}}, {{"B", 3}, {"S", 45}}, {{"B", 13}, {"S", 127}}}},
           {"layer_norm_rows", ln, {{{"R", 1}}, {{"R", 20000}}, {{"R", 999}}, {{"R", 7919}}}},

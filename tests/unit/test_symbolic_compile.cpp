@@ -254,6 +254,54 @@ TEST(SymbolicCompile, HopperMatmulsOverSymbolicRows) {
   EXPECT_GE(compared, 4);
 }
 
+// A fused QKV projection, attention with a padding mask, the output
+// projection (tests/cli/symbolic_attention.json): the Hopper attention
+// kernel's query tiles, ceil(S / 128) of each of B*12 heads, counted by the
+// kernel and its launch; the same launch as the integer graph's.
+std::string attention_layer(const std::string& b, const std::string& s) {
+  auto product = [&](const std::string& x) { return b[0] == '"' ? fmt::format("\"B*{}\"", x) : std::to_string(std::stoll(b) * std::stoll(x)); };
+  return fmt::format(R"({{"kiln": 1, "name": "attention", {}
+ "inputs": {{"x": {{"shape": [{}, {}, 768], "dtype": "bf16"}}, "wqkv": {{"shape": [768, 2304], "dtype": "bf16"}},
+            "wo": {{"shape": [768, 768], "dtype": "bf16"}}, "mask": {{"shape": [{}, 1, 1, {}], "dtype": "bf16"}}}},
+ "ops": [{{"op": "reshape", "in": ["x"], "out": "x2", "shape": [{}, 768]}},
+         {{"op": "matmul", "in": ["x2", "wqkv"], "out": "qkv", "dtype": "bf16"}},
+         {{"op": "reshape", "in": ["qkv"], "out": "qkv5", "shape": [{}, {}, 3, 12, 64]}},
+         {{"op": "transpose", "in": ["qkv5"], "out": "qkvt", "perm": [2, 0, 3, 1, 4]}},
+         {{"op": "slice", "in": ["qkvt"], "out": "q1", "axis": 0, "start": 0, "end": 1}},
+         {{"op": "slice", "in": ["qkvt"], "out": "k1", "axis": 0, "start": 1, "end": 2}},
+         {{"op": "slice", "in": ["qkvt"], "out": "v1", "axis": 0, "start": 2, "end": 3}},
+         {{"op": "reshape", "in": ["q1"], "out": "q", "shape": [{}, 12, {}, 64]}},
+         {{"op": "reshape", "in": ["k1"], "out": "k", "shape": [{}, 12, {}, 64]}},
+         {{"op": "reshape", "in": ["v1"], "out": "v", "shape": [{}, 12, {}, 64]}},
+         {{"op": "sdpa", "in": ["q", "k", "v", "mask"], "out": "a", "dtype": "bf16"}},
+         {{"op": "transpose", "in": ["a"], "out": "at", "perm": [0, 2, 1, 3]}},
+         {{"op": "reshape", "in": ["at"], "out": "a2", "shape": [{}, 768]}},
+         {{"op": "matmul", "in": ["a2", "wo"], "out": "o"}},
+         {{"op": "add", "in": ["o", "x2"], "out": "r", "dtype": "bf16"}},
+         {{"op": "reshape", "in": ["r"], "out": "y", "shape": [{}, {}, 768]}}],
+ "outputs": ["y"]}})",
+                     b[0] == '"' ? R"("dims": {"B": {"min": 1, "max": 64}, "S": {"min": 1, "max": 4096}},)" : "", b, s, b, s,
+                     product(b[0] == '"' ? "S" : s), b, s, b, s, b, s, b, s, product(b[0] == '"' ? "S" : s), b, s);
+}
+
+TEST(SymbolicCompile, HopperAttentionOverSymbolicBatchAndSequence) {
+  const runtime::Planned symbolic = must_plan(must_parse(attention_layer("\"B\"", "\"S\"")));
+  ASSERT_EQ(symbolic.program.kernels.size(), 3u);
+  const codegen::GeneratedKernel& attention = symbolic.program.kernels[1];
+  EXPECT_EQ(attention.tactics.chosen, "flash wgmma");
+  ASSERT_TRUE(attention.grid_rule.has_value());
+  EXPECT_EQ(ir::to_string(attention.grid_rule->times), "B*12");
+  for (const auto& [b, s] : std::vector<std::pair<int, int>>{{1, 1}, {3, 300}, {64, 4096}}) {
+    const runtime::Planned integer = must_plan(must_parse(attention_layer(std::to_string(b), std::to_string(s))));
+    ASSERT_EQ(integer.program.kernels.size(), 3u);
+    const codegen::GeneratedKernel& k = integer.program.kernels[1];
+    if (k.tactics.chosen != "flash wgmma" || !(k.tuning == attention.tuning)) continue;  // (its key tiles chosen for its S)
+    EXPECT_EQ(codegen::to_string(codegen::launch_geometry(attention, {{"B", b}, {"S", s}})),
+              codegen::to_string(codegen::launch_geometry(k, {})))
+        << "B=" << b << " S=" << s;
+  }
+}
+
 TEST(SymbolicCompile, NvrtcCompilesTheSymbolicKernelsOnceForEverySize) {
   const Graph g = must_parse(residual_norm("\"B\"", "\"S\"", true));
   const std::string dir = testing::fresh_cache("symbolic-compile").string();
