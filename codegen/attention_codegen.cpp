@@ -207,13 +207,21 @@ void AttentionGenerator::flash_attention(const ir::Op& op) {
   body += flash_kv_tiles(sizes_, op, sq, skv, bq, bkv);
   body += score_hook(op, true, "const kiln::i64 qi = q0 + row, kj = key;\n");
   body += "A fa;\n";
-  body += fmt::format("fa.run(reinterpret_cast<kiln::u16*>(kiln_shared), q, {}LL, q0, {}, k, {}LL, v, {}LL, {}, kv_tiles, aligned, score);\n",
-                      q.strides[2], sq, k.strides[2], v.strides[2], skv);
+  body += fmt::format("fa.run(reinterpret_cast<kiln::u16*>(kiln_shared), q, {}, q0, {}, k, {}, v, {}, {}, kv_tiles, aligned, score);\n",
+                      sizes_(q.strides[2]), sizes_(sq, ""), sizes_(k.strides[2]), sizes_(v.strides[2]), sizes_(skv, ""));
   body += flash_outputs(op, d, false);
   finish(body, threads, "", "#include \"kiln/attention.cuh\"\n");
   out_.shared_bytes = static_cast<uint32_t>(shared_bytes);
-  KILN_INTERNAL_CHECK(q_tiles * batches * heads < (int64_t{1} << 31));
-  out_.grid = {static_cast<uint32_t>(q_tiles * batches * heads), 1, 1};
+  // A block per query tile of each batch and head (a symbolic B or S: a grid rule).
+  if (((largest(sq) + bq - 1) / bq) * largest(batches) * heads >= (int64_t{1} << 31)) {
+    if (sizes_.symbolic(sq) || sizes_.symbolic(batches))
+      throw NotSymbolic(fmt::format("{}: 2^31 query tiles or more at the largest sizes", g_.describe(k_.anchor)));
+    KILN_USER_CHECK(false, "{}: {} query tiles exceed this attention kernel's grid limit of 2^31 - 1", g_.describe(k_.anchor),
+                    q_tiles * batches * heads);
+  }
+  out_.grid = {static_cast<uint32_t>(std::min<int64_t>(q_tiles * batches * heads, (int64_t{1} << 31) - 1)), 1, 1};
+  if (sizes_.symbolic(sq) || sizes_.symbolic(batches))
+    out_.grid_rule = GridRule{sizes_.dim(sq).expr(), 1, bq, 1, sizes_.dim(batches * heads).expr()};
 }
 
 // ---- flash decoding (templates/kiln/attention_decode.cuh) ------------------------------

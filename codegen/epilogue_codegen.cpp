@@ -556,7 +556,7 @@ std::string GemmGenerator::finish_epilogue_reductions(const EpiloguePlan& plan, 
     const int64_t reduced = element_count(g_.operand(op, 0).shape) / count;
     std::string v = fmt::format("static_cast<volatile float*>({})[o]", ws[r]);
     if (op.kind == OpKind::ReduceMean) v = fmt::format("({} / {})", v, Emitter::float_literal(static_cast<float>(reduced)));
-    tail += fmt::format("for (kiln::i64 o = threadIdx.x; o < {}LL; o += blockDim.x) {}  // {}\n", count,
+    tail += fmt::format("for (kiln::i64 o = threadIdx.x; o < {}; o += blockDim.x) {}  // {}\n", sizes_(count),
                         store(op.output, "o", em_.rounded(out, v)), out.name);
   }
   return tail + "}\n";

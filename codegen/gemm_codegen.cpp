@@ -296,8 +296,8 @@ std::string GemmGenerator::tensor_core_loader(const ir::Op& anchor, const Gemm& 
   out.load += fmt::format("for (int e = threadIdx.x; e < {}; e += {}) {{\n", o.rows * o.cols, threads);
   out.load += fmt::format("const int row = e / {0}, col = e % {0};\n", o.cols);
   out.load += o.gemm_coords + ";\n";
-  out.load += fmt::format("float v = 0.0f;\nif ({} < {}LL && {} < {}LL) {{\n", o.row_name, o.row_limit, o.col_name,
-                          o.col_limit);
+  out.load += fmt::format("float v = 0.0f;\nif ({} < {} && {} < {}) {{\n", o.row_name, sizes_(o.row_limit), o.col_name,
+                          sizes_(o.col_limit));
   em_.begin_block();
   if (is_a)
     gm.load_a("m", "k", "batch");
@@ -321,7 +321,11 @@ void GemmGenerator::gemm_tensor_core(const ir::Op& anchor, const Gemm& gm, Mma k
   const int64_t k_tiles = k_slices(gm, t.bk);
   const Tuning choice = choose_tuning(tensor_core_tuning_space(gm, t, k_tiles));
   const int splits = std::max(choice.splits, 1);
-  KILN_USER_CHECK(tiles_m * tiles_n < (int64_t{1} << 31) && gm.batches <= 65535,
+  const bool symbolic_m = sizes_.symbolic(gm.m);  // (tiles_m counted by the kernel, and a grid rule)
+  if (symbolic_m && (sizes_.symbolic(gm.batches) || ((largest(gm.m) + t.bm - 1) / t.bm) * tiles_n >= (int64_t{1} << 31)))
+    throw NotSymbolic(fmt::format("{}: the mma.sync kernel's tiles of a symbolic M (symbolic batches, or 2^31 tiles)",
+                                  g_.describe(k_.anchor)));
+  KILN_USER_CHECK(symbolic_m || (tiles_m * tiles_n < (int64_t{1} << 31) && gm.batches <= 65535),
                   "{}: {} x {} tiles in {} batches exceed this matmul kernel's grid limits", g_.describe(k_.anchor), tiles_m,
                   tiles_n, gm.batches);
   std::string body;
@@ -331,7 +335,9 @@ void GemmGenerator::gemm_tensor_core(const ir::Op& anchor, const Gemm& gm, Mma k
   body += "typedef G::T T;\nextern __shared__ __align__(16) unsigned char kiln_shared[];\n";
   body += "T* smem = reinterpret_cast<T*>(kiln_shared);\n";
   body += "int tile_m, tile_n;\n";
-  body += fmt::format("kiln::tc::swizzled_tile(blockIdx.x, {}, {}, {}, tile_m, tile_n);\n", tiles_m, tiles_n, choice.raster);
+  const std::string tiles_m_text =
+      symbolic_m ? fmt::format("(int)(({} + {}LL) / {}LL)", sizes_(gm.m), t.bm - 1, t.bm) : std::to_string(tiles_m);
+  body += fmt::format("kiln::tc::swizzled_tile(blockIdx.x, {}, {}, {}, tile_m, tile_n);\n", tiles_m_text, tiles_n, choice.raster);
   body += fmt::format("const kiln::i64 m0 = (kiln::i64)tile_m * {}, n0 = (kiln::i64)tile_n * {};\n", t.bm, t.bn);
   body += "const kiln::i64 batch = blockIdx.z;\n";
   body += tensor_core_loader(anchor, gm, t, threads, chunk, kind_name, true);
@@ -345,7 +351,9 @@ void GemmGenerator::gemm_tensor_core(const ir::Op& anchor, const Gemm& gm, Mma k
   body += epilogue(anchor, gm, {"", "", true, gm.m % t.bm != 0, gm.n % t.bn != 0}, "gemm.acc[mi][ni][e]");
   finish(body, threads, "", "#include \"kiln/mma.cuh\"\n");
   out_.shared_bytes = static_cast<uint32_t>(shared_bytes);
-  out_.grid = {static_cast<uint32_t>(tiles_m * tiles_n), static_cast<uint32_t>(splits), static_cast<uint32_t>(gm.batches)};
+  out_.grid = {static_cast<uint32_t>(std::min<int64_t>(tiles_m * tiles_n, (int64_t{1} << 31) - 1)), static_cast<uint32_t>(splits),
+               static_cast<uint32_t>(gm.batches)};
+  if (symbolic_m) out_.grid_rule = GridRule{sizes_.dim(gm.m).expr(), 1, t.bm, static_cast<uint32_t>(tiles_n)};
 }
 
 // Split K: block (tile, split) multiplies its share of the K slices and
@@ -371,18 +379,18 @@ std::string GemmGenerator::split_k_main_loop(const Gemm& gm, const MmaTile& t, i
     std::string loop = "#pragma unroll\nfor (int mi = 0; mi < G::kMI; ++mi)\n#pragma unroll\n";
     loop += "for (int ni = 0; ni < G::kNI; ++ni)\n#pragma unroll\nfor (int e = 0; e < 4; ++e) {\n";
     loop += "const kiln::i64 m = m0 + G::acc_row(mi, e), n = n0 + G::acc_col(ni, e);\n";
-    loop += fmt::format("if (m >= {}LL || n >= {}LL) continue;\n", gm.m, gm.n);
-    loop += fmt::format("const kiln::i64 at = batch * {}LL + m * {}LL + n;\n", plane, gm.n);
+    loop += fmt::format("if (m >= {} || n >= {}) continue;\n", sizes_(gm.m), sizes_(gm.n));
+    loop += fmt::format("const kiln::i64 at = batch * {} + m * {} + n;\n", sizes_(plane), sizes_(gm.n));
     return loop + what + "}\n";
   };
   b += fmt::format("float* const partials = static_cast<float*>({});\n", partials);
-  b += each_element(fmt::format("partials[blockIdx.y * {}LL + at] = gemm.acc[mi][ni][e];\n", gm.batches * plane));
+  b += each_element(fmt::format("partials[blockIdx.y * {} + at] = gemm.acc[mi][ni][e];\n", sizes_(gm.batches * plane)));
   b += "__threadfence();\n__syncthreads();\n__shared__ bool kiln_split_last;\n";
   b += fmt::format("if (threadIdx.x == 0) kiln_split_last = atomicAdd(static_cast<unsigned int*>({}) + batch * {} + blockIdx.x, 1u) "
                    "== {}u;\n", arrived, tiles, splits - 1);
   b += "__syncthreads();\nif (!kiln_split_last) return;\n__threadfence();\n";
-  b += each_element(fmt::format("float sum = 0.0f;\nfor (int s = 0; s < {}; ++s) sum += __ldcg(partials + s * {}LL + at);\n"
-                                "gemm.acc[mi][ni][e] = sum;\n", splits, gm.batches * plane));
+  b += each_element(fmt::format("float sum = 0.0f;\nfor (int s = 0; s < {}; ++s) sum += __ldcg(partials + s * {} + at);\n"
+                                "gemm.acc[mi][ni][e] = sum;\n", splits, sizes_(gm.batches * plane)));
   return b;
 }
 
@@ -395,6 +403,8 @@ auto GemmGenerator::matmul() -> Emitted {
   gm.n = result.shape.back();
   gm.k = g_.operand(mm, 0).shape.back();
   gm.batches = element_count(batch_shape);
+  if (sizes_.symbolic(gm.batches))  // (a grid's batches are an integer so far)
+    throw NotSymbolic(fmt::format("{}: symbolic batches of a matmul", g_.describe(k_.anchor)));
   KILN_USER_CHECK(gm.batches <= 65535, "{}: {} batches exceed this matmul kernel's grid limit of 65535",
                   g_.describe(k_.anchor), gm.batches);
   auto batch_coords = [&](const std::string& batch) { return em_.delinearize(batch, batch_shape); };
@@ -420,13 +430,13 @@ auto GemmGenerator::matmul() -> Emitted {
     Coords c = broadcast_batch(batch_coords(batch), g_.operand(mm, 0).shape);
     c.push_back(m);
     c.push_back(k);
-    return std::pair(c, fmt::format("{} < {}LL && {} < {}LL", m, gm.m, k, gm.k));
+    return std::pair(c, fmt::format("{} < {} && {} < {}", m, sizes_(gm.m), k, sizes_(gm.k)));
   };
   gm.at_b = [&](const std::string& k, const std::string& n, const std::string& batch) {
     Coords c = broadcast_batch(batch_coords(batch), g_.operand(mm, 1).shape);
     c.push_back(k);
     c.push_back(n);
-    return std::pair(c, fmt::format("{} < {}LL && {} < {}LL", k, gm.k, n, gm.n));
+    return std::pair(c, fmt::format("{} < {} && {} < {}", k, sizes_(gm.k), n, sizes_(gm.n)));
   };
   gm.a_runs_last = gm.k % 8 == 0;
   if (const std::optional<Mma> kind = mma_kind(mm)) matmul_chunks(mm, *kind, batch_shape, gm);
@@ -448,15 +458,17 @@ void GemmGenerator::matmul_chunks(const ir::Op& mm, Mma kind, const Shape& batch
     c.push_back(col);
     return c;
   };
-  auto in_range = [m, k](const std::string& x, const std::string& y) { return fmt::format("{} < {}LL && {} < {}LL", x, m, y, k); };
+  auto in_range = [this, m, k](const std::string& x, const std::string& y) {
+    return fmt::format("{} < {} && {} < {}", x, sizes_(m), y, sizes_(k));
+  };
   if (const std::optional<ExternalTensor> e = chunkable(mm.inputs[0], kind, as.size() - 1, chunk)) {
     gm.pointer_a = e->pointer;
     gm.chunk_a = [this, e = *e, as, at, in_range](const std::string& m, const std::string& k, const std::string& batch) {
       return std::pair(in_range(m, k), em_.offset_of(e, as, at(as, batch, m, k)));
     };
   }
-  auto b_range = [n, k](const std::string& kk, const std::string& nn) {
-    return fmt::format("{} < {}LL && {} < {}LL", kk, k, nn, n);
+  auto b_range = [this, n, k](const std::string& kk, const std::string& nn) {
+    return fmt::format("{} < {} && {} < {}", kk, sizes_(k), nn, sizes_(n));
   };
   std::optional<ExternalTensor> e = chunkable(mm.inputs[1], kind, bs.size() - 1, chunk);
   if (!e) {

@@ -32,7 +32,8 @@ std::string KernelBuilder::add_param(KernelArg arg, bool read_only, const std::s
 }
 
 std::string KernelBuilder::workspace_param(const std::string& name, int64_t words, uint32_t fill, bool reset_here) {
-  const int index = state_.workspace(name, words, fill);
+  const int index = state_.workspace(name, words, fill,
+                                     sizes_.symbolic(words) ? std::optional<ir::DimExpr>(sizes_.dim(words).expr()) : std::nullopt);
   if (reset_here) out_.reset_workspaces.push_back(index);
   return add_param({KernelArg::Role::Workspace, -1, index}, false, "workspace " + name);
 }

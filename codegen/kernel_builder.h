@@ -81,11 +81,11 @@ struct ProgramState {
   const ir::SizeProbe* probe = nullptr;  // a symbolic graph's (size_text.h)
   std::map<std::string, int> workspace_index;
 
-  int workspace(const std::string& name, int64_t words, uint32_t fill) {
+  int workspace(const std::string& name, int64_t words, uint32_t fill, std::optional<ir::DimExpr> words_expr = {}) {
     auto it = workspace_index.find(name);
     if (it != workspace_index.end()) return it->second;
     const int index = static_cast<int>(program.workspaces.size());
-    program.workspaces.push_back({name, words, fill});
+    program.workspaces.push_back({name, words, fill, std::move(words_expr)});
     workspace_index[name] = index;
     return index;
   }

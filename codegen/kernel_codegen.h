@@ -72,11 +72,16 @@ struct GridRule {
 };
 
 // Scratch memory kiln owns: `words` 32-bit words set to `fill` before the
-// kernels that use it run.
+// kernels that use it run. A symbolic graph's count of words may be a
+// product of its sizes (`words` its probe value): the runtime allocates it
+// for the largest sizes and fills it at the bound ones.
 struct WorkspaceSpec {
   std::string name;
   int64_t words = 0;
   uint32_t fill = 0;
+  std::optional<ir::DimExpr> words_expr;
+  // At bound sizes (an integer graph's: words).
+  int64_t words_at(const ir::DimValues& values) const { return words_expr ? ir::evaluate(*words_expr, values) : words; }
 };
 
 // The tactics a kernel's generator tried (codegen/tactic.h), in order: the

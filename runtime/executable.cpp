@@ -285,7 +285,7 @@ void Executable::Impl::resolve() {
   }
   for (const codegen::WorkspaceSpec& w : program().workspaces) {
     workspace_offsets.push_back(offset);
-    offset += aligned(static_cast<size_t>(w.words) * 4);
+    offset += aligned(static_cast<size_t>(w.words_at(largest)) * 4);
   }
   workspace_bytes = offset;
   for (const codegen::GeneratedKernel& k : program().kernels) {
@@ -500,7 +500,7 @@ Status Executable::launch(const BoundArgs& args, void* workspace, void* stream_h
     for (int w : k.reset_workspaces) {
       const codegen::WorkspaceSpec& spec = x.program().workspaces[static_cast<size_t>(w)];
       if (CUresult r = cu.cuMemsetD32Async(scratch + x.workspace_offsets[static_cast<size_t>(w)], spec.fill,
-                                           static_cast<size_t>(spec.words), stream);
+                                           static_cast<size_t>(spec.words_at(*sizes)), stream);
           r != CUDA_SUCCESS)
         return runtime::check(r, "cuMemsetD32Async");
     }

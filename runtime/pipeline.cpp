@@ -192,7 +192,13 @@ Planned run_at_probe(const Graph& graph, const Target& target, int64_t first_pri
   out.plan = ir::plan_fusion(g, {.fuse = target.fuse, .sm = sm});
   if (std::string problem = ir::verify_plan(g, out.plan); !problem.empty())
     KILN_UNREACHABLE("invalid plan of a probe graph: " + problem);
-  out.program = codegen::generate_program(g, out.plan, sm, target.tuning, out.probe.get());
+  try {
+    out.program = codegen::generate_program(g, out.plan, sm, target.tuning, out.probe.get());
+  } catch (const detail::UserError& e) {
+    // A limit of a kernel at the probe's sizes (which lie past every max: "131101 batches exceed
+    // this matmul kernel's grid limit"): compiled per size, where a size that breaks it says so.
+    throw codegen::NotSymbolic(fmt::format("at the probe sizes: {}", e.what()));
+  }
   return out;
 }
 
@@ -206,6 +212,24 @@ bool same_arg(const codegen::KernelArg& a, const codegen::KernelArg& b) {
          (a.role != codegen::KernelArg::Role::TensorMap || same_map(a.map, b.map));
 }
 
+// Where two probes' sources first differ: ": `<line>`", the first probe's
+// line with its products of sizes written as expressions (a number left in
+// it is a size computed otherwise: a ceiling, a sum).
+std::string first_different_line(const std::string& a, const std::string& b, const ir::SizeProbe& probe) {
+  size_t start = 0;
+  while (true) {
+    const size_t end_a = a.find('\n', start), end_b = b.find('\n', start);
+    const std::string line_a = a.substr(start, end_a == std::string::npos ? std::string::npos : end_a - start);
+    if (end_a != end_b || a.compare(start, line_a.size(), b, start, line_a.size()) != 0) {
+      std::string line = ir::with_symbols(line_a, probe);
+      line.erase(0, line.find_first_not_of(' '));
+      return line.empty() ? "" : fmt::format(": `{}`", line.size() > 160 ? line.substr(0, 157) + "..." : line);
+    }
+    if (end_a == std::string::npos) return "";
+    start = end_a + 1;
+  }
+}
+
 // The first way two probes' plans or programs differ, or "".
 std::string first_difference(const Planned& a, const Planned& b) {
   if (a.plan.kernels.size() != b.plan.kernels.size()) return "the plan's kernels depend on the sizes";
@@ -217,13 +241,19 @@ std::string first_difference(const Planned& a, const Planned& b) {
   if (a.program.kernels.size() != b.program.kernels.size() || a.program.intermediates != b.program.intermediates ||
       a.program.workspaces.size() != b.program.workspaces.size())
     return "the program depends on the sizes";
+  for (size_t w = 0; w < a.program.workspaces.size(); ++w) {
+    const codegen::WorkspaceSpec &x = a.program.workspaces[w], &y = b.program.workspaces[w];
+    if (x.name != y.name || x.fill != y.fill || x.words_expr != y.words_expr || (!x.words_expr && x.words != y.words))
+      return fmt::format("workspace {} depends on the sizes beyond a product of them", x.name);
+  }
   for (size_t i = 0; i < a.program.kernels.size(); ++i) {
     const codegen::GeneratedKernel &x = a.program.kernels[i], &y = b.program.kernels[i];
     const bool same_args = x.args.size() == y.args.size() &&
                            std::equal(x.args.begin(), x.args.end(), y.args.begin(), same_arg);
     if (x.canonical != y.canonical || !same_args)
-      return fmt::format("kernel {}'s source{} depends on the sizes beyond its size parameters", x.plan_kernel,
-                         x.tactics.chosen.empty() ? "" : fmt::format(" (tactic {})", x.tactics.chosen));
+      return fmt::format("kernel {}'s source{} depends on the sizes beyond its size parameters{}", x.plan_kernel,
+                         x.tactics.chosen.empty() ? "" : fmt::format(" (tactic {})", x.tactics.chosen),
+                         first_different_line(x.canonical, y.canonical, *a.probe));
     if (x.grid_rule != y.grid_rule || x.grid[1] != y.grid[1] || x.grid[2] != y.grid[2] || x.block != y.block ||
         x.shared_bytes != y.shared_bytes || x.persistent_group != y.persistent_group ||
         (!x.grid_rule && x.grid[0] != y.grid[0]))

@@ -170,11 +170,18 @@ TEST(SymbolicCompile, WhatOneCompileDoesNotCoverIsCompiledPerSizeAndSaysWhy) {
   Expected<std::string> why = runtime::per_size_reason(mm, runtime::Target{.arch = "sm_90"});
   ASSERT_TRUE(why.ok());
   EXPECT_THAT(*why, ::testing::HasSubstr("kernel 0's source (tactic simt) depends on the sizes"));
-  // The same matmul of bf16 operands on sm_80 (mma.sync), and a conv (an anchor not covered).
+  // The same matmul of bf16 operands on sm_80 (mma.sync) is covered; batches of them are not (a
+  // symbolic batch count), nor a conv (an anchor not covered).
   const Graph mm16 = must_parse(std::regex_replace(mm.to_json(), std::regex("\"f32\""), "\"bf16\""));
   why = runtime::per_size_reason(mm16, runtime::Target{.arch = "sm_80"});
   ASSERT_TRUE(why.ok());
-  EXPECT_THAT(*why, ::testing::HasSubstr("(tactic mma.sync) depends on the sizes"));
+  EXPECT_EQ(*why, "");
+  const Graph batched = must_parse(R"({"kiln": 1, "dims": {"B": {"min": 1, "max": 64}},
+    "inputs": {"x": {"shape": ["B", 64, 64], "dtype": "bf16"}, "w": {"shape": ["B", 64, 32], "dtype": "bf16"}},
+    "ops": [{"op": "matmul", "in": ["x", "w"], "out": "y"}], "outputs": ["y"]})");
+  why = runtime::per_size_reason(batched, runtime::Target{.arch = "sm_80"});
+  ASSERT_TRUE(why.ok());
+  EXPECT_THAT(*why, ::testing::HasSubstr("symbolic batches"));
   const Graph conv = must_parse(R"({"kiln": 1, "dims": {"B": {"min": 1, "max": 64}},
     "inputs": {"x": {"shape": ["B", 8, 8, 16], "dtype": "bf16"}, "w": {"shape": [16, 3, 3, 16], "dtype": "bf16"}},
     "ops": [{"op": "conv2d", "in": ["x", "w"], "out": "y", "layout": "NHWC", "padding": [1, 1]}], "outputs": ["y"]})");

@@ -1,0 +1,117 @@
+"""Dynamic shapes through the backend (python.md, "Shapes"; #49): one
+torch.compile(model, backend="kiln", dynamic=True) of a zoo model run at many
+sequence lengths, against the same model compiled for each size
+(dynamic=False: a new compile per size) and Inductor with dynamic=True, in
+one process.
+
+    python3 bench/dynamic_shapes.py [--models gpt2,llama,bert] [--seqs 64,100,...] [--batch N]
+
+Per model and size: the first call's wall time through each side (its
+compiles included), then each side's forward in ms (run_bench.median_ms,
+after warm-up) and kiln dynamic / kiln static. At the bottom of each model:
+how many kiln graphs each kiln side compiled (explain's report: one entry a
+kiln compile) and how each kiln subgraph of the dynamic side served its sizes
+(one symbolic compile, or per size and why), and dynamo's frame compiles.
+bf16, eval, no_grad, random weights (bench/zoo_models.py).
+"""
+import argparse
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import zoo_models  # noqa: E402
+from run_bench import median_ms  # noqa: E402
+
+import kiln.torch  # noqa: E402
+
+
+def first_call_s(fn):
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+def frame_compiles():
+    from torch._dynamo.utils import counters
+    return sum(counters["stats"].values()) if "stats" in counters else 0
+
+
+def run_model(spec, seqs, batch, iters):
+    torch._dynamo.reset()
+    # Three compiled sides of one forward share dynamo's cache of its code, and the static side
+    # compiles once per size: past the default limit (8) dynamo would run the rest eagerly.
+    for limit in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit", "accumulated_cache_size_limit"):
+        if hasattr(torch._dynamo.config, limit):
+            setattr(torch._dynamo.config, limit, 1024)
+    model, _ = zoo_models.instantiate(spec, tiny=False, device="cuda", dtype=torch.bfloat16, batch=batch, seq=seqs[0])
+    inputs = {s: spec.inputs(model, batch, s, "cuda", torch.bfloat16) for s in seqs}
+    reports = {"kiln dynamic": kiln.torch.Report(), "kiln static": kiln.torch.Report()}
+    sides = {}
+    for name, dynamic in (("kiln dynamic", True), ("kiln static", False)):
+        kiln.torch._REPORTS.report = reports[name]
+        sides[name] = torch.compile(model, backend="kiln", dynamic=dynamic)
+    sides["inductor dynamic"] = torch.compile(model, dynamic=True)
+    rows = []
+    with torch.no_grad():
+        for s in seqs:
+            row = {"seq": s}
+            for name, fn in sides.items():
+                if name in reports:
+                    kiln.torch._REPORTS.report = reports[name]
+                call = lambda: fn(**inputs[s])  # noqa: E731
+                row[f"{name} first s"] = first_call_s(call)
+                row[f"{name} ms"] = median_ms(call, warmup=2, runs=iters)
+            kiln.torch._REPORTS.report = None
+            rows.append(row)
+            print(f"  {spec.name} B{batch} S{s}: " + ", ".join(
+                f"{n} {row[n + ' ms']:.3f} ms (first {row[n + ' first s']:.2f} s)" for n in sides), flush=True)
+    return rows, reports
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--models", default="gpt2,llama,bert")
+    p.add_argument("--seqs", default="64,100,128,200,256,300,384,500,512,1000")
+    p.add_argument("--batch", type=int, default=0, help="the batch (default: each model's serving batch)")
+    p.add_argument("--iters", type=int, default=20)
+    args = p.parse_args(argv)
+    seqs = [int(s) for s in args.seqs.split(",")]
+    print(f"{torch.cuda.get_device_name()}, PyTorch {torch.__version__}, bf16, no_grad, sizes {seqs}\n")
+    for spec in zoo_models.select(args.models):
+        if spec.long_context:
+            continue
+        batch = args.batch or spec.batch
+        print(f"### {spec.name}, batch {batch}", flush=True)
+        try:
+            rows, reports = run_model(spec, seqs, batch, args.iters)
+        except Exception as e:  # noqa: BLE001  (one model's failure is its row, not the run's end)
+            print(f"FAILED: {type(e).__name__}: {e}", flush=True)
+            continue
+        print("\n| seq | kiln dynamic ms | kiln static ms | dynamic / static | Inductor dynamic ms | kiln dyn / Ind dyn "
+              "| first call kiln dyn / kiln static / Ind dyn s |")
+        print("|---|---|---|---|---|---|---|")
+        for r in rows:
+            print(f"| {r['seq']} | {r['kiln dynamic ms']:.3f} | {r['kiln static ms']:.3f} | "
+                  f"{r['kiln dynamic ms'] / r['kiln static ms']:.2f} | {r['inductor dynamic ms']:.3f} | "
+                  f"{r['kiln dynamic ms'] / r['inductor dynamic ms']:.2f} | {r['kiln dynamic first s']:.2f} / "
+                  f"{r['kiln static first s']:.2f} / {r['inductor dynamic first s']:.2f} |")
+        for name, report in reports.items():
+            served = {}
+            for e in report.subgraphs:
+                served.setdefault(e.get("sizes", "static (integer sizes)"), 0)
+                served[e.get("sizes", "static (integer sizes)")] += 1
+            print(f"\n{name}: {len(report.subgraphs)} kiln compiles over {len(seqs)} sizes; "
+                  + "; ".join(f"{n} x {why}" for why, n in served.items()))
+            left = {e["reason"] for e in report.left_to_pytorch}
+            if left:
+                print(f"  left to PyTorch for: {sorted(left)[:5]}")
+        print(f"dynamo frame compiles (all sides, this model): {frame_compiles()}\n", flush=True)
+
+
+if __name__ == "__main__":
+    main()
