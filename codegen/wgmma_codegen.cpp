@@ -311,9 +311,13 @@ std::vector<Tuning> GemmGenerator::wgmma_tuning_space(const Gemm& gm, bool gathe
   // 8192 x 8192 x 4096 keeps 256.
   auto tiles = [&](int width) { return tiles_m * ((gm.n + width - 1) / width) * gm.batches; };
   auto rounds = [&](int width) { return static_cast<double>((tiles(width) + 131) / 132); };
+  // A symbolic M keeps 128: the rows are not known, and 256 loses most where they are few (H100,
+  // 2000 x 3072 x 768 + GELU with 256: 1.54x the time of the graph written at that size, which
+  // takes 128; bench/NOTES.md v0.33 has 128 at every size).
   const int heuristic_bn = gathered ? (gm.n <= 64 ? 64 : 128)
-                           : gm.n > 128 && tiles(256) >= 132 && 1.84 * rounds(256) <= rounds(128) ? 256
-                                                                                              : 128;
+                           : !sizes_.symbolic(gm.m) && gm.n > 128 && tiles(256) >= 132 && 1.84 * rounds(256) <= rounds(128)
+                               ? 256
+                               : 128;
   // Two blocks along M share each B slice (multicast) once there are two
   // tile rows: the heuristic's for a conv. A matmul's heuristic keeps
   // blocks alone (H100, this session's autotuning, bf16: 8192 x 8192 x

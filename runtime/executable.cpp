@@ -34,6 +34,13 @@ const std::vector<KernelReport>& Executable::report() const { return impl_->repo
 size_t Executable::kernel_count() const { return impl_->program().kernels.size(); }
 size_t Executable::workspace_bytes() const { return impl_->workspace_bytes; }
 
+Expected<size_t> Executable::workspace_bytes(std::span<const Shape> input_shapes) const {
+  if (!impl_->probe) return impl_->workspace_bytes;
+  Expected<ir::DimValues> sizes = impl_->bind_sizes(input_shapes);
+  if (!sizes) return sizes.error();
+  return impl_->layout_at(*sizes).back();
+}
+
 namespace {
 
 // KILN_DUMP=rewrites: each rewrite applied before planning, and each near
@@ -252,6 +259,23 @@ Expected<std::vector<Shape>> Executable::output_shapes(std::span<const Shape> in
   return out;
 }
 
+std::vector<size_t> Executable::Impl::layout_at(const ir::DimValues& values) const {
+  const ir::Graph& g = planned_ir();
+  std::vector<size_t> offsets;
+  size_t offset = 0;
+  for (ir::TensorId t : program().intermediates) {
+    const ir::Tensor& tensor = g.tensor(t);
+    offsets.push_back(offset);
+    offset += aligned(static_cast<size_t>(elements_at(tensor, values) * byte_size(codegen::storage_dtype(tensor))));
+  }
+  for (const codegen::WorkspaceSpec& w : program().workspaces) {
+    offsets.push_back(offset);
+    offset += aligned(static_cast<size_t>(w.words_at(values)) * 4);
+  }
+  offsets.push_back(offset);
+  return offsets;
+}
+
 void Executable::Impl::resolve() {
   const ir::Graph& g = planned_ir();
   // A symbolic graph's bytes and workspace layout at its largest sizes (enough for every size).
@@ -277,17 +301,10 @@ void Executable::Impl::resolve() {
     output_is_input.push_back(t.kind == ir::TensorKind::Input ? static_cast<int>(input_of.at(id)) : -1);
   }
   // The workspace: intermediates, then kernel workspaces, each aligned.
-  size_t offset = 0;
-  for (ir::TensorId t : program().intermediates) {
-    const ir::Tensor& tensor = g.tensor(t);
-    scratch_of[t] = offset;
-    offset += aligned(static_cast<size_t>(elements_at(tensor, largest) * byte_size(codegen::storage_dtype(tensor))));
-  }
-  for (const codegen::WorkspaceSpec& w : program().workspaces) {
-    workspace_offsets.push_back(offset);
-    offset += aligned(static_cast<size_t>(w.words_at(largest)) * 4);
-  }
-  workspace_bytes = offset;
+  for (size_t i = 0; i < program().intermediates.size(); ++i) scratch_of[program().intermediates[i]] = i;
+  slot_offsets = layout_at(largest);
+  workspace_bytes = slot_offsets.back();
+  slot_offsets.pop_back();
   for (const codegen::GeneratedKernel& k : program().kernels) {
     runtime::KernelLaunch launch;
     for (const codegen::KernelArg& a : k.args) {
@@ -295,7 +312,7 @@ void Executable::Impl::resolve() {
       using From = runtime::ArgSource::From;
       runtime::ArgSource source;
       if (a.role == Role::Workspace) {
-        source = {From::Workspace, workspace_offsets[static_cast<size_t>(a.workspace)]};
+        source = {From::Workspace, program().intermediates.size() + static_cast<size_t>(a.workspace)};
       } else if (a.role == Role::Size) {
         source = {From::Size, static_cast<size_t>(a.symbol)};
       } else if (input_of.count(a.tensor)) {  // inputs first: an output that is an input is read where it is bound
@@ -477,6 +494,9 @@ Status Executable::launch(const BoundArgs& args, void* workspace, void* stream_h
   if (x.probe)
     for (const ir::DimSymbol& s : x.probe->table().symbols) size_of_symbol.push_back(sizes->at(s.name));
   const auto scratch = reinterpret_cast<CUdeviceptr>(workspace);
+  // The workspace's layout at these sizes (a symbolic graph's; an integer graph's is fixed).
+  const std::vector<size_t> layout = x.probe ? x.layout_at(*sizes) : std::vector<size_t>();
+  const std::vector<size_t>& offsets = x.probe ? layout : x.slot_offsets;
   const auto stream = static_cast<CUstream>(stream_handle);
   Expected<LaunchScope> scope = launch_scope(stream, x.device);
   if (!scope) return scope.error();
@@ -489,7 +509,7 @@ Status Executable::launch(const BoundArgs& args, void* workspace, void* stream_h
     switch (s.from) {
       case runtime::ArgSource::From::Input: return reinterpret_cast<CUdeviceptr>(args.inputs[s.index]);
       case runtime::ArgSource::From::Output: return reinterpret_cast<CUdeviceptr>(args.outputs[s.index]);
-      case runtime::ArgSource::From::Workspace: return scratch + s.index;
+      case runtime::ArgSource::From::Workspace: return scratch + offsets[s.index];
       case runtime::ArgSource::From::Size: return static_cast<CUdeviceptr>(size_of_symbol[s.index]);  // an i64 parameter
     }
     return 0;
@@ -499,7 +519,7 @@ Status Executable::launch(const BoundArgs& args, void* workspace, void* stream_h
     const runtime::KernelLaunch& plan = x.launches[i];
     for (int w : k.reset_workspaces) {
       const codegen::WorkspaceSpec& spec = x.program().workspaces[static_cast<size_t>(w)];
-      if (CUresult r = cu.cuMemsetD32Async(scratch + x.workspace_offsets[static_cast<size_t>(w)], spec.fill,
+      if (CUresult r = cu.cuMemsetD32Async(scratch + offsets[x.program().intermediates.size() + static_cast<size_t>(w)], spec.fill,
                                            static_cast<size_t>(spec.words_at(*sizes)), stream);
           r != CUDA_SUCCESS)
         return runtime::check(r, "cuMemsetD32Async");
@@ -604,7 +624,7 @@ Expected<std::vector<HostTensor>> Executable::run_host(const std::vector<HostTen
     allocations.push_back(p);
     return p;
   };
-  int64_t device_bytes = static_cast<int64_t>(impl_->workspace_bytes);
+  int64_t device_bytes = static_cast<int64_t>(impl_->probe ? impl_->layout_at(*sizes).back() : impl_->workspace_bytes);
   for (size_t b : impl_->input_bytes) device_bytes += static_cast<int64_t>(b);
   for (size_t o = 0; o < g.outputs.size(); ++o)
     if (impl_->output_is_input[o] < 0) device_bytes += static_cast<int64_t>(output_bytes[o]);
@@ -638,7 +658,8 @@ Expected<std::vector<HostTensor>> Executable::run_host(const std::vector<HostTen
       return release(), s.error();
     out[o] = reinterpret_cast<void*>(*p);
   }
-  Expected<CUdeviceptr> workspace = impl_->workspace_bytes ? allocate(impl_->workspace_bytes) : Expected<CUdeviceptr>(0);
+  const size_t workspace_bytes = impl_->probe ? impl_->layout_at(*sizes).back() : impl_->workspace_bytes;
+  Expected<CUdeviceptr> workspace = workspace_bytes ? allocate(workspace_bytes) : Expected<CUdeviceptr>(0);
   if (!workspace) return release(), workspace.error();
   if (Status s = launch(BoundArgs{in, out, impl_->probe ? std::span<const Shape>(shapes) : std::span<const Shape>()},
                         reinterpret_cast<void*>(*workspace), nullptr);

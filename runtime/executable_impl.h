@@ -32,7 +32,7 @@ struct Compiled {
 struct ArgSource {
   enum class From : uint8_t { Input, Output, Workspace, Size };
   From from = From::Input;
-  size_t index = 0;  // Input, Output: the binding index; Workspace: the byte offset; Size: the symbol's index
+  size_t index = 0;  // Input, Output: the binding index; Workspace: the slot (Impl::slot_offsets); Size: the symbol's index
 };
 
 // One kernel's launch, resolved once: every argument's source, and which
@@ -79,7 +79,11 @@ struct Executable::Impl {
   std::vector<size_t> input_alignment, output_alignment;  // an element's bytes: what a binding's address is a multiple of
   std::vector<int> output_is_input;     // per output: the input it is, or -1
   std::vector<bool> input_contiguous;
-  std::vector<size_t> workspace_offsets;  // per WorkspaceSpec
+  // The workspace's slots, in order: each intermediate of the program, then
+  // each kernel workspace (WorkspaceSpec); their offsets (an integer
+  // graph's; a symbolic graph's at its largest sizes: layout_at gives them
+  // at bound ones) and the bytes of them all.
+  std::vector<size_t> slot_offsets;
   size_t workspace_bytes = 0;
   std::vector<runtime::KernelLaunch> launches;
 
@@ -104,6 +108,9 @@ struct Executable::Impl {
   // An input's strides at `shape` (shape_at's), and output o's bytes at bound sizes.
   Strides strides_at(const ir::Tensor& t, const Shape& shape) const;
   size_t output_bytes_at(size_t o, const ir::DimValues& values) const;
+  // The workspace's slot offsets at bound sizes, the bytes of them all last
+  // (a symbolic graph's workspace at a small size is small).
+  std::vector<size_t> layout_at(const ir::DimValues& values) const;
   // The kernels loaded into `context` (loaded now on its first use).
   Expected<runtime::DeviceState*> device_state(CUcontext context) const;
   Status tensor_maps(runtime::DeviceState& state, size_t kernel, const CUdeviceptr* values, const ir::DimValues& sizes,

@@ -126,6 +126,10 @@ class Executable {
   // uses it until its kernels finish on the stream, so launches that may
   // run at the same time need workspaces of their own.
   size_t workspace_bytes() const;
+  // A symbolic graph's scratch at the sizes its inputs' shapes bind (what a
+  // launch with those shapes uses; a binding error where they break
+  // `dims`); an integer graph's workspace_bytes().
+  Expected<size_t> workspace_bytes(std::span<const Shape> input_shapes) const;
   static constexpr size_t kWorkspaceAlignment = 256;
 
   // Enqueues every kernel on `stream` (a CUstream; null for the default

@@ -49,6 +49,7 @@ class Executable:
         self._torch_inputs = None
         self._torch_outputs = None
         self._torch_empty = None  # per output: (shape, dtype, device) for torch.empty
+        self._torch_scratch = 0  # the workspace bytes of the last checked call's sizes
         self._raw_stream = None
 
     def __repr__(self) -> str:
@@ -177,8 +178,9 @@ class Executable:
         import torch
         outs = {name: torch.empty(shape, dtype=dtype, device=device) for name, (shape, dtype, device) in self._torch_empty}
         where = self._torch_inputs[1][0][3]
-        # the workspace from PyTorch's pool, stream-ordered like the outputs
-        scratch = torch.empty(self.workspace_bytes, dtype=torch.uint8, device=where).data_ptr() if self.workspace_bytes else 0
+        # the workspace from PyTorch's pool, stream-ordered like the outputs (a symbolic graph's at these sizes)
+        need = self._torch_scratch
+        scratch = torch.empty(need, dtype=torch.uint8, device=where).data_ptr() if need else 0
         device = where.index or 0
         shapes = [list(s) for s, *_ in self._torch_inputs[1]] if self._symbolic else []
         self._native.launch(pointers, [t.data_ptr() for t in outs.values()], scratch, self._raw_stream(device), device,
@@ -220,23 +222,31 @@ class Executable:
         self._torch_outputs = self._torch_signature(self._output_names, outs)
         self._torch_empty = [(name, (tuple(b.shape), b.array.dtype, b.array.device))
                              for name, b in zip(self._output_names, outs)]
+        self._torch_scratch = self._workspace_bytes_for(ins)
         if self._raw_stream is None:
             import torch
             raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
             self._raw_stream = raw or (lambda index: torch.cuda.current_stream(index).cuda_stream)
 
+    def _workspace_bytes_for(self, ins: List[Bound]) -> int:
+        """The scratch a launch of these inputs needs: workspace_bytes, or a symbolic graph's at their sizes."""
+        if not self._symbolic or not self.workspace_bytes:
+            return self.workspace_bytes
+        return self._native.workspace_bytes_at(self._shapes(ins))
+
     def _launch(self, ins: List[Bound], outs: List[Bound], like: Bound, stream: Any, workspace: Any) -> None:
         handle = current_stream(like, stream)
         scratch = 0
-        if self.workspace_bytes:
+        need = self._workspace_bytes_for(ins)
+        if need:
             if workspace is None:
                 # From the inputs' own pool, on the stream (PyTorch's caching allocator is stream-ordered).
-                workspace = allocate(like, (self.workspace_bytes,), "bool")
+                workspace = allocate(like, (need,), "bool")
             w = bind(workspace, "workspace")
             if w.device != like.device:
                 raise BindingError(f"workspace is on {_where(w)}, the inputs on {_where(like)}")
-            if _bytes(w) < self.workspace_bytes:
-                raise BindingError(f"workspace: {_bytes(w)} bytes given, {self.workspace_bytes} needed")
+            if _bytes(w) < need:
+                raise BindingError(f"workspace: {_bytes(w)} bytes given, {need} needed")
             scratch = w.pointer
         self._native.launch([b.pointer for b in ins], [b.pointer for b in outs], scratch, handle, like.device[1],
                             self._shapes(ins))

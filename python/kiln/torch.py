@@ -893,8 +893,13 @@ class KilnSubgraph(torch.nn.Module):
     def _compile_once(self, args):
         """The symbolic graph's entry, or None with self.per_size saying why kiln compiles per size."""
         try:
-            graph = self._symbolic_graph()
-            why = per_size_reason(graph._native)
+            graph = None
+            for graph in self._symbolic_graphs():
+                why = per_size_reason(graph._native)
+                if not why:
+                    break
+                if not sizes.range_limited(why):
+                    raise sizes.NotAProduct(why)
             if why:
                 raise sizes.NotAProduct(why)
             exe = kiln_compile(graph)
@@ -912,9 +917,10 @@ class KilnSubgraph(torch.nn.Module):
         self._one_compile = (exe, self._symbolic_seen)
         return self._one_compile
 
-    def _symbolic_graph(self):
-        """The partition as one symbolic kiln graph: converted at two probes, each generalised
-        into dim expressions, which must agree (_torch_sizes.py)."""
+    def _symbolic_graphs(self):
+        """The partition as one symbolic kiln graph, converted at two probes, each generalised
+        into dim expressions, which must agree (_torch_sizes.py): at the widest range of sizes
+        first (sizes.CAPS), then narrower ones (a kernel's limits at the largest sizes)."""
         docs = []
         for offset in (0, len(sizes._PRIMES) // 2):
             probe = sizes.Probe(self.symbols, offset)
@@ -931,14 +937,19 @@ class KilnSubgraph(torch.nn.Module):
         used = sizes.used_symbols(doc, self.symbols)
         env = sizes.shape_env([n.meta.get("val") for n in self.placeholders])
         first = sizes.CAPS.index(sizes.largest_cap(doc))
+        built = False
         for cap in sizes.CAPS[first:]:
             doc["dims"] = sizes.dims_table(env, used, cap)
             try:
-                return Graph.from_json(doc)
+                graph = Graph.from_json(doc)
             except GraphError as e:
                 if "2^62" not in str(e):
                     raise sizes.NotAProduct(f"the symbolic graph: {e}") from None
-        raise sizes.NotAProduct("no range of sizes keeps its tensors below 2^62 elements")
+                continue
+            built = True
+            yield graph
+        if not built:
+            raise sizes.NotAProduct("no range of sizes keeps its tensors below 2^62 elements")
 
     def _refuse(self, key, reason: str):
         entry = (None, reason)

@@ -550,6 +550,13 @@ NB_MODULE(_kiln, m) {
       .def_prop_ro("plan_json", [](const PyExecutable& e) { return plan_json(e.exe.graph(), e.exe.arch(), e.fuse, true); })
       .def_prop_ro("kernel_count", [](const PyExecutable& e) { return e.exe.kernel_count(); })
       .def_prop_ro("workspace_bytes", [](const PyExecutable& e) { return e.exe.workspace_bytes(); })
+      .def("workspace_bytes_at",
+           [](const PyExecutable& e, const std::vector<std::vector<int64_t>>& shapes) {
+             std::vector<Shape> s(shapes.begin(), shapes.end());
+             Expected<size_t> bytes = e.exe.workspace_bytes(s);
+             if (!bytes) raise_compile_error(bytes.error());
+             return *bytes;
+           })
       .def("kernel_reports", &kernel_reports)
       .def("output_storage_dtypes", [](const PyExecutable& e) {
         // The dtype each output is stored in (graph-format.md rule 4: unrounded results are f32).
