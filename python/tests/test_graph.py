@@ -293,10 +293,12 @@ def test_dim_sums_and_unknown_symbols_are_graph_errors():
         b2.dim("B")
 
 
-def test_compiling_a_symbolic_graph_with_an_anchor_asks_for_its_sizes():
-    # One compile for every size covers graphs without anchors so far: this one says why it is compiled per size.
+def test_compiling_a_symbolic_graph_one_compile_does_not_cover_asks_for_its_sizes():
+    # A slice at a symbolic position (start=-1 of S*4 rows) is not one compile for every size yet:
+    # the error says why and how to bind the sizes.
     g = _symbolic_layer(kiln.GraphBuilder("layer"))
-    with pytest.raises(kiln.GraphError, match="one compile for every size does not cover it yet: 't0' is a matmul, an anchor"):
+    with pytest.raises(kiln.GraphError, match="one compile for every size does not cover it yet: 'last' slices at a "
+                                              "symbolic position; bind its sizes first"):
         kiln.compile(g)
 
 
