@@ -65,7 +65,7 @@ std::optional<ProgramRecipe> recipe_from_text(const std::string& text, size_t te
     r.graph_name = doc.value("graph", "");
     for (const auto& t : doc.at("intermediates")) r.program.intermediates.push_back(t.get<ir::TensorId>());
     for (const auto& w : doc.at("workspaces"))
-      r.program.workspaces.push_back({w.at(0).get<std::string>(), w.at(1).get<int64_t>(), w.at(2).get<uint32_t>()});
+      r.program.workspaces.push_back({w.at(0).get<std::string>(), w.at(1).get<int64_t>(), w.at(2).get<uint32_t>(), std::nullopt});
     for (const auto& k : doc.at("kernels")) {
       codegen::GeneratedKernel g;
       g.plan_kernel = k.at("plan_kernel").get<int>();
