@@ -9,6 +9,7 @@
 #include "compiler/conv_channel_padding.h"
 #include "compiler/error.h"
 #include "compiler/layout_sinking.h"
+#include "compiler/matmul_k_one.h"
 #include "compiler/matmul_k_padding.h"
 #include "compiler/nchw_convs_as_nhwc.h"
 #include "compiler/patch_convolutions.h"
@@ -43,6 +44,7 @@ Graph replaced(const RewriteRow& row, const Graph& g, const RowMatches& m) {
 const std::vector<RewriteRow>& rewrite_table() {
   static const std::vector<RewriteRow> table = {
       {"patch_convolutions", find_patch_convs, patch_convs_as_matmuls},
+      {"matmul_k_one", find_k_one_matmuls, k_one_matmuls_as_products},
       {"nchw_convs_as_nhwc", find_nchw_convs, nchw_convs_as_nhwc},
       {"attention_as_sdpa", find_written_attention, attention_as_sdpa},
       {"layout_sinking", find_sinkable_transposes, sink_transposes},

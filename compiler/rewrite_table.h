@@ -6,6 +6,8 @@
 // The rows, in the order each round runs them:
 //   patch_convolutions   conv2d whose windows tile its input -> matmul of its
 //                        patches (patch_convolutions.h)
+//   matmul_k_one         matmul over K = 1 -> the broadcast product
+//                        (matmul_k_one.h)
 //   nchw_convs_as_nhwc   NCHW conv2d -> transposes around an NHWC conv2d
 //                        (nchw_convs_as_nhwc.h)
 //   attention_as_sdpa    matmul -> scale/mask -> softmax -> matmul -> sdpa

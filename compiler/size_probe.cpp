@@ -99,9 +99,9 @@ std::string symbolic_plan_text(const Graph& probe_graph, const Plan& plan, const
   const size_t figure = text.rfind(", ", line_end);
   if (figure != std::string::npos && line_end >= 22 && text.compare(line_end - 22, 22, " through device memory") == 0)
     text.erase(figure, line_end - figure);
-  // A boundary tensor's bytes are the probe's too: "'g' (98355.0 GiB) from kernel 0" -> "'g' from kernel 0".
-  static const std::regex boundary_bytes(R"( \([0-9.]+ (B|KiB|MiB|GiB)\) from kernel )");
-  return std::regex_replace(text, boundary_bytes, " from kernel ");
+  // Bytes of tensors are the probe's too: "'g' (98355.0 GiB) from kernel 0" -> "'g' from kernel 0".
+  static const std::regex bytes(R"( \([0-9.]+ (B|KiB|MiB|GiB)\))");
+  return std::regex_replace(text, bytes, "");
 }
 
 Graph probe_graph(const Graph& symbolic, const SizeProbe& probe) { return specialize_unchecked(symbolic, probe.values()); }

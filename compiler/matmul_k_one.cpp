@@ -1,0 +1,49 @@
+// Matmuls over K = 1 as products (matmul_k_one.h).
+#include "compiler/matmul_k_one.h"
+
+#include <set>
+
+#include <fmt/format.h>
+
+#include "compiler/graph_rewrite.h"
+
+namespace kiln::ir {
+namespace {
+
+constexpr const char* kRow = "matmul_k_one";
+
+bool sixteen_bit(const Tensor& t) { return (t.dtype == DType::bf16 || t.dtype == DType::f16) && t.rounded; }
+
+}  // namespace
+
+RowMatches find_k_one_matmuls(const Graph& g) {
+  RowMatches m;
+  for (size_t i = 0; i < g.ops.size(); ++i) {
+    const Op& op = g.ops[i];
+    if (op.kind != OpKind::Matmul || g.operand(op, 0).shape.back() != 1) continue;
+    const std::string where = op_named(g, static_cast<int32_t>(i));
+    const bool exact = op.attrs.precision == Precision::f32 || (sixteen_bit(g.operand(op, 0)) && sixteen_bit(g.operand(op, 1)));
+    if (exact)
+      m.sites.push_back({static_cast<int32_t>(i), where + " -> mul", {}});
+    else
+      m.declined.push_back({kRow, false, where, "its precision rounds f32 operands before the product"});
+  }
+  return m;
+}
+
+Graph k_one_matmuls_as_products(const Graph& g, const RowMatches& m) {
+  std::set<int32_t> sites;
+  for (const RewriteSite& s : m.sites) sites.insert(s.op);
+  GraphRewrite out(g);
+  for (size_t i = 0; i < g.ops.size(); ++i) {
+    Op op = g.ops[i];
+    if (sites.count(static_cast<int32_t>(i))) {
+      op.kind = OpKind::Mul;
+      op.attrs = Attributes{};
+    }
+    out.emit(std::move(op));
+  }
+  return out.take();
+}
+
+}  // namespace kiln::ir
