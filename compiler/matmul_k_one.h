@@ -14,7 +14,9 @@
 // values are exact in f32; f32 operands at precision f32 round once either
 // way), up to the sign of a zero product (0 + -0 is +0). Batch dimensions
 // broadcast alike in both. Near misses, with why: a matmul whose precision
-// rounds f32 operands first (tf32, bf16, f16).
+// rounds f32 operands first (tf32, bf16, f16), and one with an operand made
+// by a transpose (layout sinking, a later row, would move that transpose
+// through the product and back again without end).
 //
 // Why. Such a matmul takes the SIMT kernel where its operands are f32 (as
 // rotary tables are computed), which spells its sizes as integers, so a

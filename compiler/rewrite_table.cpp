@@ -74,10 +74,13 @@ std::shared_ptr<const Graph> run_rewrites(const std::shared_ptr<const Graph>& gr
 std::shared_ptr<const Graph> run_rewrites(const std::shared_ptr<const Graph>& graph, const std::vector<RewriteRow>& table) {
   std::optional<Graph> rewritten;  // once a row applies
   std::vector<RewriteNote> applied, declined;
+  std::string last_round;  // the rows the last round applied, and where (for the error below)
   for (int round = 0;; ++round) {
     if (round == kMaxRounds)
       detail::throw_internal_error(__FILE__, __LINE__, "round < kMaxRounds",
-                                   fmt::format("the rewrite table found no fixed point in {} rounds", kMaxRounds));
+                                   fmt::format("the rewrite table found no fixed point in {} rounds (the last applied {})",
+                                               kMaxRounds, last_round));
+    last_round.clear();
     bool changed = false;
     declined.clear();  // the near misses of the last round, which changes nothing
     for (const RewriteRow& row : table) {
@@ -90,6 +93,7 @@ std::shared_ptr<const Graph> run_rewrites(const std::shared_ptr<const Graph>& gr
         detail::throw_internal_error(__FILE__, __LINE__, "rewritten_graph_problem(g, next).empty()",
                                      fmt::format("rewrite {} at {}: {}", row.name, site_list(m), problem));
       for (const RewriteSite& s : m.sites) applied.push_back({std::string(row.name), true, s.where, ""});
+      last_round += fmt::format("{}{} at {}", last_round.empty() ? "" : "; ", row.name, site_list(m));
       rewritten = std::move(next);
       changed = true;
     }
