@@ -29,6 +29,8 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence
 import sympy
 import torch
 
+from ._arrays import _contiguous
+
 _BINDING: contextvars.ContextVar = contextvars.ContextVar("kiln_torch_sizes", default=None)
 
 
@@ -159,14 +161,6 @@ class Probe:
         return "*".join(factors + ([str(rest)] if rest != 1 else []))
 
 
-def _contiguous(shape: Sequence[int]) -> List[int]:
-    strides, step = [], 1
-    for s in reversed(shape):
-        strides.append(step)
-        step *= s
-    return strides[::-1]
-
-
 # The attributes whose integers may be dimensions (graph-format.md: "a shape or a size attribute").
 _SIZE_ATTRIBUTES = {"shape", "start", "end"}
 
@@ -191,7 +185,7 @@ def generalize(doc: Dict[str, Any], probe: Probe) -> Dict[str, Any]:
     for name, entry in doc["inputs"].items():
         e = dict(entry)
         if "strides" in e:
-            if e["strides"] == _contiguous(e["shape"]):
+            if tuple(e["strides"]) == _contiguous(tuple(e["shape"])):
                 del e["strides"]
             else:
                 refuse_symbols(e["strides"], f"input {name}'s strides")
