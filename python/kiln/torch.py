@@ -10,7 +10,10 @@ is one kiln graph whose inputs are the tensors crossing the cut
 kernels). Static shapes give integer kiln graphs, a new shape new graphs;
 dynamo's dynamic shapes give symbolic kiln graphs, compiled once for every
 size where kiln's one compile serves them and per size (a bounded number)
-where it does not (KilnSubgraph, _torch_sizes.py).
+where it does not (KilnSubgraph, _torch_sizes.py). Numbers PyTorch holds as
+0-dim CPU tensors (the Python floats dynamo passes as tensors under dynamic
+shapes, a constant made on the CPU in a CUDA forward) are constants of the
+kiln graph, whose graphs are keyed by their values (_host_value).
 
 The conversion table (CONVERTERS) is generated from kiln's op table for the
 ops PyTorch spells the same way, plus the hand-written entries below for
@@ -36,6 +39,7 @@ from . import _torch_sizes as sizes
 from ._kiln import per_size_reason
 
 aten = torch.ops.aten
+prims = torch.ops.prims
 
 __all__ = ["backend", "explain", "Report", "CONVERTERS"]
 
@@ -221,10 +225,12 @@ def _masked_fill(c, n):
     return op(c, n, "where", [c.arg(n.args[1]), c.arg(n.args[2]), c.arg(n.args[0])])
 
 
-@converts(aten._to_copy.default)
+@converts(aten._to_copy.default, prims.convert_element_type.default)
 def _to_copy(c, n):
     source = val(n.args[0])
     target = val(n)
+    if isinstance(c.arg(n.args[0]), float):  # a host value (to any device): a constant of the target dtype
+        return _rounded(c.arg(n.args[0]), target.dtype)
     if source.device != target.device:
         raise Unsupported(f"a copy from {source.device} to {target.device}")
     x = c.arg(n.args[0])
@@ -652,7 +658,9 @@ def why_not(node: torch.fx.Node) -> Optional[str]:
         values += [v for v in checked_values(a) if node.target != aten.cat.default or sizes.numel(v) > 0]
     if not values and node.target is not operator.getitem:
         return "no tensor metadata"
-    for v in values:
+    on_device = any(v.device.type != "cpu" for v in values)
+    tensors = [v for v in values if not _host_value(v, on_device)]  # (a host value is a constant of the graph)
+    for v in tensors:
         if v.dtype not in _KILN_DTYPE:
             return f"a {v.dtype} tensor (kiln: float32, float16, bfloat16, bool)"
         if sizes.numel(v) == 0:
@@ -661,8 +669,8 @@ def why_not(node: torch.fx.Node) -> Optional[str]:
             return f"a rank-{v.dim()} tensor (kiln: at most 8)"
         if v.device.type not in ("cuda", "cpu"):
             return f"a tensor on {v.device}"
-    devices = {str(v.device) for v in values}
-    if len(devices) > 1:  # (PyTorch lets a CPU scalar meet CUDA tensors; a kiln graph runs on one device)
+    devices = {str(v.device) for v in tensors}
+    if len(devices) > 1:  # (a kiln graph runs on one device)
         return f"tensors on several devices ({', '.join(sorted(devices))})"
     try:  # a dry conversion of the node alone catches what only its converter knows
         probe = Conversion("probe")
@@ -670,7 +678,9 @@ def why_not(node: torch.fx.Node) -> Optional[str]:
             if a.op == "call_function" and a.target in _FIRST_ONLY:
                 continue
             av = _tensors(a.meta.get("val"))
-            if isinstance(a.meta.get("val"), torch.Tensor) and sizes.numel(av[0]) > 0:
+            if _host_value(a.meta.get("val"), on_device):
+                probe.env[a] = 1.0
+            elif isinstance(a.meta.get("val"), torch.Tensor) and sizes.numel(av[0]) > 0:
                 probe.env[a] = probe.b.input(f"p{len(probe.env)}", sizes.sizes(av[0].shape), _KILN_DTYPE[av[0].dtype],
                                              sizes.sizes(av[0].stride()))
         empty = [a for a in node.all_input_nodes if isinstance(a.meta.get("val"), torch.Tensor) and sizes.numel(a.meta["val"]) == 0]
@@ -681,6 +691,8 @@ def why_not(node: torch.fx.Node) -> Optional[str]:
         return str(e)
     except KilnError as e:
         return f"kiln rejects it: {e}"
+    except Exception as e:  # noqa: BLE001  (a converter that does not expect this operand: PyTorch runs it)
+        return f"kiln's conversion fails: {type(e).__name__}: {e}"
     return None
 
 
@@ -712,6 +724,7 @@ class KilnSubgraph(torch.nn.Module):
     most MAX_SIZES sizes, after which a new size runs in PyTorch."""
 
     MAX_SIZES = 8
+    MAX_VALUES = 8
 
     def __init__(self, gm: torch.fx.GraphModule, name: str, report: "Report", hints=None):
         super().__init__()
@@ -743,7 +756,12 @@ class KilnSubgraph(torch.nn.Module):
         traced = [n.meta.get("val") for n in self.placeholders]
         self.symbolic = any(sizes.is_symbolic(v) for v in traced)
         self.symbols = sorted({s for v in traced for s in _free_symbols(v)}, key=str)
-        self._one_compile = None  # the symbolic graph's entry, once built
+        # Placeholders holding host values (_host_value): constants of the kiln graph, whose
+        # graphs are keyed by their values (a model's eps: one value), at most MAX_VALUES of them.
+        on_device = any(isinstance(v, torch.Tensor) and v.device.type != "cpu" for v in traced)
+        self.host_values = [i for i, v in enumerate(traced) if _host_value(v, on_device)]
+        self._values_seen: set = set()
+        self._one_compile: Dict[Tuple, Any] = {}  # the symbolic graph's entry, by host values
         self.per_size = None  # why this partition is compiled per size (symbolic sizes only)
         self._sizes_compiled = 0
 
@@ -753,7 +771,9 @@ class KilnSubgraph(torch.nn.Module):
         c = Conversion(self.name)
         self.output_orders: Dict[str, List[int]] = {}  # output -> the permutation giving PyTorch's shape back
         for i, (n, t) in enumerate(zip(self.placeholders, inputs)):
-            if t is not None:  # an empty input (read only by a cat, which drops it) is no kiln input
+            if isinstance(t, float):  # a host value: a constant
+                c.env[n] = t
+            elif t is not None:  # an empty input (read only by a cat, which drops it) is no kiln input
                 c.env[n] = c.b.input(f"in{i}", t[0], _KILN_DTYPE[t[2]], t[1])
         for n in self.gm.graph.nodes:
             if n.op == "call_function" and not _is_empty(n):
@@ -763,6 +783,8 @@ class KilnSubgraph(torch.nn.Module):
             if i in self.torch_outputs or n in seen:
                 continue
             t = c.env[n]
+            if isinstance(t, float):
+                raise Unsupported(f"output {i} is a host value (a constant in kiln) PyTorch reads")
             if t.name in by_value:  # (the same value under two nodes: a detach of an output)
                 seen[n] = by_value[t.name]
                 continue
@@ -770,7 +792,7 @@ class KilnSubgraph(torch.nn.Module):
             order = _dense_order(val(n))
             if order is not None:  # written in PyTorch's memory order (channels-last), given back as its view
                 t = c.b.op("transpose", [t], {"perm": order})
-            elif t.name in {c.env[x].name for x in self.placeholders if x in c.env}:
+            elif t.name in {c.env[x].name for x in self.placeholders if x in c.env and not isinstance(c.env[x], float)}:
                 t = c.b.op("identity", [t])  # an output that is an input through identities
             out_name = f"out{len(names)}"
             c.b.output(t, name=out_name)
@@ -797,9 +819,13 @@ class KilnSubgraph(torch.nn.Module):
         # One look at every argument's layout, compared with the last call's in one step: a
         # model's forward passes the same layouts every time (dynamo's guards see to its inputs).
         # (A size argument of a dynamic-shape partition is its value.)
+        # (A host value's layout is its value: the graph holds it as a constant.)
         layout = [(t.shape, t.stride(), t.dtype, t.device) if isinstance(t, torch.Tensor) else t for t in args]
+        for i in self.host_values:
+            layout[i] = float(args[i])
         if layout != self._last_layout:
-            live = [i for i, t in enumerate(args) if isinstance(t, torch.Tensor) and t.numel() > 0]
+            live = [i for i, t in enumerate(args)
+                    if isinstance(t, torch.Tensor) and t.numel() > 0 and i not in self.host_values]
             self._last_entry = self._entry_for(tuple(layout), args) + (live, [layout[i] for i in live])
             self._last_layout = layout
         exe, seen, live, live_layout = self._last_entry
@@ -814,7 +840,7 @@ class KilnSubgraph(torch.nn.Module):
             except BindingError as e:  # arguments kiln cannot bind (checked before anything ran)
                 key = tuple(layout)
                 self._last_layout = None
-                if self._one_compile is not None and self._executables.get(key) is self._one_compile:
+                if any(self._executables.get(key) is once for once in self._one_compile.values()):
                     # outside what the symbolic graph takes (its range, its strides): a graph for these sizes
                     self._executables[key] = self._per_size_entry(key, args, f"the symbolic graph refused them: {e}")
                     return self.forward(*args)
@@ -849,8 +875,13 @@ class KilnSubgraph(torch.nn.Module):
             with self._lock:
                 entry = self._executables.get(key)
                 if entry is None:
+                    values = tuple(float(args[i]) for i in self.host_values)
+                    if values not in self._values_seen and len(self._values_seen) >= self.MAX_VALUES:
+                        return self._refuse(key, f"host values past the first {self.MAX_VALUES} (numbers PyTorch "
+                                                 f"passes as CPU tensors: kiln compiles each value as a constant)")
+                    self._values_seen.add(values)
                     if self.symbolic and self.per_size is None:
-                        entry = self._one_compile or self._compile_once(args)
+                        entry = self._one_compile.get(values) or self._compile_once(args, values)
                     if entry is None:
                         entry = self._per_size_entry(key, args, self.per_size)
                     self._executables[key] = entry
@@ -874,7 +905,8 @@ class KilnSubgraph(torch.nn.Module):
 
     def _per_size_entry(self, key, args, why: Optional[str]):
         """The partition compiled for the sizes of `args` (an integer kiln graph)."""
-        tensors = [t for t in args if isinstance(t, torch.Tensor) and t.numel() > 0]
+        tensors = [t for i, t in enumerate(args)
+                   if isinstance(t, torch.Tensor) and t.numel() > 0 and i not in self.host_values]
         devices = sorted({str(t.device) for t in tensors})
         if len(devices) > 1:
             return self._refuse(key, f"its inputs are on several devices ({', '.join(devices)})")
@@ -883,6 +915,8 @@ class KilnSubgraph(torch.nn.Module):
                                      f"at most {self.MAX_SIZES} sizes, because {why})")
         inputs = [(list(t.shape), list(t.stride()), t.dtype) if isinstance(t, torch.Tensor) and t.numel() > 0 else None
                   for t in args]
+        for i in self.host_values:
+            inputs[i] = float(args[i])
 
         def make_graph():
             with sizes.bound(sizes.call_binding(self.placeholders, args) if self.symbolic else None):
@@ -890,11 +924,12 @@ class KilnSubgraph(torch.nn.Module):
         self._sizes_compiled += self.symbolic
         return self._compiled(key, make_graph, f"per size: {why}" if self.symbolic else "")
 
-    def _compile_once(self, args):
-        """The symbolic graph's entry, or None with self.per_size saying why kiln compiles per size."""
+    def _compile_once(self, args, values: Tuple):
+        """The symbolic graph's entry for these host values, or None with self.per_size saying why
+        kiln compiles per size."""
         try:
             graph = None
-            for graph in self._symbolic_graphs():
+            for graph in self._symbolic_graphs(dict(zip(self.host_values, values))):
                 why = per_size_reason(graph._native)
                 if not why:
                     break
@@ -914,10 +949,10 @@ class KilnSubgraph(torch.nn.Module):
         self.graphs.append(graph)
         with sizes.bound(self.hints):
             self.report.add_subgraph(self.name, self.gm, graph, exe, "every size: one compile")
-        self._one_compile = (exe, self._symbolic_seen)
-        return self._one_compile
+        self._one_compile[values] = (exe, self._symbolic_seen)
+        return self._one_compile[values]
 
-    def _symbolic_graphs(self):
+    def _symbolic_graphs(self, host_values: Dict[int, float]):
         """The partition as one symbolic kiln graph, converted at two probes, each generalised
         into dim expressions, which must agree (_torch_sizes.py): at the widest range of sizes
         first (sizes.CAPS), then narrower ones (a kernel's limits at the largest sizes)."""
@@ -925,9 +960,10 @@ class KilnSubgraph(torch.nn.Module):
         for offset in (0, len(sizes._PRIMES) // 2):
             probe = sizes.Probe(self.symbols, offset)
             with sizes.bound(probe.binding):
-                inputs = [(sizes.sizes(v.shape), sizes.sizes(v.stride()), v.dtype)
+                inputs = [host_values[i] if i in host_values else
+                          (sizes.sizes(v.shape), sizes.sizes(v.stride()), v.dtype)
                           if isinstance(v, torch.Tensor) and sizes.numel(v) > 0 else None
-                          for v in (n.meta.get("val") for n in self.placeholders)]
+                          for i, v in enumerate(n.meta.get("val") for n in self.placeholders)]
                 _graph, seen, doc = self._graph_for(inputs)
             docs.append(sizes.generalize(doc, probe))
         if docs[0] != docs[1]:
@@ -986,6 +1022,29 @@ def _dense_order(v: Any) -> Optional[List[int]]:
             return None
         expected *= shape[d]
     return None if order == list(range(v.dim())) else order
+
+
+def _host_value(v: Any, meets_device_tensors: bool) -> bool:
+    """A number PyTorch holds as a 0-dim CPU tensor where it is one: a Python float dynamo passes
+    as an f64 tensor instead of specialising it (dynamic shapes: an RMS norm's eps, a rotary
+    scaling), or a 0-dim CPU tensor that meets tensors of a GPU, as PyTorch allows. kiln takes it
+    as a constant of the graph (KilnSubgraph keys its graphs by the value)."""
+    return (isinstance(v, torch.Tensor) and v.dim() == 0 and v.device.type == "cpu" and v.dtype.is_floating_point
+            and (v.dtype not in _KILN_DTYPE or meets_device_tensors))
+
+
+def _on_host_alone(n: torch.fx.Node) -> bool:
+    """A node of numbers: a 0-dim CPU value made of 0-dim CPU values alone."""
+    def number(v):
+        return isinstance(v, torch.Tensor) and v.dim() == 0 and v.device.type == "cpu"
+    return number(n.meta.get("val")) and all(number(a.meta.get("val")) for a in n.all_input_nodes)
+
+
+def _rounded(value: float, dtype: torch.dtype) -> float:
+    """A constant as a tensor of `dtype` holds it."""
+    if not dtype.is_floating_point:
+        raise Unsupported(f"a constant converted to {dtype}")
+    return torch.tensor(value, dtype=torch.float64).to(dtype).item()
 
 
 def _is_empty(n: torch.fx.Node) -> bool:
@@ -1129,8 +1188,8 @@ def _partitioned(gm: torch.fx.GraphModule, report: Report, hints) -> torch.fx.Gr
     reasons: Dict[torch.fx.Node, str] = {}
     partitioner = CapabilityBasedPartitioner(gm, _Support(reasons), allows_single_node_partition=True)
     partitions = partitioner.propose_partitions()
-    # a partition of views alone moves no data: PyTorch keeps it
-    partitions = [p for p in partitions if any(n.target not in _VIEWS for n in p.nodes)]
+    # a partition of views alone, or of numbers on the host alone, moves no data: PyTorch keeps it
+    partitions = [p for p in partitions if any(n.target not in _VIEWS and not _on_host_alone(n) for n in p.nodes)]
     in_kiln = {n for p in partitions for n in p.nodes}
     for n in gm.graph.nodes:
         if n.op == "call_function" and n not in in_kiln and not isinstance(n.meta.get("val"), _SIZE_VALUES):

@@ -228,9 +228,9 @@ def test_examples_through_python_against_the_reference(path):
         assert relative_error(np.where(finite, have, 0), np.where(finite, want[name], 0)) <= tolerance, name
 
 
-def test_backend_a_cpu_constant_in_a_cuda_forward_runs_in_pytorch():
+def test_backend_a_cpu_constant_in_a_cuda_forward_is_a_constant_of_the_kiln_graph():
     """A model that makes a CPU scalar tensor in its forward (PyTorch lets it meet CUDA tensors):
-    the op that reads both stays in PyTorch, the rest is kiln's, and the forward never raises."""
+    kiln takes its value as a constant, and the forward never raises."""
     import kiln.torch  # noqa: F401  (registers the backend)
 
     def fn(x):
@@ -241,7 +241,40 @@ def test_backend_a_cpu_constant_in_a_cuda_forward_runs_in_pytorch():
         got = torch.compile(fn, backend="kiln", dynamic=False)(x)
         report = kiln.torch.explain(fn, x)
     assert torch.allclose(got, fn(x), atol=1e-5)
-    assert report.subgraphs, str(report)
+    assert report.subgraphs and not report.left_to_pytorch, str(report)
+
+
+def test_backend_python_floats_of_a_dynamic_cuda_forward_are_constants():
+    """Under dynamic shapes dynamo passes a model's Python floats (an RMS norm's eps) as f64 CPU
+    tensors: they meet CUDA tensors as constants of one kiln graph compiled once, keyed by value."""
+    import kiln.torch
+
+    class RMSNorm(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.randn(256))
+            self.eps = 1e-6
+
+        def forward(self, x):
+            h = x.float()
+            return self.weight * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)
+    m = RMSNorm().cuda().bfloat16()
+    torch._dynamo.reset()
+    report = kiln.torch.Report()
+    kiln.torch._REPORTS.report = report
+    try:
+        c = torch.compile(m, backend="kiln", dynamic=True)
+        with torch.no_grad():
+            for eps in (1e-6, 0.25):
+                m.eps = eps
+                for b, s in ((2, 17), (3, 64), (4, 5)):  # (not 1: dynamo specialises a size of 1)
+                    x = torch.randn(b, s, 256, device="cuda", dtype=torch.bfloat16)
+                    torch.testing.assert_close(c(x), m(x), rtol=2e-2, atol=2e-2)
+    finally:
+        kiln.torch._REPORTS.report = None
+        torch._dynamo.reset()
+    assert [e["sizes"] for e in report.subgraphs] == ["every size: one compile"] * 2, str(report)
+    assert not report.left_to_pytorch, str(report)
 
 
 def test_backend_with_gradients_on_the_gpu():

@@ -238,3 +238,44 @@ def test_dims_take_dynamos_range_and_stay_below_the_element_limit():
         # dynamo's [2, oo), capped where [s0, s1, 32] stays below 2^62 elements (2^31 - 1 would not);
         # a graph that writes s0*s1 as a dimension is capped where that stays below 2^31 (2^15)
         assert lo == 2 and hi == 2**24 and multiple == 1
+
+
+class RMSNormWithFloats(torch.nn.Module):
+    """Llama's RMS norm and a rotary-like scaling, with Python floats in tensor arithmetic:
+    under dynamic shapes dynamo passes each as an f64 CPU tensor instead of specialising it."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(32))
+        self.eps = 1e-6
+        self.scaling = 0.75
+
+    def forward(self, x):
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(x.dtype) * self.scaling
+
+
+def test_python_floats_passed_as_tensors_are_constants_of_one_compile():
+    m = RMSNormWithFloats()
+    with reporting() as report:
+        c = torch.compile(m, backend="kiln", dynamic=True)
+        run_sizes(m, c)
+        graph = _subgraphs()[0].graphs[0]
+    assert [e["sizes"] for e in report.subgraphs] == ["every size: one compile"], report
+    assert not report.left_to_pytorch, report  # (the floats' conversions too)
+    assert all(spec.dtype == "f32" and len(spec.shape) for spec in graph.inputs.values()), graph.inputs
+
+
+def test_a_new_value_of_a_float_compiles_a_graph_of_its_own(monkeypatch):
+    monkeypatch.setattr(kiln.torch.KilnSubgraph, "MAX_VALUES", 2)
+    m = RMSNormWithFloats()
+    with reporting() as report:
+        c = torch.compile(m, backend="kiln", dynamic=True)
+        run_sizes(m, c, SIZES[:2])
+        for eps in (1e-2, 0.5):  # (dynamo does not guard an unspecialised float: the same frame runs)
+            m.eps = eps
+            run_sizes(m, c, SIZES[:2])
+    assert [e["sizes"] for e in report.subgraphs] == ["every size: one compile"] * 2, report
+    reasons = {e["reason"] for e in report.left_to_pytorch}
+    assert any("host values past the first 2" in r for r in reasons), reasons
