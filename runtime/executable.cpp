@@ -36,9 +36,9 @@ size_t Executable::workspace_bytes() const { return impl_->workspace_bytes; }
 
 Expected<size_t> Executable::workspace_bytes(std::span<const Shape> input_shapes) const {
   if (!impl_->probe) return impl_->workspace_bytes;
-  Expected<ir::DimValues> sizes = impl_->bind_sizes(input_shapes);
-  if (!sizes) return sizes.error();
-  return impl_->layout_at(*sizes).back();
+  Expected<std::shared_ptr<const runtime::SizedLaunch>> sized = impl_->sized_launch(input_shapes);
+  if (!sized) return sized.error();
+  return (*sized)->offsets.back();
 }
 
 namespace {
@@ -276,6 +276,27 @@ std::vector<size_t> Executable::Impl::layout_at(const ir::DimValues& values) con
   return offsets;
 }
 
+Expected<std::shared_ptr<const runtime::SizedLaunch>> Executable::Impl::sized_launch(std::span<const Shape> input_shapes) const {
+  {
+    std::lock_guard<std::mutex> lock(sized_mutex);
+    if (last_sized && std::ranges::equal(last_sized->input_shapes, input_shapes)) return last_sized;
+  }
+  Expected<ir::DimValues> sizes = bind_sizes(input_shapes);
+  if (!sizes) return sizes.error();
+  auto sized = std::make_shared<runtime::SizedLaunch>();
+  sized->input_shapes.assign(input_shapes.begin(), input_shapes.end());
+  if (probe)
+    for (const ir::DimSymbol& s : probe->table().symbols) sized->size_of_symbol.push_back(sizes->at(s.name));
+  sized->offsets = probe ? layout_at(*sizes) : slot_offsets;
+  for (const codegen::GeneratedKernel& k : program().kernels) sized->geometry.push_back(codegen::launch_geometry(k, *sizes));
+  for (const codegen::WorkspaceSpec& w : program().workspaces) sized->workspace_words.push_back(static_cast<size_t>(w.words_at(*sizes)));
+  for (size_t o = 0; o < output_names.size(); ++o) sized->output_bytes.push_back(output_bytes_at(o, *sizes));
+  sized->sizes = std::move(*sizes);
+  std::lock_guard<std::mutex> lock(sized_mutex);
+  last_sized = sized;
+  return std::shared_ptr<const runtime::SizedLaunch>(std::move(sized));
+}
+
 void Executable::Impl::resolve() {
   const ir::Graph& g = planned_ir();
   // A symbolic graph's bytes and workspace layout at its largest sizes (enough for every size).
@@ -487,16 +508,13 @@ Status check_bindings(const Executable::Impl& x, const BoundArgs& args, const vo
 Status Executable::launch(const BoundArgs& args, void* workspace, void* stream_handle) const {
   const Impl& x = *impl_;
   if (Status s = check_bindings(x, args, workspace); !s) return s;
-  // The sizes, checked before anything runs.
-  Expected<ir::DimValues> sizes = x.bind_sizes(args.input_shapes);
-  if (!sizes) return sizes.error();
-  std::vector<int64_t> size_of_symbol;
-  if (x.probe)
-    for (const ir::DimSymbol& s : x.probe->table().symbols) size_of_symbol.push_back(sizes->at(s.name));
+  // The sizes, checked before anything runs, and what follows from them (the last launch's for the same shapes).
+  Expected<std::shared_ptr<const runtime::SizedLaunch>> sized_or = x.sized_launch(args.input_shapes);
+  if (!sized_or) return sized_or.error();
+  const runtime::SizedLaunch& sized = **sized_or;
+  const std::vector<int64_t>& size_of_symbol = sized.size_of_symbol;
   const auto scratch = reinterpret_cast<CUdeviceptr>(workspace);
-  // The workspace's layout at these sizes (a symbolic graph's; an integer graph's is fixed).
-  const std::vector<size_t> layout = x.probe ? x.layout_at(*sizes) : std::vector<size_t>();
-  const std::vector<size_t>& offsets = x.probe ? layout : x.slot_offsets;
+  const std::vector<size_t>& offsets = sized.offsets;
   const auto stream = static_cast<CUstream>(stream_handle);
   Expected<LaunchScope> scope = launch_scope(stream, x.device);
   if (!scope) return scope.error();
@@ -520,7 +538,7 @@ Status Executable::launch(const BoundArgs& args, void* workspace, void* stream_h
     for (int w : k.reset_workspaces) {
       const codegen::WorkspaceSpec& spec = x.program().workspaces[static_cast<size_t>(w)];
       if (CUresult r = cu.cuMemsetD32Async(scratch + offsets[x.program().intermediates.size() + static_cast<size_t>(w)], spec.fill,
-                                           static_cast<size_t>(spec.words_at(*sizes)), stream);
+                                           sized.workspace_words[static_cast<size_t>(w)], stream);
           r != CUDA_SUCCESS)
         return runtime::check(r, "cuMemsetD32Async");
     }
@@ -538,11 +556,11 @@ Status Executable::launch(const BoundArgs& args, void* workspace, void* stream_h
       return Error{ErrorCode::Internal, fmt::format("internal error: kernel {} has {} tensor maps (at most {})", k.plan_kernel,
                                                     plan.map_count, kMaxMaps)};
     if (plan.map_count > 0)
-      if (Status s = x.tensor_maps(**state, i, values.data(), *sizes, size_of_symbol, maps.data()); !s) return s;
+      if (Status s = x.tensor_maps(**state, i, values.data(), sized.sizes, size_of_symbol, maps.data()); !s) return s;
     for (size_t a = 0, m = 0; a < plan.args.size(); ++a)
       params[a] = plan.is_map[a] ? static_cast<void*>(&maps[m++]) : static_cast<void*>(&values[a]);
     const runtime::DeviceState& st = **state;
-    const codegen::LaunchGeometry at = codegen::launch_geometry(k, *sizes);
+    const codegen::LaunchGeometry& at = sized.geometry[i];
     const uint32_t grid_x = k.persistent_group ? std::min(at.grid[0], st.resident_blocks[i]) : at.grid[0];
     if (CUresult r = cu.cuLaunchKernel(st.functions[i], grid_x, at.grid[1], at.grid[2], at.block[0], at.block[1], at.block[2],
                                        at.shared_bytes, stream, params.data(), nullptr);
@@ -554,7 +572,7 @@ Status Executable::launch(const BoundArgs& args, void* workspace, void* stream_h
     if (const int i = x.output_is_input[o]; i >= 0 && args.outputs[o] != args.inputs[static_cast<size_t>(i)])
       if (Status s = runtime::check(cu.cuMemcpyDtoDAsync(reinterpret_cast<CUdeviceptr>(args.outputs[o]),
                                                           reinterpret_cast<CUdeviceptr>(args.inputs[static_cast<size_t>(i)]),
-                                                          x.output_bytes_at(o, *sizes), stream),
+                                                          sized.output_bytes[o], stream),
                                     "cuMemcpyDtoDAsync");
           !s)
         return s;

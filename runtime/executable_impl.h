@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "codegen/kernel_codegen.h"
+#include "codegen/launch_geometry.h"
 #include "compiler/size_probe.h"
 #include "kiln/executable.h"
 #include "runtime/program_cache.h"
@@ -41,6 +42,21 @@ struct KernelLaunch {
   std::vector<ArgSource> args;
   std::vector<bool> is_map;
   int map_count = 0;
+};
+
+// What a launch computes from the inputs' shapes, kept for the next launch
+// of the same shapes (a model's steady state): the sizes bound and checked,
+// the workspace layout, each kernel's grid, each kernel workspace's words
+// and each output's bytes. A symbolic graph evaluates its expressions once
+// per new set of shapes instead of at every launch.
+struct SizedLaunch {
+  std::vector<Shape> input_shapes;
+  ir::DimValues sizes;
+  std::vector<int64_t> size_of_symbol;  // by the probe's symbol order: kernels' size parameters
+  std::vector<size_t> offsets;          // the workspace's slots, the bytes of them all last
+  std::vector<codegen::LaunchGeometry> geometry;  // per kernel
+  std::vector<size_t> workspace_words;  // per kernel workspace
+  std::vector<size_t> output_bytes;     // per output
 };
 
 // The kernels of one executable loaded into one CUDA context.
@@ -87,6 +103,10 @@ struct Executable::Impl {
   size_t workspace_bytes = 0;
   std::vector<runtime::KernelLaunch> launches;
 
+  // The last launch's shapes and what they gave (SizedLaunch).
+  mutable std::mutex sized_mutex;
+  mutable std::shared_ptr<const runtime::SizedLaunch> last_sized;
+
   // Kernels loaded per context, made on a context's first launch.
   mutable std::shared_mutex devices_mutex;
   mutable std::unordered_map<CUcontext, std::unique_ptr<runtime::DeviceState>> devices;
@@ -111,6 +131,9 @@ struct Executable::Impl {
   // The workspace's slot offsets at bound sizes, the bytes of them all last
   // (a symbolic graph's workspace at a small size is small).
   std::vector<size_t> layout_at(const ir::DimValues& values) const;
+  // Everything a launch of these input shapes needs from them: the last
+  // launch's when the shapes are the same, else computed (bind_sizes's errors).
+  Expected<std::shared_ptr<const runtime::SizedLaunch>> sized_launch(std::span<const Shape> input_shapes) const;
   // The kernels loaded into `context` (loaded now on its first use).
   Expected<runtime::DeviceState*> device_state(CUcontext context) const;
   Status tensor_maps(runtime::DeviceState& state, size_t kernel, const CUdeviceptr* values, const ir::DimValues& sizes,

@@ -50,6 +50,7 @@ class Executable:
         self._torch_outputs = None
         self._torch_empty = None  # per output: (shape, dtype, device) for torch.empty
         self._torch_scratch = 0  # the workspace bytes of the last checked call's sizes
+        self._torch_shapes: List[List[int]] = []  # the inputs' shapes of that call (a symbolic graph binds them)
         self._raw_stream = None
 
     def __repr__(self) -> str:
@@ -182,9 +183,8 @@ class Executable:
         need = self._torch_scratch
         scratch = torch.empty(need, dtype=torch.uint8, device=where).data_ptr() if need else 0
         device = where.index or 0
-        shapes = [list(s) for s, *_ in self._torch_inputs[1]] if self._symbolic else []
         self._native.launch(pointers, [t.data_ptr() for t in outs.values()], scratch, self._raw_stream(device), device,
-                            shapes)
+                            self._torch_shapes)
         return outs
 
     def run(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any], *, stream: Any = None,
@@ -197,8 +197,7 @@ class Executable:
             out_pointers = self._fast_torch(outputs, self._torch_outputs) if pointers is not None else None
             if out_pointers is not None and not self.workspace_bytes:
                 device = self._torch_inputs[1][0][3].index or 0
-                shapes = [list(s) for s, *_ in self._torch_inputs[1]] if self._symbolic else []
-                self._native.launch(pointers, out_pointers, 0, self._raw_stream(device), device, shapes)
+                self._native.launch(pointers, out_pointers, 0, self._raw_stream(device), device, self._torch_shapes)
                 return None
         ins = self._bind_inputs(inputs)
         like = ins[0] if ins else None
@@ -223,6 +222,7 @@ class Executable:
         self._torch_empty = [(name, (tuple(b.shape), b.array.dtype, b.array.device))
                              for name, b in zip(self._output_names, outs)]
         self._torch_scratch = self._workspace_bytes_for(ins)
+        self._torch_shapes = self._shapes(ins)  # (a symbolic graph's sizes: the launch binds them)
         if self._raw_stream is None:
             import torch
             raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
