@@ -104,13 +104,14 @@ Coords Emitter::delinearize(const std::string& linear, const Shape& shape) {
     // 64-bit division is a long emulated sequence).
     std::string e;
     SizeText& size = *sizes_;
+    // (Past 2^31 a symbolic size divides by its kiln::Divisor: SizeText::quotient.)
     if (size.known_below(element_count(shape), int64_t{1} << 31)) {
       e = strides[d] == 1 ? fmt::format("(kiln::u32){}", linear) : fmt::format("((kiln::u32){} / {})", linear, size(strides[d], "u"));
       if (d > 0) e = fmt::format("({} % {})", e, size(shape[d], "u"));
       e = "(kiln::i64)" + e;
     } else {
-      e = strides[d] == 1 ? linear : fmt::format("({} / {})", linear, size(strides[d]));
-      if (d > 0) e = fmt::format("({} % {})", e, size(shape[d]));
+      e = strides[d] == 1 ? linear : size.quotient(linear, strides[d]);
+      if (d > 0) e = size.remainder(e, shape[d]);
     }
     const std::string name = fresh("c");
     define_index(name, fmt::format("const kiln::i64 {} = {};", name, e), is_column_expression(e));

@@ -366,7 +366,11 @@ std::string KernelBuilder::finish(const std::string& body, int threads, const st
   src += fmt::format("extern \"C\" __global__ void {}__launch_bounds__({}) kiln_kernel(", kernel_attributes_, bounds);
   for (size_t i = 0; i < params_.size(); ++i)
     src += fmt::format("\n{}{}  // {}", params_[i], i + 1 < params_.size() ? "," : "", param_notes_[i]);
-  src += "\n) {\n" + shared + body + "}\n";
+  // The Divisors of the sizes the kernel divides by (SizeText::quotient), made once.
+  std::string divisors;
+  for (size_t symbol : sizes_.divisors())
+    divisors += fmt::format("const kiln::Divisor {}({});\n", divisor_name(symbol), size_param(symbol));
+  src += "\n) {\n" + divisors + shared + body + "}\n";
   src = Emitter::number_fresh_names(CodeWriter::lay_out(src));
   out_.source = src;
   out_.canonical = drop_comment_lines(src);

@@ -44,6 +44,15 @@ class SizeText {
   // ""). A symbolic value is an i64 expression (cast to kiln::u32 where the
   // suffix is "u").
   std::string operator()(int64_t value, std::string_view suffix = "LL");
+  // `numerator` / `value` and `numerator` % `value` (numerator: an i64
+  // index, at least 0). A literal divides with the operators, as it always
+  // did; a symbolic size divides by its constant factor, then by each
+  // symbol's kiln::Divisor (`kiln_div<i>`, made at the kernel's start:
+  // divisors()): a 64-bit multiply-high instead of a 64-bit division.
+  std::string quotient(const std::string& numerator, int64_t value, std::string_view suffix = "LL");
+  std::string remainder(const std::string& numerator, int64_t value, std::string_view suffix = "LL");
+  // The symbols (indices in the `dims` table) the text divides by so far.
+  const std::set<size_t>& divisors() const { return divisors_; }
   // The size as a Dim, for the range's queries (a constant for integer graphs).
   ir::Dim dim(int64_t value) const;
   // Whether the size stays below `bound` at every size in range.
@@ -57,8 +66,11 @@ class SizeText {
 
  private:
   const ir::SizeProbe* probe_ = nullptr;
-  std::set<size_t> used_;
+  std::set<size_t> used_, divisors_;
 };
+
+// The name of the kiln::Divisor a kernel makes of symbol i's size, and its definition.
+inline std::string divisor_name(size_t symbol) { return "kiln_div" + std::to_string(symbol); }
 
 // The name of symbol i's size parameter in a kernel.
 inline std::string size_param(size_t symbol) { return "kiln_size" + std::to_string(symbol); }

@@ -13,6 +13,8 @@
 #include <cstdint>
 #endif
 
+#include "kiln/divisor.cuh"
+
 namespace kiln {
 
 typedef unsigned char u8;

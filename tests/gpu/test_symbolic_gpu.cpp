@@ -72,6 +72,16 @@ std::vector<SymbolicCase> cases() {
          {"op": "matmul", "in": ["g", "w2"], "out": "y2"}, {"op": "add", "in": ["y2", "x2"], "out": "r", "dtype": "bf16"},
          {"op": "reshape", "in": ["r"], "out": "y", "shape": ["B", "S", 256]}],
  "outputs": ["y"]})";
+  // The same over f32 operands (full f32 precision): the SIMT kernel, its tile rows walked by a loop.
+  const std::string f32_mlp = R"({"kiln": 1, "name": "f32_mlp",
+ "dims": {"B": {"min": 1, "max": 16}, "S": {"min": 1, "max": 512}},
+ "inputs": {"x": {"shape": ["B", "S", 96], "dtype": "f32"}, "w": {"shape": [96, 200], "dtype": "f32"},
+            "b": {"shape": [200], "dtype": "f32"}, "w2": {"shape": [200, 96], "dtype": "f32"}},
+ "ops": [{"op": "reshape", "in": ["x"], "out": "x2", "shape": ["B*S", 96]}, {"op": "matmul", "in": ["x2", "w"], "out": "h"},
+         {"op": "add", "in": ["h", "b"], "out": "hb"}, {"op": "gelu", "in": ["hb"], "out": "g"},
+         {"op": "matmul", "in": ["g", "w2"], "out": "y2"}, {"op": "add", "in": ["y2", "x2"], "out": "r"},
+         {"op": "reshape", "in": ["r"], "out": "y", "shape": ["B", "S", 96]}],
+ "outputs": ["y"]})";
   // A fused QKV projection, attention on the Hopper kernel (query tiles counted by the kernel) with a
   // padding mask [B, 1, 1, S] or causal (key tiles past the diagonal skipped, a block per query
   // tile), the output projection gathering its rows (b, s), a residual.
@@ -104,6 +114,7 @@ std::vector<SymbolicCase> cases() {
   return {{"attention_layer", attention, {{{"B", 1}, {"S", 1}}, {{"B", 16}, {"S", 512}}, {{"B", 3}, {"S", 45}}, {{"B", 13}, {"S", 127}}}},
           {"causal_layer", causal, {{{"B", 1}, {"S", 1}}, {{"B", 16}, {"S", 512}}, {{"B", 3}, {"S", 200}}, {{"B", 2}, {"S", 257}}}},
           {"mlp", mlp, {{{"B", 1}, {"S", 1}}, {{"B", 16}, {"S", 512}}, {{"B", 3}, {"S", 45}}, {{"B", 13}, {"S", 127}}}},
+          {"f32_mlp", f32_mlp, {{{"B", 1}, {"S", 1}}, {{"B", 16}, {"S", 512}}, {{"B", 3}, {"S", 45}}, {{"B", 13}, {"S", 127}}}},
           {"layer_norm_written_out", held, {{{"R", 1}}, {{"R", 50000}}, {{"R", 999}}, {{"R", 7919}}}},
           {"residual_rms_norm_gelu", rn, {{{"B", 1}, {"S", 1}}, {{"B", 16}, {"S", 512}}, {{"B", 3}, {"S", 45}}, {{"B", 13}, {"S", 127}}}},
           {"layer_norm_rows", ln, {{{"R", 1}}, {{"R", 20000}}, {{"R", 999}}, {{"R", 7919}}}},

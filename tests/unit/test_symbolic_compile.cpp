@@ -163,11 +163,18 @@ TEST(SymbolicCompile, RowReductionsAndHeldRowsOverSymbolicRows) {
 }
 
 TEST(SymbolicCompile, WhatOneCompileDoesNotCoverIsCompiledPerSizeAndSaysWhy) {
-  // A matmul of f32 operands (the SIMT kernel, whose source spells its sizes as integers).
+  // A matmul of f32 operands (the SIMT kernel) over symbolic rows is covered; over symbolic
+  // columns its source spells them as integers.
   const Graph mm = must_parse(R"({"kiln": 1, "dims": {"B": {"min": 1, "max": 64}},
     "inputs": {"x": {"shape": ["B", 64], "dtype": "f32"}, "w": {"shape": [64, 32], "dtype": "f32"}},
     "ops": [{"op": "matmul", "in": ["x", "w"], "out": "y"}], "outputs": ["y"]})");
   Expected<std::string> why = runtime::per_size_reason(mm, runtime::Target{.arch = "sm_90"});
+  ASSERT_TRUE(why.ok());
+  EXPECT_EQ(*why, "");
+  const Graph columns = must_parse(R"({"kiln": 1, "dims": {"B": {"min": 1, "max": 64}},
+    "inputs": {"x": {"shape": [32, 64], "dtype": "f32"}, "w": {"shape": [64, "B"], "dtype": "f32"}},
+    "ops": [{"op": "matmul", "in": ["x", "w"], "out": "y"}], "outputs": ["y"]})");
+  why = runtime::per_size_reason(columns, runtime::Target{.arch = "sm_90"});
   ASSERT_TRUE(why.ok());
   EXPECT_THAT(*why, ::testing::HasSubstr("kernel 0's source (tactic simt) depends on the sizes"));
   // The same matmul of bf16 operands on sm_80 (mma.sync) is covered; batches of them are not (a
@@ -188,7 +195,7 @@ TEST(SymbolicCompile, WhatOneCompileDoesNotCoverIsCompiledPerSizeAndSaysWhy) {
   why = runtime::per_size_reason(conv, runtime::Target{.arch = "sm_90"});
   ASSERT_TRUE(why.ok());
   EXPECT_THAT(*why, ::testing::HasSubstr("'y' is a conv2d, an anchor compiled per size so far"));
-  Expected<Executable> exe = Executable::compile(mm, {.arch = "sm_90", .use_cache = false});
+  Expected<Executable> exe = Executable::compile(columns, {.arch = "sm_90", .use_cache = false});
   ASSERT_FALSE(exe.ok());
   EXPECT_THAT(exe.error().message, ::testing::HasSubstr("one compile for every size does not cover it yet"));
   EXPECT_THAT(exe.error().message, ::testing::HasSubstr("Graph::specialize"));
@@ -289,6 +296,52 @@ std::string attention_layer(const std::string& b, const std::string& s) {
  "outputs": ["y"]}})",
                      b[0] == '"' ? R"("dims": {"B": {"min": 1, "max": 64}, "S": {"min": 1, "max": 4096}},)" : "", b, s, b, s,
                      product(b[0] == '"' ? "S" : s), b, s, b, s, b, s, b, s, product(b[0] == '"' ? "S" : s), b, s);
+}
+
+// Indices a range can take past 2^31 (a backend's wide ranges) divide by a
+// symbolic size through a kiln::Divisor made once per kernel: no 64-bit
+// division by a value the compiler cannot see. Below 2^31, 32-bit division.
+TEST(SymbolicCompile, WideIndicesDivideBySizesThroughDivisors) {
+  auto heads_first = [](int64_t max) {
+    return fmt::format(R"({{"kiln": 1, "dims": {{"B": {{"min": 1, "max": {0}}}, "S": {{"min": 1, "max": {0}}}}},
+      "inputs": {{"x": {{"shape": ["B", "S", 8, 64], "dtype": "bf16"}}}},
+      "ops": [{{"op": "transpose", "in": ["x"], "out": "t", "perm": [0, 2, 1, 3]}},
+              {{"op": "mul", "in": ["t", 2.0], "out": "y", "dtype": "bf16"}}], "outputs": ["y"]}})", max);
+  };
+  const runtime::Planned wide = must_plan(must_parse(heads_first(32768)));
+  ASSERT_EQ(wide.program.kernels.size(), 1u);
+  const std::string& source = wide.program.kernels[0].canonical;
+  EXPECT_NE(source.find("const kiln::Divisor kiln_div1(kiln_size1);"), std::string::npos) << source;
+  EXPECT_NE(source.find("kiln_div1.div("), std::string::npos) << source;
+  EXPECT_NE(source.find("kiln_div1.mod("), std::string::npos) << source;
+  EXPECT_FALSE(std::regex_search(source, std::regex(R"([/%] \(?kiln_size)"))) << source;
+  const runtime::Planned narrow = must_plan(must_parse(heads_first(64)));
+  EXPECT_EQ(narrow.program.kernels[0].canonical.find("kiln::Divisor"), std::string::npos);
+}
+
+// f32 operands in full precision take the SIMT kernel: over a symbolic M its
+// tile rows lie along x, walked by a loop, and a grid rule sizes the launch.
+TEST(SymbolicCompile, SimtMatmulsOverSymbolicRows) {
+  std::string json = mlp("\"B\"", "\"S\"", true);
+  for (const char* from : {"\"bf16\""}) {
+    for (size_t at = json.find(from); at != std::string::npos; at = json.find(from, at)) json.replace(at, 6, "\"f32\"");
+  }
+  const runtime::Planned symbolic = must_plan(must_parse(json));
+  ASSERT_EQ(symbolic.program.kernels.size(), 2u);
+  for (const codegen::GeneratedKernel& k : symbolic.program.kernels) {
+    EXPECT_EQ(k.tactics.chosen, "simt");
+    EXPECT_NE(k.canonical.find("m0 < (kiln_size0 * kiln_size1); m0 += (kiln::i64)gridDim.x * 64"), std::string::npos)
+        << k.source;
+    const std::regex number("\\b[0-9]+\\b");
+    for (std::sregex_iterator it(k.canonical.begin(), k.canonical.end(), number), end; it != end; ++it)
+      EXPECT_FALSE(symbolic.probe->involves_symbol(std::stoll(it->str()))) << it->str();
+    ASSERT_TRUE(k.grid_rule.has_value());
+  }
+  // 3 x 45 = 135 rows: 3 tile rows along x; 3072 and 768 columns: 48 and 12 tiles along y.
+  EXPECT_EQ(codegen::to_string(codegen::launch_geometry(symbolic.program.kernels[0], {{"B", 3}, {"S", 45}})),
+            "grid [3,48,1] block [256,1,1]");
+  EXPECT_EQ(codegen::to_string(codegen::launch_geometry(symbolic.program.kernels[1], {{"B", 3}, {"S", 45}})),
+            "grid [3,12,1] block [256,1,1]");
 }
 
 TEST(SymbolicCompile, HopperAttentionOverSymbolicBatchAndSequence) {
