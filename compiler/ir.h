@@ -54,6 +54,8 @@ struct Tensor {
 
   // The type the values are exactly representable in (see above).
   DType value_dtype() const { return rounded || dtype == DType::boolean ? dtype : DType::f32; }
+  // Values exact in f16 or bf16 (a tensor-core operand as it is, without a `precision`).
+  bool sixteen_bit_values() const { return value_dtype() == DType::f16 || value_dtype() == DType::bf16; }
   int rank() const { return static_cast<int>(shape.size()); }
 };
 

@@ -12,8 +12,6 @@ namespace {
 
 constexpr const char* kRow = "matmul_k_one";
 
-bool sixteen_bit(const Tensor& t) { return (t.dtype == DType::bf16 || t.dtype == DType::f16) && t.rounded; }
-
 bool transposed(const Graph& g, TensorId t) {
   const Tensor& tensor = g.tensor(t);
   return tensor.kind == TensorKind::OpResult && tensor.producer >= 0 &&
@@ -28,7 +26,7 @@ RowMatches find_k_one_matmuls(const Graph& g) {
     const Op& op = g.ops[i];
     if (op.kind != OpKind::Matmul || g.operand(op, 0).shape.back() != 1) continue;
     const std::string where = op_named(g, static_cast<int32_t>(i));
-    const bool exact = op.attrs.precision == Precision::f32 || (sixteen_bit(g.operand(op, 0)) && sixteen_bit(g.operand(op, 1)));
+    const bool exact = op.attrs.precision == Precision::f32 || (g.operand(op, 0).sixteen_bit_values() && g.operand(op, 1).sixteen_bit_values());
     if (!exact)
       m.declined.push_back({kRow, false, where, "its precision rounds f32 operands before the product"});
     else if (transposed(g, op.inputs[0]) || transposed(g, op.inputs[1]))

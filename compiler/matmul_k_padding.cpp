@@ -36,14 +36,12 @@ std::optional<int32_t> swapping_transpose(const Graph& g, TensorId t) {
   return tensor.producer;
 }
 
-bool sixteen_bit(const Tensor& t) { return (t.dtype == DType::bf16 || t.dtype == DType::f16) && t.rounded; }
-
 // A matmul this row is about: 16-bit operands of one type, K no multiple of 8.
 bool odd_k(const Graph& g, const Op& op) {
   if (op.kind != OpKind::Matmul) return false;
   const Tensor& a = g.operand(op, 0);
   const Tensor& b = g.operand(op, 1);
-  return sixteen_bit(a) && sixteen_bit(b) && a.dtype == b.dtype && a.shape.back() % kKMultiple != 0;
+  return a.sixteen_bit_values() && b.sixteen_bit_values() && a.dtype == b.dtype && a.shape.back() % kKMultiple != 0;
 }
 
 // Why an odd-K matmul keeps its operands as written; empty where it is padded.
