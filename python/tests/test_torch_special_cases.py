@@ -209,3 +209,46 @@ def test_a_negative_view_input_is_read_with_its_sign():
     with torch.no_grad():
         for a in (x._neg_view(), x, x._neg_view()):
             torch.testing.assert_close(compiled(a, y), fn(a, y))
+
+
+def _compiled_with_report(fn):
+    torch._dynamo.reset()
+    report = kiln.torch.Report()
+    kiln.torch._REPORTS.report = report
+    return torch.compile(fn, backend="kiln", dynamic=False), report
+
+
+def test_a_zero_dim_tensor_that_changes_every_call_is_an_input_not_a_constant():
+    """A 0-dim f32 tensor of a CPU graph is a kiln input: a new value compiles nothing."""
+    def fn(x, s):
+        return torch.relu(x * s) + s
+    c, report = _compiled_with_report(fn)
+    try:
+        x = draw((16, 32), 5, special=False)
+        for v in range(10):
+            s = torch.tensor(0.5 + v)
+            torch.testing.assert_close(c(x, s), fn(x, s))
+    finally:
+        kiln.torch._REPORTS.report = None
+        torch._dynamo.reset()
+    assert len(report.subgraphs) == 1 and not report.left_to_pytorch, str(report)
+
+
+def test_an_f64_number_is_a_constant_compiled_per_value_then_left_to_pytorch(monkeypatch):
+    """A 0-dim f64 tensor (how dynamo passes a Python float under dynamic shapes) is a constant of
+    the kiln graph, keyed by its value: MAX_VALUES values compiled, later ones run in PyTorch."""
+    monkeypatch.setattr(kiln.torch.KilnSubgraph, "MAX_VALUES", 2)
+
+    def fn(x, s):
+        return torch.relu(x * s) + 1.0
+    c, report = _compiled_with_report(fn)
+    try:
+        x = draw((16, 32), 6, special=False)
+        for v in (0.5, 2.0, 0.5, 3.0, 4.0):
+            s = torch.tensor(v, dtype=torch.float64)
+            torch.testing.assert_close(c(x, s), fn(x, s))
+    finally:
+        kiln.torch._REPORTS.report = None
+        torch._dynamo.reset()
+    assert len(report.subgraphs) == 2, str(report)
+    assert any("host values past the first 2" in e["reason"] for e in report.left_to_pytorch), str(report)
