@@ -66,13 +66,15 @@ std::optional<ExternalTensor> GemmGenerator::chunkable(ir::TensorId t, Mma kind,
 // block, 256 threads with 4x4 results each.
 void GemmGenerator::gemm_simt(const ir::Op& anchor, const Gemm& gm) {
   decided(fmt::format("SIMT f32 {}x{}x{} tiles", kBM, kBN, kBK));
-  // A symbolic M (rows B*S): tile rows along x, walked by a loop (a grid
-  // rule sizes the launch at the bound rows); an integer M keeps its grid.
+  // A symbolic M (rows B*S), or more tile rows than a grid's y takes
+  // (65535): tile rows along x, walked by a loop (a symbolic M's grid rule
+  // sizes the launch at the bound rows); otherwise tile rows along y.
   const bool symbolic_m = sizes_.symbolic(gm.m);
+  const bool rows_loop = symbolic_m || (gm.m + kBM - 1) / kBM > 65535;
   const std::string m_text = sizes_(gm.m);
   std::string body = fmt::format("__shared__ float As[{}][{}];\n__shared__ float Bs[{}][{}];\n", kBK, kBM + 4, kBK, kBN + 4);
   body += "const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;\n";
-  if (symbolic_m)
+  if (rows_loop)
     body += fmt::format("const kiln::i64 n0 = (kiln::i64)blockIdx.y * {0};\n"
                         "for (kiln::i64 m0 = (kiln::i64)blockIdx.x * {1}; m0 < {2}; m0 += (kiln::i64)gridDim.x * {1}) {{\n",
                         kBN, kBM, m_text);
@@ -83,7 +85,7 @@ void GemmGenerator::gemm_simt(const ir::Op& anchor, const Gemm& gm) {
   body += fmt::format("for (kiln::i64 k0 = 0; k0 < {}LL; k0 += {}) {{\n", gm.k, kBK);
   body += fmt::format("for (int e = tid; e < {}; e += 256) {{\n", kBM * kBK);
   body += fmt::format("const kiln::i64 m = m0 + e / {0}, k = k0 + e % {0};\nfloat v = 0.0f;\n", kBK);
-  body += fmt::format("if (m < {} && k < {}LL) {{\n", symbolic_m ? m_text : fmt::format("{}LL", gm.m), gm.k);
+  body += fmt::format("if (m < {} && k < {}LL) {{\n", m_text, gm.k);
   em_.begin_block();
   gm.load_a("m", "k", "batch");
   body += em_.take() + "}\n";
@@ -105,11 +107,11 @@ void GemmGenerator::gemm_simt(const ir::Op& anchor, const Gemm& gm) {
                                 ? "#pragma unroll\nfor (int j = 0; j < 4; ++j) {\nfloat window = 0.0f;\n#pragma unroll\nfor (int i = 0; i < 4; ++i) {\n"
                                 : "#pragma unroll\nfor (int i = 0; i < 4; ++i)\n#pragma unroll\nfor (int j = 0; j < 4; ++j) {\n";
   const std::string open = loops + "const kiln::i64 m = m0 + ty * 4 + i, n = n0 + tx * 4 + j;\n" +
-                           fmt::format("if (m >= {} || n >= {}LL) continue;\n", symbolic_m ? m_text : fmt::format("{}LL", gm.m), gm.n);
+                           fmt::format("if (m >= {} || n >= {}LL) continue;\n", m_text, gm.n);
   body += epilogue(anchor, gm, {open, gm.window_rows != WindowRows::none ? "}\n}\n" : "}\n"}, "acc[i][j]");
-  if (symbolic_m) body += "}\n";  // (the tile rows' loop)
+  if (rows_loop) body += "}\n";  // (the tile rows' loop)
   finish(body, 256);
-  if (symbolic_m) {
+  if (rows_loop) {
     grid_over(gm.m, 1, kBM, 1);
     out_.grid[1] = blocks_for(gm.n, kBN);
     out_.grid[2] = static_cast<uint32_t>(gm.batches);

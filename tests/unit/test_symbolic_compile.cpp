@@ -344,6 +344,19 @@ TEST(SymbolicCompile, SimtMatmulsOverSymbolicRows) {
             "grid [3,12,1] block [256,1,1]");
 }
 
+// An integer M of more tile rows than a grid's y takes (65535 of 64 rows)
+// walks them by the same loop along x, instead of a launch the GPU refuses.
+TEST(SymbolicCompile, SimtMatmulsOverMoreTileRowsThanAGridsYTakesWalkThem) {
+  const runtime::Planned tall = must_plan(must_parse(R"({"kiln": 1,
+    "inputs": {"x": {"shape": [5000000, 16], "dtype": "f32"}, "w": {"shape": [16, 8], "dtype": "f32"}},
+    "ops": [{"op": "matmul", "in": ["x", "w"], "out": "y"}], "outputs": ["y"]})"));
+  ASSERT_EQ(tall.program.kernels.size(), 1u);
+  const codegen::GeneratedKernel& k = tall.program.kernels[0];
+  EXPECT_EQ(k.tactics.chosen, "simt");
+  EXPECT_NE(k.canonical.find("m0 < 5000000LL; m0 += (kiln::i64)gridDim.x * 64"), std::string::npos) << k.source;
+  EXPECT_EQ(codegen::to_string(codegen::launch_geometry(k, {})), "grid [78125,1,1] block [256,1,1]");
+}
+
 TEST(SymbolicCompile, HopperAttentionOverSymbolicBatchAndSequence) {
   const runtime::Planned symbolic = must_plan(must_parse(attention_layer("\"B\"", "\"S\"")));
   ASSERT_EQ(symbolic.program.kernels.size(), 3u);
