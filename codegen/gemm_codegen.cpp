@@ -71,6 +71,10 @@ void GemmGenerator::gemm_simt(const ir::Op& anchor, const Gemm& gm) {
   // sizes the launch at the bound rows); otherwise tile rows along y.
   const bool symbolic_m = sizes_.symbolic(gm.m);
   const bool rows_loop = symbolic_m || (gm.m + kBM - 1) / kBM > 65535;
+  // (With the rows' loop the column tiles lie along y; a symbolic N compiles per size, checked then.)
+  KILN_USER_CHECK(!rows_loop || sizes_.symbolic(gm.n) || (gm.n + kBN - 1) / kBN <= 65535,
+                  "{}: {} rows and {} column tiles exceed this matmul kernel's grid limits (65535 tiles of 64 along "
+                  "one of them)", g_.describe(k_.anchor), gm.m, (gm.n + kBN - 1) / kBN);
   const std::string m_text = sizes_(gm.m);
   std::string body = fmt::format("__shared__ float As[{}][{}];\n__shared__ float Bs[{}][{}];\n", kBK, kBM + 4, kBK, kBN + 4);
   body += "const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;\n";

@@ -346,7 +346,7 @@ TEST(SymbolicCompile, SimtMatmulsOverSymbolicRows) {
 
 // An integer M of more tile rows than a grid's y takes (65535 of 64 rows)
 // walks them by the same loop along x, instead of a launch the GPU refuses.
-TEST(SymbolicCompile, SimtMatmulsOverMoreTileRowsThanAGridsYTakesWalkThem) {
+TEST(SymbolicCompile, SimtMatmulsOverMoreTileRowsThanAGridTakesWalkThem) {
   const runtime::Planned tall = must_plan(must_parse(R"({"kiln": 1,
     "inputs": {"x": {"shape": [5000000, 16], "dtype": "f32"}, "w": {"shape": [16, 8], "dtype": "f32"}},
     "ops": [{"op": "matmul", "in": ["x", "w"], "out": "y"}], "outputs": ["y"]})"));
@@ -355,6 +355,18 @@ TEST(SymbolicCompile, SimtMatmulsOverMoreTileRowsThanAGridsYTakesWalkThem) {
   EXPECT_EQ(k.tactics.chosen, "simt");
   EXPECT_NE(k.canonical.find("m0 < 5000000LL; m0 += (kiln::i64)gridDim.x * 64"), std::string::npos) << k.source;
   EXPECT_EQ(codegen::to_string(codegen::launch_geometry(k, {})), "grid [78125,1,1] block [256,1,1]");
+  // Many columns too (their tiles along y past 65535): an error naming the op, not a launch the
+  // GPU refuses. Many columns over few rows keep their tiles along x.
+  Expected<Executable> both = Executable::compile(must_parse(R"({"kiln": 1,
+    "inputs": {"x": {"shape": [4200000, 4], "dtype": "f32"}, "w": {"shape": [4, 4200000], "dtype": "f32"}},
+    "ops": [{"op": "matmul", "in": ["x", "w"], "out": "y"}], "outputs": ["y"]})"),
+                                                      {.arch = "sm_90", .use_cache = false});
+  ASSERT_FALSE(both.ok());
+  EXPECT_THAT(both.error().message, ::testing::HasSubstr("4200000 rows and 65625 column tiles exceed"));
+  const runtime::Planned wide = must_plan(must_parse(R"({"kiln": 1,
+    "inputs": {"x": {"shape": [2, 4], "dtype": "f32"}, "w": {"shape": [4, 4200000], "dtype": "f32"}},
+    "ops": [{"op": "matmul", "in": ["x", "w"], "out": "y"}], "outputs": ["y"]})"));
+  EXPECT_EQ(codegen::to_string(codegen::launch_geometry(wide.program.kernels[0], {})), "grid [65625,1,1] block [256,1,1]");
 }
 
 TEST(SymbolicCompile, HopperAttentionOverSymbolicBatchAndSequence) {
