@@ -26,29 +26,27 @@ std::string SizeText::operator()(int64_t value, std::string_view suffix) {
   return suffix == "u" ? "(kiln::u32)" + text : text;
 }
 
+std::string SizeText::divisor_of(const std::string& symbol) {
+  const size_t i = probe_->index_of(symbol);
+  used_.insert(i);
+  divisors_.insert(i);
+  return divisor_name(i);
+}
+
 std::string SizeText::quotient(const std::string& numerator, int64_t value, std::string_view suffix) {
   if (!symbolic(value)) return fmt::format("({} / {}{})", numerator, value, suffix);
   const ir::Dim d = dim(value);
   std::string text = d.expr().factor == 1 ? fmt::format("(kiln::i64)({})", numerator)
                                           : fmt::format("((kiln::i64)({}) / {}LL)", numerator, d.expr().factor);
-  for (const std::string& s : d.expr().symbols) {
-    const size_t i = probe_->index_of(s);
-    used_.insert(i);
-    divisors_.insert(i);
-    text = fmt::format("{}.div({})", divisor_name(i), text);
-  }
+  for (const std::string& s : d.expr().symbols) text = fmt::format("{}.div({})", divisor_of(s), text);
   return text;
 }
 
 std::string SizeText::remainder(const std::string& numerator, int64_t value, std::string_view suffix) {
   if (!symbolic(value)) return fmt::format("({} % {}{})", numerator, value, suffix);
   const ir::Dim d = dim(value);
-  if (d.expr().factor == 1 && d.expr().symbols.size() == 1) {
-    const size_t i = probe_->index_of(d.expr().symbols[0]);
-    used_.insert(i);
-    divisors_.insert(i);
-    return fmt::format("{}.mod((kiln::i64)({}))", divisor_name(i), numerator);
-  }
+  if (d.expr().factor == 1 && d.expr().symbols.size() == 1)
+    return fmt::format("{}.mod((kiln::i64)({}))", divisor_of(d.expr().symbols[0]), numerator);
   return fmt::format("((kiln::i64)({}) - {} * {})", numerator, quotient(numerator, value, suffix), (*this)(value));
 }
 

@@ -65,11 +65,14 @@ class SizeText {
   const ir::SizeProbe* probe() const { return probe_; }
 
  private:
+  // The name of `symbol`'s kiln::Divisor, recorded as read and divided by.
+  std::string divisor_of(const std::string& symbol);
+
   const ir::SizeProbe* probe_ = nullptr;
   std::set<size_t> used_, divisors_;
 };
 
-// The name of the kiln::Divisor a kernel makes of symbol i's size, and its definition.
+// The name of the kiln::Divisor a kernel makes of symbol i's size.
 inline std::string divisor_name(size_t symbol) { return "kiln_div" + std::to_string(symbol); }
 
 // The name of symbol i's size parameter in a kernel.

@@ -229,11 +229,11 @@ def _masked_fill(c, n):
 def _to_copy(c, n):
     source = val(n.args[0])
     target = val(n)
-    if isinstance(c.arg(n.args[0]), float):  # a host value (to any device): a constant of the target dtype
-        return _rounded(c.arg(n.args[0]), target.dtype)
+    x = c.arg(n.args[0])
+    if isinstance(x, float):  # a host value (to any device): a constant of the target dtype
+        return _rounded(x, target.dtype)
     if source.device != target.device:
         raise Unsupported(f"a copy from {source.device} to {target.device}")
-    x = c.arg(n.args[0])
     return x if source.dtype == target.dtype else c.b.op("cast", [x], dtype=dtype_of(n))
 
 

@@ -93,6 +93,14 @@ runtime::Planned must_plan(const Graph& g) {
   return std::move(p).value();
 }
 
+// No probe value is left in a symbolic kernel's source: every number in it is a constant of
+// the graph or of codegen (the sizes are expressions over its parameters).
+void expect_no_probe_sizes(const codegen::GeneratedKernel& k, const ir::SizeProbe& probe) {
+  const std::regex number("\\b[0-9]+\\b");
+  for (std::sregex_iterator it(k.canonical.begin(), k.canonical.end(), number), end; it != end; ++it)
+    EXPECT_FALSE(probe.involves_symbol(std::stoll(it->str()))) << it->str();
+}
+
 TEST(SymbolicCompile, OnePlanAndKernelsServeEverySize) {
   const Graph g = must_parse(residual_norm("\"B\"", "\"S\"", true));
   const runtime::Planned symbolic = must_plan(g);
@@ -100,10 +108,7 @@ TEST(SymbolicCompile, OnePlanAndKernelsServeEverySize) {
   for (const codegen::GeneratedKernel& k : symbolic.program.kernels) {
     EXPECT_NE(k.canonical.find("const kiln::i64 kiln_size"), std::string::npos) << k.source;
     EXPECT_TRUE(k.grid_rule.has_value());
-    // No probe value is left in the source: every number in it is a constant of the graph or of codegen.
-    const std::regex number("\\b[0-9]+\\b");
-    for (std::sregex_iterator it(k.canonical.begin(), k.canonical.end(), number), end; it != end; ++it)
-      EXPECT_FALSE(symbolic.probe->involves_symbol(std::stoll(it->str()))) << it->str();
+    expect_no_probe_sizes(k, *symbolic.probe);
   }
   // At any size, the plan and each kernel's launch are those of the graph written with integers.
   for (const auto& [b, s] : std::vector<std::pair<int, int>>{{1, 8}, {7, 24}, {64, 4096}, {13, 1000}}) {
@@ -238,9 +243,7 @@ TEST(SymbolicCompile, HopperMatmulsOverSymbolicRows) {
     EXPECT_EQ(k.tactics.chosen, "wgmma");
     EXPECT_NE(k.canonical.find("const int units_m = (int)(((kiln_size0 * kiln_size1) + 127LL) / 128LL)"), std::string::npos)
         << k.source;
-    const std::regex number("\\b[0-9]+\\b");
-    for (std::sregex_iterator it(k.canonical.begin(), k.canonical.end(), number), end; it != end; ++it)
-      EXPECT_FALSE(symbolic.probe->involves_symbol(std::stoll(it->str()))) << it->str();
+    expect_no_probe_sizes(k, *symbolic.probe);
     EXPECT_TRUE(k.grid_rule.has_value());
     // A (rows B*S) and the staged result's maps: extents and strides as expressions.
     bool rows_map = false;
@@ -322,19 +325,14 @@ TEST(SymbolicCompile, WideIndicesDivideBySizesThroughDivisors) {
 // f32 operands in full precision take the SIMT kernel: over a symbolic M its
 // tile rows lie along x, walked by a loop, and a grid rule sizes the launch.
 TEST(SymbolicCompile, SimtMatmulsOverSymbolicRows) {
-  std::string json = mlp("\"B\"", "\"S\"", true);
-  for (const char* from : {"\"bf16\""}) {
-    for (size_t at = json.find(from); at != std::string::npos; at = json.find(from, at)) json.replace(at, 6, "\"f32\"");
-  }
+  const std::string json = std::regex_replace(mlp("\"B\"", "\"S\"", true), std::regex("\"bf16\""), "\"f32\"");
   const runtime::Planned symbolic = must_plan(must_parse(json));
   ASSERT_EQ(symbolic.program.kernels.size(), 2u);
   for (const codegen::GeneratedKernel& k : symbolic.program.kernels) {
     EXPECT_EQ(k.tactics.chosen, "simt");
     EXPECT_NE(k.canonical.find("m0 < (kiln_size0 * kiln_size1); m0 += (kiln::i64)gridDim.x * 64"), std::string::npos)
         << k.source;
-    const std::regex number("\\b[0-9]+\\b");
-    for (std::sregex_iterator it(k.canonical.begin(), k.canonical.end(), number), end; it != end; ++it)
-      EXPECT_FALSE(symbolic.probe->involves_symbol(std::stoll(it->str()))) << it->str();
+    expect_no_probe_sizes(k, *symbolic.probe);
     ASSERT_TRUE(k.grid_rule.has_value());
   }
   // 3 x 45 = 135 rows: 3 tile rows along x; 3072 and 768 columns: 48 and 12 tiles along y.
