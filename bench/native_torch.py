@@ -110,6 +110,12 @@ NATIVE = {
     "resnet_stem": lambda i: (F.relu(F.batch_norm(F.conv2d(cl(i["x"]), cl(i["w"]), stride=2, padding=3), i["mean"], i["var"],
                                                   i["gamma"], i["beta"], training=False)),),
     "bert_projection": lambda i: (F.linear(i["x"], i["w"], i["bias"]),),
+    # f32 operands in full f32 (bench/graphs/anchors/f32/; torch's default allow_tf32=False: cuBLAS's SGEMM)
+    "f32_t5_scores": lambda i: (torch.matmul(i["q"], i["k"].transpose(-1, -2)),),
+    "f32_t5_probs_v": lambda i: (torch.matmul(i["p"], i["v"]),),
+    "f32_linear_bias_gelu": lambda i: (F.gelu(F.linear(i["x"], i["w"], i["b"])),),
+    "f32_matmul_4096": lambda i: (i["a"] @ i["w"],),
+    "f32_decode_linear": lambda i: (F.linear(i["x"], i["w"]),),
     # depthwise convs (bench/graphs/anchors/depthwise/)
     "depthwise_3x3_c384_56_b32": depthwise("relu6", 1, 1),
     "depthwise_convnext_7x7_c192_b32": depthwise("bias", 1, 3),

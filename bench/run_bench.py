@@ -1,7 +1,7 @@
 """The benchmark table: kiln against PyTorch eager and torch.compile, in the
 same run on the same graph files, with the device's measured ceilings.
 
-    python3 bench/run_bench.py KILN_BINARY GRAPH... [--json OUT.json] [--exact]
+    python3 bench/run_bench.py KILN_BINARY GRAPH... [--json OUT.json] [--exact] [--quick]
 
 Ceilings (measured here, now): device-to-device copy bandwidth (bytes read +
 written over time) and the cuBLAS bf16 GEMM rate (torch.matmul 8192^3).
@@ -112,9 +112,10 @@ def inputs_for(graph, seed):
 
 def anchor_alone(graph, ins, info):
     """The vendor library on the graph's anchor alone, operands already in
-    memory in their 16-bit type: cuBLAS (torch.matmul) for a matmul, cuDNN
-    (F.conv2d, channels-last for NHWC) for a conv2d. Returns (name, ms) or
-    None (no single matmul/conv2d anchor, or f32 operands)."""
+    memory in their storage type: cuBLAS (torch.matmul; f32 operands in full
+    f32, cuBLAS's SGEMM) for a matmul, cuDNN (F.conv2d, channels-last for
+    NHWC) for a conv2d. Returns (name, ms) or None (no single matmul/conv2d
+    anchor, or operands of two types)."""
     anchors = [op for op in graph["ops"] if op["op"] in ("matmul", "conv2d")]
     if len(anchors) != 1:
         return None
@@ -123,9 +124,12 @@ def anchor_alone(graph, ins, info):
     if len(names) != 2:
         return None
     dtypes = {graph["inputs"][n]["dtype"] for n in names if n in graph["inputs"]} or {"bf16"}
-    if len(dtypes) != 1 or not dtypes <= {"bf16", "f16"}:
+    if len(dtypes) != 1 or not dtypes <= {"bf16", "f16", "f32"}:
         return None
     dt = torch_graph.TORCH_DTYPES[dtypes.pop()]
+    if dt == torch.float32 and (op["op"] != "matmul" or op.get("precision", "f32") != "f32"):
+        return None
+    torch.backends.cuda.matmul.allow_tf32 = False  # (PyTorch's default: f32 matmuls in full f32)
     vals = torch_graph.evaluate(dict(graph, outputs=names), ins, torch.float32, info, native_anchors=True)
     a, b = (vals[n].to(dt).contiguous() for n in names)
     if op["op"] == "matmul":
@@ -207,7 +211,8 @@ def main():
         json_out = args[i + 1]
         del args[i:i + 2]
     exact = "--exact" in args
-    args = [a for a in args if a != "--exact"]
+    quick = "--quick" in args  # Inductor's default mode alone (its GEMM autotuning takes minutes on f32)
+    args = [a for a in args if a not in ("--exact", "--quick")]
     kiln, graphs = args[0], args[1:]
     torch.backends.cudnn.benchmark = True  # cuDNN at its best, as users who care about speed run it
     ceil = ceilings()
@@ -221,7 +226,7 @@ def main():
         native = native_torch.NATIVE[graph["name"]]
         anchored = any(op["op"] == "matmul" for op in graph["ops"])
         eager_ms = median_ms(lambda: native(ins))
-        compile_ms = compiled_ms(native, ins, [None, "max-autotune-no-cudagraphs"] if anchored else [None])
+        compile_ms = compiled_ms(native, ins, [None, "max-autotune-no-cudagraphs"] if anchored and not quick else [None])
         exact_ms = float("nan")
         if exact:
             exact_ms = compiled_ms(lambda i: torch_graph.evaluate(graph, i, torch.float32, info, native_anchors=True), ins,

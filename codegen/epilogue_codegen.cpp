@@ -129,10 +129,16 @@ auto GemmGenerator::decide_epilogue(const ir::Op& anchor, const Gemm& gm, const 
         k.kept.push_back(k.input[d]), k.kept_shape.push_back(in_shape[d]);
     k.column = tensor_core && gm.column_last && k.kept.size() == 1 && k.kept[0] == oc.back();
     // Reduced along the output row alone (RMSNorm's mean of squares after a
-    // matmul): the fragments' quads hold whole rows of the tile.
+    // matmul): the fragments' quads hold whole rows of the tile, a SIMT
+    // tile's 16 neighbouring lanes (a matmul's, its batches regrouped as
+    // the reduction's input has them: flush_thread_rows).
     // (An unbatched matmul's row is m; a conv's, the pixel out_row declares.)
-    k.row = tensor_core && gm.column_last && (gm.batches == 1 || gm.out_row) && k.input == oc &&
-            k.op->attrs.axes.size() == 1 && k.op->attrs.axes[0] == static_cast<int64_t>(in_shape.size()) - 1;
+    const bool along_row = k.op->attrs.axes.size() == 1 && k.op->attrs.axes[0] == static_cast<int64_t>(in_shape.size()) - 1;
+    if (tensor_core)
+      k.row = gm.column_last && (gm.batches == 1 || gm.out_row) && k.input == oc && along_row;
+    else
+      k.row = gm.column_last && !gm.out_row && loops.thread_rows > 0 && along_row && k.input.back() == oc.back() &&
+              in_shape.back() == gm.n;
   }
   // Staged column blocks in a loop that is not unrolled where an element
   // takes a library function (erf, exp, tanh, ...): unrolled over a 128 x
@@ -166,9 +172,18 @@ std::string GemmGenerator::EpiloguePlan::to_string(const ir::Graph& g) const {
 
 // The element code's reductions: column reductions into register partials
 // (declared in text.decls), the rest atomically into their workspaces.
-void GemmGenerator::emit_epilogue_reductions(const EpiloguePlan& plan, const std::vector<std::string>& ws, EpilogueText& text) {
+void GemmGenerator::emit_epilogue_reductions(const EpiloguePlan& plan, const std::vector<std::string>& ws, bool fragments,
+                                             EpilogueText& text) {
   for (size_t r = 0; r < plan.reductions.size(); ++r) {
     const EpilogueReduction& k = plan.reductions[r];
+    if (k.row && !fragments) {  // a SIMT thread's rows (flush_thread_rows)
+      const std::string functor = reduce_functor(k.op->kind), red = fmt::format("rowred{}", r);
+      text.row_decls += fmt::format("float {0}[{1}];\n#pragma unroll\nfor (int i = 0; i < {1}; ++i) {0}[i] = {2}::identity();\n",
+                                    red, text.thread_rows, functor);
+      em_.emit(fmt::format("{0}[i] = {1}::combine({0}[i], {2});", red, functor, em_.value(k.op->inputs[0], k.input)));
+      text.thread_row_reduces.emplace_back(r, red);
+      continue;
+    }
     if (k.column) {
       const std::string functor = reduce_functor(k.op->kind), red = fmt::format("red{}", r);
       text.decls += fmt::format("float {0}[G::kNI][2];\n#pragma unroll\nfor (int ni = 0; ni < G::kNI; ++ni) {0}[ni][0] = {0}[ni][1] = "
@@ -562,6 +577,38 @@ std::string GemmGenerator::finish_epilogue_reductions(const EpiloguePlan& plan, 
   return tail + "}\n";
 }
 
+// A SIMT tile's row partials, once its elements are done: each of a
+// thread's rows combined over the 16 lanes that hold its columns (four
+// shuffles), then one atomic a row from the first of them. The row's
+// coordinates are named again here (the element code's are out of scope).
+std::string GemmGenerator::flush_thread_rows(const ir::Op& anchor, const Gemm& gm, const EpilogueLoops& loops,
+                                             const EpiloguePlan& plan, const std::vector<std::string>& ws,
+                                             const EpilogueText& text) {
+  if (text.thread_row_reduces.empty()) return "";
+  std::map<ir::TensorId, Coords> coords;
+  write_coords_memo_ = &coords;
+  em_.begin_block();
+  const Coords oc = gm.out_coords("m", "n", "batch");
+  std::string atomics;
+  for (const auto& [r, red] : text.thread_row_reduces) {
+    const EpilogueReduction& k = plan.reductions[r];
+    const Coords input = write_coords(anchor.output, oc, k.op->inputs[0]);
+    Coords kept;
+    for (size_t d = 0; d + 1 < input.size(); ++d) kept.push_back(input[d]);  // (all but the row's columns)
+    const std::string functor = reduce_functor(k.op->kind);
+    atomics += fmt::format("{{\nfloat v = {0}[i];\n", red);
+    for (int lanes = 1; lanes < 16; lanes *= 2)
+      atomics += fmt::format("v = {}::combine(v, __shfl_xor_sync(0xffffffffu, v, {}));\n", functor, lanes);
+    atomics += fmt::format("if (tx == 0 && in_rows) kiln::atomic_combine({}(), static_cast<float*>({}) + {}, v);\n}}\n",
+                           functor, ws[r], em_.linearize(kept, k.kept_shape));
+  }
+  const std::string named = em_.take();
+  write_coords_memo_ = nullptr;
+  return fmt::format("#pragma unroll\nfor (int i = 0; i < {}; ++i) {{\nconst kiln::i64 m = {};\nconst bool in_rows = m < {};\n",
+                     loops.thread_rows, loops.thread_row, sizes_(gm.m)) +
+         named + atomics + "}\n";
+}
+
 // finish_out: where the last block's finalisation of reductions goes (a
 // kernel that loops over tiles runs it once, after the loop); null: after
 // the loops.
@@ -599,7 +646,8 @@ std::string GemmGenerator::epilogue(const ir::Op& anchor, const Gemm& gm, const 
   // A residual's elements as its readers name them (write_coords_memo_: the same names).
   for (ir::TensorId r : plan.residuals)
     em_.set_vector_source(r, residual_coords(anchor, oc, r), fmt::format("residual{}", r), "c");
-  emit_epilogue_reductions(plan, ws, text);
+  text.thread_rows = loops.thread_rows;
+  emit_epilogue_reductions(plan, ws, tensor_core, text);
   emit_epilogue_pool(anchor, gm, loops, oc, text);
   emit_epilogue_writes(anchor, gm, loops, oc, plan, text);
   load_epilogue_residuals(gm, loops, plan, text);
@@ -622,7 +670,7 @@ std::string GemmGenerator::epilogue(const ir::Op& anchor, const Gemm& gm, const 
   }
   // Row partials: per tile, flushed once its fragments are done (a quad's
   // lanes hold the row's columns: two shuffles, then one atomic a row).
-  std::string row_flush;
+  std::string row_flush = flush_thread_rows(anchor, gm, loops, plan, ws, text);
   if (!text.row_flush.empty())
     row_flush = "#pragma unroll\nfor (int mi = 0; mi < G::kMI; ++mi)\n#pragma unroll\nfor (int half = 0; half < 2; ++half) {\n"
                 "const kiln::i64 m = m0 + G::acc_row(mi, 2 * half);\n" +

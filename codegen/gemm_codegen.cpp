@@ -48,6 +48,44 @@ std::optional<ExternalTensor> GemmGenerator::in_memory(ir::TensorId t) const {
   return strided_in_memory(t, /*transposes_and_reshapes_only=*/true);
 }
 
+// The distance in memory between neighbours along dimension d of `t`, a
+// tensor in memory seen through views (a reshape where d and the
+// dimensions after it hold as many elements as some input dimension and
+// those after it); nullopt where `t` is computed or the views hide it.
+std::optional<int64_t> GemmGenerator::memory_stride(ir::TensorId t, size_t d) const {
+  if (auto it = ext_.find(t); it != ext_.end()) return it->second.strides[d];
+  if (!computed_here(t)) return std::nullopt;
+  const ir::Op& op = g_.ops[static_cast<size_t>(g_.tensor(t).producer)];
+  const Shape& out = g_.tensor(t).shape;
+  const Shape& in = g_.operand(op, 0).shape;
+  switch (op.kind) {
+    case OpKind::Transpose: return memory_stride(op.inputs[0], static_cast<size_t>(op.attrs.perm[d]));
+    case OpKind::Expand: {
+      const size_t lead = out.size() - in.size();
+      if (d < lead || in[d - lead] == 1) return 0;
+      return memory_stride(op.inputs[0], d - lead);
+    }
+    case OpKind::Reshape: {
+      const int64_t tail = element_count(Shape(out.begin() + static_cast<std::ptrdiff_t>(d), out.end()));
+      for (size_t e = 0; e < in.size(); ++e)
+        if (in[e] == out[d] && element_count(Shape(in.begin() + static_cast<std::ptrdiff_t>(e), in.end())) == tail)
+          return memory_stride(op.inputs[0], e);
+      return std::nullopt;
+    }
+    default: return std::nullopt;
+  }
+}
+
+// Whether `t` lies one element apart along its dimension rank - from_last
+// (1 or 2) and not along the other of its last two.
+bool GemmGenerator::stored_along(ir::TensorId t, size_t from_last) const {
+  const size_t rank = g_.tensor(t).shape.size();
+  if (rank < 2) return false;
+  const std::optional<int64_t> along = memory_stride(t, rank - from_last);
+  const std::optional<int64_t> other = memory_stride(t, from_last == 2 ? rank - 1 : rank - 2);
+  return along == 1 && other != 1;
+}
+
 // An operand read as 16-byte chunks along dimension `inner`: a tensor in
 // memory (not computed here) stored as the MMA's element type, stride 1
 // along `inner`, every chunk 16-byte aligned given an aligned base
@@ -62,65 +100,118 @@ std::optional<ExternalTensor> GemmGenerator::chunkable(ir::TensorId t, Mma kind,
   return e;
 }
 
+// The SIMT tiles, largest first: 128 x 128 (8 x 8 results a thread) or
+// 128 x 64 (8 x 4), the first as narrow as the result whose tiles make a
+// wave of an H100's 132 SMs (any number, for a symbolic M), else 64 x 64
+// (4 x 4; a pooled conv's four rows a thread are its windows,
+// emit_epilogue_pool).
+auto GemmGenerator::simt_tile(const Gemm& gm) const -> SimtTile {
+  static constexpr SimtTile kTiles[] = {{128, 128, 8, 8, 8}, {128, 64, 8, 8, 4}, {64, 64, 16, 4, 4}};
+  if (gm.window_rows != WindowRows::none) return kTiles[2];
+  for (const SimtTile& t : kTiles) {
+    const int64_t tiles = ((gm.m + t.bm - 1) / t.bm) * ((gm.n + t.bn - 1) / t.bn) * gm.batches;
+    if (gm.n >= t.bn && (sizes_.symbolic(gm.m) || tiles >= 132)) return t;
+  }
+  return kTiles[2];
+}
+
 // f32 operands in full f32 (and GPUs before sm_80): a BM x BN tile per
-// block, 256 threads with 4x4 results each.
+// block of 256 threads, each TM x TN results in 4 x 4 blocks 64 rows and
+// 4 * BN / TN columns apart (so a thread's reads of a slice are 16-byte
+// vectors from conflict-free banks). BK-deep slices of A and B go through
+// registers into one of two shared buffers: a slice's loads are issued
+// before the previous slice's products, one barrier a slice. Each operand
+// is walked along its contiguous dimension in memory (A along m where it
+// is stored [k][m], B along k where it is stored [n][k]).
 void GemmGenerator::gemm_simt(const ir::Op& anchor, const Gemm& gm) {
-  decided(fmt::format("SIMT f32 {}x{}x{} tiles", kBM, kBN, kBK));
+  const SimtTile t = simt_tile(gm);
+  constexpr int kThreads = 256;
+  const int tx_count = t.bn / t.tn, col_step = 4 * tx_count;  // threads along a row; columns between a thread's 4-blocks
+  KILN_INTERNAL_CHECK((t.bm / t.tm) * tx_count == kThreads && t.bm * 4 / t.tm == 64);
+  const int a_per_thread = t.bm * t.bk / kThreads, b_per_thread = t.bn * t.bk / kThreads;
+  decided(fmt::format("SIMT f32 {}x{}x{} tiles", t.bm, t.bn, t.bk));
   // A symbolic M (rows B*S), or more tile rows than a grid's y takes
   // (65535): tile rows along x, walked by a loop (a symbolic M's grid rule
   // sizes the launch at the bound rows); otherwise tile rows along y.
   const bool symbolic_m = sizes_.symbolic(gm.m);
-  const bool rows_loop = symbolic_m || (gm.m + kBM - 1) / kBM > 65535;
+  const bool rows_loop = symbolic_m || (gm.m + t.bm - 1) / t.bm > 65535;
   // (With the rows' loop the column tiles lie along y; a symbolic N compiles per size, checked then.)
-  KILN_USER_CHECK(!rows_loop || sizes_.symbolic(gm.n) || (gm.n + kBN - 1) / kBN <= 65535,
-                  "{}: {} rows and {} column tiles exceed this matmul kernel's grid limits (65535 tiles of 64 along "
-                  "one of them)", g_.describe(k_.anchor), gm.m, (gm.n + kBN - 1) / kBN);
+  KILN_USER_CHECK(!rows_loop || sizes_.symbolic(gm.n) || (gm.n + t.bn - 1) / t.bn <= 65535,
+                  "{}: {} rows and {} column tiles exceed this matmul kernel's grid limits (65535 tiles of {} along "
+                  "one of them)", g_.describe(k_.anchor), gm.m, (gm.n + t.bn - 1) / t.bn, t.bn);
   const std::string m_text = sizes_(gm.m);
-  std::string body = fmt::format("__shared__ float As[{}][{}];\n__shared__ float Bs[{}][{}];\n", kBK, kBM + 4, kBK, kBN + 4);
-  body += "const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;\n";
+  // Shared rows padded by 4 floats: a slice's stores land in distinct banks, its rows stay 16-byte aligned.
+  std::string body = fmt::format("__shared__ __align__(16) float As[2][{0}][{1}];\n__shared__ __align__(16) float Bs[2][{0}][{2}];\n",
+                                 t.bk, t.bm + 4, t.bn + 4);
+  body += fmt::format("const int tid = threadIdx.x, tx = tid % {}, ty = tid / {};\n", tx_count, tx_count);
   if (rows_loop)
     body += fmt::format("const kiln::i64 n0 = (kiln::i64)blockIdx.y * {0};\n"
                         "for (kiln::i64 m0 = (kiln::i64)blockIdx.x * {1}; m0 < {2}; m0 += (kiln::i64)gridDim.x * {1}) {{\n",
-                        kBN, kBM, m_text);
+                        t.bn, t.bm, m_text);
   else
-    body += fmt::format("const kiln::i64 m0 = (kiln::i64)blockIdx.y * {}, n0 = (kiln::i64)blockIdx.x * {};\n", kBM, kBN);
+    body += fmt::format("const kiln::i64 m0 = (kiln::i64)blockIdx.y * {}, n0 = (kiln::i64)blockIdx.x * {};\n", t.bm, t.bn);
   body += "const kiln::i64 batch = blockIdx.z;\n";
-  body += "float acc[4][4] = {};\n";
-  body += fmt::format("for (kiln::i64 k0 = 0; k0 < {}LL; k0 += {}) {{\n", gm.k, kBK);
-  body += fmt::format("for (int e = tid; e < {}; e += 256) {{\n", kBM * kBK);
-  body += fmt::format("const kiln::i64 m = m0 + e / {0}, k = k0 + e % {0};\nfloat v = 0.0f;\n", kBK);
+  body += fmt::format("float acc[{}][{}] = {{}};\nfloat ra[{}], rb[{}];\n", t.tm, t.tn, a_per_thread, b_per_thread);
+  // Element e of a slice: (m, k) of A, (k, n) of B, along the walked dimension.
+  const std::string a_at = gm.a_m_major ? fmt::format("const int a_m = e % {0}, a_k = e / {0};\n", t.bm)
+                                        : fmt::format("const int a_m = e / {0}, a_k = e % {0};\n", t.bk);
+  const std::string b_at = gm.b_k_major ? fmt::format("const int b_k = e % {0}, b_n = e / {0};\n", t.bk)
+                                        : fmt::format("const int b_k = e / {0}, b_n = e % {0};\n", t.bn);
+  const int64_t k_slices = (gm.k + t.bk - 1) / t.bk;
+  // Slice kt's loads (kt < slices) into ra/rb; slice kt - 1 stored and multiplied.
+  body += fmt::format("for (kiln::i64 kt = 0; kt <= {}LL; ++kt) {{\n", k_slices);
+  body += "const int buf = (int)(kt & 1) ^ 1;  // slice kt - 1's buffer\n";
+  body += "if (kt > 0) {\n";
+  body += fmt::format("#pragma unroll\nfor (int r = 0; r < {}; ++r) {{\nconst int e = tid + r * {};\n{}As[buf][a_k][a_m] = ra[r];\n}}\n",
+                      a_per_thread, kThreads, a_at);
+  body += fmt::format("#pragma unroll\nfor (int r = 0; r < {}; ++r) {{\nconst int e = tid + r * {};\n{}Bs[buf][b_k][b_n] = rb[r];\n}}\n",
+                      b_per_thread, kThreads, b_at);
+  body += "__syncthreads();\n}\n";
+  body += fmt::format("if (kt < {}LL) {{\n", k_slices);
+  body += fmt::format("#pragma unroll\nfor (int r = 0; r < {}; ++r) {{\nconst int e = tid + r * {};\n{}", a_per_thread, kThreads, a_at);
+  body += fmt::format("const kiln::i64 m = m0 + a_m, k = kt * {} + a_k;\nfloat v = 0.0f;\n", t.bk);
   body += fmt::format("if (m < {} && k < {}LL) {{\n", m_text, gm.k);
   em_.begin_block();
   gm.load_a("m", "k", "batch");
-  body += em_.take() + "}\n";
-  body += fmt::format("As[e % {}][e / {}] = v;\n}}\n", kBK, kBK);
-  body += fmt::format("for (int e = tid; e < {}; e += 256) {{\n", kBN * kBK);
-  body += fmt::format("const kiln::i64 k = k0 + e / {0}, n = n0 + e % {0};\nfloat v = 0.0f;\n", kBN);
+  body += em_.take() + "}\nra[r] = v;\n}\n";
+  body += fmt::format("#pragma unroll\nfor (int r = 0; r < {}; ++r) {{\nconst int e = tid + r * {};\n{}", b_per_thread, kThreads, b_at);
+  body += fmt::format("const kiln::i64 k = kt * {} + b_k, n = n0 + b_n;\nfloat v = 0.0f;\n", t.bk);
   body += fmt::format("if (k < {}LL && n < {}LL) {{\n", gm.k, gm.n);
   em_.begin_block();
   gm.load_b("k", "n", "batch");
-  body += em_.take() + "}\n";
-  body += fmt::format("Bs[e / {}][e % {}] = v;\n}}\n", kBN, kBN);
-  body += "__syncthreads();\n";
-  body += fmt::format("#pragma unroll\nfor (int kk = 0; kk < {}; ++kk) {{\n", kBK);
-  body += "float a[4], b[4];\n#pragma unroll\nfor (int i = 0; i < 4; ++i) a[i] = As[kk][ty * 4 + i], b[i] = Bs[kk][tx * 4 + i];\n";
-  body += "#pragma unroll\nfor (int i = 0; i < 4; ++i)\n#pragma unroll\nfor (int j = 0; j < 4; ++j) acc[i][j] += a[i] * b[j];\n";
-  body += "}\n__syncthreads();\n}\n";
+  body += em_.take() + "}\nrb[r] = v;\n}\n}\n";
+  body += "if (kt > 0) {\n";
+  body += fmt::format("#pragma unroll\nfor (int kk = 0; kk < {}; ++kk) {{\n", t.bk);
+  body += fmt::format("float a[{}], b[{}];\n", t.tm, t.tn);
+  body += fmt::format("#pragma unroll\nfor (int q = 0; q < {}; ++q) *reinterpret_cast<float4*>(&a[4 * q]) = "
+                      "*reinterpret_cast<const float4*>(&As[buf][kk][q * 64 + ty * 4]);\n", t.tm / 4);
+  body += fmt::format("#pragma unroll\nfor (int q = 0; q < {}; ++q) *reinterpret_cast<float4*>(&b[4 * q]) = "
+                      "*reinterpret_cast<const float4*>(&Bs[buf][kk][q * {} + tx * 4]);\n", t.tn / 4, col_step);
+  body += fmt::format("#pragma unroll\nfor (int i = 0; i < {}; ++i)\n#pragma unroll\nfor (int j = 0; j < {}; ++j) acc[i][j] += a[i] * b[j];\n",
+                      t.tm, t.tn);
+  body += "}\n}\n}\n";
   // A pooled conv (emit_epilogue_pool): a thread's four rows are one window, combined in `window`.
-  const std::string loops = gm.window_rows != WindowRows::none
+  const std::string element_loops = gm.window_rows != WindowRows::none
                                 ? "#pragma unroll\nfor (int j = 0; j < 4; ++j) {\nfloat window = 0.0f;\n#pragma unroll\nfor (int i = 0; i < 4; ++i) {\n"
-                                : "#pragma unroll\nfor (int i = 0; i < 4; ++i)\n#pragma unroll\nfor (int j = 0; j < 4; ++j) {\n";
-  const std::string open = loops + "const kiln::i64 m = m0 + ty * 4 + i, n = n0 + tx * 4 + j;\n" +
+                                : fmt::format("#pragma unroll\nfor (int i = 0; i < {}; ++i)\n#pragma unroll\nfor (int j = 0; j < {}; ++j) {{\n",
+                                              t.tm, t.tn);
+  const std::string open = element_loops +
+                           fmt::format("const kiln::i64 m = m0 + (i / 4) * 64 + ty * 4 + i % 4, n = n0 + (j / 4) * {} + tx * 4 + j % 4;\n",
+                                       col_step) +
                            fmt::format("if (m >= {} || n >= {}LL) continue;\n", m_text, gm.n);
-  body += epilogue(anchor, gm, {open, gm.window_rows != WindowRows::none ? "}\n}\n" : "}\n"}, "acc[i][j]");
-  if (rows_loop) body += "}\n";  // (the tile rows' loop)
-  finish(body, 256);
+  EpilogueLoops loops{open, gm.window_rows != WindowRows::none ? "}\n}\n" : "}\n"};
+  loops.thread_rows = t.tm;
+  loops.thread_row = "m0 + (i / 4) * 64 + ty * 4 + i % 4";
+  body += epilogue(anchor, gm, loops, "acc[i][j]");
+  // (The tile rows' loop: the next tile's first stores wait for this tile's last products.)
+  if (rows_loop) body += "__syncthreads();\n}\n";
+  finish(body, kThreads);
   if (rows_loop) {
-    grid_over(gm.m, 1, kBM, 1);
-    out_.grid[1] = blocks_for(gm.n, kBN);
+    grid_over(gm.m, 1, t.bm, 1);
+    out_.grid[1] = blocks_for(gm.n, t.bn);
     out_.grid[2] = static_cast<uint32_t>(gm.batches);
   } else {
-    out_.grid = {blocks_for(gm.n, kBN), blocks_for(gm.m, kBM), static_cast<uint32_t>(gm.batches)};
+    out_.grid = {blocks_for(gm.n, t.bn), blocks_for(gm.m, t.bm), static_cast<uint32_t>(gm.batches)};
   }
 }
 
@@ -461,7 +552,12 @@ auto GemmGenerator::matmul() -> Emitted {
     return std::pair(c, fmt::format("{} < {} && {} < {}", k, sizes_(gm.k), n, sizes_(gm.n)));
   };
   gm.a_runs_last = gm.k % 8 == 0;
-  if (const std::optional<Mma> kind = mma_kind(mm)) matmul_chunks(mm, *kind, batch_shape, gm);
+  if (const std::optional<Mma> kind = mma_kind(mm)) {
+    matmul_chunks(mm, *kind, batch_shape, gm);
+  } else {  // SIMT alone: each operand walked along its contiguous dimension in memory
+    gm.a_m_major = stored_along(mm.inputs[0], 2);
+    gm.b_k_major = stored_along(mm.inputs[1], 2);
+  }
   gm.b_runs_last = !gm.b_k_major && gm.n % 8 == 0;
   setup_norm_prologue();
   return gemm(mm, gm);

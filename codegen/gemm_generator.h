@@ -14,10 +14,6 @@ class GemmGenerator : public KernelBuilder {
  public:
   using KernelBuilder::KernelBuilder;
 
-  // A BM x BN tile per block, 256 threads with 4x4 results each; operands go
-  // through the emitter (prologues, views, strides, precision rounding).
-  static constexpr int kBM = 64, kBN = 64, kBK = 16;
-
   // The GEMM view of an anchor and how to reach its operands. load_a/load_b
   // emit statements that set `v` to one operand element (any prologue);
   // chunk_a/chunk_b, where set, emit statements for a 16-byte chunk of a
@@ -43,6 +39,7 @@ class GemmGenerator : public KernelBuilder {
     ChunkFn chunk_a, chunk_b;
     std::string pointer_a, pointer_b;
     bool b_k_major = false;  // B's tile is [n][k] (conv weights, B transposed) rather than [k][n]
+    bool a_m_major = false;  // A is stored [k][m] (m contiguous): SIMT tiles walk it along m
     // An NHWC conv (one group) whose input is read in 16-byte chunks
     // (pointer_a): the Hopper kernel gathers A's rows itself.
     struct ConvGeometry {
@@ -74,6 +71,9 @@ class GemmGenerator : public KernelBuilder {
   // transposes (x @ w^T reads w in place): its pointer, storage and strides
   // in t's dimension order.
   std::optional<ExternalTensor> in_memory(ir::TensorId t) const;
+  // Whether `t` is in memory with stride 1 along its dimension rank - from_last (1 or 2), the other of its last two not.
+  bool stored_along(ir::TensorId t, size_t from_last) const;
+  std::optional<int64_t> memory_stride(ir::TensorId t, size_t d) const;
   // An operand read as 16-byte chunks along dimension `inner`: a tensor in
   // memory (not computed here) stored as the MMA's element type, stride 1
   // along `inner`, every chunk 16-byte aligned given an aligned base
@@ -108,6 +108,10 @@ class GemmGenerator : public KernelBuilder {
     int* heuristic_loop = nullptr;
     // The first row of a consumer warpgroup's 64 (a staged block's rows).
     std::string warpgroup_m0 = "m0 + consumer * 64";
+    // A SIMT tile's (not fragments): a thread's rows i = 0 .. thread_rows - 1,
+    // row i at m = thread_row; a row's columns lie in 16 neighbouring lanes.
+    int thread_rows = 0;
+    std::string thread_row;
   };
   // What a persistent kernel's epilogue keeps across its tile loop: column
   // partials in registers (at most `registers` floats per thread; a
@@ -160,6 +164,8 @@ class GemmGenerator : public KernelBuilder {
     std::string decls;  // register partials of column reductions
     std::vector<std::pair<size_t, std::string>> column_reduces;  // reduction, its partials' variable
     std::string row_decls, row_flush;  // register partials of row reductions: before a tile's fragments, after
+    std::vector<std::pair<size_t, std::string>> thread_row_reduces;  // SIMT: reduction, its partials' variable ([i])
+    int thread_rows = 0;                                             // SIMT: EpilogueLoops::thread_rows
     std::string pair_decls, pair_stores;  // column pairs of written tensors
     std::string staged_map, staged_put;   // the staged tensor's map parameter and alignment check
     TensorMapSpec staged_map_spec;
@@ -171,7 +177,10 @@ class GemmGenerator : public KernelBuilder {
     std::string column_coords;  // the statements declaring gm.column_vars from n and batch
     int columns = 0;
   };
-  void emit_epilogue_reductions(const EpiloguePlan& plan, const std::vector<std::string>& ws, EpilogueText& text);
+  void emit_epilogue_reductions(const EpiloguePlan& plan, const std::vector<std::string>& ws, bool fragments,
+                                EpilogueText& text);
+  std::string flush_thread_rows(const ir::Op& anchor, const Gemm& gm, const EpilogueLoops& loops, const EpiloguePlan& plan,
+                                const std::vector<std::string>& ws, const EpilogueText& text);
   void emit_epilogue_writes(const ir::Op& anchor, const Gemm& gm, const EpilogueLoops& loops, const Coords& oc,
                             const EpiloguePlan& plan, EpilogueText& text);
   // The pool of a conv's epilogue (KernelParams::pool_window), or nullptr.
@@ -206,7 +215,11 @@ class GemmGenerator : public KernelBuilder {
   Emitted gemm(const ir::Op& anchor, const Gemm& gm);
 
   // f32 operands in full f32 (and GPUs before sm_80): a BM x BN tile per
-  // block, 256 threads with 4x4 results each.
+  // block of 256 threads, each with TM x TN results, BK-deep slices.
+  struct SimtTile {
+    int bm, bn, bk, tm, tn;
+  };
+  SimtTile simt_tile(const Gemm& gm) const;
   void gemm_simt(const ir::Op& anchor, const Gemm& gm);
 
   // Tensor cores (templates/kiln/mma.cuh): the template's pipelined main

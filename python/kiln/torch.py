@@ -354,9 +354,22 @@ def _getitem(c, n):
 
 # ---- anchors ----
 
+def _precision(kind: str, *operands: torch.fx.Node) -> Dict[str, str]:
+    """The anchor's precision as PyTorch computes it on CUDA: f32 operands of a
+    matmul on TF32 tensor cores where torch.backends.cuda.matmul.allow_tf32
+    says so (torch.set_float32_matmul_precision("high")), of a conv where
+    torch.backends.cudnn.allow_tf32 does (PyTorch's default); else full f32,
+    as on the CPU. Read when the graph is converted, as Inductor does."""
+    if not all(val(x).dtype == torch.float32 and val(x).device.type == "cuda" for x in operands):
+        return {}
+    allowed = torch.backends.cuda.matmul.allow_tf32 if kind == "matmul" else torch.backends.cudnn.allow_tf32
+    return {"precision": "tf32"} if allowed else {}
+
+
 @converts(aten.mm.default, aten.bmm.default, aten.matmul.default)
 def _mm(c, n):
-    return op(c, n, "matmul", [c.arg(n.args[0]), c.arg(n.args[1])])
+    return c.b.op("matmul", [c.arg(n.args[0]), c.arg(n.args[1])], _precision("matmul", n.args[0], n.args[1]),
+                  dtype=dtype_of(n))
 
 
 @converts(aten.addmm.default)
@@ -367,7 +380,7 @@ def _addmm(c, n):
     if beta == 0 and alpha == 0:
         raise Unsupported("addmm with beta=0 and alpha=0 (a tensor of zeros)")
     if alpha != 0:
-        m = c.b.op("matmul", [c.arg(n.args[1]), c.arg(n.args[2])])
+        m = c.b.op("matmul", [c.arg(n.args[1]), c.arg(n.args[2])], _precision("matmul", n.args[1], n.args[2]))
         if alpha != 1:
             m = c.b.op("mul", [m, float(alpha)])
         if beta == 0:
@@ -383,7 +396,7 @@ def _addmm(c, n):
 @converts(aten.linear.default)
 def _linear(c, n):
     w = view(c, "transpose", c.arg(n.args[1]), perm=[1, 0])
-    m = c.b.op("matmul", [c.arg(n.args[0]), w])
+    m = c.b.op("matmul", [c.arg(n.args[0]), w], _precision("matmul", n.args[0], n.args[1]))
     if len(n.args) > 2 and n.args[2] is not None:
         return op(c, n, "add", [m, c.arg(n.args[2])])
     return op(c, n, "identity", [m])
@@ -398,7 +411,8 @@ def _convolution(c, n):
         raise Unsupported(f"a {len(shape_of(x)) - 2}-d convolution (kiln: 2-d)")
     if len(set(padding)) > 2 or any(p < 0 for p in padding):
         raise Unsupported("asymmetric padding")
-    attrs = {"stride": list(stride), "padding": list(padding), "dilation": list(dilation), "groups": int(groups)}
+    attrs = {"stride": list(stride), "padding": list(padding), "dilation": list(dilation), "groups": int(groups),
+             **_precision("conv2d", x, w)}
     if sizes.contiguous(*([sizes.sizes(s)[d] for d in (0, 2, 3, 1)] for s in (val(x).shape, val(x).stride()))):
         # Channels-last: NHWC in memory. Read it as NHWC (a view), and the weights as [K, R, S, C].
         xn = view(c, "transpose", c.arg(x), perm=[0, 2, 3, 1])

@@ -277,6 +277,37 @@ def test_backend_python_floats_of_a_dynamic_cuda_forward_are_constants():
     assert not report.left_to_pytorch, str(report)
 
 
+def test_backend_f32_anchors_follow_pytorchs_tf32_flags():
+    """f32 matmuls and convs run as PyTorch's flags say it runs them: full f32 where
+    allow_tf32 is off (matmuls by default), TF32 tensor cores where it is on (convs by default)."""
+    import kiln.torch  # noqa: F401
+    torch.manual_seed(5)
+    lin = torch.nn.Linear(1024, 512).cuda()
+    conv = torch.nn.Conv2d(64, 64, 3, padding=1).cuda()
+    x, img = torch.randn(256, 1024, device="cuda"), torch.randn(4, 64, 16, 16, device="cuda")
+    flags = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+
+    def error(module, inp):  # kiln's relative error against f64
+        torch._dynamo.reset()
+        with torch.no_grad():
+            got = torch.compile(module, backend="kiln")(inp).double()
+            want = module.double()(inp.double())
+            module.float()
+        return ((got - want).abs().max() / want.abs().max()).item()
+    try:
+        for allowed in (False, True):
+            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = allowed
+            for module, inp in ((lin, x), (conv, img)):
+                e = error(module, inp)
+                if allowed:
+                    assert 1e-5 < e < 5e-3, (type(module).__name__, e)  # TF32's 10-bit mantissas
+                else:
+                    assert e < 1e-5, (type(module).__name__, e)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = flags
+        torch._dynamo.reset()
+
+
 def test_backend_with_gradients_on_the_gpu():
     import kiln.torch  # noqa: F401
     torch.manual_seed(3)

@@ -67,5 +67,44 @@ TEST(GpuOddGemm, VocabularySizesDecodeRowsAndOddKMatchTheReference) {
   EXPECT_EQ(o.failed, 0);
 }
 
+// f32 operands at precision f32 take the SIMT kernel: each of its tiles
+// (128 x 128, 128 x 64, 64 x 64) over partial tiles along M, N and K, with A
+// and B walked along either dimension (stored transposed or not), and an
+// epilogue that adds a bias and finishes a row reduction (T5's scores and
+// their softmax max, as PyTorch's math attention writes them).
+TEST(GpuOddGemm, F32TilesOverPartialTilesMatchTheReference) {
+  REQUIRE_GPU();
+  struct Case {
+    int64_t batch, m, n, k;
+    bool a_transposed, b_transposed;
+    const char* tile;
+  };
+  const std::vector<Case> cases = {
+      {20, 300, 260, 70, false, false, "SIMT f32 128x128x8"}, {20, 300, 260, 70, true, true, "SIMT f32 128x128x8"},
+      {40, 200, 100, 33, false, true, "SIMT f32 128x64x8"},   {40, 200, 100, 33, true, false, "SIMT f32 128x64x8"},
+      {3, 129, 66, 70, true, true, "SIMT f32 64x64x16"},      {1, 1, 20000, 257, false, true, "SIMT f32 128x128x8"},
+  };
+  std::vector<Graph> graphs;
+  std::vector<std::string> names;
+  for (const Case& c : cases) {
+    const std::string a_shape = c.a_transposed ? fmt::format("[{}, {}, {}]", c.batch, c.k, c.m) : fmt::format("[{}, {}, {}]", c.batch, c.m, c.k);
+    const std::string b_shape = c.b_transposed ? fmt::format("[{}, {}]", c.n, c.k) : fmt::format("[{}, {}]", c.k, c.n);
+    graphs.push_back(testing::must_parse(fmt::format(R"({{"kiln": 1, "name": "f32_b{0}_m{1}_n{2}_k{3}",
+      "inputs": {{"a": {{"shape": {4}, "dtype": "f32"}}, "b": {{"shape": {5}, "dtype": "f32"}}, "c": {{"shape": [{2}], "dtype": "f32"}}}},
+      "ops": [{{"op": "transpose", "in": ["a"], "out": "at", "perm": {6}}}, {{"op": "transpose", "in": ["b"], "out": "bt", "perm": {7}}},
+              {{"op": "matmul", "in": ["at", "bt"], "out": "s"}}, {{"op": "add", "in": ["s", "c"], "out": "y"}},
+              {{"op": "reduce_max", "in": ["y"], "out": "r", "axes": [2], "keepdims": true}}], "outputs": ["y", "r"]}})",
+                                                     c.batch, c.m, c.n, c.k, a_shape, b_shape,
+                                                     c.a_transposed ? "[0, 2, 1]" : "[0, 1, 2]", c.b_transposed ? "[1, 0]" : "[0, 1]")));
+    names.push_back(fmt::format("batch {} m {} n {} k {}{}{}", c.batch, c.m, c.n, c.k, c.a_transposed ? " A^T" : "",
+                                c.b_transposed ? " B^T" : ""));
+    const std::string decisions = sm90_matmul_decisions(graphs.back());
+    EXPECT_EQ(decisions.rfind(c.tile, 0), 0u) << names.back() << ": " << decisions;
+  }
+  const testing::Outcome o = testing::check_graphs(graphs, names, 43);
+  std::printf("FIGURE f32 SIMT tiles on the GPU: %zu graphs, %d failed\n", graphs.size(), o.failed);
+  EXPECT_EQ(o.failed, 0);
+}
+
 }  // namespace
 }  // namespace kiln

@@ -330,19 +330,19 @@ TEST(SymbolicCompile, SimtMatmulsOverSymbolicRows) {
   ASSERT_EQ(symbolic.program.kernels.size(), 2u);
   for (const codegen::GeneratedKernel& k : symbolic.program.kernels) {
     EXPECT_EQ(k.tactics.chosen, "simt");
-    EXPECT_NE(k.canonical.find("m0 < (kiln_size0 * kiln_size1); m0 += (kiln::i64)gridDim.x * 64"), std::string::npos)
+    EXPECT_NE(k.canonical.find("m0 < (kiln_size0 * kiln_size1); m0 += (kiln::i64)gridDim.x * 128"), std::string::npos)
         << k.source;
     expect_no_probe_sizes(k, *symbolic.probe);
     ASSERT_TRUE(k.grid_rule.has_value());
   }
-  // 3 x 45 = 135 rows: 3 tile rows along x; 3072 and 768 columns: 48 and 12 tiles along y.
+  // 3 x 45 = 135 rows: 2 tile rows of 128 along x; 3072 and 768 columns: 24 and 6 tiles along y.
   EXPECT_EQ(codegen::to_string(codegen::launch_geometry(symbolic.program.kernels[0], {{"B", 3}, {"S", 45}})),
-            "grid [3,48,1] block [256,1,1]");
+            "grid [2,24,1] block [256,1,1]");
   EXPECT_EQ(codegen::to_string(codegen::launch_geometry(symbolic.program.kernels[1], {{"B", 3}, {"S", 45}})),
-            "grid [3,12,1] block [256,1,1]");
+            "grid [2,6,1] block [256,1,1]");
 }
 
-// An integer M of more tile rows than a grid's y takes (65535 of 64 rows)
+// An integer M of more tile rows than a grid's y takes (65535 of 64 rows, N = 8)
 // walks them by the same loop along x, instead of a launch the GPU refuses.
 TEST(SymbolicCompile, SimtMatmulsOverMoreTileRowsThanAGridTakesWalkThem) {
   const runtime::Planned tall = must_plan(must_parse(R"({"kiln": 1,
@@ -356,15 +356,15 @@ TEST(SymbolicCompile, SimtMatmulsOverMoreTileRowsThanAGridTakesWalkThem) {
   // Many columns too (their tiles along y past 65535): an error naming the op, not a launch the
   // GPU refuses. Many columns over few rows keep their tiles along x.
   Expected<Executable> both = Executable::compile(must_parse(R"({"kiln": 1,
-    "inputs": {"x": {"shape": [4200000, 4], "dtype": "f32"}, "w": {"shape": [4, 4200000], "dtype": "f32"}},
+    "inputs": {"x": {"shape": [9000000, 4], "dtype": "f32"}, "w": {"shape": [4, 9000000], "dtype": "f32"}},
     "ops": [{"op": "matmul", "in": ["x", "w"], "out": "y"}], "outputs": ["y"]})"),
                                                       {.arch = "sm_90", .use_cache = false});
   ASSERT_FALSE(both.ok());
-  EXPECT_THAT(both.error().message, ::testing::HasSubstr("4200000 rows and 65625 column tiles exceed"));
+  EXPECT_THAT(both.error().message, ::testing::HasSubstr("9000000 rows and 70313 column tiles exceed"));
   const runtime::Planned wide = must_plan(must_parse(R"({"kiln": 1,
     "inputs": {"x": {"shape": [2, 4], "dtype": "f32"}, "w": {"shape": [4, 4200000], "dtype": "f32"}},
     "ops": [{"op": "matmul", "in": ["x", "w"], "out": "y"}], "outputs": ["y"]})"));
-  EXPECT_EQ(codegen::to_string(codegen::launch_geometry(wide.program.kernels[0], {})), "grid [65625,1,1] block [256,1,1]");
+  EXPECT_EQ(codegen::to_string(codegen::launch_geometry(wide.program.kernels[0], {})), "grid [32813,1,1] block [256,1,1]");
 }
 
 TEST(SymbolicCompile, HopperAttentionOverSymbolicBatchAndSequence) {
