@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 
 #include "compiler/error.h"
 
@@ -66,6 +67,8 @@ std::string Emitter::number_fresh_names(const std::string& source) {
 }
 
 std::string Emitter::float_literal(float v) {
+  if (std::isinf(v)) return v > 0 ? "kiln::inf()" : "(-kiln::inf())";
+  if (std::isnan(v)) return "__int_as_float(0x7fc00000)";
   std::string s = fmt::format("{:.9g}", v);
   if (s.find_first_of(".en") == std::string::npos) s += ".0";
   return s + "f";

@@ -14,6 +14,7 @@
 #include "compiler/nchw_convs_as_nhwc.h"
 #include "compiler/patch_convolutions.h"
 #include "compiler/rewrite_check.h"
+#include "compiler/sdpa_as_matmuls.h"
 
 namespace kiln::ir {
 namespace {
@@ -47,6 +48,7 @@ const std::vector<RewriteRow>& rewrite_table() {
       {"matmul_k_one", find_k_one_matmuls, k_one_matmuls_as_products},
       {"nchw_convs_as_nhwc", find_nchw_convs, nchw_convs_as_nhwc},
       {"attention_as_sdpa", find_written_attention, attention_as_sdpa},
+      {"sdpa_as_matmuls", find_f32_sdpas, sdpas_as_matmuls},
       {"layout_sinking", find_sinkable_transposes, sink_transposes},
       {"conv_channel_padding", find_thin_convs, pad_conv_channels},
       {"matmul_k_padding", find_odd_k_matmuls, pad_matmul_k},

@@ -12,6 +12,8 @@
 //                        (nchw_convs_as_nhwc.h)
 //   attention_as_sdpa    matmul -> scale/mask -> softmax -> matmul -> sdpa
 //                        (attention_rewrite.h)
+//   sdpa_as_matmuls      sdpa over f32 operands -> matmul, softmax, matmul
+//                        (sdpa_as_matmuls.h)
 //   layout_sinking       transposes past the ops that do not care about the
 //                        order of dimensions (layout_sinking.h)
 //   conv_channel_padding thin channels-last convs read zero-padded channels

@@ -4,8 +4,11 @@
 // and as planned, same inputs.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string_view>
+#include <vector>
 
 #include "compiler/graph_internal.h"
 #include "runtime/random_inputs.h"
@@ -40,6 +43,34 @@ inline void expect_planned_equals_written(const Graph& g, uint64_t seed, Equalit
     size_t differ = 0;
     for (size_t e = 0; e < want[i].values.size(); ++e) differ += !(want[i].values[e] == got[i].values[e]);
     EXPECT_EQ(differ, 0u) << "output " << i << " of seed " << seed << "\n" << g.to_json();
+  }
+}
+
+// The reference's outputs for g as written and as rewritten, on `inputs`:
+// within f32 rounding of the largest magnitude for f32 outputs, a rounding
+// of their type for 16-bit ones (an output near the midpoint of two bf16
+// values rounds either way); NaN where the graph makes NaN, the same
+// infinities. For the rows that reassociate f32 sums (attention_as_sdpa,
+// sdpa_as_matmuls).
+inline void expect_rewritten_close_to_written(const Graph& g, const std::vector<HostTensor>& inputs, uint64_t seed) {
+  const std::vector<HostTensor> want = must_run(Graph::Internal::unsunk(g), inputs);
+  const std::vector<HostTensor> got = must_run(g, inputs);
+  ASSERT_EQ(want.size(), got.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_EQ(want[i].shape, got[i].shape);
+    double scale = 0, worst = 0;
+    for (float v : want[i].values)
+      if (std::isfinite(v)) scale = std::max(scale, std::fabs(double{v}));
+    for (size_t e = 0; e < want[i].values.size(); ++e) {
+      const float w = want[i].values[e], r = got[i].values[e];
+      if (!std::isfinite(w)) {
+        EXPECT_TRUE(std::isnan(w) ? std::isnan(r) : w == r) << "output " << i << " element " << e << ": " << w << " " << r;
+        continue;
+      }
+      worst = std::max(worst, std::fabs(double{w} - double{r}));
+    }
+    const double tolerance = want[i].dtype == DType::f32 ? 1e-5 : want[i].dtype == DType::f16 ? 2e-3 : 1.6e-2;
+    EXPECT_LE(worst, tolerance * std::max(scale, 1e-30)) << "output " << i << " of seed " << seed;
   }
 }
 

@@ -80,9 +80,10 @@ TEST(CodeWriter, EveryGeneratorSaysWhatItDecided) {
             "flash attention (mma.sync): 64 query rows x 64 keys a tile, 128 threads");
   EXPECT_EQ(decisions("attention/sdpa_decode_gqa.json", 90),
             "flash decoding: 4 query rows (4 heads x 1 queries) a block, 2 chunks of 1024 keys merged by the last block");
-  // (f32 q, k, v: the exact kernel. Written-out attention is an sdpa by now: f16 attention_decomposed is flash.)
+  // (f32 q, k, v: matmuls and a softmax (sdpa_as_matmuls.h). Written-out attention is an sdpa by now: f16
+  // attention_decomposed is flash.)
   EXPECT_EQ(decisions("attention/sdpa_bool_mask.json", 90),
-            "exact two-pass attention: a block per query row, 1 output columns a thread");
+            "SIMT f32 64x64x16 tiles; epilogue: stores direct, row partials for o.reduce_max5");
   EXPECT_EQ(decisions("attention/attention_decomposed.json", 90),
             "flash attention (TMA + wgmma): 128 query rows x 128 keys a tile, 4 stages, head dim 32 as 64, 2 consumer "
             "warpgroups, registers 40/232, persistent");

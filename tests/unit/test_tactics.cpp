@@ -115,10 +115,10 @@ TEST(Tactics, AttentionSaysWhyEachFlashKernelDoesNot) {
   EXPECT_EQ(sm80.rejected[1].reason, "the Hopper kernel needs sm_90, the target is sm_80");
   EXPECT_EQ(tactics_of(example("attention/sdpa_causal_gqa.json"), 90).chosen, "flash wgmma");
   EXPECT_EQ(tactics_of(example("attention/sdpa_decode_gqa.json"), 90).chosen, "flash decoding");
-  // f32 operands: every flash kernel refuses them, the exact kernel takes them.
+  // f32 operands: every flash kernel refuses them, the exact kernel takes them (causal: not as matmuls).
   const Graph f32 = testing::must_parse(R"({"kiln": 1, "inputs": {"q": {"shape": [1, 2, 32, 64], "dtype": "f32"},
     "k": {"shape": [1, 2, 32, 64], "dtype": "f32"}, "v": {"shape": [1, 2, 32, 64], "dtype": "f32"}},
-    "ops": [{"op": "sdpa", "in": ["q", "k", "v"], "out": "o"}], "outputs": ["o"]})");
+    "ops": [{"op": "sdpa", "in": ["q", "k", "v"], "out": "o", "causal": true}], "outputs": ["o"]})");
   const TacticRecord exact = tactics_of(f32, 90);
   EXPECT_EQ(exact.chosen, "exact two-pass");
   ASSERT_EQ(exact.rejected.size(), 3u);
