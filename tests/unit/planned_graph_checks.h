@@ -16,6 +16,13 @@
 
 namespace kiln::testing {
 
+// How many of g's ops are of `kind`.
+inline int count_ops(const ir::Graph& g, ir::OpKind kind) {
+  int n = 0;
+  for (const ir::Op& op : g.ops) n += op.kind == kind;
+  return n;
+}
+
 // Whether the rewrite table's row `row` applied to g (rewrite_table.h).
 inline bool rewritten_by(const Graph& g, std::string_view row) {
   for (const ir::RewriteNote& n : ir_of(g).rewrites)

@@ -22,12 +22,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-int count(const ir::Graph& g, ir::OpKind kind) {
-  int n = 0;
-  for (const ir::Op& op : g.ops) n += op.kind == kind;
-  return n;
-}
-
 Graph example(const std::string& name) {
   Expected<Graph> g = Graph::load(std::string(KILN_SOURCE_DIR "/examples/attention/") + name + ".json");
   if (!g) ADD_FAILURE() << name << ": " << g.error().message;
@@ -124,8 +118,8 @@ TEST(AttentionRewrite, ModelsAttentionWrittenOutIsOneSdpaComputingTheSameValues)
     SCOPED_TRACE(c.name);
     const Graph g = as_sdpa(example(c.name));
     const ir::Graph& planned = ir_of(g);
-    EXPECT_EQ(count(planned, ir::OpKind::Matmul), 0);
-    EXPECT_EQ(count(planned, ir::OpKind::Softmax), 0);
+    EXPECT_EQ(testing::count_ops(planned, ir::OpKind::Matmul), 0);
+    EXPECT_EQ(testing::count_ops(planned, ir::OpKind::Softmax), 0);
     const ir::Op* found = the_sdpa(planned);
     ASSERT_NE(found, nullptr);
     const ir::Op& sdpa = *found;
@@ -139,7 +133,7 @@ TEST(AttentionRewrite, ModelsAttentionWrittenOutIsOneSdpaComputingTheSameValues)
       EXPECT_EQ(planned.operand(sdpa, 3).rank(), c.mask_rank);
     }
     // The graph as written is untouched: its hash and IR.
-    EXPECT_EQ(count(Graph::Internal::as_written(g), ir::OpKind::Sdpa), 0);
+    EXPECT_EQ(testing::count_ops(Graph::Internal::as_written(g), ir::OpKind::Sdpa), 0);
     EXPECT_THAT(g.to_ir_text(), ::testing::Not(HasSubstr("sdpa")));
     ASSERT_FALSE(planned.rewrites.empty());
     EXPECT_EQ(planned.rewrites[0].row, "attention_as_sdpa");
@@ -288,8 +282,8 @@ TEST(AttentionRewrite, VariantsOfTheChainMapAndComputeTheSameValues) {
     SCOPED_TRACE(c.what);
     const Graph g = as_sdpa(testing::must_parse(c.json));
     const ir::Graph& planned = ir_of(g);
-    EXPECT_EQ(count(planned, ir::OpKind::Matmul), 0) << ir::rewrite_notes_text(planned);
-    EXPECT_EQ(count(planned, ir::OpKind::Softmax) + count(planned, ir::OpKind::Exp), 0);
+    EXPECT_EQ(testing::count_ops(planned, ir::OpKind::Matmul), 0) << ir::rewrite_notes_text(planned);
+    EXPECT_EQ(testing::count_ops(planned, ir::OpKind::Softmax) + testing::count_ops(planned, ir::OpKind::Exp), 0);
     const ir::Op* sdpa = the_sdpa(planned);
     ASSERT_NE(sdpa, nullptr);
     EXPECT_FLOAT_EQ(sdpa->attrs.scale, c.scale);
@@ -302,7 +296,7 @@ TEST(AttentionRewrite, VariantsOfTheChainMapAndComputeTheSameValues) {
 TEST(AttentionRewrite, NearMissesStayAsWrittenAndSayWhy) {
   const Graph g = example("attention_near_misses");
   const ir::Graph& planned = ir_of(g);
-  EXPECT_EQ(count(planned, ir::OpKind::Sdpa), 0);
+  EXPECT_EQ(testing::count_ops(planned, ir::OpKind::Sdpa), 0);
   const std::pair<const char*, const char*> expected[] = {
       {"probabilities_read_elsewhere", "the probabilities 'p_read' are a graph output"},
       {"softmax_over_queries", "normalises over axis 2"},
@@ -358,7 +352,7 @@ TEST(AttentionRewrite, ChainsThatCannotBeSdpaStayAsWritten) {
   for (const auto& [json, why] : cases) {
     const Graph g = testing::must_parse(json);
     const ir::Graph& planned = ir_of(g);
-    EXPECT_EQ(count(planned, ir::OpKind::Sdpa), 0) << why;
+    EXPECT_EQ(testing::count_ops(planned, ir::OpKind::Sdpa), 0) << why;
     ASSERT_EQ(planned.rewrites.size(), 1u) << why;
     EXPECT_THAT(planned.rewrites[0].why, HasSubstr(why));
     expect_rewritten_equals_written(g, 5);  // nothing changed: the same values
@@ -377,8 +371,8 @@ TEST(AttentionRewrite, ChainedAttentionsAndTheOpsThatOnlyFedThem) {
          {"op": "matmul", "in": ["o1", "kt"], "out": "s2"}, {"op": "softmax", "in": ["s2"], "out": "p2"},
          {"op": "matmul", "in": ["p2", "v"], "out": "o"})")));
   const ir::Graph& planned = ir_of(g);
-  EXPECT_EQ(count(planned, ir::OpKind::Sdpa), 2);
-  EXPECT_EQ(count(planned, ir::OpKind::Mul), 1);  // 'unread' stays
+  EXPECT_EQ(testing::count_ops(planned, ir::OpKind::Sdpa), 2);
+  EXPECT_EQ(testing::count_ops(planned, ir::OpKind::Mul), 1);  // 'unread' stays
   EXPECT_EQ(planned.rewrites.size(), 2u);
   // kᵀ (read by both q·kᵀ, nothing else) goes: each sdpa reads k itself.
   for (const ir::Op& op : planned.ops) EXPECT_NE(op.kind, ir::OpKind::Transpose);

@@ -21,12 +21,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-int count(const ir::Graph& g, ir::OpKind kind) {
-  int n = 0;
-  for (const ir::Op& op : g.ops) n += op.kind == kind;
-  return n;
-}
-
 // q [1, H, 16, 32], k and v [1, Hkv, 3, 32] in the given types; `mask` an
 // op making the mask 'm' from the input 'r' ([1, H, 16, 3]), or none. Over
 // 3 keys about one row in eight sees none of them.
@@ -59,8 +53,8 @@ TEST(SdpaAsMatmuls, EverySdpaOfF32OperandsComputesItsValues) {
     const Graph g = testing::must_parse(json);
     const ir::Graph& planned = ir_of(g);
     EXPECT_TRUE(testing::rewritten_by(g, "sdpa_as_matmuls")) << ir::rewrite_notes_text(planned);
-    EXPECT_EQ(count(planned, ir::OpKind::Sdpa), 0);
-    EXPECT_EQ(count(planned, ir::OpKind::Matmul), 2);
+    EXPECT_EQ(testing::count_ops(planned, ir::OpKind::Sdpa), 0);
+    EXPECT_EQ(testing::count_ops(planned, ir::OpKind::Matmul), 2);
     const ir::Plan p = ir::plan_fusion(planned, {.sm = 90});
     ASSERT_EQ(ir::verify_plan(planned, p), "");
     for (const ir::PlannedKernel& k : p.kernels) EXPECT_NE(k.kind, ir::KernelKind::Attention);
@@ -84,16 +78,16 @@ TEST(SdpaAsMatmuls, EverySdpaOfF32OperandsComputesItsValues) {
 
 TEST(SdpaAsMatmuls, CausalAndOverBudgetSdpasStayAndSayWhy) {
   const Graph causal = testing::must_parse(sdpa_graph("f32", "f32", "f32", 2, 2, "", R"(, "causal": true)"));
-  EXPECT_EQ(count(ir_of(causal), ir::OpKind::Sdpa), 1);
+  EXPECT_EQ(testing::count_ops(ir_of(causal), ir::OpKind::Sdpa), 1);
   EXPECT_THAT(ir::rewrite_notes_text(ir_of(causal)),
               HasSubstr("not rewritten (sdpa_as_matmuls): 'o' (sdpa): causal: its mask needs the key positions"));
   const Graph long_rows = testing::must_parse(R"({"kiln": 1, "inputs": {"q": {"shape": [1, 32, 8192, 64], "dtype": "f32"},
     "k": {"shape": [1, 32, 8192, 64], "dtype": "f32"}, "v": {"shape": [1, 32, 8192, 64], "dtype": "f32"}},
     "ops": [{"op": "sdpa", "in": ["q", "k", "v"], "out": "o"}], "outputs": ["o"]})");
-  EXPECT_EQ(count(ir_of(long_rows), ir::OpKind::Sdpa), 1);
+  EXPECT_EQ(testing::count_ops(ir_of(long_rows), ir::OpKind::Sdpa), 1);
   EXPECT_THAT(ir::rewrite_notes_text(ir_of(long_rows)), HasSubstr("its f32 scores would take 8192 MiB between the matmuls"));
   const Graph sixteen = testing::must_parse(sdpa_graph("bf16", "bf16", "bf16", 2, 2, kBoolMask));
-  EXPECT_EQ(count(ir_of(sixteen), ir::OpKind::Sdpa), 1);
+  EXPECT_EQ(testing::count_ops(ir_of(sixteen), ir::OpKind::Sdpa), 1);
   EXPECT_THAT(ir::rewrite_notes_text(ir_of(sixteen)), ::testing::Not(HasSubstr("sdpa_as_matmuls")));
 }
 
@@ -104,7 +98,7 @@ TEST(SdpaAsMatmuls, WrittenOutF32AttentionComesThroughTheSdpa) {
   ASSERT_TRUE(g.ok()) << g.error().message;
   EXPECT_TRUE(testing::rewritten_by(*g, "attention_as_sdpa"));
   EXPECT_TRUE(testing::rewritten_by(*g, "sdpa_as_matmuls"));
-  EXPECT_EQ(count(ir_of(*g), ir::OpKind::Sdpa), 0);
+  EXPECT_EQ(testing::count_ops(ir_of(*g), ir::OpKind::Sdpa), 0);
 }
 
 }  // namespace
