@@ -126,13 +126,47 @@ Coords Emitter::delinearize(const std::string& linear, const Shape& shape) {
 
 std::string Emitter::linearize(const Coords& coords, const Shape& shape) {
   if (auto it = linear_of_.find({coords, shape}); it != linear_of_.end()) return it->second;
-  const Strides strides = contiguous_strides(shape);
-  std::string e;
-  for (size_t d = 0; d < shape.size(); ++d) {
-    if (coords[d] == "0") continue;
-    e += (e.empty() ? "" : " + ") + (strides[d] == 1 ? coords[d] : fmt::format("{} * {}", coords[d], (*sizes_)(strides[d])));
+  return strided_sum(coords, shape, contiguous_strides(shape));
+}
+
+// Sum of coords[d] * strides[d]. A run of coordinates that delinearize()
+// split from one linear index over that run of the shape, laid out
+// contiguously among themselves, is that index times the run's last stride:
+// the quotients and remainders that split it are then dead code (a symbolic
+// size divides at run time: Llama's projections read [B, S, D] rows as
+// [B*S, D] and divided every row index by S).
+std::string Emitter::strided_sum(const Coords& coords, const Shape& shape, const Strides& strides) {
+  auto rejoins = [&](size_t d, const Coords& run, const Shape& run_shape) {
+    const size_t n = run.size(), last = d + n - 1;
+    if (n < 2 || last >= shape.size() || !std::equal(run.begin(), run.end(), coords.begin() + static_cast<std::ptrdiff_t>(d)) ||
+        !std::equal(run_shape.begin(), run_shape.end(), shape.begin() + static_cast<std::ptrdiff_t>(d)))
+      return false;
+    int64_t inner = 1;
+    for (size_t j = last + 1; j-- > d;) {
+      if (shape[j] != 1 && strides[j] != strides[last] * inner) return false;
+      inner *= shape[j];
+    }
+    return true;
+  };
+  std::string out;
+  auto term = [&](const std::string& index, int64_t stride) {
+    if (index == "0" || stride == 0) return;
+    out += (out.empty() ? "" : " + ") + (stride == 1 ? index : fmt::format("{} * {}", index, (*sizes_)(stride)));
+  };
+  for (size_t d = 0; d < shape.size();) {
+    size_t run_end = d;
+    std::string linear;
+    for (const auto& [key, index] : linear_of_)
+      if (key.first.size() > run_end - d && rejoins(d, key.first, key.second)) run_end = d + key.first.size(), linear = index;
+    if (run_end > d) {
+      term(linear.find(' ') == std::string::npos ? linear : "(" + linear + ")", strides[run_end - 1]);
+      d = run_end;
+    } else {
+      term(coords[d], strides[d]);
+      ++d;
+    }
   }
-  return e.empty() ? "0" : e;
+  return out.empty() ? "0" : out;
 }
 
 // Trailing dimensions both shapes have keep their coordinates (a column
@@ -164,12 +198,7 @@ Coords Emitter::same_element(const Coords& coords, const Shape& shape, const Sha
 }
 
 std::string Emitter::offset_of(const ExternalTensor& e, const Shape& shape, const Coords& coords) {
-  std::string out;
-  for (size_t d = 0; d < shape.size(); ++d) {
-    if (coords[d] == "0" || e.strides[d] == 0) continue;
-    out += (out.empty() ? "" : " + ") + (e.strides[d] == 1 ? coords[d] : fmt::format("{} * {}", coords[d], (*sizes_)(e.strides[d])));
-  }
-  return out.empty() ? "0" : out;
+  return strided_sum(coords, shape, e.strides);
 }
 
 std::string Emitter::rounded(const ir::Tensor& t, const std::string& value) {

@@ -149,8 +149,9 @@ class Emitter {
   std::map<ir::TensorId, ExternalTensor> externals_;
   std::map<ir::TensorId, std::pair<Coords, std::string>> leaves_;  // coordinates (empty: any), variable
   std::map<ir::TensorId, std::string> norm_stats_;
+  std::string strided_sum(const Coords& coords, const Shape& shape, const Strides& strides);
   // The linear index each delinearize() split, by its coordinates and shape
-  // (linearize() gives it back instead of rebuilding it).
+  // (linearize() and offset_of() give it back instead of rebuilding it).
   std::map<std::pair<Coords, Shape>, std::string> linear_of_;
   std::map<std::string, std::string> memo_;
   std::map<ir::TensorId, std::pair<Coords, std::string>> vector_sources_;
