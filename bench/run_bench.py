@@ -129,7 +129,6 @@ def anchor_alone(graph, ins, info):
     dt = torch_graph.TORCH_DTYPES[dtypes.pop()]
     if dt == torch.float32 and (op["op"] != "matmul" or op.get("precision", "f32") != "f32"):
         return None
-    torch.backends.cuda.matmul.allow_tf32 = False  # (PyTorch's default: f32 matmuls in full f32)
     vals = torch_graph.evaluate(dict(graph, outputs=names), ins, torch.float32, info, native_anchors=True)
     a, b = (vals[n].to(dt).contiguous() for n in names)
     if op["op"] == "matmul":
@@ -215,6 +214,7 @@ def main():
     args = [a for a in args if a not in ("--exact", "--quick")]
     kiln, graphs = args[0], args[1:]
     torch.backends.cudnn.benchmark = True  # cuDNN at its best, as users who care about speed run it
+    torch.backends.cuda.matmul.allow_tf32 = False  # (PyTorch's default: f32 matmuls in full f32, as the graphs ask)
     ceil = ceilings()
     kiln_results = {r["path"]: r for r in json.loads(
         subprocess.run([kiln, "bench", "--json", *graphs], check=True, capture_output=True, text=True).stdout)}

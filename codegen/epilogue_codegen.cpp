@@ -172,11 +172,10 @@ std::string GemmGenerator::EpiloguePlan::to_string(const ir::Graph& g) const {
 
 // The element code's reductions: column reductions into register partials
 // (declared in text.decls), the rest atomically into their workspaces.
-void GemmGenerator::emit_epilogue_reductions(const EpiloguePlan& plan, const std::vector<std::string>& ws, bool fragments,
-                                             EpilogueText& text) {
+void GemmGenerator::emit_epilogue_reductions(const EpiloguePlan& plan, const std::vector<std::string>& ws, EpilogueText& text) {
   for (size_t r = 0; r < plan.reductions.size(); ++r) {
     const EpilogueReduction& k = plan.reductions[r];
-    if (k.row && !fragments) {  // a SIMT thread's rows (flush_thread_rows)
+    if (k.row && text.thread_rows > 0) {  // a SIMT thread's rows (flush_thread_rows)
       const std::string functor = reduce_functor(k.op->kind), red = fmt::format("rowred{}", r);
       text.row_decls += fmt::format("float {0}[{1}];\n#pragma unroll\nfor (int i = 0; i < {1}; ++i) {0}[i] = {2}::identity();\n",
                                     red, text.thread_rows, functor);
@@ -647,7 +646,7 @@ std::string GemmGenerator::epilogue(const ir::Op& anchor, const Gemm& gm, const 
   for (ir::TensorId r : plan.residuals)
     em_.set_vector_source(r, residual_coords(anchor, oc, r), fmt::format("residual{}", r), "c");
   text.thread_rows = loops.thread_rows;
-  emit_epilogue_reductions(plan, ws, tensor_core, text);
+  emit_epilogue_reductions(plan, ws, text);
   emit_epilogue_pool(anchor, gm, loops, oc, text);
   emit_epilogue_writes(anchor, gm, loops, oc, plan, text);
   load_epilogue_residuals(gm, loops, plan, text);

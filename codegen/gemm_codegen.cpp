@@ -195,13 +195,13 @@ void GemmGenerator::gemm_simt(const ir::Op& anchor, const Gemm& gm) {
                                 ? "#pragma unroll\nfor (int j = 0; j < 4; ++j) {\nfloat window = 0.0f;\n#pragma unroll\nfor (int i = 0; i < 4; ++i) {\n"
                                 : fmt::format("#pragma unroll\nfor (int i = 0; i < {}; ++i)\n#pragma unroll\nfor (int j = 0; j < {}; ++j) {{\n",
                                               t.tm, t.tn);
+  const std::string thread_row = "m0 + (i / 4) * 64 + ty * 4 + i % 4";  // row i of a thread's
   const std::string open = element_loops +
-                           fmt::format("const kiln::i64 m = m0 + (i / 4) * 64 + ty * 4 + i % 4, n = n0 + (j / 4) * {} + tx * 4 + j % 4;\n",
-                                       col_step) +
+                           fmt::format("const kiln::i64 m = {}, n = n0 + (j / 4) * {} + tx * 4 + j % 4;\n", thread_row, col_step) +
                            fmt::format("if (m >= {} || n >= {}LL) continue;\n", m_text, gm.n);
   EpilogueLoops loops{open, gm.window_rows != WindowRows::none ? "}\n}\n" : "}\n"};
   loops.thread_rows = t.tm;
-  loops.thread_row = "m0 + (i / 4) * 64 + ty * 4 + i % 4";
+  loops.thread_row = thread_row;
   body += epilogue(anchor, gm, loops, "acc[i][j]");
   // (The tile rows' loop: the next tile's first stores wait for this tile's last products.)
   if (rows_loop) body += "__syncthreads();\n}\n";

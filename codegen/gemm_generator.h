@@ -177,8 +177,7 @@ class GemmGenerator : public KernelBuilder {
     std::string column_coords;  // the statements declaring gm.column_vars from n and batch
     int columns = 0;
   };
-  void emit_epilogue_reductions(const EpiloguePlan& plan, const std::vector<std::string>& ws, bool fragments,
-                                EpilogueText& text);
+  void emit_epilogue_reductions(const EpiloguePlan& plan, const std::vector<std::string>& ws, EpilogueText& text);
   std::string flush_thread_rows(const ir::Op& anchor, const Gemm& gm, const EpilogueLoops& loops, const EpiloguePlan& plan,
                                 const std::vector<std::string>& ws, const EpilogueText& text);
   void emit_epilogue_writes(const ir::Op& anchor, const Gemm& gm, const EpilogueLoops& loops, const Coords& oc,

@@ -14,6 +14,7 @@
 
 #include "compiler/attention_match.h"
 #include "compiler/error.h"
+#include "compiler/graph_rewrite.h"
 #include "compiler/shape_inference.h"
 
 namespace kiln::ir {
@@ -153,16 +154,8 @@ class SdpaBuilder {
   TensorId add_op(OpKind kind, std::vector<TensorId> inputs, Attributes attrs, AttrSet given, const std::string& name) {
     std::vector<const Tensor*> operands;
     for (TensorId t : inputs) operands.push_back(&out_.tensor(t));
-    const InferredResult r = infer_result(kind, operands, attrs, given, fmt::format("attention_as_sdpa '{}'", name));
-    Tensor t;
-    t.kind = TensorKind::OpResult;
-    t.name = fresh_name(name);
-    t.shape = r.shape;
-    t.strides = contiguous_strides(r.shape);
-    t.dtype = r.dtype;
-    const bool view = op_info(kind).family == OpFamily::View;
-    t.rounded = kind == OpKind::Cast || (view && operands[0]->rounded && operands[0]->dtype == r.dtype);
-    out_.tensors.push_back(std::move(t));
+    out_.tensors.push_back(
+        inferred_result(kind, operands, attrs, given, fmt::format("attention_as_sdpa '{}'", name), fresh_name(name)));
     const TensorId id = static_cast<TensorId>(out_.tensors.size() - 1);
     new_producers_[id] = ops_.size();
     ops_.push_back(Op{kind, std::move(inputs), id, std::move(attrs), false});

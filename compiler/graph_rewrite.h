@@ -8,9 +8,15 @@
 // the graph with its users indexed.
 #pragma once
 
+#include <optional>
+#include <set>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "compiler/ir.h"
+#include "compiler/rewrite_table.h"
+#include "compiler/shape_inference.h"
 
 namespace kiln::ir {
 
@@ -42,5 +48,31 @@ class GraphRewrite {
  private:
   Graph out_;
 };
+
+// The result tensor of a new op (a row's replacement): shape and dtype by
+// shape inference (`given`: the attributes set; `where`: for its errors),
+// or `dtype` where the op gives one; contiguous; f32 values unless rounded
+// (that dtype, a cast, or a view of a tensor rounded to its type).
+inline Tensor inferred_result(OpKind kind, const std::vector<const Tensor*>& operands, Attributes& attrs, AttrSet given,
+                              const std::string& where, std::string name, std::optional<DType> dtype = {}) {
+  const InferredResult r = infer_result(kind, operands, attrs, given, where);
+  Tensor t;
+  t.kind = TensorKind::OpResult;
+  t.name = std::move(name);
+  t.shape = r.shape;
+  t.strides = contiguous_strides(r.shape);
+  t.dtype = dtype.value_or(r.dtype);
+  const bool view = op_info(kind).family == OpFamily::View;
+  t.rounded = dtype.has_value() || kind == OpKind::Cast ||
+              (view && operands[0]->rounded && operands[0]->dtype == t.dtype);
+  return t;
+}
+
+// The ops a row's matches replace, by index.
+inline std::set<int32_t> site_ops(const RowMatches& m) {
+  std::set<int32_t> ops;
+  for (const RewriteSite& s : m.sites) ops.insert(s.op);
+  return ops;
+}
 
 }  // namespace kiln::ir

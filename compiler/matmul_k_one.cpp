@@ -38,8 +38,7 @@ RowMatches find_k_one_matmuls(const Graph& g) {
 }
 
 Graph k_one_matmuls_as_products(const Graph& g, const RowMatches& m) {
-  std::set<int32_t> sites;
-  for (const RewriteSite& s : m.sites) sites.insert(s.op);
+  const std::set<int32_t> sites = site_ops(m);
   GraphRewrite out(g);
   for (size_t i = 0; i < g.ops.size(); ++i) {
     Op op = g.ops[i];

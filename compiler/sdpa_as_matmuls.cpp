@@ -8,7 +8,6 @@
 #include <fmt/format.h>
 
 #include "compiler/graph_rewrite.h"
-#include "compiler/shape_inference.h"
 
 namespace kiln::ir {
 namespace {
@@ -24,16 +23,8 @@ class SiteBuilder {
               std::optional<DType> dtype = {}) {
     std::vector<const Tensor*> operands;
     for (TensorId t : inputs) operands.push_back(&out_.tensor(t));
-    const InferredResult r = infer_result(kind, operands, attrs, given, fmt::format("{} '{}'", kRow, base_));
-    Tensor t;
-    t.kind = TensorKind::OpResult;
-    t.name = fmt::format("{}.{}{}", base_, op_name(kind), ++count_);
-    t.shape = r.shape;
-    t.strides = contiguous_strides(r.shape);
-    t.dtype = dtype.value_or(r.dtype);
-    const bool view = op_info(kind).family == OpFamily::View;
-    t.rounded = dtype.has_value() || (view && operands[0]->rounded && operands[0]->dtype == t.dtype);
-    const TensorId id = out_.add(std::move(t));
+    const TensorId id = out_.add(inferred_result(kind, operands, attrs, given, fmt::format("{} '{}'", kRow, base_),
+                                                 fmt::format("{}.{}{}", base_, op_name(kind), ++count_), dtype));
     out_.emit(Op{kind, std::move(inputs), id, std::move(attrs), dtype.has_value()});
     return id;
   }
@@ -99,11 +90,8 @@ void emit_as_matmuls(const Graph& g, const Op& sdpa, GraphRewrite& out) {
   out.emit(Op{OpKind::Matmul, {p, values}, sdpa.output, {}, sdpa.explicit_dtype || widest != o.dtype});
 }
 
-// Why an sdpa of these operands stays one (nullopt: it runs as matmuls).
-std::optional<std::string> why_sdpa_stays(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
-                                          int64_t score_elements) {
-  if (q.dtype != DType::f32 && k.dtype != DType::f32 && v.dtype != DType::f32)
-    return "q, k and v are stored in 16 bits (the flash kernels read them)";
+// Why an sdpa over f32 operands stays one (nullopt: it runs as matmuls).
+std::optional<std::string> why_sdpa_stays(bool causal, int64_t score_elements) {
   if (causal) return std::string("causal: its mask needs the key positions, which no kiln op computes");
   if (score_elements * 4 > kMatmulScoresBudget)
     return fmt::format("its f32 scores would take {} MiB between the matmuls (the budget: {} MiB)",
@@ -119,20 +107,20 @@ RowMatches find_f32_sdpas(const Graph& g) {
     const Op& op = g.ops[i];
     if (op.kind != OpKind::Sdpa) continue;
     const Tensor& q = g.operand(op, 0);
+    if (q.dtype != DType::f32 && g.operand(op, 1).dtype != DType::f32 && g.operand(op, 2).dtype != DType::f32)
+      continue;  // (16-bit q, k and v: the flash kernels read them)
     const int64_t scores = q.shape[0] * q.shape[1] * q.shape[2] * g.operand(op, 1).shape[2];
-    const std::optional<std::string> why = why_sdpa_stays(q, g.operand(op, 1), g.operand(op, 2), op.attrs.causal, scores);
     const std::string where = op_named(g, static_cast<int32_t>(i));
-    if (!why)
-      m.sites.push_back({static_cast<int32_t>(i), where + " -> matmul, softmax, matmul", {}});
-    else if (q.dtype == DType::f32 || g.operand(op, 1).dtype == DType::f32 || g.operand(op, 2).dtype == DType::f32)
+    if (const std::optional<std::string> why = why_sdpa_stays(op.attrs.causal, scores))
       m.declined.push_back({kRow, false, where, *why});
+    else
+      m.sites.push_back({static_cast<int32_t>(i), where + " -> matmul, softmax, matmul", {}});
   }
   return m;
 }
 
 Graph sdpas_as_matmuls(const Graph& g, const RowMatches& m) {
-  std::set<int32_t> sites;
-  for (const RewriteSite& s : m.sites) sites.insert(s.op);
+  const std::set<int32_t> sites = site_ops(m);
   GraphRewrite out(g);
   for (size_t i = 0; i < g.ops.size(); ++i) {
     if (sites.count(static_cast<int32_t>(i)))
