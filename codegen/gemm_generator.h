@@ -207,11 +207,23 @@ class GemmGenerator : public KernelBuilder {
     std::optional<Mma> kind;
   };
   using GemmTactic = Tactic<GemmGenerator, TacticInput>;
-  // In order of preference: wgmma (the Hopper kernel), mma.sync, SIMT (the
-  // last resort: always fits).
+  // In order of preference: cuBLASLt (where the rule or the tuning picks
+  // it), wgmma (the Hopper kernel), mma.sync, SIMT (the last resort: always
+  // fits).
   static std::span<const GemmTactic> tactics();
   // The kernel of the first tactic that fits.
   Emitted gemm(const ir::Op& anchor, const Gemm& gm);
+
+  // ---- a vendor library: vendor_codegen.cpp ------------------------------------
+  // The call that computes this kernel in cuBLASLt, exactly as kiln's own
+  // kernels would, or nullopt and `why` not.
+  std::optional<VendorGemm> vendor_gemm(const ir::Op& anchor, const Gemm& gm, const std::optional<Mma>& kind,
+                                        std::string& why) const;
+  // The kernel as that call (GeneratedKernel::library), with its workspace.
+  void gemm_vendor(const ir::Op& anchor, VendorGemm call);
+  // Tuning::vendor as asked for this kernel (gemm() takes it out of the
+  // tuning kiln's own tactics see).
+  int vendor_wanted_ = 0;
 
   // f32 operands in full f32 (and GPUs before sm_80): a BM x BN tile per
   // block of 256 threads, each with TM x TN results, BK-deep slices.

@@ -1,6 +1,6 @@
-// The tactics of matmul and conv kernels, in order of preference: the
-// Hopper kernel (wgmma, TMA), the mma.sync tensor-core kernel, the f32 SIMT
-// kernel.
+// The tactics of matmul and conv kernels, in order of preference:
+// cuBLASLt where the rule (or the tuning) picks it, the Hopper kernel
+// (wgmma, TMA), the mma.sync tensor-core kernel, the f32 SIMT kernel.
 //
 // Expects: the GEMM view of a matmul or conv anchor (GemmGenerator::matmul,
 // conv) and the tensor-core MMA that computes it exactly, if any.
@@ -13,6 +13,30 @@ namespace kiln::codegen {
 namespace {
 
 using Input = GemmGenerator::TacticInput;
+
+// cuBLASLt, a floor under kiln's own kernels: where it computes the kernel
+// exactly (vendor_codegen.cpp) and the rule, measured on the GPU machine,
+// says it is faster; anywhere it can with --autotune's measured choice or
+// KILN_VENDOR=always.
+std::optional<std::string> cublaslt_fits(const GemmGenerator& gen, const Input& in) {
+  std::string why;
+  if (!gen.vendor_gemm(in.anchor, in.gm, in.kind, why)) return why;
+  if (gen.vendor_wanted_ == Tuning::kCublasLt || gen.vendors().always) return std::nullopt;
+  if (gen.vendor_wanted_ == Tuning::kOwn) return "the tuning chose kiln's own kernel";
+  // bench/vendor_gemm.py (H100, v0.36): f32 operands in full f32 took
+  // cuBLASLt 0.65-0.72x the SIMT kernel's time (0.22x at 8 rows), and in
+  // TF32 0.22x kiln's mma.sync kernel's; 16-bit operands 0.9-1.0x kiln's
+  // tensor-core kernels, and 4.2x on rows of 50257 (no 16-byte multiple).
+  if (!in.kind || *in.kind == GemmGenerator::Mma::tf32) return std::nullopt;
+  return std::string("the rule keeps kiln's tensor-core kernels for 16-bit operands (--autotune times cuBLASLt beside "
+                     "them)");
+}
+
+Emitted cublaslt_emit(GemmGenerator& gen, const Input& in) {
+  std::string why;
+  gen.gemm_vendor(in.anchor, *gen.vendor_gemm(in.anchor, in.gm, in.kind, why));
+  return gen.take();
+}
 
 // The Hopper kernel: sm_90, 16-bit operands, a problem that fills the GPU
 // with 128 x 128 tiles, operands its producer loads (wgmma_operands).
@@ -50,6 +74,7 @@ Emitted simt_emit(GemmGenerator& gen, const Input& in) {
 }
 
 constexpr GemmGenerator::GemmTactic kTactics[] = {
+    {"cublasLt", &cublaslt_fits, &cublaslt_emit},
     {"wgmma", &wgmma_fits, &wgmma_emit},
     {"mma.sync", &mma_sync_fits, &mma_sync_emit},
     {"simt", &simt_fits, &simt_emit},
@@ -59,9 +84,27 @@ constexpr GemmGenerator::GemmTactic kTactics[] = {
 
 std::span<const GemmGenerator::GemmTactic> GemmGenerator::tactics() { return kTactics; }
 
+// A kernel cuBLASLt can take offers both to the tuning (Tuning::vendor):
+// the heuristic's choice first, then the other.
 auto GemmGenerator::gemm(const ir::Op& anchor, const Gemm& gm) -> Emitted {
   const TacticInput in{anchor, gm, mma_kind(anchor)};
-  return first_fitting(tactics(), *this, in, out_.tactics).emit(*this, in);
+  vendor_wanted_ = wanted_.vendor;
+  wanted_.vendor = 0;  // kiln's own tactics choose among their own tunings
+  std::string why;
+  const bool vendor_can = vendor_gemm(anchor, gm, in.kind, why).has_value();
+  GeneratedKernel k = first_fitting(tactics(), *this, in, out_.tactics).emit(*this, in);
+  if (vendor_can) {
+    const Tuning vendor{.vendor = Tuning::kCublasLt}, own{.vendor = Tuning::kOwn};
+    if (k.library) {
+      k.tuning = vendor;
+      k.tuning_space = {vendor, own};
+    } else {
+      if (vendor_wanted_ == Tuning::kOwn) k.tuning.vendor = Tuning::kOwn;
+      if (k.tuning_space.empty()) k.tuning_space.push_back(k.tuning);
+      k.tuning_space.push_back(vendor);
+    }
+  }
+  return k;
 }
 
 }  // namespace kiln::codegen

@@ -17,7 +17,7 @@ template <class G, auto Entry>
 GeneratedKernel run(const GeneratorInput& in) {
   G generator(in.graph, in.kernel, in.state, in.sm, in.wanted);
   if constexpr (std::is_same_v<decltype((generator.*Entry)()), Emitted>) {
-    return nvrtc_source((generator.*Entry)());
+    return (generator.*Entry)();
   } else {
     (generator.*Entry)();
     return generator.take();

@@ -79,6 +79,7 @@ inline std::string drop_comment_lines(const std::string& source) {
 struct ProgramState {
   GeneratedProgram program;
   const ir::SizeProbe* probe = nullptr;  // a symbolic graph's (size_text.h)
+  VendorLibraries vendors;               // what the GEMM tactics may call
   std::map<std::string, int> workspace_index;
 
   int workspace(const std::string& name, int64_t words, uint32_t fill, std::optional<ir::DimExpr> words_expr = {}) {
@@ -157,6 +158,8 @@ class KernelBuilder {
 
   // The target's compute capability (80 for sm_80).
   int sm() const { return sm_; }
+  // The vendor libraries this program's kernels may call.
+  const VendorLibraries& vendors() const { return state_.vendors; }
 
   // Records what the generator decided, in words (GeneratedKernel::decisions,
   // printed by `kiln dump --stage plan --arch`): "mma.sync 128x128x32 ...".

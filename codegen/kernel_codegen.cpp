@@ -59,9 +59,10 @@ ir::PlanTactics plan_tactics(const GeneratedProgram& program, const std::string&
 }
 
 GeneratedProgram generate_program(const ir::Graph& g, const ir::Plan& plan, int sm, const ProgramTuning& tuning,
-                                  const ir::SizeProbe* probe) {
+                                  const ir::SizeProbe* probe, const VendorLibraries& vendors) {
   ProgramState state;
   state.probe = probe;
+  state.vendors = vendors;
   for (const ir::PlannedKernel& k : plan.kernels) {
     if (k.writes.empty() && k.workspace.empty()) continue;  // computes nothing anyone reads
     if (probe) check_symbolic_scope(k);

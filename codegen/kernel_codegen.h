@@ -96,6 +96,33 @@ struct TacticRecord {
   bool empty() const { return chosen.empty(); }
 };
 
+// A matmul run by cuBLASLt instead of generated source (the "cublasLt"
+// tactic, gemm_tactics.cpp; launched by runtime/vendor_gemm.h). In kiln's
+// row-major terms: D[batch][m][n] = A[batch][m][k] x B[batch][k][n],
+// accumulated in f32 and rounded once to D's type. Each matrix is read
+// where it lies: element (i, j) of batch b at offset + b * batch_stride +
+// i * row_stride + j * column_stride from its argument's pointer (one of
+// the two inner strides 1; a batch stride of 0 broadcasts).
+struct VendorGemm {
+  struct Matrix {
+    int arg = -1;  // its pointer: the kernel argument at this index
+    DType dtype = DType::f32;
+    int64_t row_stride = 0, column_stride = 0, batch_stride = 0, offset = 0;
+    bool operator==(const Matrix&) const = default;
+  };
+  int64_t m = 0, n = 0, k = 0, batches = 1;
+  Matrix a, b, d;
+  bool tf32 = false;       // f32 operands multiplied in TF32 (the matmul's precision says so)
+  int workspace_arg = -1;  // cuBLASLt's scratch: the kernel argument at this index
+  int64_t workspace_bytes = 0;
+  bool operator==(const VendorGemm&) const = default;
+  // "cublasLt 4096x50257x768 x1: a bf16 [m][k] (row 768), b bf16 [n][k] (row 768), d bf16 [m][n] (row 50257)".
+  std::string to_string() const;
+  // Why a description (from a recipe) cannot be launched safely against
+  // `args` kernel arguments, or "" when it can.
+  std::string problem(size_t args) const;
+};
+
 struct GeneratedKernel {
   int plan_kernel = 0;
   std::string source;     // what NVRTC compiles (annotated)
@@ -119,6 +146,19 @@ struct GeneratedKernel {
   std::string decisions;
   // Which tactic built it, and why those before it did not (for `kiln plan --arch`).
   TacticRecord tactics;
+  // Set where a vendor library runs it: `source` is then only a comment
+  // describing the call (nothing for NVRTC), and `args` its pointers.
+  std::optional<VendorGemm> library;
+};
+
+// Which vendor libraries the GEMM tactics may call (the pipeline's answer
+// to Options::vendor: loaded here, or asked for regardless).
+struct VendorLibraries {
+  bool cublaslt = false;
+  bool always = false;  // cuBLASLt for every matmul it can take, whatever the rule says (KILN_VENDOR=always)
+  // Why there is none, for the rejected tactic's reason ("KILN_VENDOR=off",
+  // "libcublasLt.so.13 is not installed on this machine").
+  std::string why_not = "no vendor library was offered to this compile";
 };
 
 struct GeneratedProgram {
@@ -133,8 +173,9 @@ struct GeneratedProgram {
 // `probe`: for a symbolic graph, `g` is its probe graph and this the probe
 // (compiler/size_probe.h): sizes are kernel parameters (size_text.h), and a
 // kernel this slice of symbolic codegen does not cover throws NotSymbolic.
+// `vendors`: the libraries a kernel may call instead (VendorLibraries).
 GeneratedProgram generate_program(const ir::Graph& g, const ir::Plan& plan, int sm, const ProgramTuning& tuning = {},
-                                  const ir::SizeProbe* probe = nullptr);
+                                  const ir::SizeProbe* probe = nullptr, const VendorLibraries& vendors = {});
 
 // Each generated kernel's tactics on `arch` (its generator's TacticRecord),
 // for the plan's printers; kernels built one way have none.

@@ -11,7 +11,7 @@
 // returns nullopt), so a list never runs out. A tactic's emit yields NVRTC
 // source (the generator's kernel) or a library call.
 //
-// The lists: gemm_tactics.cpp (matmul and conv: wgmma, mma.sync, SIMT),
+// The lists: gemm_tactics.cpp (matmul and conv: cuBLASLt, wgmma, mma.sync, SIMT),
 // attention_tactics.cpp (flash decoding, Hopper and mma.sync flash
 // attention, the exact two-pass kernel).
 #pragma once
@@ -20,24 +20,15 @@
 #include <span>
 #include <string>
 #include <string_view>
-#include <variant>
 
 #include "codegen/kernel_codegen.h"
 #include "compiler/error.h"
 
 namespace kiln::codegen {
 
-// A vendor library's kernel (cuBLASLt, cuDNN) run in place of generated
-// source. Declared for the vendor tactics to come: no tactic produces one
-// yet, and the runtime launches none (nvrtc_source refuses it).
-struct LibraryCall {
-  std::string library;    // "cublasLt", "cudnn"
-  std::string operation;  // what it is asked to compute, in the library's terms
-  TacticRecord tactics;   // as GeneratedKernel::tactics
-};
-
-// What a tactic's emit yields.
-using Emitted = std::variant<GeneratedKernel, LibraryCall>;
+// What a tactic's emit yields: a kernel of NVRTC source or, where
+// GeneratedKernel::library is set, a vendor library's call.
+using Emitted = GeneratedKernel;
 
 // One way to build a kernel: `fits` says why it cannot take `Input`
 // (nullopt: it can), `emit` builds the kernel (called only where it fits).
@@ -62,15 +53,6 @@ const Tactic<Generator, Input>& first_fitting(std::span<const Tactic<Generator, 
     return tactic;
   }
   KILN_UNREACHABLE("every tactic list ends with one that always fits");
-}
-
-// The kernel's NVRTC source; a library call is refused (internal error:
-// nothing produces one yet).
-inline GeneratedKernel nvrtc_source(Emitted&& emitted) {
-  if (const LibraryCall* call = std::get_if<LibraryCall>(&emitted))
-    KILN_UNREACHABLE("tactic " + call->tactics.chosen + " emitted a call of " + call->library +
-                     ", which the runtime does not launch yet");
-  return std::get<GeneratedKernel>(std::move(emitted));
 }
 
 }  // namespace kiln::codegen

@@ -24,6 +24,7 @@ std::string Tuning::to_string() const {
     if (this->*f.member != 0) out += fmt::format("{}{}={}", out.empty() ? "" : " ", f.name, this->*f.member);
   if (epilogue != 0) out += fmt::format("{}epilogue={}", out.empty() ? "" : " ", epilogue == kRolled ? "rolled" : "unrolled");
   if (pingpong != 0) out += fmt::format("{}pingpong={}", out.empty() ? "" : " ", pingpong);
+  if (vendor != 0) out += fmt::format("{}vendor={}", out.empty() ? "" : " ", vendor == kCublasLt ? "cublasLt" : "own");
   return out;
 }
 
@@ -39,6 +40,12 @@ std::optional<Tuning> Tuning::parse(const std::string& text) {
       const std::string value = word.substr(eq + 1);
       if (t.epilogue != 0 || (value != "rolled" && value != "unrolled")) return std::nullopt;
       t.epilogue = value == "rolled" ? kRolled : kUnrolled;
+      continue;
+    }
+    if (name == "vendor") {
+      const std::string value = word.substr(eq + 1);
+      if (t.vendor != 0 || (value != "cublasLt" && value != "own")) return std::nullopt;
+      t.vendor = value == "cublasLt" ? kCublasLt : kOwn;
       continue;
     }
     if (name == "pingpong") {

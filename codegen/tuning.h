@@ -31,9 +31,16 @@ struct Tuning {
   // rows), one warpgroup's epilogue running under the other's main loop
   // (ping-pong); 0 has both share each 128-row tile (cooperative).
   int pingpong = 0;
+  // A matmul that a vendor library can take (the "cublasLt" tactic,
+  // gemm_tactics.cpp): kOwn builds kiln's own kernel, kCublasLt calls
+  // cuBLASLt; 0 leaves it to the rule.
+  int vendor = 0;
+  static constexpr int kOwn = 1, kCublasLt = 2;
 
-  bool empty() const { return tile_n == 0 && cluster == 0 && raster == 0 && splits == 0 && epilogue == 0 && pingpong == 0; }
-  // "tile_n=256 cluster=2 raster=8 epilogue=rolled pingpong=1": the set fields, in this order.
+  bool empty() const {
+    return tile_n == 0 && cluster == 0 && raster == 0 && splits == 0 && epilogue == 0 && pingpong == 0 && vendor == 0;
+  }
+  // "tile_n=256 cluster=2 raster=8 epilogue=rolled pingpong=1 vendor=cublasLt": the set fields, in this order.
   std::string to_string() const;
   // The inverse of to_string(); nullopt on anything else.
   static std::optional<Tuning> parse(const std::string& text);

@@ -357,7 +357,11 @@ runtime::DeviceState::~DeviceState() {
   CUcontext current = nullptr;
   cu->cuCtxGetCurrent(&current);
   ContextGuard guard(*cu, context, current);
-  if (guard.failed_to_switch(context, current)) return;  // the context is gone, and its modules with it
+  if (guard.failed_to_switch(context, current)) {  // the context is gone, and its modules with it
+    for (std::unique_ptr<VendorGemmCall>& call : vendor_calls) (void)call.release();
+    return;
+  }
+  vendor_calls.clear();
   for (CUmodule m : modules) cu->cuModuleUnload(m);
 }
 
@@ -385,6 +389,15 @@ Expected<runtime::DeviceState*> Executable::Impl::device_state(CUcontext context
   const uint32_t sms = static_cast<uint32_t>(std::max(multiprocessors, 1));
   for (size_t i = 0; i < compiled->cubins.size(); ++i) {
     const codegen::GeneratedKernel& k = program().kernels[i];
+    if (k.library) {  // a vendor library's call: its descriptors and algorithm, made once here
+      Expected<std::unique_ptr<runtime::VendorGemmCall>> call = runtime::VendorGemmCall::prepare(*k.library, k.plan_kernel);
+      if (!call) return call.error();
+      state->vendor_calls.push_back(std::move(*call));
+      state->functions.push_back(nullptr);
+      state->resident_blocks.push_back(0);
+      continue;
+    }
+    state->vendor_calls.push_back(nullptr);
     CUmodule module;
     CUfunction function;
     if (Status s = runtime::check(cu.cuModuleLoadData(&module, compiled->cubins[i].data()), "cuModuleLoadData"); !s)
@@ -550,6 +563,10 @@ Status Executable::launch(const BoundArgs& args, void* workspace, void* stream_h
       return Error{ErrorCode::Internal, fmt::format("internal error: kernel {} has {} arguments (at most {})", k.plan_kernel,
                                                     plan.args.size(), kMaxArgs)};
     for (size_t a = 0; a < plan.args.size(); ++a) values[a] = pointer(plan.args[a]);
+    if (const runtime::VendorGemmCall* call = (*state)->vendor_calls[i].get()) {
+      if (Status s = call->launch(values.data(), stream); !s) return s;
+      continue;
+    }
     constexpr size_t kMaxMaps = 16;
     std::array<CUtensorMap, kMaxMaps> maps;
     if (static_cast<size_t>(plan.map_count) > kMaxMaps)

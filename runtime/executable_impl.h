@@ -18,6 +18,7 @@
 #include "compiler/size_probe.h"
 #include "kiln/executable.h"
 #include "runtime/program_cache.h"
+#include "runtime/vendor_gemm.h"
 
 namespace kiln {
 namespace runtime {
@@ -63,7 +64,8 @@ struct SizedLaunch {
 struct DeviceState {
   CUcontext context = nullptr;
   std::vector<CUmodule> modules;
-  std::vector<CUfunction> functions;
+  std::vector<CUfunction> functions;  // per kernel (null for a vendor library's call)
+  std::vector<std::unique_ptr<VendorGemmCall>> vendor_calls;  // per kernel: a vendor library's call, made ready
   std::vector<uint32_t> resident_blocks;  // per kernel: how many of its blocks run at once (persistent kernels)
   // Tensor maps by (argument, the pointer it describes), per kernel: a map
   // depends on its own pointer alone, so a launch encodes only the maps whose

@@ -69,6 +69,12 @@ Options Options::from_environment(LogFunction log) {
   if (std::string dir = variable("KILN_DUMP_DIR"); !dir.empty()) o.dump_dir = dir;
   o.trace_launch = flag("KILN_TRACE_LAUNCH");
   o.break_nvrtc_for_tests = flag("KILN_TEST_NVRTC_FAIL");
+  if (std::string v = variable("KILN_VENDOR"); v == "off")
+    o.vendor = Vendor::kOff;
+  else if (v == "always")
+    o.vendor = Vendor::kAlways;
+  else if (!v.empty() && v != "auto" && o.log)
+    o.log(LogLevel::warning, fmt::format("KILN_VENDOR='{}' is not auto, off or always; using auto", v));
   return o;
 }
 

@@ -23,6 +23,7 @@
 #include "compiler/planner/planner.h"
 #include "kiln/options.h"
 #include "runtime/cache_dir.h"
+#include "runtime/cublaslt.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/kernel_cache.h"
 #include "runtime/log.h"
@@ -82,7 +83,7 @@ void write_dumps(const Options& o, const Graph& graph, const ir::Plan& plan, con
     const std::string stem = fmt::format("kernel{}-{}", k.plan_kernel,
                                          ir::to_string(plan.kernels[static_cast<size_t>(k.plan_kernel)].kind));
     if (wants("cuda")) write(stem + ".cu", k.source);
-    if (wants("ptx"))
+    if (wants("ptx") && !k.library)
       if (Expected<NvrtcOutput> ptx = nvrtc_compile(k.source, arch, true); ptx) write(stem + ".ptx", ptx->binary);
   }
   if (!failed.empty())
@@ -92,8 +93,12 @@ void write_dumps(const Options& o, const Graph& graph, const ir::Plan& plan, con
 // Every cubin of a recipe from the disk cache, or nullptr if one is missing.
 std::shared_ptr<Compiled> load_from_disk(const KernelCache& disk, ProgramRecipe recipe) {
   auto c = std::make_shared<Compiled>();
-  for (const std::string& hex : recipe.kernel_keys) {
-    std::optional<ir::Hash128> key = ir::Hash128::from_hex(hex);
+  for (size_t i = 0; i < recipe.kernel_keys.size(); ++i) {
+    if (recipe.program.kernels[i].library) {  // a vendor library's call: no cubin
+      c->cubins.emplace_back();
+      continue;
+    }
+    std::optional<ir::Hash128> key = ir::Hash128::from_hex(recipe.kernel_keys[i]);
     std::optional<std::string> cubin = key ? disk.load(*key) : std::nullopt;
     if (!cubin) return nullptr;
     c->cubins.push_back(std::move(*cubin));
@@ -111,6 +116,7 @@ struct KernelJob {
   bool forbid_compiling;
 };
 Expected<std::string> kernel_cubin(const KernelJob& job, const codegen::GeneratedKernel& k, KernelReport& report) {
+  if (k.library) return std::string();  // a vendor library's call: nothing to compile
   const KeyParts parts = key_parts(k.canonical, job.arch);
   const ir::Hash128 key = parts.key();
   report.key = key.hex();
@@ -143,6 +149,20 @@ Expected<std::string> kernel_cubin(const KernelJob& job, const codegen::Generate
 
 }  // namespace
 
+codegen::VendorLibraries vendor_libraries(const Options& settings) {
+  codegen::VendorLibraries v;
+  if (settings.vendor == Options::Vendor::kOff) {
+    v.why_not = "vendor libraries are off (KILN_VENDOR=off)";
+  } else if (settings.vendor == Options::Vendor::kAlways) {
+    v.cublaslt = v.always = true;
+  } else if (Expected<const cublaslt::Library*> lt = cublaslt::library(); lt) {
+    v.cublaslt = true;
+  } else {
+    v.why_not = lt.error().message;
+  }
+  return v;
+}
+
 std::string target_arch(const CompileOptions& options) {
   if (!options.arch.empty()) return options.arch;
   return device_arch(std::max(options.device, 0)).value_or("sm_90");
@@ -153,8 +173,11 @@ Expected<Target> compile_target(const Graph& graph, const CompileOptions& option
   target.arch = target_arch(options);
   if (std::string problem = arch_problem(target.arch); !problem.empty()) return Error{ErrorCode::InvalidInput, problem};
   target.fuse = options.fuse;
-  target.program_key = program_key(graph.to_json(), target.arch, options.fuse);
   const std::shared_ptr<const Options> settings = current_options();
+  target.vendors = vendor_libraries(*settings);
+  // (a program that calls cuBLASLt is another program than one that does not)
+  const std::string vendors = target.vendors.always ? "+cublasLt-always" : target.vendors.cublaslt ? "+cublasLt" : "";
+  target.program_key = program_key(graph.to_json(), target.arch + vendors, options.fuse);
   if (chosen)
     target.tuning = *chosen;
   else if (options.use_cache && settings->use_cache)
@@ -193,7 +216,7 @@ Planned run_at_probe(const Graph& graph, const Target& target, int64_t first_pri
   if (std::string problem = ir::verify_plan(g, out.plan); !problem.empty())
     KILN_UNREACHABLE("invalid plan of a probe graph: " + problem);
   try {
-    out.program = codegen::generate_program(g, out.plan, sm, target.tuning, out.probe.get());
+    out.program = codegen::generate_program(g, out.plan, sm, target.tuning, out.probe.get(), target.vendors);
   } catch (const detail::UserError& e) {
     // A limit of a kernel at the probe's sizes (which lie past every max: "131101 batches exceed
     // this matmul kernel's grid limit"): compiled per size, where a size that breaks it says so.
@@ -312,7 +335,7 @@ Expected<Planned> run_pipeline(const Graph& graph, const Target& target, Stage u
   // 3. Generate each kernel's CUDA C++ with the target's tile choices
   //    (codegen/kernel_codegen.h). NVRTC follows in compile_program.
   Expected<codegen::GeneratedProgram> program =
-      detail::catch_errors([&] { return codegen::generate_program(g, out.plan, sm, target.tuning); });
+      detail::catch_errors([&] { return codegen::generate_program(g, out.plan, sm, target.tuning, nullptr, target.vendors); });
   if (!program) return program.error();
   out.program = std::move(program).value();
   return out;

@@ -27,6 +27,7 @@
 #include "codegen/tuning.h"
 #include "compiler/plan.h"
 #include "kiln/executable.h"
+#include "kiln/options.h"
 #include "runtime/executable_impl.h"
 #include "runtime/program_cache.h"
 
@@ -37,8 +38,13 @@ struct Target {
   std::string arch;              // sm_XX, checked
   bool fuse = true;              // false: one kernel per op
   codegen::ProgramTuning tuning;  // tile choices by plan kernel; empty: the heuristic's
+  codegen::VendorLibraries vendors;  // what the GEMM tactics may call (vendor_libraries)
   ir::Hash128 program_key;       // the graph's, for this arch and fuse (program_cache.h)
 };
+
+// The vendor libraries a compile under `settings` offers its matmul
+// kernels (Options::vendor): under kAuto, cuBLASLt where it loads here.
+codegen::VendorLibraries vendor_libraries(const Options& settings);
 
 // The arch a compile with `options` targets: the options', else the GPU's
 // (CompileOptions::device, else 0), else sm_90.

@@ -15,6 +15,49 @@ namespace kiln::runtime {
 
 using json = nlohmann::json;
 
+namespace {
+
+json matrix_to_json(const codegen::VendorGemm::Matrix& x) {
+  return {x.arg, to_string(x.dtype), x.row_stride, x.column_stride, x.batch_stride, x.offset};
+}
+
+std::optional<codegen::VendorGemm::Matrix> matrix_from_json(const json& j) {
+  const std::optional<DType> dtype = parse_dtype(j.at(1).get<std::string>());
+  if (!dtype || j.size() != 6) return std::nullopt;
+  return codegen::VendorGemm::Matrix{j.at(0).get<int>(), *dtype, j.at(2).get<int64_t>(), j.at(3).get<int64_t>(),
+                                     j.at(4).get<int64_t>(), j.at(5).get<int64_t>()};
+}
+
+json library_to_json(const codegen::VendorGemm& v) {
+  return {{"mnk", {v.m, v.n, v.k, v.batches}}, {"a", matrix_to_json(v.a)}, {"b", matrix_to_json(v.b)},
+          {"d", matrix_to_json(v.d)}, {"tf32", v.tf32}, {"workspace", {v.workspace_arg, v.workspace_bytes}}};
+}
+
+// A vendor call from a recipe, checked against its kernel's arguments:
+// every pointer it reads or writes is one of them, in the role it needs.
+std::optional<codegen::VendorGemm> library_from_json(const json& j, const std::vector<codegen::KernelArg>& args) {
+  codegen::VendorGemm v;
+  const json& mnk = j.at("mnk");
+  v.m = mnk.at(0).get<int64_t>(), v.n = mnk.at(1).get<int64_t>(), v.k = mnk.at(2).get<int64_t>();
+  v.batches = mnk.at(3).get<int64_t>();
+  const auto a = matrix_from_json(j.at("a")), b = matrix_from_json(j.at("b")), d = matrix_from_json(j.at("d"));
+  if (!a || !b || !d) return std::nullopt;
+  v.a = *a, v.b = *b, v.d = *d;
+  v.tf32 = j.at("tf32").get<bool>();
+  v.workspace_arg = j.at("workspace").at(0).get<int>();
+  v.workspace_bytes = j.at("workspace").at(1).get<int64_t>();
+  if (!v.problem(args.size()).empty()) return std::nullopt;
+  using Role = codegen::KernelArg::Role;
+  auto role = [&](int arg) { return args[static_cast<size_t>(arg)].role; };
+  const bool reads_ok = (role(v.a.arg) == Role::Input || role(v.a.arg) == Role::Intermediate) &&
+                        (role(v.b.arg) == Role::Input || role(v.b.arg) == Role::Intermediate);
+  const bool writes_ok = role(v.d.arg) == Role::Output || role(v.d.arg) == Role::Intermediate;
+  if (!reads_ok || !writes_ok || role(v.workspace_arg) != Role::Workspace) return std::nullopt;
+  return v;
+}
+
+}  // namespace
+
 ir::Hash128 program_key(const std::string& canonical_json, const std::string& arch, bool fuse) {
   ir::HashBuilder h;
   h.add(std::string_view("kiln-program-v1")).add(std::string_view(KILN_VERSION)).add(std::string_view(build_fingerprint()));
@@ -33,7 +76,7 @@ ir::Hash128 tuned_program_key(const ir::Hash128& program_key, const codegen::Pro
 
 std::string recipe_to_text(const ProgramRecipe& r) {
   json doc;
-  doc["format"] = 6;
+  doc["format"] = 7;
   doc["graph"] = r.graph_name;
   doc["intermediates"] = r.program.intermediates;
   doc["workspaces"] = json::array();
@@ -51,6 +94,7 @@ std::string recipe_to_text(const ProgramRecipe& r) {
     doc["kernels"].push_back({{"plan_kernel", k.plan_kernel}, {"key", r.kernel_keys[i]}, {"kind", r.kernel_kinds[i]},
                               {"grid", k.grid}, {"block", k.block}, {"shared", k.shared_bytes}, {"persistent", k.persistent_group}, {"args", args}, {"reset", k.reset_workspaces},
                               {"tuning", k.tuning.to_string()}});
+    if (k.library) doc["kernels"].back()["library"] = library_to_json(*k.library);
   }
   return with_checksum(doc.dump());
 }
@@ -60,7 +104,7 @@ std::optional<ProgramRecipe> recipe_from_text(const std::string& text, size_t te
   if (!body) return std::nullopt;
   try {
     const json doc = json::parse(*body);
-    if (doc.at("format") != 6) return std::nullopt;
+    if (doc.at("format") != 7) return std::nullopt;
     ProgramRecipe r;
     r.graph_name = doc.value("graph", "");
     for (const auto& t : doc.at("intermediates")) r.program.intermediates.push_back(t.get<ir::TensorId>());
@@ -103,6 +147,10 @@ std::optional<ProgramRecipe> recipe_from_text(const std::string& text, size_t te
                                   (arg.workspace >= 0 && static_cast<size_t>(arg.workspace) < r.program.workspaces.size());
         if (!tensor_ok || !workspace_ok) return std::nullopt;
         g.args.push_back(arg);
+      }
+      if (k.contains("library")) {
+        g.library = library_from_json(k.at("library"), g.args);
+        if (!g.library) return std::nullopt;
       }
       r.program.kernels.push_back(std::move(g));
       r.kernel_keys.push_back(k.at("key").get<std::string>());

@@ -143,6 +143,11 @@ int explain(const std::string& dir, const std::string& path, const std::string& 
     const runtime::KeyParts want = runtime::key_parts(k.canonical, arch);
     const std::string kind(ir::to_string(plan.kernels[static_cast<size_t>(k.plan_kernel)].kind));
     const std::string head = fmt::format("kernel {} ({}, {})", k.plan_kernel, kind, arch);
+    if (k.library) {  // nothing compiled, nothing cached
+      ++cached;
+      fmt::print("{}: a cuBLASLt call, nothing to cache\n", head);
+      continue;
+    }
     const runtime::CacheEntry* best = runtime::closest_entry(entries, want);
     const std::vector<std::string> best_diff = best ? runtime::key_differences(best->parts, want) : std::vector<std::string>{};
     std::string remote;

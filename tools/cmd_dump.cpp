@@ -100,7 +100,7 @@ Runner add_dump(CLI::App& app, const CommonOptions& common) {
     }
     for (const codegen::GeneratedKernel& k : program.kernels) {
       if (args->kernel >= 0 && k.plan_kernel != args->kernel) continue;
-      if (args->stage == "cuda") {
+      if (args->stage == "cuda" || k.library) {  // (a vendor library's call has no PTX or SASS: its description)
         fmt::print("{}\n", k.source);
         continue;
       }

@@ -183,6 +183,7 @@ Runner add_warm(CLI::App& app, const CommonOptions& common) {
         }
         Warmed& w = warmed.emplace_back(Warmed{*graph, path, arch, {}});
         for (const codegen::GeneratedKernel& k : planned->program.kernels) {
+          if (k.library) continue;  // a vendor library's call: nothing to compile
           const runtime::KeyParts parts = runtime::key_parts(k.canonical, arch);
           const ir::Hash128 key = parts.key();
           w.keys.push_back(key);

@@ -39,6 +39,17 @@ struct Options {
   // Say (at info level) how persistent kernels are launched.
   // Environment: KILN_TRACE_LAUNCH=1.
   bool trace_launch = false;
+  // Vendor libraries as tactics of matmul kernels (cuBLASLt, loaded at run
+  // time; never needed to build or plan): kAuto calls cuBLASLt where it is
+  // installed and kiln's rule, measured on the GPU machine, finds it faster
+  // (f32 operands, in full f32 or TF32; `--autotune` times it beside kiln's
+  // own kernels); kOff builds
+  // kiln's own kernels only; kAlways calls cuBLASLt for every matmul it can
+  // compute exactly, installed here or not (a launch without it fails,
+  // saying so): for tests and benchmarks. Environment: KILN_VENDOR=auto,
+  // off or always.
+  enum class Vendor : uint8_t { kAuto, kOff, kAlways };
+  Vendor vendor = Vendor::kAuto;
   // Test hook: every NVRTC compile fails on purpose (KILN_TEST_NVRTC_FAIL=1),
   // so the failure path runs against the real compiler.
   bool break_nvrtc_for_tests = false;

@@ -510,6 +510,36 @@ TEST(ProgramCache, RecipeRoundTripsAndRejectsDamage) {
   EXPECT_FALSE(runtime::recipe_from_text(text, 2).has_value());  // tensor ids out of range: a foreign entry
 }
 
+// A cuBLASLt call's recipe keeps the call, and one whose pointers are not
+// its kernel's arguments in their roles is refused (a damaged or foreign
+// entry never reaches the library).
+TEST(ProgramCache, VendorCallRoundTripsAndIsCheckedOnTheWayBack) {
+  const Graph g = testing::must_parse(R"({"kiln": 1, "inputs": {"x": {"shape": [4, 64, 32], "dtype": "f32"},
+    "w": {"shape": [32, 48], "dtype": "f32"}}, "ops": [{"op": "matmul", "in": ["x", "w"], "out": "y"}], "outputs": ["y"]})");
+  runtime::ProgramRecipe r;
+  r.program = codegen::generate_program(ir_of(g), ir::plan_fusion(ir_of(g)), 90, {}, nullptr, {.cublaslt = true});
+  ASSERT_EQ(r.program.kernels.size(), 1u);
+  ASSERT_TRUE(r.program.kernels[0].library.has_value());
+  r.kernel_keys.push_back("");
+  r.kernel_kinds.push_back("matmul");
+  const std::string text = runtime::recipe_to_text(r);
+  std::optional<runtime::ProgramRecipe> back = runtime::recipe_from_text(text, ir_of(g).tensors.size());
+  ASSERT_TRUE(back.has_value());
+  ASSERT_TRUE(back->program.kernels[0].library.has_value());
+  EXPECT_EQ(*back->program.kernels[0].library, *r.program.kernels[0].library);
+  EXPECT_EQ(back->program.workspaces.at(0).name, "cublasLt.workspace");
+  // The result's pointer swapped for an operand's, and an argument past the end: refused.
+  for (int bad : {r.program.kernels[0].library->a.arg, 99}) {
+    runtime::ProgramRecipe broken = r;
+    broken.program.kernels[0].library->d.arg = bad;
+    EXPECT_FALSE(runtime::recipe_from_text(runtime::recipe_to_text(broken), ir_of(g).tensors.size()).has_value()) << bad;
+  }
+  // Strides that would read past a row: refused.
+  runtime::ProgramRecipe strided = r;
+  strided.program.kernels[0].library->a.row_stride = 8;
+  EXPECT_FALSE(runtime::recipe_from_text(runtime::recipe_to_text(strided), ir_of(g).tensors.size()).has_value());
+}
+
 // sm_90's matmul kernel: tensor maps of both operands (a 2-d map of x, B
 // read n-contiguous) and of the result (bulk stores of 64 x 64 boxes from
 // shared memory), a persistent grid of 2-block clusters (the tuning asks

@@ -37,17 +37,29 @@ std::vector<std::string> rejected_names(const TacticRecord& r) {
   return names;
 }
 
-codegen::GeneratedProgram generate(const Graph& g, int sm) {
-  return codegen::generate_program(ir_of(g), ir::plan_fusion(ir_of(g), {.sm = sm}), sm);
+codegen::GeneratedProgram generate(const Graph& g, int sm, const codegen::VendorLibraries& vendors = {},
+                                   const codegen::ProgramTuning& tuning = {}) {
+  return codegen::generate_program(ir_of(g), ir::plan_fusion(ir_of(g), {.sm = sm}), sm, tuning, nullptr, vendors);
 }
 
 // The one kernel of `g` that has tactics.
-TacticRecord tactics_of(const Graph& g, int sm) {
-  const codegen::GeneratedProgram p = generate(g, sm);
+codegen::GeneratedKernel kernel_with_tactics(const Graph& g, int sm, const codegen::VendorLibraries& vendors = {},
+                                             const codegen::ProgramTuning& tuning = {}) {
+  const codegen::GeneratedProgram p = generate(g, sm, vendors, tuning);
   for (const codegen::GeneratedKernel& k : p.kernels)
-    if (!k.tactics.empty()) return k.tactics;
+    if (!k.tactics.empty()) return k;
   ADD_FAILURE() << "no kernel with tactics";
   return {};
+}
+
+// Its tactics, the cuBLASLt tactic's refusal without vendor libraries left out.
+TacticRecord tactics_of(const Graph& g, int sm) {
+  TacticRecord r = kernel_with_tactics(g, sm).tactics;
+  if (!r.rejected.empty() && r.rejected[0].tactic == "cublasLt") {
+    EXPECT_EQ(r.rejected[0].reason, "no vendor library was offered to this compile");
+    r.rejected.erase(r.rejected.begin());
+  }
+  return r;
 }
 
 Graph example(const std::string& path) { return Graph::load(std::string(KILN_SOURCE_DIR "/examples/") + path).value(); }
@@ -60,7 +72,7 @@ Graph matmul(const std::string& dtype, const std::string& precision) {
 }
 
 TEST(Tactics, EachListInItsOrderTheLastResortLast) {
-  EXPECT_THAT(names_of(codegen::GemmGenerator::tactics()), ::testing::ElementsAre("wgmma", "mma.sync", "simt"));
+  EXPECT_THAT(names_of(codegen::GemmGenerator::tactics()), ::testing::ElementsAre("cublasLt", "wgmma", "mma.sync", "simt"));
   EXPECT_THAT(names_of(codegen::AttentionGenerator::tactics()),
               ::testing::ElementsAre("flash decoding", "flash wgmma", "flash mma.sync", "exact two-pass"));
 }
@@ -168,6 +180,147 @@ TEST(Tactics, TheLastResortAlwaysFits) {
   EXPECT_GT(chosen["simt"], 0);
   EXPECT_GT(chosen["mma.sync"], 0);
   EXPECT_GT(chosen["exact two-pass"], 0);
+}
+
+// ---- the cuBLASLt tactic (codegen/vendor_codegen.cpp) ------------------------------
+
+const codegen::VendorLibraries kCublasLt{.cublaslt = true};
+
+Graph graph(const std::string& json) { return testing::must_parse(json); }
+
+TEST(VendorTactic, F32OperandsTakeCublasLtByTheRule) {
+  // f32 operands at precision f32: cuBLAS's SGEMM, not the SIMT kernel.
+  const codegen::GeneratedKernel f32 = kernel_with_tactics(matmul("f32", "f32"), 90, kCublasLt);
+  EXPECT_EQ(f32.tactics.chosen, "cublasLt");
+  EXPECT_TRUE(f32.tactics.rejected.empty());
+  ASSERT_TRUE(f32.library.has_value());
+  EXPECT_EQ(f32.decisions, "cublasLt 512x1024x256 x1: a f32 [m][k] (row 256), b f32 [k][n] (row 1024), d f32 [m][n] (row 1024)");
+  EXPECT_EQ(f32.library->problem(f32.args.size()), "");
+  EXPECT_FALSE(f32.library->tf32);
+  EXPECT_EQ(f32.source.find("__global__"), std::string::npos) << "no NVRTC source";
+  // Both choices offered to --autotune, the rule's first.
+  ASSERT_EQ(f32.tuning_space.size(), 2u);
+  EXPECT_EQ(f32.tuning_space[0].to_string(), "vendor=cublasLt");
+  EXPECT_EQ(f32.tuning_space[1].to_string(), "vendor=own");
+  // At precision tf32: cuBLASLt in TF32 (kiln's tf32 mma.sync kernel took 4.5x its time).
+  const codegen::GeneratedKernel tf32 = kernel_with_tactics(matmul("f32", "tf32"), 90, kCublasLt);
+  ASSERT_TRUE(tf32.library.has_value());
+  EXPECT_TRUE(tf32.library->tf32);
+  const codegen::GeneratedKernel tf32_own =
+      kernel_with_tactics(matmul("f32", "tf32"), 90, kCublasLt, {{0, codegen::Tuning{.vendor = codegen::Tuning::kOwn}}});
+  EXPECT_EQ(tf32_own.tactics.chosen, "mma.sync");
+  // An LM head of 50257 bf16 columns under KILN_VENDOR=always (the rule keeps kiln's: cuBLASLt's
+  // heuristic took 4.2x its time there): the tied embedding [n][k] read in place as B transposed.
+  const Graph head = graph(R"({"kiln": 1, "inputs": {"h": {"shape": [64, 768], "dtype": "bf16"},
+    "w": {"shape": [50257, 768], "dtype": "bf16"}},
+    "ops": [{"op": "transpose", "in": ["w"], "out": "wt", "perm": [1, 0]}, {"op": "matmul", "in": ["h", "wt"], "out": "logits"}],
+    "outputs": ["logits"]})");
+  EXPECT_EQ(kernel_with_tactics(head, 90, kCublasLt).tactics.chosen, "wgmma");
+  const codegen::GeneratedKernel lm = kernel_with_tactics(head, 90, {.cublaslt = true, .always = true});
+  EXPECT_EQ(lm.tactics.chosen, "cublasLt");
+  EXPECT_EQ(lm.decisions,
+            "cublasLt 64x50257x768 x1: a bf16 [m][k] (row 768), b bf16 [n][k] (column 768), d bf16 [m][n] (row 50257)");
+}
+
+TEST(VendorTactic, TheRuleKeepsKilnsTensorCoreKernelsAndSaysWhy) {
+  const codegen::GeneratedKernel k = kernel_with_tactics(matmul("bf16", "f32"), 90, kCublasLt);
+  EXPECT_EQ(k.tactics.chosen, "wgmma");
+  ASSERT_THAT(rejected_names(k.tactics), ::testing::ElementsAre("cublasLt"));
+  EXPECT_EQ(k.tactics.rejected[0].reason,
+            "the rule keeps kiln's tensor-core kernels for 16-bit operands (--autotune times cuBLASLt beside them)");
+  EXPECT_FALSE(k.library.has_value());
+  ASSERT_GE(k.tuning_space.size(), 2u);
+  EXPECT_EQ(k.tuning_space.front(), k.tuning);  // the heuristic's first
+  EXPECT_EQ(k.tuning_space.back().to_string(), "vendor=cublasLt");
+  // The tuning's choice of cuBLASLt takes it; of kiln's own, the f32 matmul keeps SIMT.
+  const codegen::GeneratedKernel tuned =
+      kernel_with_tactics(matmul("bf16", "f32"), 90, kCublasLt, {{0, codegen::Tuning{.vendor = codegen::Tuning::kCublasLt}}});
+  EXPECT_EQ(tuned.tactics.chosen, "cublasLt");
+  EXPECT_EQ(tuned.tuning.to_string(), "vendor=cublasLt");
+  const codegen::GeneratedKernel own =
+      kernel_with_tactics(matmul("f32", "f32"), 90, kCublasLt, {{0, codegen::Tuning{.vendor = codegen::Tuning::kOwn}}});
+  EXPECT_EQ(own.tactics.chosen, "simt");
+  EXPECT_EQ(own.tactics.rejected.at(0).reason, "the tuning chose kiln's own kernel");
+  EXPECT_EQ(own.tuning.to_string(), "vendor=own");
+  // KILN_VENDOR=always: every matmul it can take.
+  EXPECT_EQ(kernel_with_tactics(matmul("bf16", "f32"), 90, {.cublaslt = true, .always = true}).tactics.chosen, "cublasLt");
+}
+
+TEST(VendorTactic, RefusesWhatItCannotComputeAsKilnWould) {
+  auto refusal = [](const Graph& g, int sm = 90) {
+    const codegen::GeneratedKernel k = kernel_with_tactics(g, sm, {.cublaslt = true, .always = true});
+    EXPECT_NE(k.tactics.chosen, "cublasLt");
+    return k.tactics.rejected.empty() ? std::string() : k.tactics.rejected[0].reason;
+  };
+  // An epilogue: kiln's own kernels fuse it.
+  EXPECT_EQ(refusal(graph(R"({"kiln": 1, "inputs": {"x": {"shape": [64, 32], "dtype": "f32"}, "w": {"shape": [32, 48], "dtype": "f32"}},
+    "ops": [{"op": "matmul", "in": ["x", "w"], "out": "y"}, {"op": "relu", "in": ["y"], "out": "r"}], "outputs": ["r"]})")),
+            "the kernel computes relu ('r') beside the matmul: kiln's own kernels fuse it");
+  // f32 operands rounded to bf16 by the precision.
+  EXPECT_EQ(refusal(matmul("f32", "bf16")), "the precision rounds f32 operands to 16 bits, which cuBLASLt does not");
+  // Operands of two types.
+  EXPECT_EQ(refusal(graph(R"({"kiln": 1, "inputs": {"x": {"shape": [64, 32], "dtype": "bf16"}, "w": {"shape": [32, 48], "dtype": "f32"}},
+    "ops": [{"op": "matmul", "in": ["x", "w"], "out": "y"}], "outputs": ["y"]})")),
+            "operands of bf16 and f32: cuBLASLt takes two of bf16, f16 or f32");
+  // Before sm_80.
+  EXPECT_EQ(refusal(matmul("f32", "f32"), 75), "kiln calls cuBLASLt on sm_80 and newer, the target is sm_75");
+  // A conv.
+  EXPECT_EQ(refusal(example("conv/conv_bias_relu.json")), "a conv is not a matmul cuBLASLt takes");
+  // Batches of A broadcast along one batch dim and not the other: no one batch stride.
+  EXPECT_EQ(refusal(graph(R"({"kiln": 1, "inputs": {"x": {"shape": [3, 1, 16, 8], "dtype": "f32"}, "w": {"shape": [3, 4, 8, 16], "dtype": "f32"}},
+    "ops": [{"op": "matmul", "in": ["x", "w"], "out": "y"}], "outputs": ["y"]})")),
+            "A ('x')'s batches are not evenly spaced in memory");
+  // B with fewer batch dims than the result, not all broadcast: the same.
+  EXPECT_EQ(refusal(graph(R"({"kiln": 1, "inputs": {"x": {"shape": [2, 3, 16, 8], "dtype": "f32"}, "w": {"shape": [3, 8, 16], "dtype": "f32"}},
+    "ops": [{"op": "matmul", "in": ["x", "w"], "out": "y"}], "outputs": ["y"]})")),
+            "B ('w')'s batches are not evenly spaced in memory");
+}
+
+TEST(VendorTactic, BatchesBroadcastAndSlicedOperandsAreReadWhereTheyLie) {
+  // x [4, 128, 64] times w [64, 32]: w one matrix for every batch (batch stride 0).
+  const codegen::GeneratedKernel k = kernel_with_tactics(
+      graph(R"({"kiln": 1, "inputs": {"x": {"shape": [4, 128, 64], "dtype": "f32"}, "w": {"shape": [64, 32], "dtype": "f32"}},
+    "ops": [{"op": "matmul", "in": ["x", "w"], "out": "y"}], "outputs": ["y"]})"),
+      90, kCublasLt);
+  ASSERT_TRUE(k.library.has_value());
+  EXPECT_EQ(k.library->batches, 4);
+  EXPECT_EQ(k.library->a.batch_stride, 128 * 64);
+  EXPECT_EQ(k.library->b.batch_stride, 0);
+  EXPECT_EQ(k.library->d.batch_stride, 128 * 32);
+  // A's columns sliced out of a wider tensor (q of a fused projection): offset and row stride.
+  const codegen::GeneratedKernel s = kernel_with_tactics(
+      graph(R"({"kiln": 1, "inputs": {"qkv": {"shape": [128, 96], "dtype": "f32"}, "w": {"shape": [32, 16], "dtype": "f32"}},
+    "ops": [{"op": "slice", "in": ["qkv"], "out": "k", "axis": 1, "start": 32, "end": 64},
+            {"op": "matmul", "in": ["k", "w"], "out": "y"}], "outputs": ["y"]})"),
+      90, kCublasLt);
+  ASSERT_TRUE(s.library.has_value()) << s.tactics.rejected.at(0).reason;
+  EXPECT_EQ(s.library->a.offset, 32);
+  EXPECT_EQ(s.library->a.row_stride, 96);
+  EXPECT_EQ(s.library->a.column_stride, 1);
+}
+
+// Over random graphs: every kernel the cuBLASLt tactic takes describes a
+// call its own checks accept (the ones a recipe read back must pass), with
+// its pointers the kernel's arguments in their roles.
+TEST(VendorTactic, RandomGraphsCallsAreWellFormed) {
+  int calls = 0;
+  for (uint64_t seed = 1; seed <= 200; ++seed) {
+    const Graph g = testing::random_graph(seed);
+    const ir::Plan plan = ir::plan_fusion(ir_of(g), {.sm = 90});
+    Expected<codegen::GeneratedProgram> p = detail::catch_errors(
+        [&] { return codegen::generate_program(ir_of(g), plan, 90, {}, nullptr, {.cublaslt = true, .always = true}); });
+    ASSERT_TRUE(p.ok()) << "seed " << seed << ": " << p.error().message;
+    for (const codegen::GeneratedKernel& k : p->kernels) {
+      if (!k.library) continue;
+      ++calls;
+      EXPECT_EQ(k.library->problem(k.args.size()), "") << "seed " << seed;
+      using Role = codegen::KernelArg::Role;
+      EXPECT_NE(k.args[static_cast<size_t>(k.library->a.arg)].role, Role::Output) << "seed " << seed;
+      EXPECT_NE(k.args[static_cast<size_t>(k.library->d.arg)].role, Role::Input) << "seed " << seed;
+      EXPECT_EQ(k.args[static_cast<size_t>(k.library->workspace_arg)].role, Role::Workspace) << "seed " << seed;
+    }
+  }
+  EXPECT_GT(calls, 10);
 }
 
 }  // namespace

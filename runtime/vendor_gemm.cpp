@@ -1,0 +1,110 @@
+#include "runtime/vendor_gemm.h"
+
+#include <fmt/format.h>
+
+namespace kiln::runtime {
+namespace {
+
+int data_type(DType t) {
+  switch (t) {
+    case DType::bf16: return cublaslt::kR16BF;
+    case DType::f16: return cublaslt::kR16F;
+    default: return cublaslt::kR32F;
+  }
+}
+
+}  // namespace
+
+Status VendorGemmCall::make(const char* what, cublaslt::Status s) const {
+  if (s == cublaslt::kSuccess) return {};
+  return Error{ErrorCode::CompileOrDevice, fmt::format("kernel {} ({}): {} failed: {}", plan_kernel_, call_.to_string(), what,
+                                                       cublaslt::status_text(lt_, s))};
+}
+
+Expected<std::unique_ptr<VendorGemmCall>> VendorGemmCall::prepare(const codegen::VendorGemm& v, int plan_kernel) {
+  Expected<const cublaslt::Library*> lt = cublaslt::library();
+  if (!lt)
+    return Error{ErrorCode::CompileOrDevice,
+                 fmt::format("kernel {} is a cuBLASLt call, and {} (compile with KILN_VENDOR=off for kiln's own kernels)",
+                             plan_kernel, lt.error().message)};
+  std::unique_ptr<VendorGemmCall> c(new VendorGemmCall(**lt, v, plan_kernel));
+  const cublaslt::Library& l = **lt;
+  if (Status s = c->make("cublasLtCreate", l.create(&c->handle_)); !s) return s.error();
+  const int compute = v.tf32 ? cublaslt::kCompute32FFastTF32 : cublaslt::kCompute32F;
+  if (Status s = c->make("cublasLtMatmulDescCreate", l.desc_create(&c->desc_, compute, cublaslt::kR32F)); !s) return s.error();
+  // cuBLASLt's A is kiln's B as N x K: stored [k][n] (column stride 1) it is that, untransposed.
+  const bool b_rows = v.b.column_stride == 1, a_rows = v.a.column_stride == 1;
+  const int32_t trans_a = b_rows ? cublaslt::kOpN : cublaslt::kOpT, trans_b = a_rows ? cublaslt::kOpN : cublaslt::kOpT;
+  if (Status s = c->make("setting TRANSA", l.desc_set(c->desc_, cublaslt::kDescTransA, &trans_a, sizeof trans_a)); !s) return s.error();
+  if (Status s = c->make("setting TRANSB", l.desc_set(c->desc_, cublaslt::kDescTransB, &trans_b, sizeof trans_b)); !s) return s.error();
+  auto layout = [&](cublaslt::Layout& out, const codegen::VendorGemm::Matrix& x, uint64_t rows, uint64_t cols, int64_t ld) -> Status {
+    if (Status s = c->make("cublasLtMatrixLayoutCreate", l.layout_create(&out, data_type(x.dtype), rows, cols, ld)); !s) return s;
+    if (v.batches == 1) return {};
+    const int32_t count = static_cast<int32_t>(v.batches);
+    const int64_t stride = x.batch_stride;
+    if (Status s = c->make("setting BATCH_COUNT", l.layout_set(out, cublaslt::kLayoutBatchCount, &count, sizeof count)); !s) return s;
+    return c->make("setting STRIDED_BATCH_OFFSET", l.layout_set(out, cublaslt::kLayoutStridedBatchOffset, &stride, sizeof stride));
+  };
+  const auto m = static_cast<uint64_t>(v.m), n = static_cast<uint64_t>(v.n), k = static_cast<uint64_t>(v.k);
+  if (Status s = b_rows ? layout(c->a_, v.b, n, k, v.b.row_stride) : layout(c->a_, v.b, k, n, v.b.column_stride); !s)
+    return s.error();
+  if (Status s = a_rows ? layout(c->b_, v.a, k, m, v.a.row_stride) : layout(c->b_, v.a, m, k, v.a.column_stride); !s)
+    return s.error();
+  if (Status s = layout(c->d_, v.d, n, m, v.d.row_stride); !s) return s.error();
+
+  // The algorithms: the heuristic's first under each alignment.
+  auto pick = [&](uint32_t alignment, cublaslt::Algo& algo) -> Expected<bool> {
+    cublaslt::Preference preference = nullptr;
+    if (Status s = c->make("cublasLtMatmulPreferenceCreate", l.preference_create(&preference)); !s) return s.error();
+    const uint64_t bytes = static_cast<uint64_t>(v.workspace_bytes);
+    cublaslt::Status status = l.preference_set(preference, cublaslt::kPrefMaxWorkspaceBytes, &bytes, sizeof bytes);
+    for (int attribute : {cublaslt::kPrefMinAlignmentA, cublaslt::kPrefMinAlignmentB, cublaslt::kPrefMinAlignmentC,
+                          cublaslt::kPrefMinAlignmentD})
+      if (status == cublaslt::kSuccess) status = l.preference_set(preference, attribute, &alignment, sizeof alignment);
+    cublaslt::HeuristicResult result{};
+    int found = 0;
+    if (status == cublaslt::kSuccess)
+      status = l.heuristic(c->handle_, c->desc_, c->a_, c->b_, c->d_, c->d_, preference, 1, &result, &found);
+    l.preference_destroy(preference);
+    if (Status s = c->make("cublasLtMatmulAlgoGetHeuristic", status); !s) return s.error();
+    if (found == 0 || result.state != cublaslt::kSuccess) return false;
+    algo = result.algo;
+    return true;
+  };
+  Expected<bool> aligned = pick(16, c->aligned_);
+  if (!aligned) return aligned.error();
+  c->has_aligned_ = *aligned;
+  Expected<bool> unaligned = pick(static_cast<uint32_t>(byte_size(v.a.dtype)), c->unaligned_);
+  if (!unaligned) return unaligned.error();
+  if (!*unaligned)
+    return Error{ErrorCode::CompileOrDevice,
+                 fmt::format("kernel {}: cuBLASLt has no algorithm for {} (compile with KILN_VENDOR=off for kiln's own kernels)",
+                             plan_kernel, v.to_string())};
+  return c;
+}
+
+VendorGemmCall::~VendorGemmCall() {
+  for (cublaslt::Layout x : {a_, b_, d_})
+    if (x) lt_.layout_destroy(x);
+  if (desc_) lt_.desc_destroy(desc_);
+  if (handle_) lt_.destroy(handle_);
+}
+
+Status VendorGemmCall::launch(const CUdeviceptr* args, CUstream stream) const {
+  auto at = [&](const codegen::VendorGemm::Matrix& x) {
+    return args[x.arg] + static_cast<CUdeviceptr>(x.offset * byte_size(x.dtype));
+  };
+  const CUdeviceptr a = at(call_.a), b = at(call_.b), d = at(call_.d);
+  const bool aligned = has_aligned_ && a % 16 == 0 && b % 16 == 0 && d % 16 == 0;
+  const float alpha = 1.0f, beta = 0.0f;
+  const auto* pa = reinterpret_cast<const void*>(a);
+  const auto* pb = reinterpret_cast<const void*>(b);
+  auto* pd = reinterpret_cast<void*>(d);
+  auto* workspace = reinterpret_cast<void*>(args[call_.workspace_arg]);
+  // cuBLASLt's A is kiln's B, its B kiln's A (Dᵀ = Bᵀ x Aᵀ); C is D (beta 0).
+  return make("cublasLtMatmul", lt_.matmul(handle_, desc_, &alpha, pb, a_, pa, b_, &beta, pd, d_, pd, d_,
+                                           aligned ? &aligned_ : &unaligned_, workspace,
+                                           static_cast<size_t>(call_.workspace_bytes), stream));
+}
+
+}  // namespace kiln::runtime
