@@ -13,7 +13,10 @@ size where kiln's one compile serves them and per size (a bounded number)
 where it does not (KilnSubgraph, _torch_sizes.py). Numbers PyTorch holds as
 0-dim CPU tensors (the Python floats dynamo passes as tensors under dynamic
 shapes, a constant made on the CPU in a CUDA forward) are constants of the
-kiln graph, whose graphs are keyed by their values (_host_value).
+kiln graph, whose graphs are keyed by their values (_host_value). Tensors
+whose values are known before the graph runs (those the forward makes from
+numbers, factories, ops on them: _fold_constants) are constants too, on
+whatever device PyTorch holds them: kiln builds them from numbers.
 
 The conversion table (CONVERTERS) is generated from kiln's op table for the
 ops PyTorch spells the same way, plus the hand-written entries below for
@@ -44,6 +47,7 @@ prims = torch.ops.prims
 __all__ = ["backend", "explain", "Report", "CONVERTERS"]
 
 _KILN_DTYPE = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16", torch.bool: "bool"}
+_TORCH_DTYPE = {k: t for t, k in _KILN_DTYPE.items()}
 
 
 class Unsupported(Exception):
@@ -60,10 +64,13 @@ class Conversion:
         self.env: Dict[torch.fx.Node, Any] = {}
 
     def arg(self, a: Any) -> Any:
-        """A node argument as a kiln operand (tensor or number)."""
+        """A node argument as a kiln operand (tensor or number); a constant (_fold_constants) as kiln
+        ops that make it."""
         if isinstance(a, torch.fx.Node):
             if a not in self.env:
                 raise Unsupported(f"'{a.name}' is not a tensor kiln holds")
+            if isinstance(self.env[a], torch.Tensor):
+                return self.constant(self.env[a])
             return self.env[a]
         if isinstance(a, bool):
             return float(a)
@@ -72,6 +79,42 @@ class Conversion:
                 raise Unsupported(f"a constant {a} (kiln's constants are finite)")
             return float(a)
         raise Unsupported(f"an argument of type {type(a).__name__}")
+
+    def known(self, a: Any) -> Optional[torch.Tensor]:
+        """The value of a node known at conversion (a constant: _fold_constants), or None."""
+        v = self.env.get(a) if isinstance(a, torch.fx.Node) else None
+        return v if isinstance(v, torch.Tensor) else None
+
+    def constant(self, value: torch.Tensor) -> Any:
+        """A constant tensor as kiln builds one: a number where it has no dimension (as the
+        backend's other constants), else each run of equal values (in row-major order) a number
+        expanded, the runs concatenated and reshaped. Integers are read as floats where every
+        kiln dtype holds them exactly (PyTorch rounds an integer operand to the op's dtype)."""
+        with _real_tensors():
+            return self._constant(value)
+
+    def _constant(self, value: torch.Tensor) -> Any:
+        if value.dtype not in _KILN_DTYPE:
+            if value.dtype.is_floating_point and value.dim() > 0:
+                raise Unsupported(f"a {value.dtype} constant (kiln: float32, float16, bfloat16, bool)")
+            if not value.dtype.is_floating_point and not all(
+                    torch.equal(value.to(d).to(value.dtype), value) for d in (torch.float16, torch.bfloat16)):
+                raise Unsupported("an integer constant beyond what float16 and bfloat16 hold exactly")
+        if value.dim() == 0:
+            return self.arg(value.item())
+        dtype = _KILN_DTYPE.get(value.dtype, "f32")
+        runs: List[List[Any]] = []
+        for v in value.flatten().tolist():
+            if runs and runs[-1][0] == v:
+                runs[-1][1] += 1
+            else:
+                runs.append([v, 1])
+        if len(runs) > _MOST_PARTS:
+            raise Unsupported(f"a constant of {len(runs)} runs of equal values "
+                              f"(kiln builds one of at most {_MOST_PARTS})")
+        parts = [filled(self, self.arg(v), [count], dtype) for v, count in runs]
+        flat = parts[0] if len(parts) == 1 else concat(self, parts, 0, dtype)
+        return view(self, "reshape", flat, shape=sizes.sizes(value.shape))
 
 
 def val(n: torch.fx.Node) -> torch.Tensor:
@@ -111,6 +154,24 @@ def op(c: Conversion, n: torch.fx.Node, name: str, inputs: Sequence[Any], **attr
 
 def view(c: Conversion, name: str, x: Any, **attrs) -> Any:
     return c.b.op(name, [x], attrs)
+
+
+# The most parts a converter assembles with one concat (runs of a constant, of an index).
+_MOST_PARTS = 256
+
+
+def concat(c: Conversion, parts: List[Any], axis: int, dtype: str) -> Any:
+    """parts (at least 2) concatenated, in `dtype` (bool parts give bool: only a comparison or a cast names it)."""
+    return c.b.op("concat", parts, {"axis": axis}, **({} if dtype == "bool" else {"dtype": dtype}))
+
+
+def filled(c: Conversion, value: Any, shape: List[int], dtype: str) -> Any:
+    """A tensor of `shape` and kiln dtype `dtype` holding `value` (a number, or a 0-dim kiln tensor)
+    as `dtype` holds it: the value cast, then expanded (a view, no data)."""
+    if isinstance(value, float) and dtype != "bool":
+        value = _rounded(value, _TORCH_DTYPE[dtype])
+    one = c.b.op("cast", [value], dtype=dtype)
+    return view(c, "expand", one, shape=list(shape)) if shape else one
 
 
 def _overloads(name: str) -> List[Any]:
@@ -339,6 +400,188 @@ def _cat(c, n):
     if len(tensors) == 1:
         return c.arg(tensors[0])
     return c.b.op("concat", [c.arg(t) for t in tensors], {"axis": dim}, dtype=dtype_of(n))
+
+
+# ---- slices put together: roll, padding, scatters into slices, constant indices ----
+
+def _parts(c: Conversion, n: torch.fx.Node, parts: List[Any], axis: int) -> Any:
+    """The parts (kiln tensors of the node's dtype, none empty) concatenated along `axis`."""
+    return parts[0] if len(parts) == 1 else concat(c, parts, axis, dtype_of(n))
+
+
+def _cut(c: Conversion, x: Any, axis: int, start: int, end: int) -> Any:
+    return view(c, "slice", x, axis=axis, start=int(start), end=int(end))
+
+
+@converts(aten.roll.default)
+def _roll(c, n):
+    """torch.roll: along each dimension the last `shift` elements first (a shift taken modulo the
+    size, negative ones included); with no dimensions, the flattened tensor rolled, reshaped back."""
+    shape = shape_of(n.args[0])
+    shifts = sizes.sizes(n.args[1])
+    dims = list(n.args[2]) if len(n.args) > 2 else list(n.kwargs.get("dims", []))
+    x = c.arg(n.args[0])
+    if not dims:
+        flat = view(c, "reshape", x, shape=[sizes.numel(val(n.args[0]))])
+        return view(c, "reshape", _roll_axis(c, n, flat, shifts[0], 0, sizes.numel(val(n.args[0]))), shape=shape)
+    for shift, dim in zip(shifts, dims):
+        x = _roll_axis(c, n, x, shift, dim % len(shape), shape[dim])
+    return x
+
+
+def _roll_axis(c, n, x, shift, axis, size):
+    s = shift % size
+    return x if s == 0 else _parts(c, n, [_cut(c, x, axis, size - s, size), _cut(c, x, axis, 0, size - s)], axis)
+
+
+@converts(aten.constant_pad_nd.default)
+def _constant_pad(c, n):
+    """F.pad's constant mode: pad[2i], pad[2i+1] before and after dimension -1-i; a negative pad
+    cuts elements off that side instead."""
+    pad = sizes.sizes(n.args[1])
+    value = n.args[2] if len(n.args) > 2 else n.kwargs.get("value", 0)
+    shape = shape_of(n.args[0])
+    x = c.arg(n.args[0])
+    for i in range(len(pad) // 2):
+        axis, before, after = len(shape) - 1 - i, pad[2 * i], pad[2 * i + 1]
+        if before < 0 or after < 0:
+            x = _cut(c, x, axis, max(-before, 0), shape[axis] - max(-after, 0))
+            shape[axis] -= max(-before, 0) + max(-after, 0)
+        pads = [filled(c, c.arg(value), shape[:axis] + [count] + shape[axis + 1:], dtype_of(n)) if count > 0 else None
+                for count in (before, after)]
+        x = _parts(c, n, [p for p in (pads[0], x, pads[1]) if p is not None], axis)
+        shape[axis] += max(before, 0) + max(after, 0)
+    return x
+
+
+def _slice_bounds(size: int, start: Any, end: Any) -> Tuple[int, int]:
+    """Python's slice bounds as ATen's slice takes them: None for the ends, negative counts from the
+    end, then clamped to [0, size] (end at least start)."""
+    start = 0 if start is None else sizes.size(start)
+    end = size if end is None else sizes.size(end)
+    start, end = (start + size if start < 0 else start), (end + size if end < 0 else end)
+    start, end = min(max(start, 0), size), min(max(end, 0), size)
+    return start, max(end, start)
+
+
+@converts(aten.slice_scatter.default, aten.select_scatter.default)
+def _scatter(c, n):
+    """base with src in its slice [start:end:step] along dim (select_scatter: at one index): the
+    slices of base around it and src, concatenated. With a step, the elements between src's are
+    base's: each of src's elements but the last begins a window of `step` (a reshape), the last
+    stands alone."""
+    base, src = n.args[0], n.args[1]
+    shape = shape_of(base)
+    dim = (n.args[2] if len(n.args) > 2 else n.kwargs.get("dim", 0)) % len(shape)
+    if n.target == aten.select_scatter.default:
+        start, step = sizes.size(n.args[3]) % shape[dim], 1
+        source = view(c, "reshape", c.arg(src), shape=shape[:dim] + [1] + shape[dim + 1:])
+        count = 1
+    else:
+        a = list(n.args) + [None] * 6
+        step = sizes.size(a[5] if a[5] is not None else n.kwargs.get("step", 1))
+        start, _ = _slice_bounds(shape[dim], a[3] if len(n.args) > 3 else n.kwargs.get("start"),
+                                 a[4] if len(n.args) > 4 else n.kwargs.get("end"))
+        count = shape_of(src)[dim]
+        if count == 0:
+            return c.arg(base)
+        source = c.arg(src)
+    x = c.arg(base)
+    parts = [_cut(c, x, dim, 0, start)] if start > 0 else []
+    if step > 1 and count > 1:  # the windows [src[j], base[start + j*step + 1 : start + (j+1)*step]]
+        windows = shape[:dim] + [count - 1, step] + shape[dim + 1:]
+        between = _cut(c, view(c, "reshape", _cut(c, x, dim, start, start + (count - 1) * step), shape=windows),
+                       dim + 1, 1, step)
+        heads = view(c, "reshape", _cut(c, source, dim, 0, count - 1),
+                     shape=shape[:dim] + [count - 1, 1] + shape[dim + 1:])
+        together = concat(c, [heads, between], dim + 1, dtype_of(n))
+        parts += [view(c, "reshape", together, shape=shape[:dim] + [(count - 1) * step] + shape[dim + 1:]),
+                  _cut(c, source, dim, count - 1, count)]
+        end = start + (count - 1) * step + 1
+    else:
+        parts.append(source)
+        end = start + count
+    if end < shape[dim]:
+        parts.append(_cut(c, x, dim, end, shape[dim]))
+    return _parts(c, n, parts, dim)
+
+
+@converts(aten.copy.default)
+def _copy(c, n):
+    """The functional copy (x[...] = y on a copy): src broadcast to self's shape, in self's dtype."""
+    src = c.arg(n.args[1])
+    if isinstance(src, float):
+        return filled(c, src, shape_of(n), dtype_of(n))
+    return view(c, "expand", c.b.op("cast", [src], dtype=dtype_of(n)), shape=shape_of(n))
+
+
+# Tensors of one value: target -> its value (a number, or a node of a 0-dim tensor) from the node.
+_FILLED = {
+    aten.fill.Scalar: lambda n: n.args[1], aten.fill.Tensor: lambda n: n.args[1],
+    aten.full.default: lambda n: n.args[1], aten.full_like.default: lambda n: n.args[1],
+    aten.new_full.default: lambda n: n.args[2],
+    aten.zeros.default: lambda n: 0.0, aten.zeros_like.default: lambda n: 0.0, aten.new_zeros.default: lambda n: 0.0,
+    aten.ones.default: lambda n: 1.0, aten.ones_like.default: lambda n: 1.0, aten.new_ones.default: lambda n: 1.0,
+}
+
+
+@converts(*_FILLED)
+def _filled(c, n):
+    return filled(c, c.arg(_FILLED[n.target](n)), shape_of(n), dtype_of(n))
+
+
+def _indexed_dim(n: torch.fx.Node) -> Tuple[int, torch.fx.Node]:
+    """x[..., index, ...]: the dimension indexed and the index."""
+    given = [(d, i) for d, i in enumerate(n.args[1]) if i is not None]
+    if len(given) != 1:
+        raise Unsupported("indexing by several tensors")
+    return given[0]
+
+
+# Indexing along one dimension: target -> (the dimension, the index node) of the node.
+_INDEXED = {aten.index.Tensor: _indexed_dim, aten.index_select.default: lambda n: (n.args[1], n.args[2])}
+
+
+@converts(*_INDEXED)
+def _index(c, n):
+    """x[..., index, ...] (index_select) by an index tensor whose values are known at conversion (a
+    constant: a list in the model's code): its positions along that dimension, each run of consecutive
+    ones a slice, concatenated and reshaped to the result's shape. A bool index: its true positions."""
+    dim, index = _INDEXED[n.target](n)
+    dim = dim % len(shape_of(n.args[0]))
+    positions = c.known(index)
+    if positions is None:
+        raise Unsupported(_READ_AT_CONVERSION[n.target][1])
+    size = shape_of(n.args[0])[dim]
+    if positions.dtype == torch.bool and positions.dim() != 1:
+        raise Unsupported("indexing by a bool tensor of several dimensions")
+    with _real_tensors():
+        at = (positions.nonzero() if positions.dtype == torch.bool else positions).flatten().tolist()
+    if any(not -size <= p < size for p in at):
+        raise Unsupported(f"an index out of range for a dimension of {size}")
+    runs: List[List[int]] = []
+    for p in (p % size for p in at):
+        if runs and runs[-1][1] == p:
+            runs[-1][1] += 1
+        else:
+            runs.append([p, p + 1])
+    if len(runs) > _MOST_PARTS:
+        raise Unsupported(f"an index of {len(runs)} runs of consecutive positions (kiln takes at most {_MOST_PARTS})")
+    x = c.arg(n.args[0])
+    return view(c, "reshape", _parts(c, n, [_cut(c, x, dim, a, b) for a, b in runs], dim), shape=shape_of(n))
+
+
+@converts(aten.as_strided.default)
+def _as_strided(c, n):
+    """as_strided with the input's own sizes, strides (of dimensions longer than 1) and offset: the input."""
+    x = val(n.args[0])
+    shape, strides = sizes.sizes(n.args[1]), sizes.sizes(n.args[2])
+    offset = n.args[3] if len(n.args) > 3 else n.kwargs.get("storage_offset")
+    same = shape == sizes.sizes(x.shape) and all(
+        s == t for s, t, d in zip(strides, sizes.sizes(x.stride()), shape) if d != 1)
+    if not same or (offset is not None and sizes.size(offset) != sizes.size(x.storage_offset())):
+        raise Unsupported("as_strided to a layout other than its input's")
+    return c.arg(n.args[0])
 
 
 @converts(operator.getitem)
@@ -621,6 +864,13 @@ _VIEWS = {aten.view.default, aten._unsafe_view.default, aten.reshape.default, at
           aten.expand.default, aten.slice.Tensor, aten.select.int, aten.split.Tensor, aten.split_with_sizes.default,
           aten.unbind.int, aten.clone.default, aten.alias.default, aten.detach.default, operator.getitem,
           aten.flatten.using_ints, aten.numpy_T.default}
+# Operands whose values a converter reads when it converts (not kiln tensors): target -> (the
+# operands, why the node stays in PyTorch where they are not constants).
+_NO_GATHER = "an index tensor whose values are not known at conversion (kiln has no gather)"
+_READ_AT_CONVERSION = {
+    aten.index.Tensor: (lambda n: [i for i in n.args[1] if i is not None], _NO_GATHER),
+    aten.index_select.default: (lambda n: [n.args[2]], _NO_GATHER),
+}
 # Multi-output ops: the outputs kiln computes (the others, such as saved statistics, stay unused or in PyTorch).
 _FIRST_ONLY = {aten.native_layer_norm.default, aten._native_batch_norm_legit_no_training.default,
                aten.native_group_norm.default, aten.max_pool2d_with_indices.default,
@@ -649,6 +899,11 @@ def why_not(node: torch.fx.Node) -> Optional[str]:
     if node.target not in CONVERTERS:
         return "not in kiln's catalogue" if not isinstance(node.target, torch._ops.OpOverload) else \
             f"no kiln conversion for {node.target}"
+    if _KNOWN in node.meta:
+        return None  # a constant (_fold_constants): kiln builds it where a kiln op reads it
+    read = _READ_AT_CONVERSION.get(node.target)
+    if read is not None and any(_KNOWN not in a.meta for a in read[0](node)):
+        return read[1]
     if node.target in _FIRST_ONLY:
         for user in node.users:
             if user.target is not operator.getitem:
@@ -668,8 +923,9 @@ def why_not(node: torch.fx.Node) -> Optional[str]:
 
     values = checked_values(node)
     for a in node.all_input_nodes:
-        # (cat drops empty inputs: a KV cache's empty past)
-        values += [v for v in checked_values(a) if node.target != aten.cat.default or sizes.numel(v) > 0]
+        # (cat drops empty inputs: a KV cache's empty past; a constant is kiln's on any device)
+        if _KNOWN not in a.meta:
+            values += [v for v in checked_values(a) if node.target != aten.cat.default or sizes.numel(v) > 0]
     if not values and node.target is not operator.getitem:
         return "no tensor metadata"
     on_device = any(v.device.type != "cpu" for v in values)
@@ -692,7 +948,9 @@ def why_not(node: torch.fx.Node) -> Optional[str]:
             if a.op == "call_function" and a.target in _FIRST_ONLY:
                 continue
             av = _tensors(a.meta.get("val"))
-            if _host_value(a.meta.get("val"), on_device):
+            if _KNOWN in a.meta:
+                probe.env[a] = a.meta[_KNOWN]
+            elif _host_value(a.meta.get("val"), on_device):
                 probe.env[a] = 1.0
             elif isinstance(a.meta.get("val"), torch.Tensor) and sizes.numel(av[0]) > 0:
                 probe.env[a] = probe.b.input(f"p{len(probe.env)}", sizes.sizes(av[0].shape), _KILN_DTYPE[av[0].dtype],
@@ -758,11 +1016,11 @@ class KilnSubgraph(torch.nn.Module):
         self.placeholders = [n for n in g.nodes if n.op == "placeholder"]
         output = next(n for n in g.nodes if n.op == "output")
         self.output_nodes = list(output.args[0]) if isinstance(output.args[0], (list, tuple)) else [output.args[0]]
-        # Outputs computed by PyTorch: placeholders and views of placeholders alone.
+        # Outputs computed by PyTorch: placeholders and views of placeholders alone, and constants.
         self.torch_outputs = set()
         for i, n in enumerate(self.output_nodes):
             if all(a.op == "placeholder" or (a.target in _VIEWS) for a in _ancestors(n)) and (
-                    n.op == "placeholder" or n.target in _VIEWS):
+                    n.op == "placeholder" or n.target in _VIEWS) or _KNOWN in n.meta:
                 self.torch_outputs.add(i)
         # Empty outputs (the statistics an inference batch norm saves for a backward): PyTorch's.
         self.empty_outputs = {i: n.meta["val"] for i, n in enumerate(self.output_nodes) if _is_empty(n)}
@@ -773,7 +1031,9 @@ class KilnSubgraph(torch.nn.Module):
         # Placeholders holding host values (_host_value): constants of the kiln graph, whose
         # graphs are keyed by their values (a model's eps: one value), at most MAX_VALUES of them.
         on_device = any(isinstance(v, torch.Tensor) and v.device.type != "cpu" for v in traced)
-        self.host_values = [i for i, v in enumerate(traced) if _host_value(v, on_device)]
+        # Placeholders holding constants (_fold_constants): no kiln inputs, their values converted.
+        self.known = {i: n.meta[_KNOWN] for i, n in enumerate(self.placeholders) if _KNOWN in n.meta}
+        self.host_values = [i for i, v in enumerate(traced) if _host_value(v, on_device) and i not in self.known]
         self._values_seen: set = set()
         self._one_compile: Dict[Tuple, Any] = {}  # the symbolic graph's entry, by host values
         self.per_size = None  # why this partition is compiled per size (symbolic sizes only)
@@ -785,18 +1045,22 @@ class KilnSubgraph(torch.nn.Module):
         c = Conversion(self.name)
         self.output_orders: Dict[str, List[int]] = {}  # output -> the permutation giving PyTorch's shape back
         for i, (n, t) in enumerate(zip(self.placeholders, inputs)):
-            if isinstance(t, float):  # a host value: a constant
+            if i in self.known:
+                c.env[n] = self.known[i]
+            elif isinstance(t, float):  # a host value: a constant
                 c.env[n] = t
             elif t is not None:  # an empty input (read only by a cat, which drops it) is no kiln input
                 c.env[n] = c.b.input(f"in{i}", t[0], _KILN_DTYPE[t[2]], t[1])
         for n in self.gm.graph.nodes:
             if n.op == "call_function" and not _is_empty(n):
-                c.env[n] = CONVERTERS[n.target](c, n)
+                c.env[n] = n.meta[_KNOWN] if _KNOWN in n.meta else CONVERTERS[n.target](c, n)
         names, seen, by_value = [], {}, {}
         for i, n in enumerate(self.output_nodes):
             if i in self.torch_outputs or n in seen:
                 continue
             t = c.env[n]
+            if isinstance(t, torch.Tensor):  # (a converter's result that is a constant: slice_scatter's whole source)
+                t = c.constant(t)
             if isinstance(t, float):
                 raise Unsupported(f"output {i} is a host value (a constant in kiln) PyTorch reads")
             if t.name in by_value:  # (the same value under two nodes: a detach of an output)
@@ -838,8 +1102,8 @@ class KilnSubgraph(torch.nn.Module):
         for i in self.host_values:
             layout[i] = float(args[i])
         if layout != self._last_layout:
-            live = [i for i, t in enumerate(args)
-                    if isinstance(t, torch.Tensor) and t.numel() > 0 and i not in self.host_values]
+            live = [i for i, t in enumerate(args) if isinstance(t, torch.Tensor) and t.numel() > 0
+                    and i not in self.host_values and i not in self.known]
             self._last_entry = self._entry_for(tuple(layout), args) + (live, [layout[i] for i in live])
             self._last_layout = layout
         exe, seen, live, live_layout = self._last_entry
@@ -919,16 +1183,19 @@ class KilnSubgraph(torch.nn.Module):
 
     def _per_size_entry(self, key, args, why: Optional[str]):
         """The partition compiled for the sizes of `args` (an integer kiln graph)."""
-        tensors = [t for i, t in enumerate(args)
-                   if isinstance(t, torch.Tensor) and t.numel() > 0 and i not in self.host_values]
+        tensors = [t for i, t in enumerate(args) if isinstance(t, torch.Tensor) and t.numel() > 0
+                   and i not in self.host_values and i not in self.known]
         devices = sorted({str(t.device) for t in tensors})
+        if not devices:
+            return self._refuse(key, "no tensor inputs (a kiln graph runs on its inputs' device)")
         if len(devices) > 1:
             return self._refuse(key, f"its inputs are on several devices ({', '.join(devices)})")
         if self.symbolic and self._sizes_compiled >= self.MAX_SIZES:
             return self._refuse(key, f"a {self.MAX_SIZES + 1}th size (kiln compiles this partition per size, "
                                      f"at most {self.MAX_SIZES} sizes, because {why})")
-        inputs = [(list(t.shape), list(t.stride()), t.dtype) if isinstance(t, torch.Tensor) and t.numel() > 0 else None
-                  for t in args]
+        inputs = [(list(t.shape), list(t.stride()), t.dtype)
+                  if isinstance(t, torch.Tensor) and t.numel() > 0 and i not in self.known else None
+                  for i, t in enumerate(args)]
         for i in self.host_values:
             inputs[i] = float(args[i])
 
@@ -976,7 +1243,7 @@ class KilnSubgraph(torch.nn.Module):
             with sizes.bound(probe.binding):
                 inputs = [host_values[i] if i in host_values else
                           (sizes.sizes(v.shape), sizes.sizes(v.stride()), v.dtype)
-                          if isinstance(v, torch.Tensor) and sizes.numel(v) > 0 else None
+                          if isinstance(v, torch.Tensor) and sizes.numel(v) > 0 and i not in self.known else None
                           for i, v in enumerate(n.meta.get("val") for n in self.placeholders)]
                 _graph, seen, doc = self._graph_for(inputs)
             docs.append(sizes.generalize(doc, probe))
@@ -1078,13 +1345,14 @@ def _ancestors(n: torch.fx.Node):
 
 
 def _run_views(gm: torch.fx.GraphModule, args) -> Dict[torch.fx.Node, Any]:
-    """PyTorch's own values of the view-only nodes (and placeholders)."""
+    """PyTorch's own values of the view-only nodes and the constants (and placeholders)."""
     env: Dict[torch.fx.Node, Any] = {}
     placeholders = iter(args)
     for n in gm.graph.nodes:
         if n.op == "placeholder":
             env[n] = next(placeholders)
-        elif n.op == "call_function" and n.target in _VIEWS and all(a in env for a in n.all_input_nodes):
+        elif (n.op == "call_function" and (n.target in _VIEWS or _KNOWN in n.meta)
+              and all(a in env for a in n.all_input_nodes)):
             args_, kwargs_ = torch.fx.node.map_arg(n.args, lambda a: env[a]), torch.fx.node.map_arg(n.kwargs, lambda a: env[a])
             try:
                 env[n] = n.target(*args_, **kwargs_)
@@ -1198,17 +1466,89 @@ def _compile_aten(gm: torch.fx.GraphModule, example_inputs, report: Report) -> C
         return _partitioned(gm, report, hints)
 
 
+# A constant: a node whose value is known before the graph runs, in node.meta[_KNOWN] (a tensor).
+_KNOWN = "kiln_value"
+# The largest constant folded (elements); one of kiln's dtypes also in at most _MOST_PARTS runs of
+# equal values, as kiln builds it (Conversion.constant).
+_FOLDED_AT_MOST = 4096
+
+
+def _fold_constants(gm: torch.fx.GraphModule) -> None:
+    """Marks the constants of the graph (node.meta[_KNOWN]): the tensors the forward's code makes
+    from numbers (torch.tensor(3), a list index, x[...] = 3: a get_attr read through
+    lift_fresh_copy), the factories of no tensor (zeros, full) and the ops kiln converts applied to
+    constants alone, computed here by PyTorch, on the device it would compute them on. kiln takes a
+    constant on any device: a kiln op reading one reads it as kiln ops that make it
+    (Conversion.constant) or, an index, its values; where PyTorch reads one, PyTorch computes it.
+
+    Expects: gm's get_attr nodes are real tensors. Guarantees: a marked value is what PyTorch
+    computes for the node (a tensor, not empty, at most _FOLDED_AT_MOST elements)."""
+    from torch._subclasses.fake_tensor import FakeTensor
+    with _real_tensors(), torch.no_grad():
+        for n in gm.graph.nodes:
+            value = _constant_value(gm, n)
+            if (isinstance(value, torch.Tensor) and not isinstance(value, FakeTensor) and not value.is_complex()
+                    and 0 < value.numel() <= _FOLDED_AT_MOST and _buildable(value)):
+                n.meta[_KNOWN] = value.detach()
+
+
+def _constant_value(gm: torch.fx.GraphModule, n: torch.fx.Node) -> Any:
+    """The node's value where it is a constant (_fold_constants), else None."""
+    if n.op == "get_attr":
+        if not n.users or any(u.target != aten.lift_fresh_copy.default for u in n.users):
+            return None  # (a parameter or buffer kept as an attribute: an input like any other)
+        value = gm
+        for part in n.target.split("."):
+            value = getattr(value, part, None)
+        return value
+    if n.op != "call_function" or n.target not in CONVERTERS or n.target is operator.getitem:
+        return None
+    if any(_KNOWN not in a.meta for a in n.all_input_nodes):
+        return None
+    leaves: List[Any] = []
+    torch.fx.node.map_aggregate((n.args, n.kwargs), leaves.append)
+    if any(isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)) for x in leaves):
+        return None  # (a size of dynamic shapes)
+    args, kwargs = torch.fx.node.map_arg((n.args, n.kwargs), lambda a: a.meta[_KNOWN])
+    try:
+        return n.target(*args, **kwargs)
+    except Exception:  # noqa: BLE001  (not computed here: the node is converted like any other)
+        return None
+
+
+def _real_tensors():
+    """Real tensors' ops (constants' values) while the backend compiles under PyTorch's fake mode."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    return unset_fake_temporarily()
+
+
+def _buildable(value: torch.Tensor) -> bool:
+    """Whether kiln builds a constant of `value` (Conversion.constant) where a tensor of one of its
+    dtypes would otherwise be an input: finite, in at most _MOST_PARTS runs of equal values (a -inf
+    for a mask stays what it was, a tensor PyTorch makes). Others (integers, float64) are no kiln
+    input anyway: folded, they are read by an index or by the ops that fold them further."""
+    if value.dtype not in _KILN_DTYPE:
+        return True
+    flat = value.flatten()
+    if value.dtype.is_floating_point and not bool(flat.isfinite().all()):
+        return False
+    return int((flat[1:] != flat[:-1]).sum()) + 1 <= _MOST_PARTS
+
+
 def _partitioned(gm: torch.fx.GraphModule, report: Report, hints) -> torch.fx.GraphModule:
+    _fold_constants(gm)
     reasons: Dict[torch.fx.Node, str] = {}
     partitioner = CapabilityBasedPartitioner(gm, _Support(reasons), allows_single_node_partition=True)
     partitions = partitioner.propose_partitions()
-    # a partition of views alone, or of numbers on the host alone, moves no data: PyTorch keeps it
-    partitions = [p for p in partitions if any(n.target not in _VIEWS and not _on_host_alone(n) for n in p.nodes)]
+    # a partition of views alone, or of numbers on the host or constants alone, moves no data: PyTorch keeps it
+    partitions = [p for p in partitions
+                  if any(n.target not in _VIEWS and not _on_host_alone(n) and _KNOWN not in n.meta for n in p.nodes)]
     in_kiln = {n for p in partitions for n in p.nodes}
     for n in gm.graph.nodes:
         if n.op == "call_function" and n not in in_kiln and not isinstance(n.meta.get("val"), _SIZE_VALUES):
             report.left_to_pytorch.append({"op": str(n.target), "node": n.name, "flops": node_flops(n),
-                                           "reason": reasons.get(n, "views alone, or outside every kiln subgraph")})
+                                           "reason": reasons.get(n, "views alone or constants alone, "
+                                                                    "or outside every kiln subgraph")})
     if not partitions:
         return gm
     fused = partitioner.fuse_partitions(partitions)

@@ -122,3 +122,26 @@ def test_gradients_match_eager(spec):
         if w is not None:
             err = relative_error(g, w)
             assert err <= GRADIENT_TOLERANCE, f"{spec.name}: {name}: gradient's relative error {err:.2e}"
+
+
+def test_swin_runs_in_one_kiln_subgraph():
+    # Swin's shifted windows (roll, padding, an attention mask the forward builds from slices of
+    # zeros and numbers) all convert: before, the tiny Swin split into 7 kiln subgraphs with 78 ATen
+    # ops in PyTorch. What stays is the relative-position-bias gather (index by a buffer), which
+    # reads parameters alone and splits nothing.
+    model, inputs = tiny(zoo_models.BY_NAME["swin_t"])
+    with torch.no_grad():
+        report = kiln.torch.explain(model, **inputs)
+    assert len(report.subgraphs) == 1, str(report)
+    assert [e["op"] for e in report.left_to_pytorch] == ["aten.index.Tensor"] * 3, str(report)
+    assert all("gather" in e["reason"] for e in report.left_to_pytorch), str(report)
+
+
+def test_swin_on_cuda_is_one_kiln_partition():
+    # The graph PyTorch traces for Swin on the GPU: the mask's numbers are CPU constants, which
+    # split the partition (and failed it for "inputs on several devices") before they were constants.
+    from test_torch_slices_and_constants import partition_on_cuda
+    model, inputs = tiny(zoo_models.BY_NAME["swin_t"])
+    parts, report = partition_on_cuda(lambda *args: model(**dict(zip(inputs, args))), *inputs.values())
+    assert len(parts) == 1, str(report)
+    assert [e["op"] for e in report.left_to_pytorch] == ["aten.index.Tensor"] * 3, str(report)

@@ -1,0 +1,335 @@
+"""The ATen ops kiln builds from slices and concatenation (roll,
+constant_pad_nd, slice_scatter, select_scatter, index by a constant) and from
+constants (fill, zeros, full and their new_/_like forms, tensors the forward
+makes from numbers), through torch.compile(backend="kiln") on CPU tensors
+(the reference interpreter runs kiln's graphs), against eager: these ops
+copy values, so kiln's result equals eager's exactly. Each case also checks
+that the op ran in kiln, and the cases kiln cannot take say why.
+
+The last tests give the graph PyTorch traces for a CUDA model (values on
+the GPU, the forward's own constants on the CPU) to the partitioner: the
+constants join the GPU's kiln subgraph instead of splitting it."""
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.nn.functional as F  # noqa: E402
+
+import kiln.torch  # noqa: E402  (registers the backend)
+
+
+@pytest.fixture(autouse=True)
+def _seeded():
+    torch.manual_seed(0)
+
+
+def check(fn, *inputs, exact=True):
+    """fn through the kiln backend equals eager (exactly, where `exact`; NaN where eager's is); the report."""
+    torch._dynamo.reset()
+    with torch.no_grad():
+        want = fn(*inputs)
+        got = torch.compile(fn, backend="kiln", dynamic=False)(*inputs)
+        report = kiln.torch.explain(fn, *inputs)
+    wants = want if isinstance(want, (tuple, list)) else [want]
+    gots = got if isinstance(got, (tuple, list)) else [got]
+    assert len(wants) == len(gots)
+    for w, g in zip(wants, gots):
+        assert g.dtype == w.dtype and g.shape == w.shape and g.device == w.device, (g, w)
+        torch.testing.assert_close(g, w, equal_nan=True, **({"rtol": 0, "atol": 0} if exact else {}))
+    return report
+
+
+def all_in_kiln(report, subgraphs=1):
+    assert len(report.subgraphs) == subgraphs, str(report)
+    left = [e for e in report.left_to_pytorch if "views alone" not in e["reason"]]
+    assert left == [], str(report)
+
+
+def X(*shape, dtype=torch.float32):
+    return torch.randn(*shape).to(dtype)
+
+
+# ---- roll ----
+
+ROLLS = [  # (shifts, dims) on a [5, 7, 3] tensor
+    (2, 0), (-2, 0), (12, 0), (-13, 1), (5, 0), (0, 1), (7, 1),
+    ((1, -3), (0, 1)), ((-2, 2), (1, 2)), ((3, 4), (0, 0)), ((2, -1, 1), (0, 1, 2)),
+    (4, None), (-40, None), (105, None),
+]
+
+
+@pytest.mark.parametrize("shifts, dims", ROLLS, ids=[f"{s}-{d}" for s, d in ROLLS])
+def test_roll(shifts, dims):
+    fn = (lambda x: torch.roll(x, shifts) * 2) if dims is None else (lambda x: torch.roll(x, shifts, dims) * 2)
+    all_in_kiln(check(fn, X(5, 7, 3)))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_roll_narrow_dtypes(dtype):
+    all_in_kiln(check(lambda x: torch.roll(x, (-1, 2), (1, -1)) + 1, X(2, 3, 4, dtype=dtype)))
+
+
+def test_roll_of_bool():
+    all_in_kiln(check(lambda x, m: torch.where(torch.roll(m, 3, 1), x, 0.0), X(3, 5), torch.rand(3, 5) > 0.5))
+
+
+# ---- constant_pad_nd ----
+
+PADS = [  # (pad, value) on a [2, 3, 5, 4] tensor
+    ((1, 2), 0.0), ((0, 0, 2, 1), 1.5), ((0, 0, 0, 0, 0, 0), 0.0), ((3, 0, 0, 2, 1, 1), -2.0),
+    ((-1, 2), 0.0), ((-1, -2), 0.0), ((2, -1, -2, 1), 7.0), ((0, 0, -4, 0), 0.0), ((1, 1, 1, 1, 1, 1, 1, 1), 3.0),
+]
+
+
+@pytest.mark.parametrize("pad, value", PADS, ids=[f"{p}-{v}" for p, v in PADS])
+def test_constant_pad(pad, value):
+    all_in_kiln(check(lambda x: F.pad(x, pad, value=value) * 2, X(2, 3, 5, 4)))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_constant_pad_value_rounds_to_the_dtype(dtype):
+    # 0.1 is no f16 or bf16 value: the padding holds it rounded, as PyTorch's does
+    all_in_kiln(check(lambda x: F.pad(x, (1, 2, 0, 1), value=0.1), X(3, 4, dtype=dtype)))
+
+
+def test_constant_pad_of_bool():
+    all_in_kiln(check(lambda x, m: torch.where(F.pad(m, (1, 1), value=True), x, -1.0), X(3, 7), torch.rand(3, 5) > 0.5))
+
+
+def test_padding_with_infinity_stays_in_pytorch_and_says_why():
+    report = check(lambda x: F.pad(x * 2, (1, 1), value=float("-inf")).relu(), X(3, 4))
+    (pad,) = [e for e in report.left_to_pytorch if "constant_pad_nd" in e["op"]]
+    assert "finite" in pad["reason"], str(report)
+
+
+# ---- slice_scatter, select_scatter ----
+
+SCATTERS = [  # (dim, start, end, step) into a [6, 9, 4] base
+    (0, 0, 6, 1), (1, 2, 5, 1), (1, -4, -1, 1), (1, 0, 3, 1), (1, 6, 100, 1), (2, None, None, 1), (-1, 1, None, 1),
+    (1, 1, 8, 2), (1, 0, 9, 3), (1, 2, 9, 3), (0, 1, None, 4), (1, -7, None, 2), (1, 3, 4, 5),
+]
+
+
+@pytest.mark.parametrize("dim, start, end, step", SCATTERS, ids=[str(s) for s in SCATTERS])
+def test_slice_scatter(dim, start, end, step):
+    base = X(6, 9, 4)
+    src = torch.randn_like(base[(slice(None),) * (dim % 3) + (slice(start, end, step),)])
+    all_in_kiln(check(lambda b, s: torch.slice_scatter(b, s, dim, start, end, step) + 1, base, src))
+
+
+@pytest.mark.parametrize("dim, index", [(0, 0), (0, 5), (1, -1), (2, -4), (1, 4)])
+def test_select_scatter(dim, index):
+    base = X(6, 9, 4)
+    src = torch.randn_like(base.select(dim, index))
+    all_in_kiln(check(lambda b, s: torch.select_scatter(b, s, dim, index) * 3, base, src))
+
+
+def test_assignment_into_slices_of_a_copy():
+    # (model code: y[...] = value on a copy: functionalized into slice_scatter, fill, select_scatter)
+    def fn(x, z):
+        y = x.clone()
+        y[1:3, ::2] = 7
+        y[:, -2:] = z
+        y[0] = 0.5
+        return y * 2
+    all_in_kiln(check(fn, X(4, 8), X(4, 2)))
+
+
+# ---- constant-filled tensors ----
+
+FILLS = [
+    ("new_zeros_ones_full", lambda x: x + x.new_zeros(4, 8) - x.new_ones(8) * x.new_full((4, 1), 2.5)),
+    ("like", lambda x: torch.zeros_like(x) + torch.ones_like(x) * x + torch.full_like(x, -3.0)),
+    ("fill_", lambda x: x.clone().fill_(1.25) * x),
+    ("fill_tensor", lambda x: x.clone().fill_(x[1, 2]) + x),
+    ("factories", lambda x: x + torch.ones(4, 8) + torch.full((8,), 0.5) * torch.zeros(4, 1)),
+    ("large_factory", lambda x: torch.full((80, 80), 2.0) + x.amax()),
+    ("bool_and_half", lambda x: torch.where(x.new_ones(4, 8, dtype=torch.bool), x, 0.0) + x.new_full((8,), 0.1, dtype=torch.half)),
+]
+
+
+@pytest.mark.parametrize("name, fn", FILLS, ids=[f[0] for f in FILLS])
+def test_filled_tensors(name, fn):
+    all_in_kiln(check(fn, X(4, 8)))
+
+
+# ---- tensors the forward makes from numbers ----
+
+CONSTANTS = [
+    ("tensor_of_numbers", lambda x: x * torch.tensor([1.0, -2.0, 0.5, 3.0, 3.0, 3.0, 0.0, 1e-3])),
+    ("integer_scalar", lambda x: x * torch.tensor(3) + torch.tensor(True)),
+    ("integer_tensor", lambda x: x - torch.tensor([[1], [2], [2], [-4]])),
+    ("computed_constant", lambda x: x + (torch.tensor([1.0, 2.0]).exp() * 2).expand(4, 2).reshape(1, 8)),
+    ("bool_constant", lambda x: torch.where(torch.tensor([True, False] * 4), x, -x)),
+]
+
+
+@pytest.mark.parametrize("name, fn", CONSTANTS, ids=[c[0] for c in CONSTANTS])
+def test_constants_the_forward_makes(name, fn):
+    all_in_kiln(check(fn, X(4, 8)))
+
+
+def test_a_constant_pytorch_reads_is_computed_by_pytorch():
+    def fn(x):
+        c = torch.tensor([1.0, 2.0, 4.0]) * 2
+        return x + c, c
+    report = check(fn, X(2, 3))
+    all_in_kiln(report)
+
+
+def test_a_constant_of_many_values_is_an_input():
+    # (more runs of values than kiln builds a constant of: the constant enters kiln as an input)
+    values = [float(v) for v in range(300)]
+    all_in_kiln(check(lambda x: x * torch.tensor(values), X(2, 300)))
+
+
+def test_the_swin_attention_mask():
+    # torchvision's shifted-window attention mask, built in the forward from slices of zeros
+    def fn(attn, x):
+        mask = x.new_zeros((8, 8))
+        count = 0
+        for h in ((0, -4), (-4, -2), (-2, None)):
+            for w in ((0, -4), (-4, -2), (-2, None)):
+                mask[h[0]:h[1], w[0]:w[1]] = count
+                count += 1
+        mask = mask.view(2, 4, 2, 4).permute(0, 2, 1, 3).reshape(4, 16)
+        mask = mask.unsqueeze(1) - mask.unsqueeze(2)
+        mask = mask.masked_fill(mask != 0, -100.0).masked_fill(mask == 0, 0.0)
+        return torch.softmax(attn + mask.unsqueeze(1), -1)
+    all_in_kiln(check(fn, X(4, 2, 16, 16), X(1, 8, 8, 3), exact=False))
+
+
+# ---- index ----
+
+INDEXES = [
+    ("list", lambda x: x[:, [2, 0, 1]] * 2),
+    ("repeated_and_negative", lambda x: x[[0, 0, 3, -1, 1, 2]] + 1),
+    ("consecutive_runs", lambda x: x[:, [1, 2, 3, 6, 7, 0]].neg()),
+    ("two_dims", lambda x: x[:, torch.tensor([[0, 1], [5, 4]])] * 2),
+    ("bool", lambda x: x[:, torch.tensor([True, False, True, True, False, False, True, False])] + 1),
+    ("index_select", lambda x: torch.index_select(x, -1, torch.tensor([7, 6, 6, 0])) * 2),
+    ("scalar_index", lambda x: x[:, torch.tensor(5)] + x[:, 5]),
+]
+
+
+@pytest.mark.parametrize("name, fn", INDEXES, ids=[i[0] for i in INDEXES])
+def test_index_by_a_constant(name, fn):
+    all_in_kiln(check(fn, X(4, 8)))
+
+
+def test_index_by_a_tensor_input_stays_in_pytorch_and_says_why():
+    report = check(lambda x, i: (x * 2)[:, i].neg(), X(4, 8), torch.tensor([3, 1, 1]))
+    (index,) = [e for e in report.left_to_pytorch if "index" in e["op"]]
+    assert "gather" in index["reason"], str(report)
+
+
+def test_index_by_two_constant_tensors_stays_in_pytorch_and_says_why():
+    report = check(lambda x: (x * 2)[[0, 1], [2, 3]].neg(), X(4, 8))
+    (index,) = [e for e in report.left_to_pytorch if "index" in e["op"]]
+    assert "several tensors" in index["reason"], str(report)
+
+
+# ---- as_strided ----
+
+def test_as_strided_to_its_input_layout_is_the_input():
+    def fn(x):
+        m = (x * 2).amax((-1, -2), keepdim=True)
+        return torch.as_strided(m, m.shape, m.stride()).view(2, 3) + 1
+    all_in_kiln(check(fn, X(2, 3, 4, 4)))
+
+
+def test_as_strided_to_another_layout_stays_in_pytorch_and_says_why():
+    report = check(lambda x: torch.as_strided(x * 2, (3, 2), (1, 3)) + 1, X(2, 3))
+    (strided,) = [e for e in report.left_to_pytorch if "as_strided" in e["op"]]
+    assert "layout" in strided["reason"], str(report)
+
+
+# ---- a CUDA model's graph: its own constants on the CPU ----
+
+def aten_graph(fn, *inputs):
+    """The inference ATen graph the backend is handed for fn (on CPU tensors)."""
+    from torch._functorch.aot_autograd import aot_module_simplified
+    graphs = []
+
+    def backend(gm, example_inputs):
+        def keep(g, _ex):
+            graphs.append(g)
+            return g
+        return aot_module_simplified(gm, example_inputs, fw_compiler=keep, inference_compiler=keep)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        torch.compile(fn, backend=backend, dynamic=False)(*inputs)
+    (gm,) = graphs
+    return gm
+
+
+def as_on_cuda(gm):
+    """The graph's values as PyTorch traces them for a CUDA model: every value on the GPU but the
+    constants the forward made from numbers (a get_attr and its lift_fresh_copy), on the CPU."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.utils._pytree import tree_map_only
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        for n in gm.graph.nodes:
+            if n.op != "get_attr" and n.target != torch.ops.aten.lift_fresh_copy.default:
+                n.meta["val"] = tree_map_only(torch.Tensor, on_cuda, n.meta.get("val"))
+    return gm
+
+
+def on_cuda(v):
+    return torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="cuda")
+
+
+def partition_on_cuda(fn, *inputs):
+    report = kiln.torch.Report()
+    fused = kiln.torch._partitioned(as_on_cuda(aten_graph(fn, *inputs)), report, None)
+    kiln_parts = [n for n in fused.graph.nodes if n.op == "call_module"]
+    return kiln_parts, report
+
+
+def test_constants_on_the_cpu_join_the_gpu_subgraph():
+    def fn(x):
+        mask = x.new_zeros((8, 8))
+        mask[0:4, 0:4] = 3
+        mask[4:, :] = torch.tensor(2.0)
+        return (x + mask) * torch.tensor([1.0, 2.0] * 4) + torch.tensor(5)
+    parts, report = partition_on_cuda(fn, X(8, 8))
+    assert len(parts) == 1 and report.left_to_pytorch == [], str(report)
+
+
+def test_the_swin_mask_on_cuda_is_one_subgraph():
+    def fn(attn, x):
+        mask = x.new_zeros((8, 8))
+        count = 0
+        for h in ((0, -4), (-4, -2), (-2, None)):
+            for w in ((0, -4), (-4, -2), (-2, None)):
+                mask[h[0]:h[1], w[0]:w[1]] = count
+                count += 1
+        mask = mask.view(2, 4, 2, 4).permute(0, 2, 1, 3).reshape(4, 16)
+        mask = mask.unsqueeze(1) - mask.unsqueeze(2)
+        mask = mask.masked_fill(mask != 0, -100.0).masked_fill(mask == 0, 0.0)
+        return torch.softmax(torch.roll(attn, (2, -2), (2, 3)) + mask.unsqueeze(1), -1)
+    parts, report = partition_on_cuda(fn, X(4, 2, 16, 16), X(1, 8, 8, 3))
+    assert len(parts) == 1 and report.left_to_pytorch == [], str(report)
+
+
+def test_a_cpu_tensor_that_is_no_constant_still_stays_apart():
+    # (an input on the CPU meeting GPU values: no kiln graph takes both)
+    def fn(x, y):
+        return (x * 2).cpu() + y
+    gm = aten_graph(fn, X(4, 8), X(4, 8))
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        x_node = next(n for n in gm.graph.nodes if n.op == "placeholder")
+        for n in [x_node] + [u for u in x_node.users]:
+            n.meta["val"] = on_cuda(n.meta["val"])
+    report = kiln.torch.Report()
+    kiln.torch._partitioned(gm, report, None)
+    assert any("several devices" in e["reason"] or "cuda" in e["reason"] for e in report.left_to_pytorch), str(report)
+
+
+def test_a_constant_kiln_cannot_build_stays_a_pytorch_tensor():
+    # (sdpa's bool mask: PyTorch makes its -inf with scalar_tensor; kiln's constants are finite, so
+    # that one tensor stays in PyTorch and enters kiln as an input: the attention stays in kiln)
+    q = X(1, 2, 8, 8)
+    report = check(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m), q, q, q,
+                   torch.rand(8, 8) > 0.3, exact=False)
+    assert [e["op"] for e in report.left_to_pytorch] == ["aten.scalar_tensor.default"], str(report)
