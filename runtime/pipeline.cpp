@@ -327,7 +327,8 @@ Expected<Planned> run_pipeline(const Graph& graph, const Target& target, Stage u
   const ir::Graph& g = ir_of(graph);
   const int sm = codegen::sm_of(target.arch);
   // 1. Plan fusion for the target (compiler/planner/planner.h).
-  Planned out{ir::plan_fusion(g, {.fuse = target.fuse, .sm = sm}), {}, nullptr, nullptr};
+  Planned out{ir::plan_fusion(g, {.fuse = target.fuse, .sm = sm, .cublaslt_f32_matmuls = target.vendors.cublaslt}), {},
+              nullptr, nullptr};
   // 2. Verify the plan (compiler/plan_verifier.h).
   if (std::string problem = ir::verify_plan(g, out.plan); !problem.empty())
     return Error{ErrorCode::Internal, "internal error: invalid plan: " + problem + " (this is a bug in kiln; please report it)"};

@@ -228,7 +228,7 @@ class Planner {
       for (int gid : sibling_candidates(op)) {
         if (std::find(candidates.begin(), candidates.end(), gid) != candidates.end()) continue;
         const Group& gr = group(gid);
-        if (full(gid)) continue;
+        if (full(gid) || !why_vendor_alone(gr).empty()) continue;
         const planner::Verdict v = planner::can_take(g_, gr, op, 0);
         if (v.ok && !creates_cycle(gid, op)) {
           add(gid, op_index, v.stage);
@@ -338,6 +338,7 @@ class Planner {
   int join_stage_ = 0;
   std::optional<std::string> why_not_join(int gid, const Op& op) {
     const Group& gr = group(gid);
+    if (std::string why = why_vendor_alone(gr); !why.empty()) return why;
     if (full(gid))
       return fmt::format("its kernel already computes {} ops, the most one kernel takes (a bound on its source and "
                          "compile time)", gr.ops.size());
@@ -502,10 +503,25 @@ class Planner {
   // computed in its loads, an operand forces the mma.sync kernel with
   // element loads (see planner.h): empty where prologues are allowed.
   std::string why_no_operand_prologue(TensorId s, const Op& anchor) const {
+    if (std::string why = why_vendor_operand(anchor); !why.empty()) return why;
     if (options_.sm < 90 || (anchor.kind != OpKind::Matmul && anchor.kind != OpKind::Conv2d)) return {};
     return fmt::format("'{}' is written once, so that '{}' loads it by TMA on sm_{}: computed in the anchor's loads it "
                        "ran 1.4-5.9x slower on H100",
                        g_.tensor(s).name, g_.result(anchor).name, options_.sm);
+  }
+
+  // A matmul that cuBLASLt computes (PlanOptions::cublaslt_f32_matmuls):
+  // why its kernel takes nothing else; empty for any other anchor.
+  std::string why_vendor_operand(const Op& anchor) const {
+    if (!options_.cublaslt_f32_matmuls || anchor.kind != OpKind::Matmul || options_.sm < 80) return {};
+    if (g_.operand(anchor, 0).value_dtype() != DType::f32 || g_.operand(anchor, 1).value_dtype() != DType::f32 ||
+        anchor.attrs.precision == Precision::bf16 || anchor.attrs.precision == Precision::f16)
+      return {};
+    return fmt::format("cuBLASLt computes '{}' (f32 operands): its kernel is the product alone", g_.result(anchor).name);
+  }
+  std::string why_vendor_alone(const Group& gr) const {
+    if (gr.kind != KernelKind::Matmul || gr.anchor < 0) return {};
+    return why_vendor_operand(g_.ops[static_cast<size_t>(gr.anchor)]);
   }
 
   void absorb_prologues() {

@@ -59,6 +59,11 @@ struct PlanOptions {
   // conv's operands are never computed in its loads (step 3): the anchor
   // then loads them by TMA into wgmma, which a prologue would forgo.
   int sm = 90;
+  // cuBLASLt computes matmuls of f32 operands (in full f32 or TF32: the
+  // rule of codegen's cublasLt tactic, where the library is loaded): their
+  // kernels take no prologue or epilogue (the library would not run them);
+  // the ops around them fuse into the neighbouring kernels.
+  bool cublaslt_f32_matmuls = false;
 };
 
 Plan plan_fusion(const Graph& graph, const PlanOptions& options = {});

@@ -299,6 +299,33 @@ TEST(VendorTactic, BatchesBroadcastAndSlicedOperandsAreReadWhereTheyLie) {
   EXPECT_EQ(s.library->a.column_stride, 1);
 }
 
+// Where cuBLASLt computes f32 matmuls, the planner leaves them alone in
+// their kernels (their bias and activation a kernel of their own, saying
+// why) and the tactic takes them; 16-bit matmuls keep their epilogues.
+TEST(VendorTactic, ThePlannerLeavesF32MatmulsAloneForCublasLt) {
+  const std::string json = R"({"kiln": 1, "inputs": {"x": {"shape": [256, 64], "dtype": "DT"}, "w": {"shape": [64, 128], "dtype": "DT"},
+    "b": {"shape": [128], "dtype": "DT"}}, "ops": [{"op": "matmul", "in": ["x", "w"], "out": "y"}, {"op": "add", "in": ["y", "b"], "out": "z"},
+    {"op": "relu", "in": ["z"], "out": "r"}], "outputs": ["r"]})";
+  auto with = [&](const char* dtype) {
+    std::string text = json;
+    for (size_t at; (at = text.find("DT")) != std::string::npos;) text.replace(at, 2, dtype);
+    return graph(text);
+  };
+  const Graph f32 = with("f32");
+  const ir::Plan plan = ir::plan_fusion(ir_of(f32), {.sm = 90, .cublaslt_f32_matmuls = true});
+  ASSERT_EQ(plan.kernels.size(), 2u);
+  EXPECT_EQ(plan.kernels[0].ops.size(), 1u);
+  ASSERT_FALSE(plan.boundaries.empty());
+  EXPECT_EQ(plan.boundaries[0].reason.rfind("cuBLASLt computes 'y' (f32 operands): its kernel is the product alone", 0), 0u)
+      << plan.boundaries[0].reason;
+  const codegen::GeneratedProgram p = codegen::generate_program(ir_of(f32), plan, 90, {}, nullptr, kCublasLt);
+  ASSERT_TRUE(p.kernels.at(0).library.has_value());
+  EXPECT_FALSE(p.kernels.at(1).library.has_value());
+  // Without the flag, or with 16-bit operands: one kernel.
+  EXPECT_EQ(ir::plan_fusion(ir_of(f32), {.sm = 90}).kernels.size(), 1u);
+  EXPECT_EQ(ir::plan_fusion(ir_of(with("bf16")), {.sm = 90, .cublaslt_f32_matmuls = true}).kernels.size(), 1u);
+}
+
 // Over random graphs: every kernel the cuBLASLt tactic takes describes a
 // call its own checks accept (the ones a recipe read back must pass), with
 // its pointers the kernel's arguments in their roles.
