@@ -134,7 +134,8 @@ def explain_summary(report):
             "aten_share": in_kiln / (in_kiln + len(left)) if in_kiln + len(left) else float("nan"),
             "flops_share": flops_kiln / flops_all if flops_all else float("nan"),
             "left_to_pytorch": [{"count": n, "what": what} for what, n in reasons.most_common()],
-            "graphs_in_pytorch": report.get("graphs_in_pytorch", [])}
+            "graphs_in_pytorch": report.get("graphs_in_pytorch", []),
+            "anchor_tactics": dict(Counter(t for s in subgraphs for t in s.get("tactics", []) if t))}
 
 
 # ---- where the time goes (the profiler) ----------------------------------------
@@ -405,6 +406,8 @@ def details(spec, row):
     lines.append(f"ops left to PyTorch ({row['aten_ops'] - row['aten_ops_in_kiln']} of {row['aten_ops']} ATen ops):"
                  + ("" if left else " none"))
     lines += [f"- {e['count']} x {e['what']}" for e in left]
+    if row.get("anchor_tactics"):  # (vendor tactics: cuBLASLt's kernels appear under their own names below)
+        lines.append("anchor kernels by tactic: " + ", ".join(f"{t} {n}" for t, n in sorted(row["anchor_tactics"].items())))
     if "kiln_step_ms" in row:
         sides = [side for side in ("kiln", "inductor", "eager") if f"{side}_step_ms" in row]
         lines.append("training step (forward, loss, backward) ms: " + ", ".join(

@@ -363,7 +363,7 @@ struct CompileJob {
   // A kernel's report (cache hit until it is compiled).
   KernelReport report_of(const codegen::GeneratedKernel& k, const std::string& kind, const std::string& key) const {
     KernelReport r{.kernel = k.plan_kernel, .kind = kind, .key = key, .cache_hit = true, .milliseconds = 0,
-                   .tuning = k.tuning.to_string(), .tuned = false, .trials = {}};
+                   .tuning = k.tuning.to_string(), .tuned = false, .trials = {}, .tactic = k.tactics.chosen};
     // (a recorded choice the generator did not accept was not used)
     const auto wanted = target.tuning.find(k.plan_kernel);
     r.tuned = wanted != target.tuning.end() && wanted->second == k.tuning;

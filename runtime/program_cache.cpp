@@ -93,7 +93,7 @@ std::string recipe_to_text(const ProgramRecipe& r) {
     }
     doc["kernels"].push_back({{"plan_kernel", k.plan_kernel}, {"key", r.kernel_keys[i]}, {"kind", r.kernel_kinds[i]},
                               {"grid", k.grid}, {"block", k.block}, {"shared", k.shared_bytes}, {"persistent", k.persistent_group}, {"args", args}, {"reset", k.reset_workspaces},
-                              {"tuning", k.tuning.to_string()}});
+                              {"tuning", k.tuning.to_string()}, {"tactic", k.tactics.chosen}});
     if (k.library) doc["kernels"].back()["library"] = library_to_json(*k.library);
   }
   return with_checksum(doc.dump());
@@ -121,6 +121,7 @@ std::optional<ProgramRecipe> recipe_from_text(const std::string& text, size_t te
       std::optional<codegen::Tuning> tuning = codegen::Tuning::parse(k.at("tuning").get<std::string>());
       if (!tuning) return std::nullopt;
       g.tuning = *tuning;
+      g.tactics.chosen = k.at("tactic").get<std::string>();
       for (const auto& a : k.at("args")) {
         const int role = a.at(0).get<int>();
         if (role < 0 || role > static_cast<int>(codegen::KernelArg::Role::TensorMap)) return std::nullopt;

@@ -72,6 +72,8 @@ struct KernelReport {
   std::string tuning;       // the kernel's tile choices; empty for kernels without any
   bool tuned = false;       // chosen by autotuning (this compile or a record in the cache)
   std::vector<TuningTrial> trials;  // this compile autotuned: every candidate's time, the choice's among them
+  // The tactic that built it (matmul, conv, attention: "wgmma", "cublasLt", ...); empty for kinds built one way.
+  std::string tactic;
 };
 
 // Device pointers by binding index: inputs in the order of

@@ -30,6 +30,7 @@ import math
 import operator
 import threading
 import warnings
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -1400,7 +1401,8 @@ class Report:
         ops = [n for n in gm.graph.nodes if n.op == "call_function"]
         entry = {"name": name, "aten_ops": len(ops), "kiln_ops": graph._native.op_count,
                  "kernels": len(exe.kernels), "hash": graph.hash,
-                 "kinds": [k["kind"] for k in exe.kernels], "flops": sum(map(node_flops, ops))}
+                 "kinds": [k["kind"] for k in exe.kernels], "flops": sum(map(node_flops, ops)),
+                 "tactics": [k["tactic"] for k in exe.kernels]}
         if sizes_served:
             entry["sizes"] = sizes_served
             if sizes_served.startswith("per size"):
@@ -1429,8 +1431,11 @@ class Report:
                  f"{sum(s['aten_ops'] for s in self.subgraphs)} ATen ops in kiln; "
                  f"{len(self.left_to_pytorch)} ATen ops in PyTorch"]
         for s in self.subgraphs:
+            tactics = Counter(t for t in s["tactics"] if t)
             lines.append(f"  {s['name']}: {s['aten_ops']} ATen ops -> {s['kiln_ops']} kiln ops in {s['kernels']} "
                          f"kernel(s) ({', '.join(s['kinds'])}), graph {s['hash'][:12]}"
+                         + (f"; anchors by tactic: {', '.join(f'{t} {n}' for t, n in sorted(tactics.items()))}"
+                            if tactics else "")
                          + (f"; sizes served: {s['sizes']}" if "sizes" in s else ""))
         for why in self.graphs_in_pytorch:
             lines.append(f"  a whole graph ran in PyTorch: {why}")

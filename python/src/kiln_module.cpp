@@ -451,6 +451,7 @@ nb::list kernel_reports(const PyExecutable& self) {
     d["cache_hit"] = r.cache_hit;
     d["ms"] = r.milliseconds;
     d["tuning"] = r.tuning;
+    d["tactic"] = r.tactic;
     out.append(d);
   }
   return out;

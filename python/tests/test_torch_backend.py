@@ -333,6 +333,19 @@ def test_explain_reports_subgraphs_kernels_and_reasons():
     assert text.startswith("kiln subgraphs: 2,") and "cumsum" in text and "left to PyTorch:" in text
 
 
+def test_explain_names_each_anchors_tactic():
+    # f32 operands in full f32: cuBLASLt where it is installed (the GPU machine), else kiln's SIMT kernel.
+    lin = torch.nn.Linear(32, 16)
+    with torch.no_grad():
+        report = kiln.torch.explain(lambda x: lin(x).relu(), X(8, 32))
+    (s,) = report.subgraphs
+    assert len(s["tactics"]) == s["kernels"]
+    (tactic,) = [t for k, t in zip(s["kinds"], s["tactics"]) if k == "matmul"]
+    assert tactic in ("simt", "cublasLt"), str(report)
+    assert all(t == "" for k, t in zip(s["kinds"], s["tactics"]) if k not in ("matmul", "conv", "attention"))
+    assert f"anchors by tactic: {tactic} 1" in str(report)
+
+
 def test_the_backend_is_registered():
     assert "kiln" in torch._dynamo.list_backends()
 
