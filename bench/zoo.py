@@ -145,7 +145,8 @@ def top_kernels(fn, report, device, top=10):
     by time, largest first, as [{kernel, calls, ms, share}]. kiln's kernels
     are all named kiln_kernel: they are labelled in launch order with the
     kinds of explain's subgraphs, in the order kiln compiled them (the order
-    a forward runs them), where the counts agree."""
+    a forward runs them), where the counts agree; kernels a vendor library
+    runs (the cublasLt tactic) keep the library's kernel names."""
     from torch.profiler import ProfilerActivity, profile
     fn()
     synchronize(device)
@@ -157,7 +158,9 @@ def top_kernels(fn, report, device, top=10):
     if device == "cuda":
         events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
         kinds = [f"kiln subgraph {j} ({s['name']}) kernel {i}: {kind}"
-                 for j, s in enumerate(report["subgraphs"]) for i, kind in enumerate(s["kinds"])]
+                 for j, s in enumerate(report["subgraphs"])
+                 for i, (kind, tactic) in enumerate(zip(s["kinds"], s.get("tactics", [""] * len(s["kinds"]))))
+                 if tactic != "cublasLt"]
         kiln_launches = sum(e.name == "kiln_kernel" for e in events)
         labels = iter(kinds if kiln_launches == len(kinds) else [])
         for e in events:
