@@ -47,7 +47,7 @@ class Planner {
       : g_(g),
         options_(options),
         owner_(g.tensors.size(), -1),
-        written_once_(planner::strided_operands(g)),
+        written_once_(planner::strided_operands(g, options.cublaslt_f32_matmuls)),
         kept_from_siblings_(std::move(kept_from_siblings)) {}
 
   Plan run() {
@@ -513,10 +513,7 @@ class Planner {
   // A matmul that cuBLASLt computes (PlanOptions::cublaslt_f32_matmuls):
   // why its kernel takes nothing else; empty for any other anchor.
   std::string why_vendor_operand(const Op& anchor) const {
-    if (!options_.cublaslt_f32_matmuls || anchor.kind != OpKind::Matmul || options_.sm < 80) return {};
-    if (g_.operand(anchor, 0).value_dtype() != DType::f32 || g_.operand(anchor, 1).value_dtype() != DType::f32 ||
-        anchor.attrs.precision == Precision::bf16 || anchor.attrs.precision == Precision::f16)
-      return {};
+    if (!options_.cublaslt_f32_matmuls || options_.sm < 80 || !planner::cublaslt_f32_matmul(g_, anchor)) return {};
     return fmt::format("cuBLASLt computes '{}' (f32 operands): its kernel is the product alone", g_.result(anchor).name);
   }
   std::string why_vendor_alone(const Group& gr) const {

@@ -94,9 +94,33 @@ const Op* matmul_behind(const Graph& g, TensorId t) {
   return nullptr;
 }
 
+// A matmul operand that is a transpose whose batch dims (all but the last
+// two) are not one stride apart in memory: the transpose's result.
+std::optional<TensorId> unevenly_batched(const Graph& g, TensorId operand) {
+  if (!transpose_behind(g, operand, 0)) return std::nullopt;
+  const Shape& shape = g.tensor(operand).shape;
+  const std::optional<Strides> strides = strides_through_transposes(g, operand);
+  if (!strides || shape.size() < 4) return std::nullopt;  // (one batch dim is one stride)
+  std::optional<int64_t> step;
+  int64_t span = 1;
+  for (size_t d = shape.size() - 2; d-- > 0;) {
+    if (shape[d] == 1) continue;
+    if (!step) step = (*strides)[d];
+    else if ((*strides)[d] != *step * span) return operand;
+    span *= shape[d];
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
-std::map<TensorId, std::string> strided_operands(const Graph& g) {
+bool cublaslt_f32_matmul(const Graph& g, const Op& op) {
+  return op.kind == OpKind::Matmul && g.operand(op, 0).value_dtype() == DType::f32 &&
+         g.operand(op, 1).value_dtype() == DType::f32 && op.attrs.precision != Precision::bf16 &&
+         op.attrs.precision != Precision::f16;
+}
+
+std::map<TensorId, std::string> strided_operands(const Graph& g, bool cublaslt_f32_matmuls) {
   std::map<TensorId, std::string> out;
   for (const Op& op : g.ops) {
     if (op.kind == OpKind::Add && op.inputs.size() == 2) {  // a bias on written-out attention scores
@@ -119,6 +143,11 @@ std::map<TensorId, std::string> strided_operands(const Graph& g) {
       continue;
     }
     if (op.kind == OpKind::Matmul) {
+      for (size_t slot = 0; cublaslt_f32_matmuls && cublaslt_f32_matmul(g, op) && slot < 2; ++slot)
+        if (const std::optional<TensorId> t = unevenly_batched(g, op.inputs[slot]))
+          out.emplace(*t, fmt::format("'{}' is written once by a copy: cuBLASLt computes matmul '{}', whose batches it "
+                                      "reads one stride apart, and its transpose spreads them unevenly",
+                                      g.tensor(*t).name, g.result(op).name));
       for (size_t slot = 0; slot < 2; ++slot)
         if (const std::optional<TensorId> t = transposed_rows(g, op.inputs[slot]))
           out.emplace(*t, fmt::format("'{}' is written once in rows by a copy: matmul '{}' reads it as rows "

@@ -326,6 +326,27 @@ TEST(VendorTactic, ThePlannerLeavesF32MatmulsAloneForCublasLt) {
   EXPECT_EQ(ir::plan_fusion(ir_of(with("bf16")), {.sm = 90, .cublaslt_f32_matmuls = true}).kernels.size(), 1u);
 }
 
+// Attention's q and k read as [B, H, S, D] from [B, S, H, D]: no one batch
+// stride, so where cuBLASLt computes the f32 scores a copy writes each once
+// (planner/strided_operands.h) and the call reads the copies.
+TEST(VendorTactic, UnevenlyBatchedOperandsAreCopiedForCublasLt) {
+  const Graph g = graph(R"({"kiln": 1, "inputs": {"q": {"shape": [2, 16, 4, 8], "dtype": "f32"}, "k": {"shape": [2, 16, 4, 8], "dtype": "f32"}},
+    "ops": [{"op": "transpose", "in": ["q"], "out": "qt", "perm": [0, 2, 1, 3]}, {"op": "transpose", "in": ["k"], "out": "kt", "perm": [0, 2, 3, 1]},
+            {"op": "matmul", "in": ["qt", "kt"], "out": "s"}], "outputs": ["s"]})");
+  const ir::Plan plan = ir::plan_fusion(ir_of(g), {.sm = 90, .cublaslt_f32_matmuls = true});
+  std::vector<std::string> kinds;
+  for (const ir::PlannedKernel& k : plan.kernels) kinds.emplace_back(ir::to_string(k.kind));
+  EXPECT_THAT(kinds, ::testing::UnorderedElementsAre("copy", "copy", "matmul"));
+  bool said_why = false;
+  for (const ir::Boundary& b : plan.boundaries)
+    said_why = said_why || b.reason.find("cuBLASLt computes matmul 's', whose batches it reads one stride apart") != std::string::npos;
+  EXPECT_TRUE(said_why);
+  const codegen::GeneratedProgram p = codegen::generate_program(ir_of(g), plan, 90, {}, nullptr, kCublasLt);
+  EXPECT_TRUE(p.kernels.back().library.has_value()) << p.kernels.back().tactics.rejected.at(0).reason;
+  // Without cuBLASLt the SIMT kernel reads them in place: one kernel.
+  EXPECT_EQ(ir::plan_fusion(ir_of(g), {.sm = 90}).kernels.size(), 1u);
+}
+
 // Over random graphs: every kernel the cuBLASLt tactic takes describes a
 // call its own checks accept (the ones a recipe read back must pass), with
 // its pointers the kernel's arguments in their roles.
