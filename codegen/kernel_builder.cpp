@@ -2,6 +2,8 @@
 // where a written tensor's element lies, the kernel's frame.
 #include "codegen/kernel_builder.h"
 
+#include "compiler/strides.h"
+
 namespace kiln::codegen {
 
 std::map<ir::TensorId, ExternalTensor> KernelBuilder::externals() {
@@ -210,47 +212,6 @@ std::string KernelBuilder::chunk_store_calls(const Chunking& ch, const std::set<
   return out;
 }
 
-namespace {
-
-// Strides of `to`, a reshape of a tensor of shape `from` laid out with
-// `strides`, where every group of dimensions it merges or splits is laid
-// out contiguously; nullopt where it is not (a copy would be needed).
-std::optional<Strides> reshaped_strides(const Shape& from, const Strides& strides, const Shape& to) {
-  Shape sizes;
-  Strides steps;
-  for (size_t d = 0; d < from.size(); ++d)
-    if (from[d] != 1) sizes.push_back(from[d]), steps.push_back(strides[d]);
-  Strides out(to.size(), 0);
-  size_t old_dim = 0, new_dim = 0;
-  while (new_dim < to.size()) {
-    if (to[new_dim] == 1) {
-      ++new_dim;
-      continue;
-    }
-    if (old_dim >= sizes.size()) return std::nullopt;
-    // The smallest groups of old and new dimensions with equal products.
-    size_t old_end = old_dim + 1, new_end = new_dim + 1;
-    int64_t old_count = sizes[old_dim], new_count = to[new_dim];
-    while (old_count != new_count) {
-      if (new_count < old_count) {
-        if (new_end >= to.size()) return std::nullopt;
-        new_count *= to[new_end++];
-      } else {
-        if (old_end >= sizes.size() || steps[old_end - 1] != steps[old_end] * sizes[old_end]) return std::nullopt;
-        old_count *= sizes[old_end++];
-      }
-    }
-    int64_t step = steps[old_end - 1];
-    for (size_t d = new_end; d-- > new_dim;) {
-      out[d] = step;
-      step *= to[d];
-    }
-    old_dim = old_end, new_dim = new_end;
-  }
-  return out;
-}
-
-}  // namespace
 
 std::optional<ExternalTensor> KernelBuilder::strided_in_memory(ir::TensorId t, bool transposes_and_reshapes_only) const {
   if (auto it = ext_.find(t); it != ext_.end()) return it->second;
@@ -280,7 +241,7 @@ std::optional<ExternalTensor> KernelBuilder::strided_in_memory(ir::TensorId t, b
       return e;
     }
     case OpKind::Reshape: {
-      std::optional<Strides> strides = reshaped_strides(from, base->strides, tensor.shape);
+      std::optional<Strides> strides = ir::reshaped_strides(from, base->strides, tensor.shape);
       if (!strides) return std::nullopt;
       e.strides = *strides;
       return e;

@@ -2,8 +2,11 @@
 #include "compiler/planner/strided_operands.h"
 
 #include <limits>
+#include <vector>
 
 #include <fmt/format.h>
+
+#include "compiler/strides.h"
 
 namespace kiln::ir::planner {
 namespace {
@@ -94,22 +97,76 @@ const Op* matmul_behind(const Graph& g, TensorId t) {
   return nullptr;
 }
 
-// A matmul operand that is a transpose whose batch dims (all but the last
-// two) are not one stride apart in memory: the transpose's result.
-std::optional<TensorId> unevenly_batched(const Graph& g, TensorId operand) {
-  if (!transpose_behind(g, operand, 0)) return std::nullopt;
-  const Shape& shape = g.tensor(operand).shape;
-  const std::optional<Strides> strides = strides_through_transposes(g, operand);
-  if (!strides || shape.size() < 4) return std::nullopt;  // (one batch dim is one stride)
+// Strides of `op`'s result (a reshape, slice or transpose) from its
+// input's; nullopt where a reshape would need a copy.
+std::optional<Strides> view_strides(const Graph& g, const Op& op, const Strides& from) {
+  if (op.kind == OpKind::Reshape) return reshaped_strides(g.operand(op, 0).shape, from, g.result(op).shape);
+  Strides out = from;
+  if (op.kind == OpKind::Slice) {
+    out[static_cast<size_t>(op.attrs.axis)] *= op.attrs.step;
+    return out;
+  }
+  for (size_t d = 0; d < out.size(); ++d) out[d] = from[static_cast<size_t>(op.attrs.perm[d])];
+  return out;
+}
+
+// The element strides `t` has in memory, read through transposes, slices
+// and reshapes from a tensor that is not a view; nullopt where another view
+// (an expand) stands in the chain or a reshape would need a copy.
+std::optional<Strides> strides_through_views(const Graph& g, TensorId t) {
+  const Tensor& tensor = g.tensor(t);
+  if (tensor.kind != TensorKind::OpResult) return tensor.strides;
+  const Op& op = g.ops[static_cast<size_t>(tensor.producer)];
+  if (op_info(op.kind).family != OpFamily::View) return contiguous_strides(tensor.shape);
+  if (op.kind != OpKind::Transpose && op.kind != OpKind::Reshape && op.kind != OpKind::Slice) return std::nullopt;
+  const std::optional<Strides> from = strides_through_views(g, op.inputs[0]);
+  return from ? view_strides(g, op, *from) : std::nullopt;
+}
+
+// Whether cuBLASLt reads a matrix operand of `shape` laid out with
+// `strides` in place: one of its two inner dims stride 1 (the other at
+// least as far apart as that dim is long), its batch dims one stride apart.
+bool one_strided_matrix(const Shape& shape, const Strides& strides) {
+  const size_t rank = shape.size();
+  if (rank < 2) return false;
+  const int64_t rows = shape[rank - 2], columns = shape[rank - 1];
+  const int64_t rs = rows == 1 ? columns : strides[rank - 2], cs = columns == 1 ? 1 : strides[rank - 1];
+  if (!(cs == 1 && rs >= columns) && !(rs == 1 && cs >= rows)) return false;
   std::optional<int64_t> step;
   int64_t span = 1;
-  for (size_t d = shape.size() - 2; d-- > 0;) {
+  for (size_t d = rank - 2; d-- > 0;) {
     if (shape[d] == 1) continue;
-    if (!step) step = (*strides)[d];
-    else if ((*strides)[d] != *step * span) return operand;
+    if (!step) step = strides[d];
+    else if (strides[d] != *step * span) return false;
     span *= shape[d];
   }
-  return std::nullopt;
+  return true;
+}
+
+// A matmul operand read through reshapes and slices of a transpose that
+// cuBLASLt cannot read in place (a reshape needs a copy, or the result is
+// no matrix of one batch stride): the transpose's result (q, k and v
+// sliced from one transposed projection share its copy).
+std::optional<TensorId> not_one_strided(const Graph& g, TensorId operand) {
+  std::vector<const Op*> reshapes;  // (and slices) outermost first
+  TensorId at = operand;
+  for (const Op* op = producer_of(g, at); op && (op->kind == OpKind::Reshape || op->kind == OpKind::Slice);
+       op = producer_of(g, at)) {
+    reshapes.push_back(op);
+    at = op->inputs[0];
+  }
+  const Op* transpose = producer_of(g, at);
+  if (!transpose || transpose->kind != OpKind::Transpose) return std::nullopt;
+  std::optional<Strides> strides = strides_through_views(g, at);
+  if (!strides) return std::nullopt;  // another view behind it: left alone
+  Shape shape = g.tensor(at).shape;
+  for (auto it = reshapes.rbegin(); it != reshapes.rend(); ++it) {
+    strides = view_strides(g, **it, *strides);
+    if (!strides) return at;
+    shape = g.result(**it).shape;
+  }
+  if (one_strided_matrix(shape, *strides)) return std::nullopt;
+  return at;
 }
 
 }  // namespace
@@ -144,9 +201,9 @@ std::map<TensorId, std::string> strided_operands(const Graph& g, bool cublaslt_f
     }
     if (op.kind == OpKind::Matmul) {
       for (size_t slot = 0; cublaslt_f32_matmuls && cublaslt_f32_matmul(g, op) && slot < 2; ++slot)
-        if (const std::optional<TensorId> t = unevenly_batched(g, op.inputs[slot]))
-          out.emplace(*t, fmt::format("'{}' is written once by a copy: cuBLASLt computes matmul '{}', whose batches it "
-                                      "reads one stride apart, and its transpose spreads them unevenly",
+        if (const std::optional<TensorId> t = not_one_strided(g, op.inputs[slot]))
+          out.emplace(*t, fmt::format("'{}' is written once by a copy: cuBLASLt computes matmul '{}', which reads a "
+                                      "matrix of one batch stride in place, and this transpose leaves none",
                                       g.tensor(*t).name, g.result(op).name));
       for (size_t slot = 0; slot < 2; ++slot)
         if (const std::optional<TensorId> t = transposed_rows(g, op.inputs[slot]))

@@ -15,6 +15,7 @@
 #include "codegen/kernel_codegen.h"
 #include "compiler/error.h"
 #include "compiler/graph_internal.h"
+#include "compiler/plan_printer.h"
 #include "compiler/planner/planner.h"
 #include "tests/unit/random_graph.h"
 #include "tests/unit/test_helpers.h"
@@ -339,12 +340,25 @@ TEST(VendorTactic, UnevenlyBatchedOperandsAreCopiedForCublasLt) {
   EXPECT_THAT(kinds, ::testing::UnorderedElementsAre("copy", "copy", "matmul"));
   bool said_why = false;
   for (const ir::Boundary& b : plan.boundaries)
-    said_why = said_why || b.reason.find("cuBLASLt computes matmul 's', whose batches it reads one stride apart") != std::string::npos;
+    said_why = said_why || b.reason.find("cuBLASLt computes matmul 's', which reads a matrix of one batch stride") != std::string::npos;
   EXPECT_TRUE(said_why);
   const codegen::GeneratedProgram p = codegen::generate_program(ir_of(g), plan, 90, {}, nullptr, kCublasLt);
   EXPECT_TRUE(p.kernels.back().library.has_value()) << p.kernels.back().tactics.rejected.at(0).reason;
   // Without cuBLASLt the SIMT kernel reads them in place: one kernel.
   EXPECT_EQ(ir::plan_fusion(ir_of(g), {.sm = 90}).kernels.size(), 1u);
+  // As a model writes them: heads split from the projection's columns by a reshape, and the
+  // attention's output read back as rows of H*D (reshapes that need the copy).
+  const Graph heads = graph(R"({"kiln": 1, "inputs": {"x": {"shape": [2, 16, 32], "dtype": "f32"}, "p": {"shape": [2, 4, 16, 16], "dtype": "f32"},
+    "w": {"shape": [32, 32], "dtype": "f32"}},
+    "ops": [{"op": "reshape", "in": ["x"], "out": "x4", "shape": [2, 16, 4, 8]}, {"op": "transpose", "in": ["x4"], "out": "v", "perm": [0, 2, 1, 3]},
+            {"op": "matmul", "in": ["p", "v"], "out": "o"}, {"op": "transpose", "in": ["o"], "out": "ot", "perm": [0, 2, 1, 3]},
+            {"op": "reshape", "in": ["ot"], "out": "rows", "shape": [32, 32]}, {"op": "matmul", "in": ["rows", "w"], "out": "y"}],
+    "outputs": ["y"]})");
+  const ir::Plan hplan = ir::plan_fusion(ir_of(heads), {.sm = 90, .cublaslt_f32_matmuls = true});
+  const codegen::GeneratedProgram hp = codegen::generate_program(ir_of(heads), hplan, 90, {}, nullptr, kCublasLt);
+  int calls = 0;
+  for (const codegen::GeneratedKernel& k : hp.kernels) calls += k.library.has_value();
+  EXPECT_EQ(calls, 2) << ir::plan_to_text(ir_of(heads), hplan);
 }
 
 // Over random graphs: every kernel the cuBLASLt tactic takes describes a
