@@ -1072,7 +1072,8 @@ class KilnSubgraph(torch.nn.Module):
             if order is not None:  # written in PyTorch's memory order (channels-last), given back as its view
                 t = c.b.op("transpose", [t], {"perm": order})
             elif t.name in {c.env[x].name for x in self.placeholders if x in c.env and not isinstance(c.env[x], float)}:
-                t = c.b.op("identity", [t])  # an output that is an input through identities
+                # an output that is an input through identities (bool values: only a cast reads them)
+                t = c.b.op("cast", [t], dtype="bool") if val(n).dtype == torch.bool else c.b.op("identity", [t])
             out_name = f"out{len(names)}"
             c.b.output(t, name=out_name)
             if order is not None:
