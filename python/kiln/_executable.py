@@ -33,6 +33,7 @@ class Executable:
         self.arch: str = native.arch
         self._plan: Optional[dict] = None
         self.kernels: List[dict] = native.kernel_reports()
+        self._tactics: List[str] = native.kernel_tactics()  # (for kiln.torch.explain)
         self.workspace_bytes: int = native.workspace_bytes
         self._inputs: List[Tuple[str, Tuple[int, ...], str, Tuple[int, ...]]] = [
             (n, s.shape, s.dtype, s.strides) for n, s in graph.inputs.items()]

@@ -1403,7 +1403,7 @@ class Report:
         entry = {"name": name, "aten_ops": len(ops), "kiln_ops": graph._native.op_count,
                  "kernels": len(exe.kernels), "hash": graph.hash,
                  "kinds": [k["kind"] for k in exe.kernels], "flops": sum(map(node_flops, ops)),
-                 "tactics": [k["tactic"] for k in exe.kernels]}
+                 "tactics": list(exe._tactics)}
         if sizes_served:
             entry["sizes"] = sizes_served
             if sizes_served.startswith("per size"):

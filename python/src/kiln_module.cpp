@@ -451,9 +451,16 @@ nb::list kernel_reports(const PyExecutable& self) {
     d["cache_hit"] = r.cache_hit;
     d["ms"] = r.milliseconds;
     d["tuning"] = r.tuning;
-    d["tactic"] = r.tactic;
     out.append(d);
   }
+  return out;
+}
+
+// Each kernel's tactic ("wgmma", "cublasLt"; "" for kinds built one way), for
+// kiln.torch.explain (the kernel reports keep python.md's keys).
+nb::list kernel_tactics(const PyExecutable& self) {
+  nb::list out;
+  for (const KernelReport& r : self.exe.report()) out.append(r.tactic);
   return out;
 }
 
@@ -559,6 +566,7 @@ NB_MODULE(_kiln, m) {
              return *bytes;
            })
       .def("kernel_reports", &kernel_reports)
+      .def("kernel_tactics", &kernel_tactics)
       .def("output_storage_dtypes", [](const PyExecutable& e) {
         // The dtype each output is stored in (graph-format.md rule 4: unrounded results are f32).
         nb::list out;
