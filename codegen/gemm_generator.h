@@ -205,6 +205,8 @@ class GemmGenerator : public KernelBuilder {
     const ir::Op& anchor;
     const Gemm& gm;
     std::optional<Mma> kind;
+    std::optional<VendorGemm> vendor;  // the cuBLASLt call that computes it (vendor_gemm), else
+    std::string vendor_why;            // why there is none
   };
   using GemmTactic = Tactic<GemmGenerator, TacticInput>;
   // In order of preference: cuBLASLt (where the rule or the tuning picks
@@ -220,7 +222,7 @@ class GemmGenerator : public KernelBuilder {
   std::optional<VendorGemm> vendor_gemm(const ir::Op& anchor, const Gemm& gm, const std::optional<Mma>& kind,
                                         std::string& why) const;
   // The kernel as that call (GeneratedKernel::library), with its workspace.
-  void gemm_vendor(const ir::Op& anchor, VendorGemm call);
+  void gemm_vendor(VendorGemm call);
   // Tuning::vendor as asked for this kernel (gemm() takes it out of the
   // tuning kiln's own tactics see).
   int vendor_wanted_ = 0;

@@ -19,8 +19,7 @@ using Input = GemmGenerator::TacticInput;
 // says it is faster; anywhere it can with --autotune's measured choice or
 // KILN_VENDOR=always.
 std::optional<std::string> cublaslt_fits(const GemmGenerator& gen, const Input& in) {
-  std::string why;
-  if (!gen.vendor_gemm(in.anchor, in.gm, in.kind, why)) return why;
+  if (!in.vendor) return in.vendor_why;
   if (gen.vendor_wanted_ == Tuning::kCublasLt || gen.vendors().always) return std::nullopt;
   if (gen.vendor_wanted_ == Tuning::kOwn) return "the tuning chose kiln's own kernel";
   // bench/vendor_gemm.py (H100, v0.36): f32 operands in full f32 took
@@ -33,8 +32,7 @@ std::optional<std::string> cublaslt_fits(const GemmGenerator& gen, const Input& 
 }
 
 Emitted cublaslt_emit(GemmGenerator& gen, const Input& in) {
-  std::string why;
-  gen.gemm_vendor(in.anchor, *gen.vendor_gemm(in.anchor, in.gm, in.kind, why));
+  gen.gemm_vendor(*in.vendor);
   return gen.take();
 }
 
@@ -87,11 +85,11 @@ std::span<const GemmGenerator::GemmTactic> GemmGenerator::tactics() { return kTa
 // A kernel cuBLASLt can take offers both to the tuning (Tuning::vendor):
 // the heuristic's choice first, then the other.
 auto GemmGenerator::gemm(const ir::Op& anchor, const Gemm& gm) -> Emitted {
-  const TacticInput in{anchor, gm, mma_kind(anchor)};
+  TacticInput in{anchor, gm, mma_kind(anchor), std::nullopt, {}};
+  in.vendor = vendor_gemm(anchor, gm, in.kind, in.vendor_why);
   vendor_wanted_ = wanted_.vendor;
   wanted_.vendor = 0;  // kiln's own tactics choose among their own tunings
-  std::string why;
-  const bool vendor_can = vendor_gemm(anchor, gm, in.kind, why).has_value();
+  const bool vendor_can = in.vendor.has_value();
   GeneratedKernel k = first_fitting(tactics(), *this, in, out_.tactics).emit(*this, in);
   if (vendor_can) {
     const Tuning vendor{.vendor = Tuning::kCublasLt}, own{.vendor = Tuning::kOwn};

@@ -135,25 +135,20 @@ std::optional<VendorGemm> GemmGenerator::vendor_gemm(const ir::Op& anchor, const
   if (!vendor_type(v.d.dtype) || (v.a.dtype == DType::f32 && v.d.dtype != DType::f32) ||
       (v.a.dtype != DType::f32 && v.d.dtype != v.a.dtype && v.d.dtype != DType::f32))
     return why = fmt::format("a {} product of {} operands", to_string(v.d.dtype), to_string(v.a.dtype)), std::nullopt;
-  // The arguments that hold them (KernelBuilder::externals made one per tensor read or written).
-  auto arg_of = [&](ir::TensorId t, bool written) {
-    for (size_t i = 0; i < out_.args.size(); ++i) {
-      const KernelArg& a = out_.args[i];
-      const bool writes = a.role == KernelArg::Role::Output || (a.role == KernelArg::Role::Intermediate && writes_.count(t));
-      if (a.tensor == t && (a.role == KernelArg::Role::Input || a.role == KernelArg::Role::Intermediate ||
-                            a.role == KernelArg::Role::Output) && writes == written)
-        return static_cast<int>(i);
-    }
+  // The arguments that hold them: KernelBuilder::externals made one per tensor the kernel reads or writes.
+  auto arg_of = [&](ir::TensorId t) {
+    for (size_t i = 0; i < out_.args.size(); ++i)
+      if (out_.args[i].tensor == t && out_.args[i].role != KernelArg::Role::TensorMap) return static_cast<int>(i);
     return -1;
   };
-  v.a.arg = arg_of(*tensor_behind(strided_in_memory(anchor.inputs[0])->pointer), false);
-  v.b.arg = arg_of(*tensor_behind(strided_in_memory(anchor.inputs[1])->pointer), false);
-  v.d.arg = arg_of(product, true);
+  v.a.arg = arg_of(*tensor_behind(strided_in_memory(anchor.inputs[0])->pointer));
+  v.b.arg = arg_of(*tensor_behind(strided_in_memory(anchor.inputs[1])->pointer));
+  v.d.arg = arg_of(product);
   KILN_INTERNAL_CHECK(v.a.arg >= 0 && v.b.arg >= 0 && v.d.arg >= 0);
   return v;
 }
 
-void GemmGenerator::gemm_vendor(const ir::Op& anchor, VendorGemm v) {
+void GemmGenerator::gemm_vendor(VendorGemm v) {
   // cuBLASLt's scratch, one for every such kernel of the program (they run one after another).
   constexpr int64_t kWorkspaceBytes = int64_t{32} << 20;
   workspace_param("cublasLt.workspace", kWorkspaceBytes / 4, 0, false);
@@ -167,7 +162,6 @@ void GemmGenerator::gemm_vendor(const ir::Op& anchor, VendorGemm v) {
   out_.canonical = call + "\n";
   decided(call);
   out_.library = std::move(v);
-  (void)anchor;
 }
 
 }  // namespace kiln::codegen
