@@ -5,7 +5,8 @@
 // Expects: a matmul kernel's GEMM view; the program's VendorLibraries.
 // Guarantees: a description only for a kernel that is the matmul alone (its
 // operands read through views from memory, its one written tensor the
-// product, no prologue or epilogue op), at integer sizes, whose operands
+// product or a reshape of it, no prologue or epilogue op), at integer
+// sizes, whose operands
 // cuBLASLt reads as stored: both bf16, both f16, or both f32 (in full f32,
 // or TF32 where the matmul's precision says so), each with one of its two
 // inner strides 1 and its batches one stride apart (or broadcast). The
@@ -82,8 +83,10 @@ std::optional<VendorGemm> GemmGenerator::vendor_gemm(const ir::Op& anchor, const
                                detail::quoted(g_.result(op).name)),
              std::nullopt;
   }
-  if (k_.writes.size() != 1 || k_.writes[0] != product)
+  // What it writes: the product, or the product reshaped (the same elements in the same order).
+  if (k_.writes.size() != 1 || (k_.writes[0] != product && !same_linear_order(product, k_.writes[0])))
     return why = "the kernel writes more than the matmul's product", std::nullopt;
+  const ir::TensorId written = k_.writes[0];
 
   VendorGemm v;
   v.m = gm.m, v.n = gm.n, v.k = gm.k, v.batches = gm.batches;
@@ -130,7 +133,7 @@ std::optional<VendorGemm> GemmGenerator::vendor_gemm(const ir::Op& anchor, const
   } else if (!kind || mma_storage(*kind) != v.a.dtype) {
     return why = "no exact tensor-core product of these operands", std::nullopt;
   }
-  v.d = {.arg = -1, .dtype = storage_dtype(result), .row_stride = v.n, .column_stride = 1,
+  v.d = {.arg = -1, .dtype = storage_dtype(g_.tensor(written)), .row_stride = v.n, .column_stride = 1,
          .batch_stride = v.batches > 1 ? v.m * v.n : 0, .offset = 0};
   if (!vendor_type(v.d.dtype) || (v.a.dtype == DType::f32 && v.d.dtype != DType::f32) ||
       (v.a.dtype != DType::f32 && v.d.dtype != v.a.dtype && v.d.dtype != DType::f32))
@@ -143,7 +146,7 @@ std::optional<VendorGemm> GemmGenerator::vendor_gemm(const ir::Op& anchor, const
   };
   v.a.arg = arg_of(*tensor_behind(strided_in_memory(anchor.inputs[0])->pointer));
   v.b.arg = arg_of(*tensor_behind(strided_in_memory(anchor.inputs[1])->pointer));
-  v.d.arg = arg_of(product);
+  v.d.arg = arg_of(written);
   KILN_INTERNAL_CHECK(v.a.arg >= 0 && v.b.arg >= 0 && v.d.arg >= 0);
   return v;
 }

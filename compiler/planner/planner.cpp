@@ -849,11 +849,12 @@ class Planner {
       const Group& r = group(rid);
       const OpKind kind = g_.ops[static_cast<size_t>(oi)].kind;
       if (!(pointwise_like(kind) || is_view(kind) || kind == OpKind::Concat) || r.kind == KernelKind::Attention || r.holds_rows ||
-          full(rid, cone->size())) {
+          full(rid, cone->size()) || !why_vendor_alone(r).empty()) {
         for (auto [other, reader] : users)
           if (auto it = reasons_.find({t, reader}); it != reasons_.end())
-            append_once(it->second, fmt::format("; not recomputed here: '{}' ({}) reads it in a {} kernel",
-                                                g_.result(g_.ops[static_cast<size_t>(oi)]).name, op_name(kind), to_string(r.kind)));
+            append_once(it->second, fmt::format("; not recomputed here: '{}' ({}) reads it in a {} kernel{}",
+                                                g_.result(g_.ops[static_cast<size_t>(oi)]).name, op_name(kind), to_string(r.kind),
+                                                why_vendor_alone(r).empty() ? "" : " that cuBLASLt computes"));
         return;
       }
       into.insert(rid);

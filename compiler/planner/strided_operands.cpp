@@ -1,6 +1,7 @@
 // Strided operands written once by a copy kernel (strided_operands.h).
 #include "compiler/planner/strided_operands.h"
 
+#include <algorithm>
 #include <limits>
 #include <vector>
 
@@ -97,10 +98,17 @@ const Op* matmul_behind(const Graph& g, TensorId t) {
   return nullptr;
 }
 
-// Strides of `op`'s result (a reshape, slice or transpose) from its
-// input's; nullopt where a reshape would need a copy.
+// Strides of `op`'s result (a reshape, slice, expand or transpose) from
+// its input's; nullopt where a reshape would need a copy.
 std::optional<Strides> view_strides(const Graph& g, const Op& op, const Strides& from) {
-  if (op.kind == OpKind::Reshape) return reshaped_strides(g.operand(op, 0).shape, from, g.result(op).shape);
+  const Shape &in = g.operand(op, 0).shape, &out_shape = g.result(op).shape;
+  if (op.kind == OpKind::Reshape) return reshaped_strides(in, from, out_shape);
+  if (op.kind == OpKind::Expand) {  // new leading dims and size-1 ones repeat: stride 0
+    const size_t lead = out_shape.size() - in.size();
+    Strides out(out_shape.size(), 0);
+    for (size_t d = 0; d < in.size(); ++d) out[lead + d] = in[d] == 1 && out_shape[lead + d] != 1 ? 0 : from[d];
+    return out;
+  }
   Strides out = from;
   if (op.kind == OpKind::Slice) {
     out[static_cast<size_t>(op.attrs.axis)] *= op.attrs.step;
@@ -118,7 +126,8 @@ std::optional<Strides> strides_through_views(const Graph& g, TensorId t) {
   if (tensor.kind != TensorKind::OpResult) return tensor.strides;
   const Op& op = g.ops[static_cast<size_t>(tensor.producer)];
   if (op_info(op.kind).family != OpFamily::View) return contiguous_strides(tensor.shape);
-  if (op.kind != OpKind::Transpose && op.kind != OpKind::Reshape && op.kind != OpKind::Slice) return std::nullopt;
+  if (op.kind != OpKind::Transpose && op.kind != OpKind::Reshape && op.kind != OpKind::Slice && op.kind != OpKind::Expand)
+    return std::nullopt;
   const std::optional<Strides> from = strides_through_views(g, op.inputs[0]);
   return from ? view_strides(g, op, *from) : std::nullopt;
 }
@@ -143,29 +152,35 @@ bool one_strided_matrix(const Shape& shape, const Strides& strides) {
   return true;
 }
 
-// A matmul operand read through reshapes and slices of a transpose that
-// cuBLASLt cannot read in place (a reshape needs a copy, or the result is
-// no matrix of one batch stride): the transpose's result (q, k and v
-// sliced from one transposed projection share its copy).
+// The strides a chain of views (innermost first) gives a tensor of `shape`
+// laid out with `strides`; nullopt where a reshape would need a copy.
+std::optional<Strides> through(const Graph& g, const std::vector<const Op*>& views, std::optional<Strides> strides) {
+  for (const Op* op : views)
+    if (strides) strides = view_strides(g, *op, *strides);
+  return strides;
+}
+
+// A matmul operand read through reshapes, slices and expands of a
+// transpose that cuBLASLt cannot read in place (a reshape needs a copy, or
+// the result is no matrix of one batch stride) but could were the
+// transpose written out: the transpose's result (q, k and v sliced from one
+// transposed projection share its copy).
 std::optional<TensorId> not_one_strided(const Graph& g, TensorId operand) {
-  std::vector<const Op*> reshapes;  // (and slices) outermost first
+  std::vector<const Op*> views;  // innermost last, reversed below
   TensorId at = operand;
-  for (const Op* op = producer_of(g, at); op && (op->kind == OpKind::Reshape || op->kind == OpKind::Slice);
-       op = producer_of(g, at)) {
-    reshapes.push_back(op);
+  for (const Op* op = producer_of(g, at);
+       op && (op->kind == OpKind::Reshape || op->kind == OpKind::Slice || op->kind == OpKind::Expand); op = producer_of(g, at)) {
+    views.push_back(op);
     at = op->inputs[0];
   }
+  std::reverse(views.begin(), views.end());
   const Op* transpose = producer_of(g, at);
   if (!transpose || transpose->kind != OpKind::Transpose) return std::nullopt;
-  std::optional<Strides> strides = strides_through_views(g, at);
-  if (!strides) return std::nullopt;  // another view behind it: left alone
-  Shape shape = g.tensor(at).shape;
-  for (auto it = reshapes.rbegin(); it != reshapes.rend(); ++it) {
-    strides = view_strides(g, **it, *strides);
-    if (!strides) return at;
-    shape = g.result(**it).shape;
-  }
-  if (one_strided_matrix(shape, *strides)) return std::nullopt;
+  const Shape& shape = g.tensor(operand).shape;
+  const std::optional<Strides> in_place = through(g, views, strides_through_views(g, at));
+  if (in_place && one_strided_matrix(shape, *in_place)) return std::nullopt;
+  const std::optional<Strides> copied = through(g, views, contiguous_strides(g.tensor(at).shape));
+  if (!copied || !one_strided_matrix(shape, *copied)) return std::nullopt;  // (a copy would not help: a broadcast)
   return at;
 }
 

@@ -361,6 +361,27 @@ TEST(VendorTactic, UnevenlyBatchedOperandsAreCopiedForCublasLt) {
   EXPECT_EQ(calls, 2) << ir::plan_to_text(ir_of(heads), hplan);
 }
 
+// As T5 writes them: q scaled by 1.0 (layout sinking writes the scaled q
+// once in the projection's order) and expanded to its own shape, then its
+// batch dims merged by a reshape; the product reshaped back as the output.
+// The copy follows the expand; the scale is not recomputed in the
+// vendor's kernel; the reshaped product is written by the call.
+TEST(VendorTactic, ExpandsScalesAndReshapedProductsStayCublasLts) {
+  const Graph g = graph(R"({"kiln": 1, "inputs": {"x": {"shape": [2, 16, 32], "dtype": "f32"}, "k": {"shape": [8, 8, 16], "dtype": "f32"}},
+    "ops": [{"op": "reshape", "in": ["x"], "out": "x4", "shape": [2, 16, 4, 8]}, {"op": "transpose", "in": ["x4"], "out": "q", "perm": [0, 2, 1, 3]},
+            {"op": "mul", "in": ["q", 1.0], "out": "qs"}, {"op": "expand", "in": ["qs"], "out": "qe", "shape": [2, 4, 16, 8]},
+            {"op": "reshape", "in": ["qe"], "out": "q3", "shape": [8, 16, 8]}, {"op": "matmul", "in": ["q3", "k"], "out": "s"},
+            {"op": "reshape", "in": ["s"], "out": "s4", "shape": [2, 4, 16, 16]}], "outputs": ["s4"]})");
+  const ir::Plan plan = ir::plan_fusion(ir_of(g), {.sm = 90, .cublaslt_f32_matmuls = true});
+  const codegen::GeneratedProgram p = codegen::generate_program(ir_of(g), plan, 90, {}, nullptr, kCublasLt);
+  int calls = 0;
+  for (const codegen::GeneratedKernel& k : p.kernels) {
+    calls += k.library.has_value();
+    if (!k.tactics.empty() && !k.library) ADD_FAILURE() << k.tactics.rejected.at(0).reason << "\n" << ir::plan_to_text(ir_of(g), plan);
+  }
+  EXPECT_EQ(calls, 1);
+}
+
 // Over random graphs: every kernel the cuBLASLt tactic takes describes a
 // call its own checks accept (the ones a recipe read back must pass), with
 // its pointers the kernel's arguments in their roles.
