@@ -15,27 +15,10 @@
 #include <fmt/format.h>
 
 #include "codegen/gemm_generator.h"
+#include "compiler/strides.h"
 
 namespace kiln::codegen {
 namespace {
-
-// The strides of batch dims `sizes` (of the result's batch shape) collapsed
-// into one: the stride between consecutive linear batch indices, or
-// nullopt when the batches are not evenly spaced (0 where all broadcast).
-std::optional<int64_t> one_batch_stride(const Shape& sizes, const Strides& strides) {
-  std::optional<int64_t> step;  // the stride of the innermost batch dim of more than one
-  int64_t span = 1;            // consecutive batches so far, innermost first
-  for (size_t d = sizes.size(); d-- > 0;) {
-    if (sizes[d] == 1) continue;
-    if (!step) {
-      step = strides[d];
-    } else if (strides[d] != *step * span) {
-      return std::nullopt;
-    }
-    span *= sizes[d];
-  }
-  return step.value_or(0);
-}
 
 bool vendor_type(DType t) { return t == DType::bf16 || t == DType::f16 || t == DType::f32; }
 
@@ -102,22 +85,18 @@ std::optional<VendorGemm> GemmGenerator::vendor_gemm(const ir::Op& anchor, const
     const size_t rank = shape.size();
     x.dtype = e->storage;
     x.offset = e->offset;
-    x.row_stride = e->strides[rank - 2];
-    x.column_stride = e->strides[rank - 1];
-    const int64_t rows = shape[rank - 2], columns = shape[rank - 1];
-    // A dimension of one element has no stride to speak of: the other's layout decides.
-    if (columns == 1) x.column_stride = 1;
-    if (rows == 1) x.row_stride = x.column_stride == 1 ? columns : 1;
-    const bool row_major = x.column_stride == 1 && x.row_stride >= columns;
-    const bool column_major = x.row_stride == 1 && x.column_stride >= rows;
-    if (!row_major && !column_major)
+    const std::optional<ir::BlasMatrix> layout =
+        ir::blas_matrix(shape[rank - 2], shape[rank - 1], e->strides[rank - 2], e->strides[rank - 1]);
+    if (!layout)
       return why = fmt::format("{} ({}) is laid out with strides {} and {}: neither of its inner dimensions is contiguous", name,
                                detail::quoted(g_.tensor(t).name), e->strides[rank - 2], e->strides[rank - 1]),
              false;
+    x.row_stride = layout->row_stride;
+    x.column_stride = layout->column_stride;
     Strides strides(batch_shape.size(), 0);  // along the result's batch dims: 0 where the operand broadcasts
     for (size_t d = 0; d + 2 < rank; ++d)     // (its batch dims right-aligned with the result's)
       if (shape[d] != 1) strides[batch_shape.size() - (rank - 2) + d] = e->strides[d];
-    const std::optional<int64_t> batch = one_batch_stride(batch_shape, strides);
+    const std::optional<int64_t> batch = ir::one_stride(batch_shape, strides);
     if (!batch) return why = fmt::format("{} ({})'s batches are not evenly spaced in memory", name, detail::quoted(g_.tensor(t).name)), false;
     x.batch_stride = *batch;
     return true;

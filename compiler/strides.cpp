@@ -38,4 +38,26 @@ std::optional<Strides> reshaped_strides(const Shape& from, const Strides& stride
 }
 
 
+std::optional<int64_t> one_stride(const Shape& sizes, const Strides& strides) {
+  std::optional<int64_t> step;  // the stride of the innermost dim of more than one element
+  int64_t span = 1;            // consecutive indices so far, innermost first
+  for (size_t d = sizes.size(); d-- > 0;) {
+    if (sizes[d] == 1) continue;
+    if (!step)
+      step = strides[d];
+    else if (strides[d] != *step * span)
+      return std::nullopt;
+    span *= sizes[d];
+  }
+  return step.value_or(0);
+}
+
+std::optional<BlasMatrix> blas_matrix(int64_t rows, int64_t columns, int64_t row_stride, int64_t column_stride) {
+  if (columns == 1) column_stride = 1;
+  if (rows == 1) row_stride = column_stride == 1 ? columns : 1;
+  if (column_stride == 1 && row_stride >= columns) return BlasMatrix{row_stride, 1};
+  if (row_stride == 1 && column_stride >= rows) return BlasMatrix{1, column_stride};
+  return std::nullopt;
+}
+
 }  // namespace kiln::ir

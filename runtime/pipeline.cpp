@@ -174,7 +174,10 @@ Expected<Target> compile_target(const Graph& graph, const CompileOptions& option
   if (std::string problem = arch_problem(target.arch); !problem.empty()) return Error{ErrorCode::InvalidInput, problem};
   target.fuse = options.fuse;
   const std::shared_ptr<const Options> settings = current_options();
-  target.vendors = vendor_libraries(*settings);
+  // (cuBLASLt is loaded, hundreds of MiB, only for a graph that has a matmul for it)
+  const auto& ops = ir_of(graph).ops;
+  if (std::any_of(ops.begin(), ops.end(), [](const ir::Op& op) { return op.kind == ir::OpKind::Matmul; }))
+    target.vendors = vendor_libraries(*settings);
   // (a program that calls cuBLASLt is another program than one that does not)
   const std::string vendors = target.vendors.always ? "+cublasLt-always" : target.vendors.cublaslt ? "+cublasLt" : "";
   target.program_key = program_key(graph.to_json(), target.arch + vendors, options.fuse);

@@ -848,13 +848,14 @@ class Planner {
     for (auto [rid, oi] : users) {  // pointwise readers (or views, folded into their readers' indexing)
       const Group& r = group(rid);
       const OpKind kind = g_.ops[static_cast<size_t>(oi)].kind;
+      const bool vendor = !why_vendor_alone(r).empty();
       if (!(pointwise_like(kind) || is_view(kind) || kind == OpKind::Concat) || r.kind == KernelKind::Attention || r.holds_rows ||
-          full(rid, cone->size()) || !why_vendor_alone(r).empty()) {
+          full(rid, cone->size()) || vendor) {
         for (auto [other, reader] : users)
           if (auto it = reasons_.find({t, reader}); it != reasons_.end())
             append_once(it->second, fmt::format("; not recomputed here: '{}' ({}) reads it in a {} kernel{}",
                                                 g_.result(g_.ops[static_cast<size_t>(oi)]).name, op_name(kind), to_string(r.kind),
-                                                why_vendor_alone(r).empty() ? "" : " that cuBLASLt computes"));
+                                                vendor ? " that cuBLASLt computes" : ""));
         return;
       }
       into.insert(rid);

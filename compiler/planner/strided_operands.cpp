@@ -12,20 +12,40 @@
 namespace kiln::ir::planner {
 namespace {
 
-// The element strides operand `t` has in memory, read through its chain of
-// transposes from a tensor that is not a view; nullopt where another view
-// (a reshape, slice or expand) stands in the chain.
-std::optional<Strides> strides_through_transposes(const Graph& g, TensorId t) {
+// Strides of `op`'s result (a reshape, slice, expand or transpose) from
+// its input's; nullopt where a reshape would need a copy.
+std::optional<Strides> view_strides(const Graph& g, const Op& op, const Strides& from) {
+  const Shape &in = g.operand(op, 0).shape, &out_shape = g.result(op).shape;
+  if (op.kind == OpKind::Reshape) return reshaped_strides(in, from, out_shape);
+  if (op.kind == OpKind::Expand) {  // new leading dims and size-1 ones repeat: stride 0
+    const size_t lead = out_shape.size() - in.size();
+    Strides out(out_shape.size(), 0);
+    for (size_t d = 0; d < in.size(); ++d) out[lead + d] = in[d] == 1 && out_shape[lead + d] != 1 ? 0 : from[d];
+    return out;
+  }
+  Strides out = from;
+  if (op.kind == OpKind::Slice) {
+    out[static_cast<size_t>(op.attrs.axis)] *= op.attrs.step;
+    return out;
+  }
+  for (size_t d = 0; d < out.size(); ++d) out[d] = from[static_cast<size_t>(op.attrs.perm[d])];
+  return out;
+}
+
+// The element strides `t` has in memory, read through views from a tensor
+// that is not one: transposes alone where `transposes_only`, else
+// transposes, reshapes, slices and expands; nullopt where another view
+// stands in the chain or a reshape would need a copy.
+std::optional<Strides> strides_through_views(const Graph& g, TensorId t, bool transposes_only = false) {
   const Tensor& tensor = g.tensor(t);
   if (tensor.kind != TensorKind::OpResult) return tensor.strides;
   const Op& op = g.ops[static_cast<size_t>(tensor.producer)];
   if (op_info(op.kind).family != OpFamily::View) return contiguous_strides(tensor.shape);
-  if (op.kind != OpKind::Transpose) return std::nullopt;
-  const std::optional<Strides> from = strides_through_transposes(g, op.inputs[0]);
-  if (!from) return std::nullopt;
-  Strides out(op.attrs.perm.size());
-  for (size_t d = 0; d < out.size(); ++d) out[d] = (*from)[static_cast<size_t>(op.attrs.perm[d])];
-  return out;
+  const bool followed = op.kind == OpKind::Transpose || (!transposes_only && (op.kind == OpKind::Reshape || op.kind == OpKind::Slice ||
+                                                                              op.kind == OpKind::Expand));
+  if (!followed) return std::nullopt;
+  const std::optional<Strides> from = strides_through_views(g, op.inputs[0], transposes_only);
+  return from ? view_strides(g, op, *from) : std::nullopt;
 }
 
 // Whether `strides` (of `shape`) lay the tensor out as rows: every
@@ -66,7 +86,7 @@ std::optional<TensorId> transposed_rows(const Graph& g, TensorId operand) {
   if (!reshape || reshape->kind != OpKind::Reshape) return std::nullopt;
   const std::optional<TensorId> source = transpose_behind(g, operand, 1);
   if (!source || g.tensor(*source).shape.size() < 3) return std::nullopt;
-  const std::optional<Strides> strides = strides_through_transposes(g, *source);
+  const std::optional<Strides> strides = strides_through_views(g, *source, /*transposes_only=*/true);
   if (!strides || rows_in_memory(g.tensor(*source).shape, *strides)) return std::nullopt;
   return source;
 }
@@ -81,7 +101,7 @@ struct StridedTranspose {
 std::optional<StridedTranspose> transposed_mask(const Graph& g, TensorId mask) {
   const std::optional<TensorId> t = transpose_behind(g, mask, std::numeric_limits<int>::max());
   if (!t || g.tensor(*t).shape.back() == 1) return std::nullopt;
-  const std::optional<Strides> strides = strides_through_transposes(g, *t);
+  const std::optional<Strides> strides = strides_through_views(g, *t, /*transposes_only=*/true);
   if (!strides || strides->back() == 1) return std::nullopt;
   return StridedTranspose{*t, strides->back()};
 }
@@ -98,58 +118,13 @@ const Op* matmul_behind(const Graph& g, TensorId t) {
   return nullptr;
 }
 
-// Strides of `op`'s result (a reshape, slice, expand or transpose) from
-// its input's; nullopt where a reshape would need a copy.
-std::optional<Strides> view_strides(const Graph& g, const Op& op, const Strides& from) {
-  const Shape &in = g.operand(op, 0).shape, &out_shape = g.result(op).shape;
-  if (op.kind == OpKind::Reshape) return reshaped_strides(in, from, out_shape);
-  if (op.kind == OpKind::Expand) {  // new leading dims and size-1 ones repeat: stride 0
-    const size_t lead = out_shape.size() - in.size();
-    Strides out(out_shape.size(), 0);
-    for (size_t d = 0; d < in.size(); ++d) out[lead + d] = in[d] == 1 && out_shape[lead + d] != 1 ? 0 : from[d];
-    return out;
-  }
-  Strides out = from;
-  if (op.kind == OpKind::Slice) {
-    out[static_cast<size_t>(op.attrs.axis)] *= op.attrs.step;
-    return out;
-  }
-  for (size_t d = 0; d < out.size(); ++d) out[d] = from[static_cast<size_t>(op.attrs.perm[d])];
-  return out;
-}
-
-// The element strides `t` has in memory, read through transposes, slices
-// and reshapes from a tensor that is not a view; nullopt where another view
-// (an expand) stands in the chain or a reshape would need a copy.
-std::optional<Strides> strides_through_views(const Graph& g, TensorId t) {
-  const Tensor& tensor = g.tensor(t);
-  if (tensor.kind != TensorKind::OpResult) return tensor.strides;
-  const Op& op = g.ops[static_cast<size_t>(tensor.producer)];
-  if (op_info(op.kind).family != OpFamily::View) return contiguous_strides(tensor.shape);
-  if (op.kind != OpKind::Transpose && op.kind != OpKind::Reshape && op.kind != OpKind::Slice && op.kind != OpKind::Expand)
-    return std::nullopt;
-  const std::optional<Strides> from = strides_through_views(g, op.inputs[0]);
-  return from ? view_strides(g, op, *from) : std::nullopt;
-}
-
 // Whether cuBLASLt reads a matrix operand of `shape` laid out with
 // `strides` in place: one of its two inner dims stride 1 (the other at
 // least as far apart as that dim is long), its batch dims one stride apart.
 bool one_strided_matrix(const Shape& shape, const Strides& strides) {
   const size_t rank = shape.size();
-  if (rank < 2) return false;
-  const int64_t rows = shape[rank - 2], columns = shape[rank - 1];
-  const int64_t rs = rows == 1 ? columns : strides[rank - 2], cs = columns == 1 ? 1 : strides[rank - 1];
-  if (!(cs == 1 && rs >= columns) && !(rs == 1 && cs >= rows)) return false;
-  std::optional<int64_t> step;
-  int64_t span = 1;
-  for (size_t d = rank - 2; d-- > 0;) {
-    if (shape[d] == 1) continue;
-    if (!step) step = strides[d];
-    else if (strides[d] != *step * span) return false;
-    span *= shape[d];
-  }
-  return true;
+  return rank >= 2 && blas_matrix(shape[rank - 2], shape[rank - 1], strides[rank - 2], strides[rank - 1]) &&
+         one_stride(Shape(shape.begin(), shape.end() - 2), Strides(strides.begin(), strides.end() - 2));
 }
 
 // The strides a chain of views (innermost first) gives a tensor of `shape`
@@ -232,7 +207,7 @@ std::map<TensorId, std::string> strided_operands(const Graph& g, bool cublaslt_f
       const TensorId t = op.inputs[slot];
       const Tensor& operand = g.tensor(t);
       if (!transpose_behind(g, t, 0)) continue;
-      const std::optional<Strides> strides = strides_through_transposes(g, t);
+      const std::optional<Strides> strides = strides_through_views(g, t, /*transposes_only=*/true);
       if (!strides || operand.shape[3] == 1 || (*strides)[3] == 1) continue;
       out.emplace(t, fmt::format("'{}' is written once in channels-last order by a copy: read through its transpose, "
                                  "its channels lie {} elements apart and conv '{}' would load it element by element",

@@ -182,18 +182,24 @@ def test_a_constant_of_many_values_is_an_input():
     all_in_kiln(check(lambda x: x * torch.tensor(values), X(2, 300)))
 
 
+def swin_mask(x):
+    """torchvision's shifted-window attention mask for 2 x 2 windows of 4 x 4, built in the forward from
+    slices of zeros (x gives its device and dtype)."""
+    mask = x.new_zeros((8, 8))
+    count = 0
+    for h in ((0, -4), (-4, -2), (-2, None)):
+        for w in ((0, -4), (-4, -2), (-2, None)):
+            mask[h[0]:h[1], w[0]:w[1]] = count
+            count += 1
+    mask = mask.view(2, 4, 2, 4).permute(0, 2, 1, 3).reshape(4, 16)
+    mask = mask.unsqueeze(1) - mask.unsqueeze(2)
+    return mask.masked_fill(mask != 0, -100.0).masked_fill(mask == 0, 0.0)
+
+
 def test_the_swin_attention_mask():
     # torchvision's shifted-window attention mask, built in the forward from slices of zeros
     def fn(attn, x):
-        mask = x.new_zeros((8, 8))
-        count = 0
-        for h in ((0, -4), (-4, -2), (-2, None)):
-            for w in ((0, -4), (-4, -2), (-2, None)):
-                mask[h[0]:h[1], w[0]:w[1]] = count
-                count += 1
-        mask = mask.view(2, 4, 2, 4).permute(0, 2, 1, 3).reshape(4, 16)
-        mask = mask.unsqueeze(1) - mask.unsqueeze(2)
-        mask = mask.masked_fill(mask != 0, -100.0).masked_fill(mask == 0, 0.0)
+        mask = swin_mask(x)
         return torch.softmax(attn + mask.unsqueeze(1), -1)
     all_in_kiln(check(fn, X(4, 2, 16, 16), X(1, 8, 8, 3), exact=False))
 
@@ -297,15 +303,7 @@ def test_constants_on_the_cpu_join_the_gpu_subgraph():
 
 def test_the_swin_mask_on_cuda_is_one_subgraph():
     def fn(attn, x):
-        mask = x.new_zeros((8, 8))
-        count = 0
-        for h in ((0, -4), (-4, -2), (-2, None)):
-            for w in ((0, -4), (-4, -2), (-2, None)):
-                mask[h[0]:h[1], w[0]:w[1]] = count
-                count += 1
-        mask = mask.view(2, 4, 2, 4).permute(0, 2, 1, 3).reshape(4, 16)
-        mask = mask.unsqueeze(1) - mask.unsqueeze(2)
-        mask = mask.masked_fill(mask != 0, -100.0).masked_fill(mask == 0, 0.0)
+        mask = swin_mask(x)
         return torch.softmax(torch.roll(attn, (2, -2), (2, 3)) + mask.unsqueeze(1), -1)
     parts, report = partition_on_cuda(fn, X(4, 2, 16, 16), X(1, 8, 8, 3))
     assert len(parts) == 1 and report.left_to_pytorch == [], str(report)

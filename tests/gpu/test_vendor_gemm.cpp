@@ -134,8 +134,9 @@ TEST(GpuVendorGemm, EveryLayoutItTakesMatchesTheReference) {
   EXPECT_EQ(o.failed, 0);
 }
 
-// A launch under a CUDA graph's capture: no allocation, no synchronisation;
-// replays give the same result.
+// A program with a cuBLASLt call run twice on the same inputs: the call's
+// descriptors and algorithm, made at the first launch, give the same result
+// at the second.
 TEST(GpuVendorGemm, AProgramWithACallRunsTwiceAlike) {
   REQUIRE_CUBLASLT();
   VendorAlways always;
