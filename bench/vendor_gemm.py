@@ -22,6 +22,9 @@ import tempfile
 SHAPES = [
     ("gpt2 lm head", "bf16", "f32", 1, 4096, 50257, 768, True),
     ("llama lm head", "bf16", "f32", 1, 4096, 32000, 1024, True),
+    ("qwen2 lm head", "bf16", "f32", 1, 4096, 151936, 896, True),
+    ("llama-7b lm head", "bf16", "f32", 1, 4096, 32000, 4096, True),
+    ("gpt2 lm head b1", "bf16", "f32", 1, 512, 50257, 768, True),
     ("llama qkv", "bf16", "f32", 1, 4096, 2048, 1024, True),
     ("llama gate+up", "bf16", "f32", 1, 4096, 5632, 1024, True),
     ("llama down", "bf16", "f32", 1, 4096, 1024, 2816, True),
@@ -61,7 +64,11 @@ def main():
     ap.add_argument("--kiln", default="build-gpu/bin/kiln")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--json", dest="json_out")
+    ap.add_argument("--only", help="comma-separated words: the shapes whose names hold one of them")
     args = ap.parse_args()
+    if args.only:
+        words = args.only.split(",")
+        SHAPES[:] = [s for s in SHAPES if any(w in s[0] for w in words)]
     folder = tempfile.mkdtemp(prefix="kiln-vendor-gemm-")
     paths = []
     for i, (name, *shape) in enumerate(SHAPES):

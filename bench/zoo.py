@@ -468,6 +468,7 @@ def report(rows, args):
 def arguments(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", help="comma-separated names (a decoder's name selects its long-context row too)")
+    ap.add_argument("--no-long", action="store_true", help="without the decoders' long-context rows")
     ap.add_argument("--batch", type=int, help="every model at this batch")
     ap.add_argument("--batch-scale", type=float, help="every model's serving batch times this")
     ap.add_argument("--rounds", type=int, help="timing rounds (default 5; --quick 2)")
@@ -509,6 +510,8 @@ def main(argv=None):
         return first_call_child(args)
     try:
         specs = zoo_models.select(args.models)
+        if args.no_long:
+            specs = [s for s in specs if not s.long_context]
     except ValueError as e:
         sys.exit(str(e))
     if args.device == "cuda":

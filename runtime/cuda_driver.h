@@ -48,6 +48,7 @@ namespace kiln::runtime {
   KILN_CU(cuMemsetD8Async, "cuMemsetD8Async")          \
   KILN_CU(cuStreamSynchronize, "cuStreamSynchronize")  \
   KILN_CU(cuStreamGetCtx, "cuStreamGetCtx")            \
+  KILN_CU(cuStreamIsCapturing, "cuStreamIsCapturing")  \
   KILN_CU(cuEventCreate, "cuEventCreate")              \
   KILN_CU(cuEventRecord, "cuEventRecord")              \
   KILN_CU(cuEventSynchronize, "cuEventSynchronize")    \

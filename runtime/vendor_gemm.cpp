@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "runtime/cuda_driver.h"
+
 namespace kiln::runtime {
 namespace {
 
@@ -52,8 +54,8 @@ Expected<std::unique_ptr<VendorGemmCall>> VendorGemmCall::prepare(const codegen:
     return s.error();
   if (Status s = layout(c->d_, v.d, n, m, v.d.row_stride); !s) return s.error();
 
-  // The algorithms: the heuristic's first under each alignment.
-  auto pick = [&](uint32_t alignment, cublaslt::Algo& algo) -> Expected<bool> {
+  // The algorithms: the heuristic's candidates under each alignment.
+  auto pick = [&](uint32_t alignment, Algorithms& algos) -> Status {
     cublaslt::Preference preference = nullptr;
     if (Status s = c->make("cublasLtMatmulPreferenceCreate", l.preference_create(&preference)); !s) return s.error();
     const uint64_t bytes = static_cast<uint64_t>(v.workspace_bytes);
@@ -61,22 +63,19 @@ Expected<std::unique_ptr<VendorGemmCall>> VendorGemmCall::prepare(const codegen:
     for (int attribute : {cublaslt::kPrefMinAlignmentA, cublaslt::kPrefMinAlignmentB, cublaslt::kPrefMinAlignmentC,
                           cublaslt::kPrefMinAlignmentD})
       if (status == cublaslt::kSuccess) status = l.preference_set(preference, attribute, &alignment, sizeof alignment);
-    cublaslt::HeuristicResult result{};
+    cublaslt::HeuristicResult results[kCandidates]{};
     int found = 0;
     if (status == cublaslt::kSuccess)
-      status = l.heuristic(c->handle_, c->desc_, c->a_, c->b_, c->d_, c->d_, preference, 1, &result, &found);
+      status = l.heuristic(c->handle_, c->desc_, c->a_, c->b_, c->d_, c->d_, preference, kCandidates, results, &found);
     l.preference_destroy(preference);
-    if (Status s = c->make("cublasLtMatmulAlgoGetHeuristic", status); !s) return s.error();
-    if (found == 0 || result.state != cublaslt::kSuccess) return false;
-    algo = result.algo;
-    return true;
+    if (Status s = c->make("cublasLtMatmulAlgoGetHeuristic", status); !s) return s;
+    for (int i = 0; i < found && i < kCandidates; ++i)
+      if (results[i].state == cublaslt::kSuccess) algos.candidates.push_back(results[i].algo);
+    return {};
   };
-  Expected<bool> aligned = pick(16, c->aligned_);
-  if (!aligned) return aligned.error();
-  c->has_aligned_ = *aligned;
-  Expected<bool> unaligned = pick(static_cast<uint32_t>(byte_size(v.a.dtype)), c->unaligned_);
-  if (!unaligned) return unaligned.error();
-  if (!*unaligned)
+  if (Status s = pick(16, c->aligned_); !s) return s.error();
+  if (Status s = pick(static_cast<uint32_t>(byte_size(v.a.dtype)), c->unaligned_); !s) return s.error();
+  if (c->unaligned_.candidates.empty())
     return Error{ErrorCode::CompileOrDevice,
                  fmt::format("kernel {}: cuBLASLt has no algorithm for {} (compile with KILN_VENDOR=off for kiln's own kernels)",
                              plan_kernel, v.to_string())};
@@ -90,21 +89,64 @@ VendorGemmCall::~VendorGemmCall() {
   if (handle_) lt_.destroy(handle_);
 }
 
+Status VendorGemmCall::run(const Pointers& p, const cublaslt::Algo& algo, CUstream stream) const {
+  const float alpha = 1.0f, beta = 0.0f;
+  // cuBLASLt's A is kiln's B, its B kiln's A (Dᵀ = Bᵀ x Aᵀ); C is D (beta 0).
+  return make("cublasLtMatmul", lt_.matmul(handle_, desc_, &alpha, p.b, a_, p.a, b_, &beta, p.d, d_, p.d, d_, &algo,
+                                           p.workspace, static_cast<size_t>(call_.workspace_bytes), stream));
+}
+
+Expected<const cublaslt::Algo*> VendorGemmCall::algorithm(const Algorithms& algos, const Pointers& p, CUstream stream) const {
+  if (const int chosen = algos.chosen.load(std::memory_order_acquire); chosen >= 0) return &algos.candidates[chosen];
+  const cublaslt::Algo* first = &algos.candidates.front();
+  const Driver* cu = loaded_driver();
+  CUstreamCaptureStatus capturing = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (algos.candidates.size() == 1 || !cu || cu->cuStreamIsCapturing(stream, &capturing) != CUDA_SUCCESS ||
+      capturing != CU_STREAM_CAPTURE_STATUS_NONE)
+    return algos.candidates.size() == 1 ? (algos.chosen.store(0, std::memory_order_release), first) : first;
+  std::lock_guard<std::mutex> lock(timing_);
+  if (const int chosen = algos.chosen.load(std::memory_order_acquire); chosen >= 0) return &algos.candidates[chosen];
+  CUevent start = nullptr, stop = nullptr;
+  if (Status s = check(cu->cuEventCreate(&start, CU_EVENT_DEFAULT), "cuEventCreate"); !s) return s.error();
+  if (Status s = check(cu->cuEventCreate(&stop, CU_EVENT_DEFAULT), "cuEventCreate"); !s) {
+    cu->cuEventDestroy(start);
+    return s.error();
+  }
+  int best = -1;
+  float best_ms = 0;
+  Status first_failure;
+  for (size_t i = 0; i < algos.candidates.size(); ++i) {
+    Status s = run(p, algos.candidates[i], stream);  // (once untimed: the algorithm's first load)
+    if (s) s = check(cu->cuEventRecord(start, stream), "cuEventRecord");
+    for (int r = 0; r < kTimedRuns && s; ++r) s = run(p, algos.candidates[i], stream);
+    if (s) s = check(cu->cuEventRecord(stop, stream), "cuEventRecord");
+    if (s) s = check(cu->cuEventSynchronize(stop), "timing cuBLASLt's algorithms");
+    float ms = 0;
+    if (s) s = check(cu->cuEventElapsedTime(&ms, start, stop), "cuEventElapsedTime");
+    if (!s) {  // (an algorithm the heuristic offered that does not run here: the next)
+      if (first_failure) first_failure = s;  // (the first failure: reported if none runs)
+      continue;
+    }
+    if (best < 0 || ms < best_ms) best = static_cast<int>(i), best_ms = ms;
+  }
+  cu->cuEventDestroy(start);
+  cu->cuEventDestroy(stop);
+  if (best < 0) return first_failure.error();
+  algos.chosen.store(best, std::memory_order_release);
+  return &algos.candidates[static_cast<size_t>(best)];
+}
+
 Status VendorGemmCall::launch(const CUdeviceptr* args, CUstream stream) const {
   auto at = [&](const codegen::VendorGemm::Matrix& x) {
     return args[x.arg] + static_cast<CUdeviceptr>(x.offset * byte_size(x.dtype));
   };
   const CUdeviceptr a = at(call_.a), b = at(call_.b), d = at(call_.d);
-  const bool aligned = has_aligned_ && a % 16 == 0 && b % 16 == 0 && d % 16 == 0;
-  const float alpha = 1.0f, beta = 0.0f;
-  const auto* pa = reinterpret_cast<const void*>(a);
-  const auto* pb = reinterpret_cast<const void*>(b);
-  auto* pd = reinterpret_cast<void*>(d);
-  auto* workspace = reinterpret_cast<void*>(args[call_.workspace_arg]);
-  // cuBLASLt's A is kiln's B, its B kiln's A (Dᵀ = Bᵀ x Aᵀ); C is D (beta 0).
-  return make("cublasLtMatmul", lt_.matmul(handle_, desc_, &alpha, pb, a_, pa, b_, &beta, pd, d_, pd, d_,
-                                           aligned ? &aligned_ : &unaligned_, workspace,
-                                           static_cast<size_t>(call_.workspace_bytes), stream));
+  const bool aligned = !aligned_.candidates.empty() && a % 16 == 0 && b % 16 == 0 && d % 16 == 0;
+  const Pointers p{reinterpret_cast<const void*>(a), reinterpret_cast<const void*>(b), reinterpret_cast<void*>(d),
+                   reinterpret_cast<void*>(args[call_.workspace_arg])};
+  Expected<const cublaslt::Algo*> algo = algorithm(aligned ? aligned_ : unaligned_, p, stream);
+  if (!algo) return algo.error();
+  return run(p, **algo, stream);
 }
 
 }  // namespace kiln::runtime

@@ -1,8 +1,18 @@
 // A matmul kernel that cuBLASLt runs (codegen::VendorGemm), made ready in
 // one CUDA context: its descriptors, and the algorithms cuBLASLt's
-// heuristic picks for it, once; each launch then is one cublasLtMatmul on
+// heuristic offers for it, once; each launch then is one cublasLtMatmul on
 // the caller's stream, into kiln's workspace (nothing allocated, so a CUDA
 // graph can capture it).
+//
+// The heuristic's first algorithm is not always its best: on GPT-2's LM
+// head (4096 x 50257 x 768, bf16) it took 3.3 ms where PyTorch's cuBLAS
+// took 0.45 (bench/NOTES.md v0.36). So the first launch of each alignment
+// class outside a CUDA-graph capture times the heuristic's candidates (up
+// to kCandidates, each run once, then timed over kTimedRuns) on the
+// caller's stream, waits for them, and keeps the fastest for every later
+// launch. A launch under capture before that takes the heuristic's first.
+// Every candidate computes the same product up to f32 reassociation
+// (graph-format.md), so the choice can differ between processes.
 //
 // kiln's matrices are row-major, cuBLASLt's column-major: D = A x B is
 // asked as Dᵀ = Bᵀ x Aᵀ, each operand transposed or not as it lies.
@@ -10,7 +20,10 @@
 
 #include <cuda.h>
 
+#include <atomic>
 #include <memory>
+#include <mutex>
+#include <vector>
 
 #include "codegen/kernel_codegen.h"
 #include "kiln/status.h"
@@ -29,7 +42,24 @@ class VendorGemmCall {
   // `args`: the kernel's arguments as bound (pointers).
   Status launch(const CUdeviceptr* args, CUstream stream) const;
 
+  static constexpr int kCandidates = 8, kTimedRuns = 3;
+
  private:
+  // The heuristic's algorithms for one alignment class, best first by its
+  // estimate, and the index of the fastest as timed (-1: not yet).
+  struct Algorithms {
+    std::vector<cublaslt::Algo> candidates;
+    mutable std::atomic<int> chosen{-1};
+  };
+  struct Pointers {
+    const void *a, *b;
+    void *d, *workspace;
+  };
+  Status run(const Pointers& p, const cublaslt::Algo& algo, CUstream stream) const;
+  // The algorithm a launch uses: the timed choice, timing the candidates
+  // first where none is made and the stream is not capturing.
+  Expected<const cublaslt::Algo*> algorithm(const Algorithms& algos, const Pointers& p, CUstream stream) const;
+
   VendorGemmCall(const cublaslt::Library& lt, const codegen::VendorGemm& call, int plan_kernel)
       : lt_(lt), call_(call), plan_kernel_(plan_kernel) {}
   Status make(const char* what, cublaslt::Status s) const;
@@ -40,10 +70,10 @@ class VendorGemmCall {
   cublaslt::Handle handle_ = nullptr;
   cublaslt::MatmulDesc desc_ = nullptr;
   cublaslt::Layout a_ = nullptr, b_ = nullptr, d_ = nullptr;  // cuBLASLt's A (kiln's B), B (kiln's A), C and D
-  // The heuristic's first algorithm for 16-byte aligned pointers, and for
-  // pointers aligned to an element only.
-  cublaslt::Algo aligned_{}, unaligned_{};
-  bool has_aligned_ = false;
+  // For 16-byte aligned pointers (may be empty), and for pointers aligned
+  // to an element only.
+  Algorithms aligned_, unaligned_;
+  mutable std::mutex timing_;  // (one thread times a class's candidates)
 };
 
 }  // namespace kiln::runtime

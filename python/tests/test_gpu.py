@@ -362,7 +362,8 @@ def test_backend_eval_batch_norm_with_gradients_on_is_kilns():
 
 def test_backend_reduce_overhead_replays_cuda_graphs():
     """mode="reduce-overhead": kiln's launches and the PyTorch ops between them replayed from CUDA
-    graphs; equal to eager over several calls, a new input address and a new size."""
+    graphs; equal to eager over several calls, a new input address and a new size. The parameters
+    are static inputs: a replay copies x alone into the graph's buffers, not the weights."""
     import kiln.torch
 
     class Block(torch.nn.Module):
@@ -386,9 +387,15 @@ def test_backend_reduce_overhead_replays_cuda_graphs():
                 x = torch.randn(rows, 64, device="cuda")  # a new address every call
                 got = c(x).clone()
                 assert torch.allclose(got, m(x), atol=1e-4), rows
+        with torch.no_grad(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            c(x)
+            torch.cuda.synchronize()
     finally:
         kiln.torch._REPORTS.report = None
     assert report.subgraphs and any("replayed from CUDA graphs" in w for w in report.cuda_graphs), str(report)
+    assert any("6 of 7 inputs static" in w for w in report.cuda_graphs), str(report)  # the 6 parameters; x copied
+    copies = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA and "Memcpy" in e.name]
+    assert len(copies) <= 1, copies
 
 
 def test_a_symbolic_graph_runs_every_size_from_one_compile():

@@ -297,6 +297,27 @@ def test_mode_and_options_are_accepted(settings, warned, recwarn):
         assert len(ours) == 1 and warned in ours[0], ours
 
 
+def test_cuda_graphs_take_the_parameters_as_static_inputs():
+    # reduce-overhead's CUDA graphs read the parameters where they lie (Inductor's static inputs):
+    # with nn modules inlined they are graph inputs, and AOT autograd's metadata names them.
+    from torch._functorch.aot_autograd import aot_module_simplified
+    m = nn.Sequential(nn.Linear(8, 8), nn.LayerNorm(8)).eval()
+    found = []
+
+    def recorder(gm, example_inputs):
+        def inference(g, ex):
+            static = kiln.torch._static_input_indices(0, len(ex))
+            found.append((len(static), [tuple(t.shape) for i, t in enumerate(ex) if i not in static]))
+            return g
+        return aot_module_simplified(gm, example_inputs, fw_compiler=inference, inference_compiler=inference)
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        torch.compile(m, backend=recorder, dynamic=False)(X(2, 8))
+    torch._dynamo.reset()
+    assert found == [(4, [(2, 8)])], found  # the four parameters static; x alone copied in
+
+
 def test_adaptive_pooling_to_a_size_that_does_not_divide_stays_in_pytorch():
     def fn(x):
         return F.adaptive_avg_pool2d(F.max_pool2d(x.exp(), 2), 3) * 2

@@ -210,8 +210,9 @@ TEST(VendorTactic, F32OperandsTakeCublasLtByTheRule) {
   const codegen::GeneratedKernel tf32_own =
       kernel_with_tactics(matmul("f32", "tf32"), 90, kCublasLt, {{0, codegen::Tuning{.vendor = codegen::Tuning::kOwn}}});
   EXPECT_EQ(tf32_own.tactics.chosen, "mma.sync");
-  // An LM head of 50257 bf16 columns under KILN_VENDOR=always (the rule keeps kiln's: cuBLASLt's
-  // heuristic took 4.2x its time there): the tied embedding [n][k] read in place as B transposed.
+  // An LM head of 50257 bf16 columns: rows no 16-byte multiple apart, so the rule keeps kiln's
+  // kernel (cuBLASLt's 2-byte-aligned kernels took 3.8x its time); KILN_VENDOR=always reads the
+  // tied embedding [n][k] in place as B transposed.
   const Graph head = graph(R"({"kiln": 1, "inputs": {"h": {"shape": [64, 768], "dtype": "bf16"},
     "w": {"shape": [50257, 768], "dtype": "bf16"}},
     "ops": [{"op": "transpose", "in": ["w"], "out": "wt", "perm": [1, 0]}, {"op": "matmul", "in": ["h", "wt"], "out": "logits"}],
@@ -228,7 +229,8 @@ TEST(VendorTactic, TheRuleKeepsKilnsTensorCoreKernelsAndSaysWhy) {
   EXPECT_EQ(k.tactics.chosen, "wgmma");
   ASSERT_THAT(rejected_names(k.tactics), ::testing::ElementsAre("cublasLt"));
   EXPECT_EQ(k.tactics.rejected[0].reason,
-            "the rule keeps kiln's tensor-core kernels for 16-bit operands (--autotune times cuBLASLt beside them)");
+            "the rule keeps kiln's tensor-core kernels for 16-bit operands other than a vocabulary's projection "
+            "(--autotune times cuBLASLt beside them)");
   EXPECT_FALSE(k.library.has_value());
   ASSERT_GE(k.tuning_space.size(), 2u);
   EXPECT_EQ(k.tuning_space.front(), k.tuning);  // the heuristic's first
@@ -245,6 +247,31 @@ TEST(VendorTactic, TheRuleKeepsKilnsTensorCoreKernelsAndSaysWhy) {
   EXPECT_EQ(own.tuning.to_string(), "vendor=own");
   // KILN_VENDOR=always: every matmul it can take.
   EXPECT_EQ(kernel_with_tactics(matmul("bf16", "f32"), 90, {.cublaslt = true, .always = true}).tactics.chosen, "cublasLt");
+}
+
+TEST(VendorTactic, AVocabularysProjectionTakesCublasLtByTheRule) {
+  // 16-bit operands: cuBLASLt for N >= 16384 columns over K <= 1024 (LM heads), kiln's kernel
+  // past either edge or on rows no 16-byte multiple apart (N = 32001); an LM head with a cast beside it stays kiln's (the product alone only).
+  auto head = [](int64_t n, int64_t k, const std::string& extra_op = "") {
+    const std::string out = extra_op.empty() ? "logits" : "f";
+    return graph(fmt::format(R"({{"kiln": 1, "inputs": {{"h": {{"shape": [128, {1}], "dtype": "bf16"}},
+      "w": {{"shape": [{0}, {1}], "dtype": "bf16"}}}},
+      "ops": [{{"op": "transpose", "in": ["w"], "out": "wt", "perm": [1, 0]}},
+              {{"op": "matmul", "in": ["h", "wt"], "out": "logits"}}{2}],
+      "outputs": ["{3}"]}})", n, k, extra_op, out));
+  };
+  EXPECT_EQ(kernel_with_tactics(head(32000, 1024), 90, kCublasLt).tactics.chosen, "cublasLt");
+  EXPECT_EQ(kernel_with_tactics(head(151936, 896), 90, kCublasLt).tactics.chosen, "cublasLt");
+  EXPECT_EQ(kernel_with_tactics(head(16384, 64), 90, kCublasLt).tactics.chosen, "cublasLt");
+  EXPECT_NE(kernel_with_tactics(head(16376, 1024), 90, kCublasLt).tactics.chosen, "cublasLt");
+  EXPECT_NE(kernel_with_tactics(head(32000, 1032), 90, kCublasLt).tactics.chosen, "cublasLt");
+  EXPECT_NE(kernel_with_tactics(head(32001, 1024), 90, kCublasLt).tactics.chosen, "cublasLt");
+  EXPECT_NE(kernel_with_tactics(head(32000, 1020), 90, kCublasLt).tactics.chosen, "cublasLt");
+  const codegen::GeneratedKernel cast =
+      kernel_with_tactics(head(32000, 1024, R"(, {"op": "cast", "in": ["logits"], "out": "f", "dtype": "f32"})"), 90, kCublasLt);
+  EXPECT_NE(cast.tactics.chosen, "cublasLt");
+  ASSERT_FALSE(cast.tactics.rejected.empty());
+  EXPECT_EQ(cast.tactics.rejected[0].reason, "the kernel computes cast ('f') beside the matmul: kiln's own kernels fuse it");
 }
 
 TEST(VendorTactic, RefusesWhatItCannotComputeAsKilnWould) {
