@@ -236,8 +236,8 @@ void GemmGenerator::emit_epilogue_writes(const ir::Op& anchor, const Gemm& gm, c
     }
     // Column blocks of 128 bytes through shared memory.
     const std::string put = fmt::format("kiln::put_pair_{0}(staging + G::staging_offset(G::acc_row(mi, 2 * half) & 63, "
-                                        "(G::acc_col(ni, 2 * half) - blk * {1}) * {2}), pair{3}[0], pair{3}[1]);\n",
-                                        to_string(storage), 128 / byte_size(storage), byte_size(storage), t);
+                                        "(G::acc_col(ni, 2 * half) - blk * {1}) * {2}), {3}[0], {3}[1]);\n",
+                                        to_string(storage), 128 / byte_size(storage), byte_size(storage), pair_name(t));
     if (loops.staged) *loops.staged = t;
     if (plan.copied_out) {
       text.pair_stores += put;

@@ -191,7 +191,7 @@ std::string ReductionGenerator::held_row_writes(const HeldRowLayout& h) {
       if (element_count(tensor.shape) != count) continue;
       const Coords tc = em_.same_element(c, domain, tensor.shape);
       if (tc == c && std::find(h.ch.stores.begin(), h.ch.stores.end(), t) != h.ch.stores.end()) {
-        em_.emit(fmt::format("out{}[v] = {};  // {}", t, em_.value(t, tc), tensor.name));
+        em_.emit(fmt::format("{}[v] = {};  // {}", chunk_out(t), em_.value(t, tc), tensor.name));
         chunked.insert(t);
       } else {
         em_.emit(store(t, em_.linearize(tc, tensor.shape), em_.value(t, tc)) + "  // " + tensor.name);

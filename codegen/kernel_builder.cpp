@@ -6,9 +6,26 @@
 
 namespace kiln::codegen {
 
+// The kernel's reads in the order its ops first use them (the rest after, by
+// id): parameters numbered by the kernel's structure, not by the tensors'
+// ids, so that the identical layers of a model are one kernel text (in one
+// layer the residual stream is a graph input, in the next an intermediate).
+std::vector<ir::TensorId> KernelBuilder::reads_in_order_of_use() const {
+  std::vector<ir::TensorId> order;
+  auto take = [&](ir::TensorId t) {
+    if (std::find(k_.reads.begin(), k_.reads.end(), t) != k_.reads.end() &&
+        std::find(order.begin(), order.end(), t) == order.end())
+      order.push_back(t);
+  };
+  for (int32_t oi : k_.ops)
+    for (ir::TensorId t : g_.ops[static_cast<size_t>(oi)].inputs) take(t);
+  for (ir::TensorId t : k_.reads) take(t);
+  return order;
+}
+
 std::map<ir::TensorId, ExternalTensor> KernelBuilder::externals() {
   std::map<ir::TensorId, ExternalTensor> ext;
-  for (ir::TensorId t : k_.reads) {
+  for (ir::TensorId t : reads_in_order_of_use()) {
     const ir::Tensor& tensor = g_.tensor(t);
     const bool input = tensor.kind == ir::TensorKind::Input;
     const std::string p = add_param({input ? KernelArg::Role::Input : KernelArg::Role::Intermediate, t, -1}, true,
@@ -46,11 +63,12 @@ std::string KernelBuilder::store(ir::TensorId t, const std::string& offset, cons
 
 std::string KernelBuilder::gather_column_pair(ir::TensorId t, const std::string& value, const std::string& offset,
                                               std::string& decls) {
-  decls += fmt::format("float pair{0}[2];\nkiln::i64 pair{0}_at = 0;\n", t);
-  em_.emit(fmt::format("pair{}[c] = {};  // {}", t, value, g_.tensor(t).name));
-  em_.emit(fmt::format("if (c == 0) pair{}_at = {};", t, offset));
-  return fmt::format("kiln::store_pair_{0}({1}, pair{2}_at, pair{2}[0], pair{2}[1]);  // {3}", to_string(storage_dtype(g_.tensor(t))),
-                     writes_.at(t), t, g_.tensor(t).name);
+  const std::string pair = pair_name(t);
+  decls += fmt::format("float {0}[2];\nkiln::i64 {0}_at = 0;\n", pair);
+  em_.emit(fmt::format("{}[c] = {};  // {}", pair, value, g_.tensor(t).name));
+  em_.emit(fmt::format("if (c == 0) {}_at = {};", pair, offset));
+  return fmt::format("kiln::store_pair_{0}({1}, {2}_at, {2}[0], {2}[1]);  // {3}", to_string(storage_dtype(g_.tensor(t))),
+                     writes_.at(t), pair, g_.tensor(t).name);
 }
 
 std::vector<const ir::Op*> KernelBuilder::ops_of(std::initializer_list<ir::OpFamily> families) const {
@@ -165,19 +183,19 @@ static std::string storage_tag(DType storage) { return "kiln::Storage::" + std::
 
 void KernelBuilder::chunk_sources(const Chunking& ch, const Shape& domain, const Coords& c) {
   for (ir::TensorId t : ch.loads)
-    em_.set_vector_source(t, Emitter::broadcast(g_.tensor(t).shape, domain, c), fmt::format("in{}", t), "v");
+    em_.set_vector_source(t, Emitter::broadcast(g_.tensor(t).shape, domain, c), chunk_in(t), "v");
 }
 
 std::string KernelBuilder::chunk_load_calls(const Chunking& ch, const Shape& domain, const Coords& base,
                                             const std::string& element) {
   std::string out;
   for (ir::TensorId t : ch.loads) {
-    if (element.find(fmt::format("in{}[v]", t)) == std::string::npos) continue;
+    if (element.find(chunk_in(t) + "[v]") == std::string::npos) continue;
     const ExternalTensor& e = ext_.at(t);
     const Shape& shape = g_.tensor(t).shape;
-    out += fmt::format("float in{}[{}];  // {}\n", t, ch.vec, g_.tensor(t).name);
-    out += fmt::format("kiln::load_chunk<{}, {}>({}, {}, in{}, kiln_vec);\n", storage_tag(e.storage), ch.vec, e.pointer,
-                       em_.offset_of(e, shape, Emitter::broadcast(shape, domain, base)), t);
+    out += fmt::format("float {}[{}];  // {}\n", chunk_in(t), ch.vec, g_.tensor(t).name);
+    out += fmt::format("kiln::load_chunk<{}, {}>({}, {}, {}, kiln_vec);\n", storage_tag(e.storage), ch.vec, e.pointer,
+                       em_.offset_of(e, shape, Emitter::broadcast(shape, domain, base)), chunk_in(t));
   }
   return out;
 }
@@ -189,7 +207,7 @@ void KernelBuilder::element_writes(ir::TensorId leaf, const Coords& c, const Chu
     const Coords tc = write_coords(leaf, c, t);
     const std::string& name = g_.tensor(t).name;
     if (tc == c && std::find(ch.stores.begin(), ch.stores.end(), t) != ch.stores.end()) {
-      em_.emit(fmt::format("out{}[v] = {};  // {}", t, em_.value(t, tc), name));
+      em_.emit(fmt::format("{}[v] = {};  // {}", chunk_out(t), em_.value(t, tc), name));
       chunked.insert(t);
     } else {
       em_.emit(store(t, em_.linearize(tc, g_.tensor(t).shape), em_.value(t, tc)) + "  // " + name);
@@ -199,7 +217,7 @@ void KernelBuilder::element_writes(ir::TensorId leaf, const Coords& c, const Chu
 
 std::string KernelBuilder::chunk_store_arrays(const Chunking& ch, const std::set<ir::TensorId>& chunked) const {
   std::string out;
-  for (ir::TensorId t : chunked) out += fmt::format("float out{}[{}];\n", t, ch.vec);
+  for (ir::TensorId t : chunked) out += fmt::format("float {}[{}];\n", chunk_out(t), ch.vec);
   return out;
 }
 
@@ -207,8 +225,8 @@ std::string KernelBuilder::chunk_store_calls(const Chunking& ch, const std::set<
                                              const std::string& offset) const {
   std::string out;
   for (ir::TensorId t : chunked)
-    out += fmt::format("kiln::store_chunk<{}, {}>({}, {}, out{}, kiln_vec);  // {}\n", storage_tag(storage_dtype(g_.tensor(t))),
-                       ch.vec, writes_.at(t), offset, t, g_.tensor(t).name);
+    out += fmt::format("kiln::store_chunk<{}, {}>({}, {}, {}, kiln_vec);  // {}\n", storage_tag(storage_dtype(g_.tensor(t))),
+                       ch.vec, writes_.at(t), offset, chunk_out(t), g_.tensor(t).name);
   return out;
 }
 

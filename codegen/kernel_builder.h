@@ -125,6 +125,14 @@ class KernelBuilder {
   // pair<t>[2], declared by what it appends to `decls`; returns the pair's
   // store (one 4-byte store where aligned), for after the pair.
   std::string gather_column_pair(ir::TensorId t, const std::string& value, const std::string& offset, std::string& decls);
+  // The registers of a written tensor's column pair (gather_column_pair), of
+  // a read tensor's vector of elements, of a written tensor's: named after
+  // their pointers, not the tensors' ids, so that identical layers of a
+  // model are one kernel text, compiled once.
+  std::string pair_name(ir::TensorId t) const { return "pair_" + writes_.at(t); }
+  std::vector<ir::TensorId> reads_in_order_of_use() const;
+  std::string chunk_in(ir::TensorId t) const { return "in_" + pointer_of(t); }
+  std::string chunk_out(ir::TensorId t) const { return "out_" + writes_.at(t); }
 
   // ---- the pieces each kind needs ---------------------------------------------
   std::vector<const ir::Op*> ops_of(std::initializer_list<ir::OpFamily> families) const;

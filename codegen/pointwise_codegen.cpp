@@ -91,10 +91,10 @@ std::string PointwiseGenerator::vector_loop(const Shape& domain, int vec) {
       for (ir::TensorId t : vector_reads) {
         const ir::Tensor& tensor = g_.tensor(t);
         const DType st = tensor.kind == ir::TensorKind::Input ? tensor.dtype : storage_dtype(tensor);
-        em_.emit(fmt::format("float in{}[{}];  // {}", t, vec, tensor.name));
-        em_.emit(fmt::format("kiln::load_vec_{}<{}>({}, i0, in{});", to_string(st), vec, pointer_of(t), t));
+        em_.emit(fmt::format("float {}[{}];  // {}", chunk_in(t), vec, tensor.name));
+        em_.emit(fmt::format("kiln::load_vec_{}<{}>({}, i0, {});", to_string(st), vec, pointer_of(t), chunk_in(t)));
       }
-      for (ir::TensorId t : k_.writes) em_.emit(fmt::format("float out{}[{}];", t, vec));
+      for (ir::TensorId t : k_.writes) em_.emit(fmt::format("float {}[{}];", chunk_out(t), vec));
       w.lines(em_.take());
       em_.begin_block();
       Coords c;
@@ -105,16 +105,16 @@ std::string PointwiseGenerator::vector_loop(const Shape& domain, int vec) {
         em_.emit("const kiln::i64 i = i0 + v;");
         c = em_.delinearize("i", domain);
       }
-      for (ir::TensorId t : vector_reads) em_.set_vector_source(t, c, fmt::format("in{}", t), "v");
+      for (ir::TensorId t : vector_reads) em_.set_vector_source(t, c, chunk_in(t), "v");
       chunk_sources(broadcasts, domain, c);
-      for (ir::TensorId t : k_.writes) em_.emit(fmt::format("out{}[v] = {};  // {}", t, em_.value(t, c), g_.tensor(t).name));
+      for (ir::TensorId t : k_.writes) em_.emit(fmt::format("{}[v] = {};  // {}", chunk_out(t), em_.value(t, c), g_.tensor(t).name));
       em_.clear_vector_sources();
       const std::string element = em_.take();
       if (chunk_in_row) w.lines(chunk_load_calls(broadcasts, domain, base, element));
       w.line("#pragma unroll");
       w.block(fmt::format("for (int v = 0; v < {}; ++v)", vec), [&] { w.lines(element); });
       for (ir::TensorId t : k_.writes)
-        w.line("kiln::store_vec_{}<{}>({}, i0, out{});", to_string(storage_dtype(g_.tensor(t))), vec, writes_.at(t), t);
+        w.line("kiln::store_vec_{}<{}>({}, i0, {});", to_string(storage_dtype(g_.tensor(t))), vec, writes_.at(t), chunk_out(t));
     });
   });
   return w.take();

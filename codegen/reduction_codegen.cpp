@@ -224,8 +224,8 @@ std::string ReductionGenerator::column_row_loop(const std::vector<const ir::Op*>
     const Coords base = full_at("k0");
     for (ir::TensorId t : c.vector_reads) {
       const ExternalTensor& e = ext_.at(t);
-      em_.emit(fmt::format("float in{}[{}];  // {}", t, c.vec, g_.tensor(t).name));
-      em_.emit(fmt::format("kiln::load_vec_{}<{}>({}, {}, in{});", to_string(e.storage), c.vec, e.pointer, em_.linearize(base, d), t));
+      em_.emit(fmt::format("float {}[{}];  // {}", chunk_in(t), c.vec, g_.tensor(t).name));
+      em_.emit(fmt::format("kiln::load_vec_{}<{}>({}, {}, {});", to_string(e.storage), c.vec, e.pointer, em_.linearize(base, d), chunk_in(t)));
     }
     out += em_.take();
   }
@@ -233,7 +233,7 @@ std::string ReductionGenerator::column_row_loop(const std::vector<const ir::Op*>
   em_.begin_block();
   const Coords full = full_at("k");
   if (vectors)
-    for (ir::TensorId t : c.vector_reads) em_.set_vector_source(t, full, fmt::format("in{}", t), "v");
+    for (ir::TensorId t : c.vector_reads) em_.set_vector_source(t, full, chunk_in(t), "v");
   reduction_step(reduces, post, full, d, "acc{}[v]");
   em_.clear_vector_sources();
   return out + em_.take() + "}\n}\n";
