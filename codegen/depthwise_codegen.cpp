@@ -256,7 +256,7 @@ auto DepthwiseGenerator::channel_runs(const Geometry& geo, const Tile& t) const 
   const int64_t j = t.thread_outputs(geo);
   const Shape& out = g_.result(g_.ops[static_cast<size_t>(k_.anchor)]).shape;
   auto whole_words = [&](DType storage) { return storage != DType::boolean && j * byte_size(storage) % 16 == 0; };
-  for (const auto& [id, e] : ext_)
+  for (const auto& [id, e] : ordered_externals())
     if (g_.tensor(id).shape == out && e.strides == contiguous_strides(out) && e.offset == 0 && whole_words(e.storage))
       ch.loads.push_back(id);
   for (ir::TensorId id : k_.writes)

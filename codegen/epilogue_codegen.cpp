@@ -109,7 +109,7 @@ auto GemmGenerator::decide_epilogue(const ir::Op& anchor, const Gemm& gm, const 
       if (oi != k_.anchor)
         for (ir::TensorId in : op.inputs) readers[in].push_back(op.output);
     }
-    for (const auto& [tensor, e] : ext_) {
+    for (const auto& [tensor, e] : ordered_externals()) {
       const ir::TensorId id = tensor;  // (a lambda below names it)
       const Shape& shape = g_.tensor(id).shape;
       const auto r = readers.find(id);

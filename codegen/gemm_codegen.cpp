@@ -332,7 +332,7 @@ void GemmGenerator::run_loader(const ir::Op& anchor, const Gemm& gm, const MmaTi
   const size_t slot = o.is_a ? 0 : 1;
   const Shape& shape = g_.operand(anchor, slot).shape;
   std::vector<ir::TensorId> runs;
-  for (const auto& [id, e] : ext_) {
+  for (const auto& [id, e] : ordered_externals()) {
     const Shape& ts = g_.tensor(id).shape;
     if (e.storage == DType::boolean || ts.empty() || ts.size() > shape.size() || ts.back() != shape.back() ||
         !std::equal(ts.begin(), ts.end(), shape.end() - static_cast<std::ptrdiff_t>(ts.size())))

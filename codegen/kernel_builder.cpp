@@ -23,9 +23,17 @@ std::vector<ir::TensorId> KernelBuilder::reads_in_order_of_use() const {
   return order;
 }
 
+std::vector<std::pair<ir::TensorId, ExternalTensor>> KernelBuilder::ordered_externals() const {
+  std::vector<std::pair<ir::TensorId, ExternalTensor>> out;
+  for (ir::TensorId t : read_order_)
+    if (auto it = ext_.find(t); it != ext_.end()) out.emplace_back(t, it->second);
+  return out;
+}
+
 std::map<ir::TensorId, ExternalTensor> KernelBuilder::externals() {
   std::map<ir::TensorId, ExternalTensor> ext;
-  for (ir::TensorId t : reads_in_order_of_use()) {
+  read_order_ = reads_in_order_of_use();
+  for (ir::TensorId t : read_order_) {
     const ir::Tensor& tensor = g_.tensor(t);
     const bool input = tensor.kind == ir::TensorKind::Input;
     const std::string p = add_param({input ? KernelArg::Role::Input : KernelArg::Role::Intermediate, t, -1}, true,
@@ -151,7 +159,7 @@ auto KernelBuilder::chunking(const Shape& domain, int64_t lane_extent) const -> 
   if (domain.empty() || domain.back() == 1) return ch;
   int narrowest = 4;
   std::vector<ir::TensorId> loads;
-  for (const auto& [t, e] : ext_) {
+  for (const auto& [t, e] : ordered_externals()) {
     const Shape& shape = g_.tensor(t).shape;
     if (e.storage == DType::boolean || shape.empty() || shape.size() > domain.size() || shape.back() != domain.back() ||
         e.strides.back() != 1)
@@ -303,7 +311,7 @@ std::string KernelBuilder::tensor_map_param(ir::TensorId tensor, const TensorMap
 }
 
 std::optional<ir::TensorId> KernelBuilder::tensor_behind(const std::string& pointer) const {
-  for (const auto& [id, x] : ext_)
+  for (const auto& [id, x] : ordered_externals())
     if (x.pointer == pointer) return id;
   return std::nullopt;
 }

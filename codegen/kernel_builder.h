@@ -131,6 +131,9 @@ class KernelBuilder {
   // model are one kernel text, compiled once.
   std::string pair_name(ir::TensorId t) const { return "pair_" + writes_.at(t); }
   std::vector<ir::TensorId> reads_in_order_of_use() const;
+  // The kernel's external reads (ext_) in parameter order: code emitted per
+  // read follows the kernel's structure, not the tensors' ids.
+  std::vector<std::pair<ir::TensorId, ExternalTensor>> ordered_externals() const;
   std::string chunk_in(ir::TensorId t) const { return "in_" + pointer_of(t); }
   std::string chunk_out(ir::TensorId t) const { return "out_" + writes_.at(t); }
 
@@ -250,6 +253,7 @@ class KernelBuilder {
   std::string epilogue_decision_;  // "epilogue: staged y, ...", after the kernel's own decisions
   std::map<ir::TensorId, std::string> writes_;
   std::map<ir::TensorId, ExternalTensor> ext_;
+  std::vector<ir::TensorId> read_order_;  // ext_'s tensors in parameter order
   int sm_;
   Tuning wanted_;
   Emitter em_;

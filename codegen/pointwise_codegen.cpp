@@ -57,7 +57,7 @@ int PointwiseGenerator::vector_width(const Shape& domain) {
 std::string PointwiseGenerator::vector_loop(const Shape& domain, int vec) {
   // Tensors read at the domain's own index, contiguous: vector loads.
   std::vector<ir::TensorId> vector_reads;
-  for (ir::TensorId t : k_.reads) {
+  for (ir::TensorId t : read_order_) {
     const ir::Tensor& tensor = g_.tensor(t);
     const DType st = tensor.kind == ir::TensorKind::Input ? tensor.dtype : storage_dtype(tensor);
     if (tensor.shape == domain && tensor.strides == contiguous_strides(domain) && st != DType::boolean)

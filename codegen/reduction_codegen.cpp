@@ -186,7 +186,7 @@ auto ReductionGenerator::column_layout(const ir::Op& first, const Shape& d, cons
   ColumnLayout c;
   c.inner = inner, c.kept = element_count(kept_shape), c.reduced = element_count(reduced_shape);
   int narrowest = 4;
-  for (const auto& [id, e] : ext_) {
+  for (const auto& [id, e] : ordered_externals()) {
     const ir::Tensor& t = g_.tensor(id);
     if (t.shape == d && e.strides == contiguous_strides(d) && e.storage != DType::boolean) {
       c.vector_reads.push_back(id);

@@ -58,7 +58,7 @@ std::string GemmGenerator::epilogue_prefetch(const ir::Op& anchor, const Gemm& g
   const Shape& shape = g_.result(anchor).shape;
   if (!gm.column_last || shape.size() < 2 || k_.params.pool_window) return "";  // (pooled: rows not in order)
   std::string out;
-  for (const auto& [id, e] : ext_) {
+  for (const auto& [id, e] : ordered_externals()) {
     const int64_t bytes = byte_size(e.storage);
     if (operands.count(e.pointer) || g_.tensor(id).shape != shape || e.strides != contiguous_strides(shape) ||
         e.storage == DType::boolean || (gm.n * bytes) % 16 != 0)

@@ -98,6 +98,32 @@ TEST(Codegen, SourceHasNoUserTextOutsideComments) {
   EXPECT_EQ(p.kernels[0].canonical, q.kernels[0].canonical);
 }
 
+TEST(Codegen, IdenticalLayersAreOneKernelText) {
+  // Two equal blocks (RMS norm, matmul + GELU + residual): the first reads the graph's input x,
+  // the second the first's result y1, an intermediate with a larger id than its own weights. Their
+  // kernels are one text each (compiled once): registers are named after their pointers and
+  // parameters numbered by the order of use, not by the tensors' ids.
+  Graph g = testing::must_parse(R"({"kiln": 1, "inputs": {"x": {"shape": [256, 512], "dtype": "bf16"},
+    "g1": {"shape": [512], "dtype": "bf16"}, "w1": {"shape": [512, 512], "dtype": "bf16"},
+    "g2": {"shape": [512], "dtype": "bf16"}, "w2": {"shape": [512, 512], "dtype": "bf16"}},
+    "ops": [{"op": "rms_norm", "in": ["x", "g1"], "out": "n1", "dtype": "bf16"},
+            {"op": "matmul", "in": ["n1", "w1"], "out": "m1", "dtype": "bf16"},
+            {"op": "gelu", "in": ["m1"], "out": "a1", "dtype": "bf16"},
+            {"op": "add", "in": ["x", "a1"], "out": "y1", "dtype": "bf16"},
+            {"op": "rms_norm", "in": ["y1", "g2"], "out": "n2", "dtype": "bf16"},
+            {"op": "matmul", "in": ["n2", "w2"], "out": "m2", "dtype": "bf16"},
+            {"op": "gelu", "in": ["m2"], "out": "a2", "dtype": "bf16"},
+            {"op": "add", "in": ["y1", "a2"], "out": "y2", "dtype": "bf16"}],
+    "outputs": ["y2"]})");
+  for (int sm : {80, 90}) {
+    const codegen::GeneratedProgram p = codegen::generate_program(ir_of(g), ir::plan_fusion(ir_of(g), {.sm = sm}), sm);
+    ASSERT_EQ(p.kernels.size(), 4u) << sm;
+    EXPECT_EQ(p.kernels[0].canonical, p.kernels[2].canonical) << sm << ": the norms";
+    EXPECT_EQ(p.kernels[1].canonical, p.kernels[3].canonical) << sm << ": the matmuls";
+    EXPECT_NE(p.kernels[0].canonical, p.kernels[1].canonical);
+  }
+}
+
 TEST(KernelCache, MissThenHitWithNothingCompiled) {
   const fs::path dir = testing::fresh_cache("hit");
   // A graph no other test compiles (the in-memory cache is process-wide).
