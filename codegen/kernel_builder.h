@@ -226,15 +226,15 @@ class KernelBuilder {
   };
   Chunking chunking(const Shape& domain, int64_t lane_extent) const;
 
-  // Makes in<t>[v] the value of each chunked tensor at `c` (a chunk's first
+  // Makes chunk_in(t)[v] the value of each chunked tensor at `c` (a chunk's first
   // element with the last coordinate advanced by the lane `v`).
   void chunk_sources(const Chunking& ch, const Shape& domain, const Coords& c);
-  // The loads into in<t>[V] at `base` (the chunk's first element) of the
+  // The loads into chunk_in(t)[V] at `base` (the chunk's first element) of the
   // chunked tensors that `element` (the lane loop's code) uses.
   std::string chunk_load_calls(const Chunking& ch, const Shape& domain, const Coords& base, const std::string& element);
 
   // The writes of one element at `c` (coordinates of `leaf`): chunked
-  // stores go to out<t>[v] (and into `chunked`), the rest are stored here.
+  // stores go to chunk_out(t)[v] (and into `chunked`), the rest are stored here.
   void element_writes(ir::TensorId leaf, const Coords& c, const Chunking& ch, std::set<ir::TensorId>& chunked,
                       const std::set<ir::TensorId>& skip = {});
 

@@ -16,7 +16,7 @@ class NormGenerator : public KernelBuilder {
 
   // The normalised value of `x` with its parameters, named "y", and the
   // stores of everything the kernel writes at this element.
-  // With `ch`, chunked stores go to out<t>[v] (see element_writes).
+  // With `ch`, chunked stores go to chunk_out(t)[v] (see element_writes).
   std::string norm_output(const ir::Op& norm, const Coords& c, const std::string& finale, const Chunking* ch = nullptr,
                           std::set<ir::TensorId>* chunked = nullptr);
 
