@@ -99,11 +99,15 @@ Status VendorGemmCall::run(const Pointers& p, const cublaslt::Algo& algo, CUstre
 Expected<const cublaslt::Algo*> VendorGemmCall::algorithm(const Algorithms& algos, const Pointers& p, CUstream stream) const {
   if (const int chosen = algos.chosen.load(std::memory_order_acquire); chosen >= 0) return &algos.candidates[chosen];
   const cublaslt::Algo* first = &algos.candidates.front();
+  if (algos.candidates.size() == 1) {  // (nothing to time)
+    algos.chosen.store(0, std::memory_order_release);
+    return first;
+  }
+  // Under a capture (or where the driver cannot say) the heuristic's first; timed at a later launch.
   const Driver* cu = loaded_driver();
   CUstreamCaptureStatus capturing = CU_STREAM_CAPTURE_STATUS_NONE;
-  if (algos.candidates.size() == 1 || !cu || cu->cuStreamIsCapturing(stream, &capturing) != CUDA_SUCCESS ||
-      capturing != CU_STREAM_CAPTURE_STATUS_NONE)
-    return algos.candidates.size() == 1 ? (algos.chosen.store(0, std::memory_order_release), first) : first;
+  if (!cu || cu->cuStreamIsCapturing(stream, &capturing) != CUDA_SUCCESS || capturing != CU_STREAM_CAPTURE_STATUS_NONE)
+    return first;
   std::lock_guard<std::mutex> lock(timing_);
   if (const int chosen = algos.chosen.load(std::memory_order_acquire); chosen >= 0) return &algos.candidates[chosen];
   CUevent start = nullptr, stop = nullptr;
