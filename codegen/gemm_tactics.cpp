@@ -19,10 +19,7 @@ using Input = GemmGenerator::TacticInput;
 // bf16 the heuristic offers cuBLASLt's 2-byte-aligned kernels alone: H100,
 // GPT-2's LM head took 3.04 ms against kiln's 0.79.)
 constexpr int64_t kVocabularyColumns = 16384, kVocabularyDepth = 1024;
-bool rows_of_16_bytes(const VendorGemm::Matrix& x) {
-  const int64_t leading = x.column_stride == 1 ? x.row_stride : x.column_stride;
-  return (leading * byte_size(x.dtype)) % 16 == 0;
-}
+bool rows_of_16_bytes(const VendorGemm::Matrix& x) { return (x.leading() * byte_size(x.dtype)) % 16 == 0; }
 bool vocabulary_projection(const VendorGemm& v) {
   return v.n >= kVocabularyColumns && v.k <= kVocabularyDepth && rows_of_16_bytes(v.a) && rows_of_16_bytes(v.b) &&
          rows_of_16_bytes(v.d);

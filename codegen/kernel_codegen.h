@@ -109,6 +109,10 @@ struct VendorGemm {
     DType dtype = DType::f32;
     int64_t row_stride = 0, column_stride = 0, batch_stride = 0, offset = 0;
     bool operator==(const Matrix&) const = default;
+    // Rows contiguous (column stride 1), and the stride between them (its
+    // leading dimension); else the stride between columns.
+    bool row_major() const { return column_stride == 1; }
+    int64_t leading() const { return row_major() ? row_stride : column_stride; }
   };
   int64_t m = 0, n = 0, k = 0, batches = 1;
   Matrix a, b, d;

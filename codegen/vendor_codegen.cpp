@@ -26,10 +26,10 @@ bool vendor_type(DType t) { return t == DType::bf16 || t == DType::f16 || t == D
 
 std::string VendorGemm::to_string() const {
   auto matrix = [this](const char* name, const Matrix& x, const char* rows, const char* columns) {
-    const bool row_major = x.column_stride == 1;
+    const bool row_major = x.row_major();
     const std::string batch = batches == 1 ? "" : x.batch_stride ? fmt::format(", batch {}", x.batch_stride) : ", one for every batch";
     return fmt::format("{} {} [{}][{}] ({} {}{}{})", name, kiln::to_string(x.dtype), row_major ? rows : columns,
-                       row_major ? columns : rows, row_major ? "row" : "column", row_major ? x.row_stride : x.column_stride,
+                       row_major ? columns : rows, row_major ? "row" : "column", x.leading(),
                        batch, x.offset ? fmt::format(", from element {}", x.offset) : std::string());
   };
   return fmt::format("cublasLt {}x{}x{} x{}{}: {}, {}, {}", m, n, k, batches, tf32 ? " tf32" : "", matrix("a", a, "m", "k"),
@@ -43,9 +43,9 @@ std::string VendorGemm::problem(size_t args) const {
   for (const auto& [x, extent] : matrices) {
     if (x->arg < 0 || static_cast<size_t>(x->arg) >= args) return fmt::format("argument {} of {}", x->arg, args);
     if (!vendor_type(x->dtype) || x->offset < 0 || x->batch_stride < 0) return "a matrix's type or offset";
-    const bool row_major = x->column_stride == 1;
-    const int64_t ld = row_major ? x->row_stride : x->column_stride;
-    if ((!row_major && x->row_stride != 1) || ld < (row_major ? extent.second : extent.first)) return "a matrix's strides";
+    const bool row_major = x->row_major();
+    if ((!row_major && x->row_stride != 1) || x->leading() < (row_major ? extent.second : extent.first))
+      return "a matrix's strides";
   }
   if (a.dtype != b.dtype || (tf32 && a.dtype != DType::f32)) return "operand types";
   if (d.column_stride != 1 || d.row_stride != n || (batches > 1 && d.batch_stride != m * n)) return "the result's layout";

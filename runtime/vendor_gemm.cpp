@@ -35,7 +35,7 @@ Expected<std::unique_ptr<VendorGemmCall>> VendorGemmCall::prepare(const codegen:
   const int compute = v.tf32 ? cublaslt::kCompute32FFastTF32 : cublaslt::kCompute32F;
   if (Status s = c->make("cublasLtMatmulDescCreate", l.desc_create(&c->desc_, compute, cublaslt::kR32F)); !s) return s.error();
   // cuBLASLt's A is kiln's B as N x K: stored [k][n] (column stride 1) it is that, untransposed.
-  const bool b_rows = v.b.column_stride == 1, a_rows = v.a.column_stride == 1;
+  const bool b_rows = v.b.row_major(), a_rows = v.a.row_major();
   const int32_t trans_a = b_rows ? cublaslt::kOpN : cublaslt::kOpT, trans_b = a_rows ? cublaslt::kOpN : cublaslt::kOpT;
   if (Status s = c->make("setting TRANSA", l.desc_set(c->desc_, cublaslt::kDescTransA, &trans_a, sizeof trans_a)); !s) return s.error();
   if (Status s = c->make("setting TRANSB", l.desc_set(c->desc_, cublaslt::kDescTransB, &trans_b, sizeof trans_b)); !s) return s.error();
@@ -48,9 +48,9 @@ Expected<std::unique_ptr<VendorGemmCall>> VendorGemmCall::prepare(const codegen:
     return c->make("setting STRIDED_BATCH_OFFSET", l.layout_set(out, cublaslt::kLayoutStridedBatchOffset, &stride, sizeof stride));
   };
   const auto m = static_cast<uint64_t>(v.m), n = static_cast<uint64_t>(v.n), k = static_cast<uint64_t>(v.k);
-  if (Status s = b_rows ? layout(c->a_, v.b, n, k, v.b.row_stride) : layout(c->a_, v.b, k, n, v.b.column_stride); !s)
+  if (Status s = b_rows ? layout(c->a_, v.b, n, k, v.b.leading()) : layout(c->a_, v.b, k, n, v.b.leading()); !s)
     return s.error();
-  if (Status s = a_rows ? layout(c->b_, v.a, k, m, v.a.row_stride) : layout(c->b_, v.a, m, k, v.a.column_stride); !s)
+  if (Status s = a_rows ? layout(c->b_, v.a, k, m, v.a.leading()) : layout(c->b_, v.a, m, k, v.a.leading()); !s)
     return s.error();
   if (Status s = layout(c->d_, v.d, n, m, v.d.row_stride); !s) return s.error();
 

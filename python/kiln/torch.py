@@ -1634,7 +1634,7 @@ def _static_input_indices(fixed: int, inputs: int) -> List[int]:
         static = get_static_input_idxs(fixed)
     except ImportError:  # (a PyTorch without it)
         static = range(fixed)
-    return sorted({i for i in static if 0 <= i < inputs} | set(range(fixed)))
+    return sorted({i for i in static if 0 <= i < inputs} | set(range(fixed)))  # (the lifted arguments always)
 
 
 def backend(gm: torch.fx.GraphModule, example_inputs, mode: Optional[str] = None,
