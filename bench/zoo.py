@@ -3,7 +3,9 @@ eager PyTorch and Inductor, one table (models: bench/zoo_models.py).
 
     python3 bench/zoo.py [--models llama,bert,...] [--batch N | --batch-scale F] [--rounds N]
                          [--json OUT] [--no-cold] [--quick] [--grad [--step]]
+    python3 bench/zoo.py --gpus 0,1,2,3 [...]            # the rows spread over four GPUs, one table
     python3 bench/zoo.py --device cpu --quick --tiny     # the harness itself, checked without a GPU
+                                                         # (with --gpus 0,1: two rows at once)
 
 Every model is built from its config or constructor with random weights
 (nothing is downloaded), in bf16 (f32 on the CPU), eval(), under
@@ -34,6 +36,11 @@ in this one process:
   TRITON_CACHE_DIR, no remote kiln cache) and warm (a second process with
   those caches kept): the wall time of the first call, tracing, compiling
   and running included (the backends' modules imported before it).
+
+--gpus runs the rows in child processes, one at a time per GPU (each child
+sees its GPU alone and an equal share of the host's cores, so that compile
+times are those of a machine of that share), and prints their rows as one
+table: the zoo in one device run on a machine of several GPUs.
 
 A model that raises anything through the kiln backend is a FAILURE row (the
 message printed, the traceback on stderr), never the harness's end. At the
@@ -463,6 +470,93 @@ def report(rows, args):
     return means, failures
 
 
+# ---- several GPUs ---------------------------------------------------------------
+
+# Rough minutes of one row (compiles of both backends and the timing), so that
+# the longest rows start first and the GPUs finish together.
+ROW_MINUTES = {"densenet121": 5, "swin_t": 5, "efficientnet_b0": 4, "convnext_t": 3, "resnext50_32x4d": 3,
+               "resnet50": 3, "resnet50_cl": 3, "mobilenet_v3_s": 3, "vit_s16": 3}
+
+
+def row_minutes(spec):
+    return 4 if spec.long_context else ROW_MINUTES.get(spec.name, 2)
+
+
+def child_command(spec, scale, args, json_path):
+    """This script's command line for one row (at `scale` of its serving batch), with the parent's options."""
+    command = [sys.executable, os.path.abspath(__file__), "--models", spec.name, "--json", json_path,
+               "--rounds", str(args.rounds), "--iters", str(args.iters), "--warmup", str(args.warmup),
+               "--inductor", "on" if args.inductor else "off", "--child-timeout", str(args.child_timeout),
+               "--device", args.device]
+    command += ["--no-long"] * (not spec.long_context)  # (a decoder's name alone selects its long row too)
+    command += ["--batch", str(args.batch)] if args.batch else []
+    command += ["--batch-scale", str(scale)] if scale else []
+    command += ["--dtype", args.dtype] if args.dtype else []
+    command += ["--no-cold"] * args.no_cold + ["--tiny"] * args.tiny + ["--grad"] * args.grad + ["--step"] * args.step
+    return command
+
+
+def spread_over_gpus(jobs, args):
+    """Every row (a spec at a batch scale) in a child process of its own, as
+    many at once as there are GPUs in --gpus; the rows (in the jobs' order) as
+    the children wrote them, a FAILURE row for a child that wrote none."""
+    import threading
+    cores = sorted(os.sched_getaffinity(0))
+    share = max(1, len(cores) // len(args.gpus))
+    queue = sorted(jobs, key=lambda job: row_minutes(job[0]), reverse=True)
+    lock = threading.Lock()
+    rows = {}
+    work = tempfile.mkdtemp(prefix="zoo-gpus-")
+
+    deadline = time.monotonic() + args.deadline if args.deadline else None
+
+    def worker(slot, gpu):
+        own_cores = set(cores[slot * share:(slot + 1) * share]) or set(cores)
+        env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(gpu))
+        while True:
+            with lock:
+                if not queue or (deadline and time.monotonic() > deadline):
+                    return
+                spec, scale = job = queue.pop(0)
+            json_path = os.path.join(work, f"{spec.name.replace('@', '_')}-{scale or 1}.json")
+            log_path = json_path[:-len(".json")] + ".log"
+            start = time.monotonic()
+            error = None
+            with open(log_path, "w") as log:
+                try:
+                    done = subprocess.run(child_command(spec, scale, args, json_path), env=env, stdout=log, stderr=subprocess.STDOUT,
+                                          timeout=args.row_timeout, preexec_fn=lambda: os.sched_setaffinity(0, own_cores))
+                    if done.returncode != 0:
+                        error = f"its process exited {done.returncode}"
+                except subprocess.TimeoutExpired:
+                    error = f"its process timed out after {args.row_timeout} s"
+            try:
+                with open(json_path) as f:
+                    row = json.load(f)["rows"][0]
+            except (OSError, ValueError, KeyError, IndexError) as e:
+                with open(log_path) as f:
+                    tail = [ln for ln in f.read().strip().splitlines() if ln.strip()][-1:] or ["(no output)"]
+                batch, seq = shape_for(spec, with_scale(args, scale))
+                row = {"model": spec.name, "batch": batch, "seq": seq, "device": args.device,
+                       "failure": {"stage": "its process", "error": f"{error or type(e).__name__}: {tail[0]}"}}
+            row["batch_scale"] = scale
+            with lock:
+                rows[job] = row
+                status = "FAILURE" if "failure" in row else f"kiln {number(row.get('kiln_ms'))} ms"
+                print(f"{spec.name}: {status} (GPU {gpu}, {time.monotonic() - start:.0f} s)", file=sys.stderr, flush=True)
+
+    threads = [threading.Thread(target=worker, args=(slot, gpu)) for slot, gpu in enumerate(args.gpus)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    shutil.rmtree(work, ignore_errors=True)
+    if queue:
+        print(f"not run (--deadline {args.deadline} s): {', '.join(f'{spec.name} x{scale or 1}' for spec, scale in queue)}",
+              flush=True)
+    return [rows[job] for job in jobs if job in rows]
+
+
 # ---- main ----------------------------------------------------------------------
 
 def arguments(argv=None):
@@ -470,7 +564,7 @@ def arguments(argv=None):
     ap.add_argument("--models", help="comma-separated names (a decoder's name selects its long-context row too)")
     ap.add_argument("--no-long", action="store_true", help="without the decoders' long-context rows")
     ap.add_argument("--batch", type=int, help="every model at this batch")
-    ap.add_argument("--batch-scale", type=float, help="every model's serving batch times this")
+    ap.add_argument("--batch-scale", help="every model's serving batch times this (comma-separated: a table for each)")
     ap.add_argument("--rounds", type=int, help="timing rounds (default 5; --quick 2)")
     ap.add_argument("--iters", type=int, help="calls per side per round (default 20; --quick 3)")
     ap.add_argument("--warmup", type=int, help="calls per side before the rounds (default 3; --quick 1)")
@@ -486,6 +580,9 @@ def arguments(argv=None):
     ap.add_argument("--inductor", choices=("auto", "on", "off"), default="auto",
                     help="the Inductor sides (auto: on the GPU only; on the CPU its compiles take minutes)")
     ap.add_argument("--child-timeout", type=int, default=1800, help="seconds for one first-call process")
+    ap.add_argument("--gpus", help="comma-separated CUDA device indices: the rows spread over them (child processes)")
+    ap.add_argument("--row-timeout", type=int, default=1500, help="with --gpus: seconds for one row's process")
+    ap.add_argument("--deadline", type=int, help="with --gpus: no row starts after this many seconds (the rest: not run)")
     # the first-call child's own arguments
     ap.add_argument("--first-call", help=argparse.SUPPRESS)
     ap.add_argument("--backend", choices=("kiln", "inductor"), help=argparse.SUPPRESS)
@@ -493,15 +590,43 @@ def arguments(argv=None):
     args = ap.parse_args(argv)
     if args.batch and args.batch_scale:
         ap.error("--batch and --batch-scale: give one")
+    try:
+        args.batch_scales = [float(x) for x in args.batch_scale.split(",")] if args.batch_scale else [None]
+    except ValueError:
+        ap.error(f"--batch-scale {args.batch_scale}: numbers, comma-separated")
+    args.batch_scale = args.batch_scales[0]
     if args.step and not args.grad:
         ap.error("--step times training steps: it needs --grad")
     args.rounds = args.rounds or (2 if args.quick else 5)
     args.iters = args.iters or (3 if args.quick else 20)
     args.warmup = args.warmup if args.warmup is not None else (1 if args.quick else 3)
     args.inductor = args.inductor == "on" or (args.inductor == "auto" and args.device == "cuda")
+    if args.gpus is not None:
+        try:
+            args.gpus = [int(x) for x in args.gpus.split(",") if x.strip()]
+        except ValueError:
+            ap.error(f"--gpus {args.gpus}: comma-separated device indices, as 0,1,2,3")
+        if not args.gpus:
+            ap.error("--gpus takes one or more CUDA device indices")
     if args.device == "cuda" and not torch.cuda.is_available():
         ap.error("no CUDA device here: --device cpu (with --tiny --quick) checks the harness")
     return args
+
+
+def with_scale(args, scale):
+    """The options of one row: `args` at batch scale `scale`."""
+    import copy
+    one = copy.copy(args)
+    one.batch_scale = scale
+    return one
+
+
+def measured_row(spec, args):
+    row = measure(spec, args)
+    row["device"] = args.device
+    status = "FAILURE" if "failure" in row else f"kiln {number(row.get('kiln_ms'))} ms"
+    print(f"{spec.name}: {status}", file=sys.stderr, flush=True)
+    return row
 
 
 def main(argv=None):
@@ -520,19 +645,24 @@ def main(argv=None):
     print(f"{device_name}, PyTorch {torch.__version__}, {dtype_of(args)}, "
           f"{'gradients on' if args.grad else 'no_grad'}, {args.rounds} rounds x {args.iters} calls"
           + ("" if args.inductor else "; Inductor skipped") + ("" if not args.tiny else "; tiny configs"), flush=True)
-    rows = []
-    for spec in specs:
-        row = measure(spec, args)
-        row["device"] = args.device
-        rows.append(row)
-        status = "FAILURE" if "failure" in row else f"kiln {number(row.get('kiln_ms'))} ms"
-        print(f"{spec.name}: {status}", file=sys.stderr, flush=True)
-    print()
-    means, failures = report(rows, args)
+    jobs = [(spec, scale) for scale in args.batch_scales for spec in specs]
+    if args.gpus:
+        print(f"rows spread over GPUs {','.join(map(str, args.gpus))}, one process per row", flush=True)
+        rows = spread_over_gpus(jobs, args)
+    else:
+        rows = [dict(measured_row(spec, with_scale(args, scale)), batch_scale=scale) for spec, scale in jobs]
+    tables = []
+    for scale in args.batch_scales:  # a table for each batch scale
+        print()
+        if len(args.batch_scales) > 1:
+            print(f"## batch scale {scale or 1}\n")
+        means, failures = report([r for r in rows if r["batch_scale"] == scale], args)
+        tables.append({"batch_scale": scale, "geomean_kiln_over": means, "failures": failures})
     if args.json_out:
         with open(args.json_out, "w") as f:
             json.dump({"device": device_name, "torch": torch.__version__, "options": vars(args), "rows": rows,
-                       "geomean_kiln_over": means, "failures": failures}, f, indent=1)
+                       "tables": tables, **({k: tables[0][k] for k in ("geomean_kiln_over", "failures")} if len(tables) == 1 else {})},
+                      f, indent=1)
     return 0
 
 

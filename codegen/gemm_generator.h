@@ -137,6 +137,8 @@ class GemmGenerator : public KernelBuilder {
     Shape kept_shape;
     bool column = false;  // keeps only the output column: register partials, one atomic per column and warp
     bool row = false;     // keeps only the output row: register partials, one atomic per row, warp and tile
+    bool row_renamed = false;  // ... its input a reshape of the result's rows (B x S x H of a B*S x H product):
+                               // the row's kept coordinates named again where the partials are flushed
   };
   struct EpiloguePlan {
     std::vector<EpilogueReduction> reductions;
@@ -165,6 +167,7 @@ class GemmGenerator : public KernelBuilder {
     std::vector<std::pair<size_t, std::string>> column_reduces;  // reduction, its partials' variable
     std::string row_decls, row_flush;  // register partials of row reductions: before a tile's fragments, after
     std::vector<std::pair<size_t, std::string>> thread_row_reduces;  // SIMT: reduction, its partials' variable ([i])
+    std::vector<std::pair<size_t, std::string>> renamed_row_reduces;  // fragments: row_renamed reductions, their partials
     int thread_rows = 0;                                             // SIMT: EpilogueLoops::thread_rows
     std::string pair_decls, pair_stores;  // column pairs of written tensors
     std::string staged_map, staged_put;   // the staged tensor's map parameter and alignment check
@@ -180,6 +183,8 @@ class GemmGenerator : public KernelBuilder {
   void emit_epilogue_reductions(const EpiloguePlan& plan, const std::vector<std::string>& ws, EpilogueText& text);
   std::string flush_thread_rows(const ir::Op& anchor, const Gemm& gm, const EpilogueLoops& loops, const EpiloguePlan& plan,
                                 const std::vector<std::string>& ws, const EpilogueText& text);
+  std::string flush_renamed_rows(const ir::Op& anchor, const Gemm& gm, const EpiloguePlan& plan,
+                                 const std::vector<std::string>& ws, const EpilogueText& text);
   void emit_epilogue_writes(const ir::Op& anchor, const Gemm& gm, const EpilogueLoops& loops, const Coords& oc,
                             const EpiloguePlan& plan, EpilogueText& text);
   // The pool of a conv's epilogue (KernelParams::pool_window), or nullptr.
