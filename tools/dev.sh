@@ -198,9 +198,23 @@ run_tests() {
   say "running the CPU tests"
   ctest --test-dir "$build" --output-on-failure -j "$jobs" -L cpu
   python_package
-  say "running the Python tests"
-  # pytest exits 5 when it collects nothing: that fails here too.
-  (cd "$root" && "$build/venv/bin/python" -m pytest python/tests -q -p no:cacheprovider)
+  local shards=$((jobs < 4 ? jobs : 4))  # (each process holds PyTorch: a few, not one per core)
+  say "running the Python tests ($shards shards at once: KILN_TEST_SHARD, python/tests/conftest.py)"
+  # pytest exits 5 when it collects nothing: that fails here too. Each shard's output is
+  # printed whole when it ends; the step fails if any shard did.
+  local logs pids=() failed=0 i
+  logs=$(mktemp -d)
+  for ((i = 0; i < shards; ++i)); do
+    (cd "$root" && KILN_TEST_SHARD="$i/$shards" "$build/venv/bin/python" -m pytest python/tests -q -p no:cacheprovider \
+      >"$logs/shard$i.log" 2>&1) &
+    pids+=($!)
+  done
+  for i in "${!pids[@]}"; do
+    wait "${pids[$i]}" || failed=1
+    echo "--- shard $i/$shards"; cat "$logs/shard$i.log"
+  done
+  rm -rf "$logs"
+  return $failed
 }
 
 case ${1:-} in

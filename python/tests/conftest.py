@@ -19,5 +19,22 @@ def _private_cache(tmp_path_factory):
     yield
 
 
+def pytest_collection_modifyitems(config, items):
+    """KILN_TEST_SHARD=i/n keeps every n-th test from the i-th (tools/dev.sh test runs
+    the suite as two such processes at once, one per core of CI's machine; neighbouring
+    tests, often cases of one parametrised test, land in different shards)."""
+    shard = os.environ.get("KILN_TEST_SHARD")
+    if not shard:
+        return
+    try:
+        index, count = (int(x) for x in shard.split("/"))
+        assert 0 <= index < count
+    except (ValueError, AssertionError):
+        raise pytest.UsageError(f"KILN_TEST_SHARD={shard!r}: I/N with 0 <= I < N")
+    keep = [item for i, item in enumerate(items) if i % count == index]
+    config.hook.pytest_deselected(items=[item for i, item in enumerate(items) if i % count != index])
+    items[:] = keep
+
+
 def example_id(path):
     return f"{path.parent.name}/{path.stem}"
