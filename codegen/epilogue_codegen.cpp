@@ -26,6 +26,20 @@
 #include "codegen/gemm_generator.h"
 
 namespace kiln::codegen {
+namespace {
+
+// A fragment row's partial (red[mi][half]) combined over the quad of lanes
+// that holds the row's columns, then one atomic from the quad's first lane.
+std::string quad_row_atomic(const std::string& red, const std::string& functor, const std::string& workspace,
+                            const std::string& offset) {
+  return fmt::format("{{\nfloat v = {0}[mi][half];\n"
+                     "v = {1}::combine(v, __shfl_xor_sync(0xffffffffu, v, 1));\n"
+                     "v = {1}::combine(v, __shfl_xor_sync(0xffffffffu, v, 2));\n"
+                     "if ((threadIdx.x & 3) == 0 && in_rows) kiln::atomic_combine({1}(), static_cast<float*>({2}) + {3}, v);\n}}\n",
+                     red, functor, workspace, offset);
+}
+
+}  // namespace
 
 std::vector<const ir::Op*> GemmGenerator::epilogue_reductions() const {
   std::vector<const ir::Op*> reduces;
@@ -139,14 +153,14 @@ auto GemmGenerator::decide_epilogue(const ir::Op& anchor, const Gemm& gm, const 
       // Its input a reshape of the result that keeps the columns last (a B*S x H product read as
       // B x S x H): each row of the tile is still one kept element. Without this, an atomic for
       // every element: 4M of them into 4096 rows made Llama's o_proj + residual + RMSNorm's mean
-      // of squares 0.075 ms, 4x the product alone (H200).
+      // of squares 0.075 ms on an H200 (0.034 with the row partials, on an H100: bench/NOTES.md v0.38).
       k.row_renamed = !k.row && gm.column_last && gm.batches == 1 && !gm.out_row && along_row &&
                       k.input.back() == oc.back() && in_shape.back() == gm.n;
       k.row = k.row || k.row_renamed;
-    }
-    else
+    } else {
       k.row = gm.column_last && !gm.out_row && loops.thread_rows > 0 && along_row && k.input.back() == oc.back() &&
               in_shape.back() == gm.n;
+    }
   }
   // Staged column blocks in a loop that is not unrolled where an element
   // takes a library function (erf, exp, tanh, ...): unrolled over a 128 x
@@ -208,11 +222,7 @@ void GemmGenerator::emit_epilogue_reductions(const EpiloguePlan& plan, const std
         text.renamed_row_reduces.emplace_back(r, red);
         continue;
       }
-      text.row_flush += fmt::format("{{\nfloat v = {0}[mi][half];\n"
-                                    "v = {1}::combine(v, __shfl_xor_sync(0xffffffffu, v, 1));\n"
-                                    "v = {1}::combine(v, __shfl_xor_sync(0xffffffffu, v, 2));\n"
-                                    "if ((threadIdx.x & 3) == 0 && in_rows) kiln::atomic_combine({1}(), static_cast<float*>({2}) + {3}, v);\n}}\n",
-                                    red, functor, ws[r], em_.linearize(k.kept, k.kept_shape));
+      text.row_flush += quad_row_atomic(red, functor, ws[r], em_.linearize(k.kept, k.kept_shape));
       continue;
     }
     em_.emit(fmt::format("kiln::atomic_combine({}(), static_cast<float*>({}) + {}, {});", reduce_functor(k.op->kind), ws[r],
@@ -638,11 +648,7 @@ std::string GemmGenerator::flush_renamed_rows(const ir::Op& anchor, const Gemm& 
     const Coords input = write_coords(anchor.output, oc, k.op->inputs[0]);
     const Coords kept(input.begin(), input.end() - 1);  // (all but the row's columns)
     const std::string functor = reduce_functor(k.op->kind);
-    atomics += fmt::format("{{\nfloat v = {0}[mi][half];\n"
-                           "v = {1}::combine(v, __shfl_xor_sync(0xffffffffu, v, 1));\n"
-                           "v = {1}::combine(v, __shfl_xor_sync(0xffffffffu, v, 2));\n"
-                           "if ((threadIdx.x & 3) == 0 && in_rows) kiln::atomic_combine({1}(), static_cast<float*>({2}) + {3}, v);\n}}\n",
-                           red, functor, ws[r], em_.linearize(kept, k.kept_shape));
+    atomics += quad_row_atomic(red, functor, ws[r], em_.linearize(kept, k.kept_shape));
   }
   const std::string named = em_.take();
   write_coords_memo_ = nullptr;

@@ -257,6 +257,13 @@ def test_torch_tensors_kiln_cannot_read_are_binding_errors():
     assert torch.equal(exe(x=x._neg_view().resolve_neg(), w=w)["y"], torch.zeros(3, 4))
 
 
+def _sigint_by_default():
+    """In the child: SIGINT's default action, also where the tests were started with it ignored
+    (a background job of a script, as tools/dev.sh runs the shards: the shell ignores SIGINT there)."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_stops_a_long_reference_run(tmp_path):
     """A 4096^2 matmul on the reference interpreter takes tens of seconds;
     SIGINT raises KeyboardInterrupt within a second or so, not at its end."""
@@ -277,7 +284,8 @@ def test_ctrl_c_stops_a_long_reference_run(tmp_path):
         "    print('finished', flush=True)\n"
         "except KeyboardInterrupt:\n"
         "    print('interrupted', flush=True)\n")
-    child = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    child = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             preexec_fn=_sigint_by_default)
     try:
         assert child.stdout.readline().strip() == "running"
         time.sleep(1.0)  # inside the run
@@ -302,7 +310,8 @@ def test_ctrl_c_stops_the_clis_reference_run(tmp_path):
     graph.write_text('{"kiln": 1, "inputs": {"a": {"shape": [4096, 4096], "dtype": "f32"}}, '
                      '"ops": [{"op": "matmul", "in": ["a", "a"], "out": "y"}], "outputs": ["y"]}')
     child = subprocess.Popen([binary(), "run", str(graph), "--device", "cpu", "--random", "1"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             preexec_fn=_sigint_by_default)
     try:
         time.sleep(3.0)  # drawing the inputs, then inside the run
         assert child.poll() is None, child.communicate()

@@ -176,6 +176,21 @@ def test_a_constant_pytorch_reads_is_computed_by_pytorch():
     all_in_kiln(report)
 
 
+def test_a_constant_output_evaluates_its_own_nodes_alone(monkeypatch):
+    # Mistral's subgraph returns a constant (its cache's tensor(8)) beside constants kiln builds from
+    # numbers (its rotary tables): each call PyTorch computes that output, and it evaluated every
+    # constant and view of the graph to do so, the tables included.
+    def fn(x):
+        table = torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]) * 0.5 + 1
+        return x * table, torch.tensor([8.0, 9.0]) * 2
+    evaluated = []
+    run_views = kiln.torch._run_views
+    monkeypatch.setattr(kiln.torch, "_run_views",
+                        lambda p, a, nodes: (evaluated.append([n.name for n in nodes]), run_views(p, a, nodes))[1])
+    all_in_kiln(check(fn, X(4, 8)))
+    assert evaluated and all(len(names) <= 2 for names in evaluated), evaluated  # the constant and its product
+
+
 def test_a_constant_of_many_values_is_an_input():
     # (more runs of values than kiln builds a constant of: the constant enters kiln as an input)
     values = [float(v) for v in range(300)]
