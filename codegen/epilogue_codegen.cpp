@@ -598,61 +598,60 @@ std::string GemmGenerator::finish_epilogue_reductions(const EpiloguePlan& plan, 
   return tail + "}\n";
 }
 
-// A SIMT tile's row partials, once its elements are done: each of a
-// thread's rows combined over the 16 lanes that hold its columns (four
-// shuffles), then one atomic a row from the first of them. The row's
-// coordinates are named again here (the element code's are out of scope).
-std::string GemmGenerator::flush_thread_rows(const ir::Op& anchor, const Gemm& gm, const EpilogueLoops& loops,
-                                             const EpiloguePlan& plan, const std::vector<std::string>& ws,
-                                             const EpilogueText& text) {
-  if (text.thread_row_reduces.empty()) return "";
+// Row partials flushed with their kept coordinates named again from the row
+// m (the element code's are out of scope; n, where a coordinate names it,
+// is any column of the row, on which the kept ones do not depend): the
+// naming statements, then `flush(partials, functor, workspace, offset)` for
+// each reduction of `reduces`.
+std::string GemmGenerator::flush_rows_named_again(
+    const ir::Op& anchor, const Gemm& gm, const EpiloguePlan& plan, const std::vector<std::string>& ws,
+    const std::vector<std::pair<size_t, std::string>>& reduces,
+    const std::function<std::string(const std::string&, const std::string&, const std::string&, const std::string&)>& flush) {
   std::map<ir::TensorId, Coords> coords;
   write_coords_memo_ = &coords;
   em_.begin_block();
   const Coords oc = gm.out_coords("m", "n", "batch");
-  std::string atomics;
-  for (const auto& [r, red] : text.thread_row_reduces) {
+  std::string flushes;
+  for (const auto& [r, red] : reduces) {
     const EpilogueReduction& k = plan.reductions[r];
     const Coords input = write_coords(anchor.output, oc, k.op->inputs[0]);
     Coords kept;
     for (size_t d = 0; d + 1 < input.size(); ++d) kept.push_back(input[d]);  // (all but the row's columns)
-    const std::string functor = reduce_functor(k.op->kind);
-    atomics += fmt::format("{{\nfloat v = {0}[i];\n", red);
-    for (int lanes = 1; lanes < 16; lanes *= 2)
-      atomics += fmt::format("v = {}::combine(v, __shfl_xor_sync(0xffffffffu, v, {}));\n", functor, lanes);
-    atomics += fmt::format("if (tx == 0 && in_rows) kiln::atomic_combine({}(), static_cast<float*>({}) + {}, v);\n}}\n",
-                           functor, ws[r], em_.linearize(kept, k.kept_shape));
+    flushes += flush(red, reduce_functor(k.op->kind), ws[r], em_.linearize(kept, k.kept_shape));
   }
   const std::string named = em_.take();
   write_coords_memo_ = nullptr;
+  return named + flushes;
+}
+
+// A SIMT tile's row partials, once its elements are done: each of a
+// thread's rows combined over the 16 lanes that hold its columns (four
+// shuffles), then one atomic a row from the first of them.
+std::string GemmGenerator::flush_thread_rows(const ir::Op& anchor, const Gemm& gm, const EpilogueLoops& loops,
+                                             const EpiloguePlan& plan, const std::vector<std::string>& ws,
+                                             const EpilogueText& text) {
+  if (text.thread_row_reduces.empty()) return "";
+  auto over_16_lanes = [](const std::string& red, const std::string& functor, const std::string& workspace,
+                          const std::string& offset) {
+    std::string code = fmt::format("{{\nfloat v = {0}[i];\n", red);
+    for (int lanes = 1; lanes < 16; lanes *= 2)
+      code += fmt::format("v = {}::combine(v, __shfl_xor_sync(0xffffffffu, v, {}));\n", functor, lanes);
+    return code + fmt::format("if (tx == 0 && in_rows) kiln::atomic_combine({}(), static_cast<float*>({}) + {}, v);\n}}\n",
+                              functor, workspace, offset);
+  };
   return fmt::format("#pragma unroll\nfor (int i = 0; i < {}; ++i) {{\nconst kiln::i64 m = {};\nconst bool in_rows = m < {};\n",
                      loops.thread_rows, loops.thread_row, sizes_(gm.m)) +
-         named + atomics + "}\n";
+         flush_rows_named_again(anchor, gm, plan, ws, text.thread_row_reduces, over_16_lanes) + "}\n";
 }
 
 // A wgmma tile's partials of rows whose kept coordinates are a reshape of
 // the row (EpilogueReduction::row_renamed): the quad's lanes combined, then
-// one atomic a row, at the coordinates named again here from the row m (the
-// element code's are out of scope; a column of the tile stands for n, on
-// which they do not depend). Inside the flush's loop over mi and half.
+// one atomic a row. Inside the flush's loop over mi and half.
 std::string GemmGenerator::flush_renamed_rows(const ir::Op& anchor, const Gemm& gm, const EpiloguePlan& plan,
                                               const std::vector<std::string>& ws, const EpilogueText& text) {
   if (text.renamed_row_reduces.empty()) return "";
-  std::map<ir::TensorId, Coords> coords;
-  write_coords_memo_ = &coords;
-  em_.begin_block();
-  const Coords oc = gm.out_coords("m", "n", "batch");
-  std::string atomics;
-  for (const auto& [r, red] : text.renamed_row_reduces) {
-    const EpilogueReduction& k = plan.reductions[r];
-    const Coords input = write_coords(anchor.output, oc, k.op->inputs[0]);
-    const Coords kept(input.begin(), input.end() - 1);  // (all but the row's columns)
-    const std::string functor = reduce_functor(k.op->kind);
-    atomics += quad_row_atomic(red, functor, ws[r], em_.linearize(kept, k.kept_shape));
-  }
-  const std::string named = em_.take();
-  write_coords_memo_ = nullptr;
-  return "{\nconst kiln::i64 n = n0;\n(void)n;\n" + named + atomics + "}\n";
+  return "{\nconst kiln::i64 n = n0;\n(void)n;\n" +
+         flush_rows_named_again(anchor, gm, plan, ws, text.renamed_row_reduces, quad_row_atomic) + "}\n";
 }
 
 // finish_out: where the last block's finalisation of reductions goes (a

@@ -181,6 +181,10 @@ class GemmGenerator : public KernelBuilder {
     int columns = 0;
   };
   void emit_epilogue_reductions(const EpiloguePlan& plan, const std::vector<std::string>& ws, EpilogueText& text);
+  std::string flush_rows_named_again(
+      const ir::Op& anchor, const Gemm& gm, const EpiloguePlan& plan, const std::vector<std::string>& ws,
+      const std::vector<std::pair<size_t, std::string>>& reduces,
+      const std::function<std::string(const std::string&, const std::string&, const std::string&, const std::string&)>& flush);
   std::string flush_thread_rows(const ir::Op& anchor, const Gemm& gm, const EpilogueLoops& loops, const EpiloguePlan& plan,
                                 const std::vector<std::string>& ws, const EpilogueText& text);
   std::string flush_renamed_rows(const ir::Op& anchor, const Gemm& gm, const EpiloguePlan& plan,
