@@ -40,7 +40,9 @@ in this one process:
 --gpus runs the rows in child processes, one at a time per GPU (each child
 sees its GPU alone and an equal share of the host's cores, so that compile
 times are those of a machine of that share), and prints their rows as one
-table: the zoo in one device run on a machine of several GPUs.
+table: the zoo in one device run on a machine of several GPUs (--deadline:
+no row starts after that many seconds; the rest are listed as not run).
+--batch-scale 1,0.25 gives a table for each scale.
 
 A model that raises anything through the kiln backend is a FAILURE row (the
 message printed, the traceback on stderr), never the harness's end. At the
@@ -48,6 +50,7 @@ bottom: the geometric mean of kiln/Inductor over the models that ran, and
 the failures.
 """
 import argparse
+import copy
 import gc
 import json
 import math
@@ -615,7 +618,6 @@ def arguments(argv=None):
 
 def with_scale(args, scale):
     """The options of one row: `args` at batch scale `scale`."""
-    import copy
     one = copy.copy(args)
     one.batch_scale = scale
     return one
