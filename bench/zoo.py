@@ -545,8 +545,7 @@ def spread_over_gpus(jobs, args):
             row["batch_scale"] = scale
             with lock:
                 rows[job] = row
-                status = "FAILURE" if "failure" in row else f"kiln {number(row.get('kiln_ms'))} ms"
-                print(f"{spec.name}: {status} (GPU {gpu}, {time.monotonic() - start:.0f} s)", file=sys.stderr, flush=True)
+                print(f"{spec.name}: {row_status(row)} (GPU {gpu}, {time.monotonic() - start:.0f} s)", file=sys.stderr, flush=True)
 
     threads = [threading.Thread(target=worker, args=(slot, gpu)) for slot, gpu in enumerate(args.gpus)]
     for t in threads:
@@ -623,11 +622,14 @@ def with_scale(args, scale):
     return one
 
 
+def row_status(row):
+    return "FAILURE" if "failure" in row else f"kiln {number(row.get('kiln_ms'))} ms"
+
+
 def measured_row(spec, args):
     row = measure(spec, args)
     row["device"] = args.device
-    status = "FAILURE" if "failure" in row else f"kiln {number(row.get('kiln_ms'))} ms"
-    print(f"{spec.name}: {status}", file=sys.stderr, flush=True)
+    print(f"{spec.name}: {row_status(row)}", file=sys.stderr, flush=True)
     return row
 
 

@@ -28,11 +28,14 @@ def pytest_collection_modifyitems(config, items):
         return
     try:
         index, count = (int(x) for x in shard.split("/"))
-        assert 0 <= index < count
-    except (ValueError, AssertionError):
+    except ValueError:
+        index, count = -1, 0
+    if not 0 <= index < count:
         raise pytest.UsageError(f"KILN_TEST_SHARD={shard!r}: I/N with 0 <= I < N")
-    keep = [item for i, item in enumerate(items) if i % count == index]
-    config.hook.pytest_deselected(items=[item for i, item in enumerate(items) if i % count != index])
+    keep, others = [], []
+    for i, item in enumerate(items):
+        (keep if i % count == index else others).append(item)
+    config.hook.pytest_deselected(items=others)
     items[:] = keep
 
 
