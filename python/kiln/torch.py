@@ -16,7 +16,10 @@ shapes, a constant made on the CPU in a CUDA forward) are constants of the
 kiln graph, whose graphs are keyed by their values (_host_value). Tensors
 whose values are known before the graph runs (those the forward makes from
 numbers, factories, ops on them: _fold_constants) are constants too, on
-whatever device PyTorch holds them: kiln builds them from numbers.
+whatever device PyTorch holds them: kiln builds them from numbers. What
+PyTorch would compute from constants alone on every forward (a decoder's
+masks and positions, made from arange) it computes once while the backend
+compiles, and the graph holds the values (_hold_constants).
 
 The conversion table (CONVERTERS) is generated from kiln's op table for the
 ops PyTorch spells the same way, plus the hand-written entries below for
@@ -1550,8 +1553,117 @@ def _buildable(value: torch.Tensor) -> bool:
     return int((flat[1:] != flat[:-1]).sum()) + 1 <= _MOST_PARTS
 
 
+# The most bytes of constants one graph holds (_hold_constants); past it, PyTorch computes the
+# rest on every forward as before.
+_HELD_AT_MOST = 256 << 20
+_HELD_PREFIX = "_kiln_held_"
+
+
+def _hold_constants(gm: torch.fx.GraphModule, report: Report) -> None:
+    """Computes once, while the backend compiles, what PyTorch would otherwise compute on every
+    forward from constants alone, and holds the values the rest of the graph reads as buffers of
+    gm (get_attr nodes). A decoder's masks are made this way: Mistral's sliding-window mask is
+    arange, add, sub, compare and and on int64 positions (22 ops, a kernel each on the GPU), and
+    the rotary embedding's float positions come from an arange too.
+
+    Expects: _fold_constants has run (kiln's own constants are marked). Guarantees: only ops kiln
+    does not take are held (what kiln takes, kiln computes in its kernels, where a large constant
+    costs nothing to make); each held value is what PyTorch computes for its node, by the same op
+    on the same device; nothing seeded-random or mutating, nothing of symbolic sizes; a value the
+    graph returns is returned as a new copy of the held one on each call (the caller may write to
+    it); at most _HELD_AT_MOST bytes in all. Each op computed once is in the report, with that
+    reason."""
+    from torch._subclasses.fake_tensor import FakeTensor
+    values: Dict[torch.fx.Node, torch.Tensor] = {}
+    with _real_tensors(), torch.no_grad():
+        for n in gm.graph.nodes:
+            if _KNOWN in n.meta:
+                values[n] = n.meta[_KNOWN]
+            elif n.op == "get_attr":
+                value = _constant_value(gm, n)  # (a tensor constant read through lift_fresh_copy)
+                if isinstance(value, torch.Tensor) and not isinstance(value, FakeTensor):
+                    values[n] = value
+            elif _computed_once(n, values):
+                args, kwargs = torch.fx.node.map_arg((n.args, n.kwargs), lambda a: values[a])
+                try:
+                    value = n.target(*args, **kwargs)
+                except Exception:  # noqa: BLE001  (left to PyTorch's forward, as before)
+                    continue
+                if isinstance(value, torch.Tensor) and not isinstance(value, FakeTensor):
+                    values[n] = value.detach()
+    # What an output returns, or a view of it (the caller may write to what it gets)
+    returned = set()
+    for n in reversed(gm.graph.nodes):
+        if any(u.op == "output" or (u in returned and _may_alias(u)) for u in n.users):
+            returned.add(n)
+    held_bytes = 0
+    for n in list(gm.graph.nodes):
+        if n not in values or n.op != "call_function":
+            continue
+        output_reads = n in returned
+        if output_reads:
+            # A constant the graph returns: a device copy of the held value on each call. (Mistral's
+            # forward returned two CPU constants moved to the GPU: each a copy from pageable memory,
+            # which waits for every kernel before it, 0.45 ms a forward.)
+            if _may_alias(n) or any(u.op != "output" and u in returned for u in n.users):
+                continue  # (an output that may alias another: as traced)
+        elif _KNOWN in n.meta or all(u in values for u in n.users):
+            continue  # (kiln builds it where kiln reads it; or no forward reads it)
+        value = values[n]
+        size = value.numel() * value.element_size()
+        if held_bytes + size > _HELD_AT_MOST:
+            continue
+        held_bytes += size
+        name = next(f"{_HELD_PREFIX}{i}" for i in range(len(values) + 1) if not hasattr(gm, f"{_HELD_PREFIX}{i}"))
+        gm.register_buffer(name, value, persistent=False)
+        with gm.graph.inserting_before(n):
+            attr = gm.graph.get_attr(name)
+            copy = gm.graph.call_function(aten.clone.default, (attr,)) if output_reads else None
+        attr.meta = dict(n.meta)
+        n.replace_all_uses_with(attr, delete_user_cb=lambda u: u.op != "output")
+        if copy is not None:
+            copy.meta = dict(n.meta)
+            n.replace_all_uses_with(copy)
+    computed = []
+    for n in reversed(list(gm.graph.nodes)):  # the nodes no forward computes now (readers first)
+        if n in values and n.op in ("call_function", "get_attr") and not n.users:
+            if n.op == "call_function":
+                computed.insert(0, (n.target, n.name))
+            gm.graph.erase_node(n)
+    for target, name in computed:
+        report.left_to_pytorch.append({"op": str(target), "node": name, "flops": 0,
+                                       "reason": "computed once while compiling: its inputs are constants"})
+    if computed:
+        gm.recompile()
+
+
+def _computed_once(n: torch.fx.Node, values: Dict[torch.fx.Node, torch.Tensor]) -> bool:
+    """Whether _hold_constants computes the node: an ATen op PyTorch runs (kiln does not take it),
+    of constants alone, neither random nor mutating, of integer sizes."""
+    if n.op != "call_function" or not isinstance(n.target, torch._ops.OpOverload):
+        return False
+    if torch.Tag.nondeterministic_seeded in n.target.tags or n.target._schema.is_mutable:
+        return False
+    if any(a not in values for a in n.all_input_nodes):
+        return False
+    leaves: List[Any] = []
+    torch.fx.node.map_aggregate((n.args, n.kwargs), leaves.append)
+    if any(isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)) for x in leaves):
+        return False
+    return why_not(n) is not None
+
+
+def _may_alias(user: torch.fx.Node) -> bool:
+    """Whether a node's value may be a view of its inputs'."""
+    if user.target in _VIEWS:
+        return True
+    schema = getattr(user.target, "_schema", None)
+    return schema is None or any(r.alias_info is not None for r in schema.returns)
+
+
 def _partitioned(gm: torch.fx.GraphModule, report: Report, hints) -> torch.fx.GraphModule:
     _fold_constants(gm)
+    _hold_constants(gm, report)
     reasons: Dict[torch.fx.Node, str] = {}
     partitioner = CapabilityBasedPartitioner(gm, _Support(reasons), allows_single_node_partition=True)
     partitions = partitioner.propose_partitions()
