@@ -24,6 +24,14 @@ config.substitutions.append(("%python", sys.executable))
 # 27 times less work).
 sanitized = lit_config.params.get("sanitized", "0") == "1"
 config.substitutions.append(("%long_matmul_n", "800" if sanitized else "2400"))
+# `UNSUPPORTED: sanitized`: the few tests whose time under the sanitizers is
+# NVRTC's (uninstrumented) or the reference interpreter's on a large graph
+# (5-37 s each, half of the sanitized golden suite), where the code they run
+# is the code smaller tests run. Their plans and kernels are still generated
+# under the sanitizers (Codegen.EveryExampleCompilesForSm80AndSm90, the
+# fuzzers' seeds); the GCC build runs them whole.
+if sanitized:
+    config.available_features.add("sanitized")
 # %expect-exit CODE CMD...: passes when CMD exits with exactly CODE (a crash,
 # a hang past 60 s, or any other code fails the test).
 config.substitutions.append(

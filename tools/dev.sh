@@ -103,7 +103,11 @@ configure() {
   command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
   if [[ ! -f $build/CMakeCache.txt ]]; then
     say "configuring $build"
+    # RelWithDebInfo with line tables alone (-g1): backtraces still name files and lines, and each
+    # file compiles about a third faster than with full debug info (CI builds kiln three times on
+    # 2 cores). KILN_BUILD_TYPE=Debug keeps full debug info.
     cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE="${KILN_BUILD_TYPE:-RelWithDebInfo}" \
+      -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" \
       -DKILN_NVRTC_ROOT="$(nvrtc_root)" -DKILN_SASS_TOOL_DIR="$(sass_tool_dir)" >/dev/null
   fi
 }
