@@ -363,6 +363,10 @@ std::string Emitter::view(const ir::Op& op, const Coords& coords) {
 // Each element from the input that holds it: one branch per input, the
 // others not evaluated (their coordinates would be out of range). Values
 // computed inside a branch stay there (the memo is restored after it).
+std::string Emitter::piece_coordinate(const std::string& coordinate, int64_t offset) const {
+  return offset == 0 ? coordinate : fmt::format("({} - {})", coordinate, (*sizes_)(offset, ""));
+}
+
 std::string Emitter::concat(const ir::Op& op, const Coords& coords) {
   const ir::Tensor& result = g_.result(op);
   const size_t axis = static_cast<size_t>(op.attrs.axis);
@@ -381,7 +385,7 @@ std::string Emitter::concat(const ir::Op& op, const Coords& coords) {
                             : last ? std::string("} else {") : fmt::format("}} else if ({}) {{", condition));
     const std::map<std::string, std::string> memo = memo_;
     Coords c = coords;
-    if (offset != 0) c[axis] = fmt::format("({} - {})", coords[axis], (*sizes_)(offset, ""));
+    c[axis] = piece_coordinate(coords[axis], offset);
     const std::string in = value(op.inputs[i], c);
     lines_.push_back(fmt::format("{} = {};", v, in));
     memo_ = memo;

@@ -140,6 +140,12 @@ class Emitter {
   std::string pointwise(const ir::Op& op, const Coords& coords);
   std::string view(const ir::Op& op, const Coords& coords);
   std::string concat(const ir::Op& op, const Coords& coords);
+
+ public:
+  // The coordinate along a concat's axis in the piece that starts at `offset`.
+  std::string piece_coordinate(const std::string& coordinate, int64_t offset) const;
+
+ private:
   std::string norm_from_stats(const ir::Op& op, const Coords& coords);
 
   const ir::Graph& g_;

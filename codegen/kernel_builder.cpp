@@ -154,7 +154,7 @@ bool KernelBuilder::same_linear_order(ir::TensorId from, ir::TensorId to) const 
   return false;
 }
 
-auto KernelBuilder::chunking(const Shape& domain, int64_t lane_extent) const -> Chunking {
+auto KernelBuilder::chunking(const Shape& domain, int64_t lane_extent, bool concat_pieces) const -> Chunking {
   Chunking ch;
   if (domain.empty() || domain.back() == 1) return ch;
   int narrowest = 4;
@@ -180,11 +180,41 @@ auto KernelBuilder::chunking(const Shape& domain, int64_t lane_extent) const -> 
     if (std::all_of(strides.begin(), strides.end() - 1, [&](int64_t s) { return s % vec == 0; })) ch.loads.push_back(t);
   }
   ch.vec = vec;
+  if (concat_pieces) ch.pieces = chunked_pieces(domain, vec);
   std::vector<std::string> pointers;
   for (ir::TensorId t : ch.loads) pointers.push_back(fmt::format("kiln::aligned16({})", ext_.at(t).pointer));
+  for (const Piece& piece : ch.pieces) pointers.push_back(fmt::format("kiln::aligned16({})", ext_.at(piece.tensor).pointer));
   for (ir::TensorId t : ch.stores) pointers.push_back(fmt::format("kiln::aligned16({})", writes_.at(t)));
   ch.aligned = pointers.empty() ? "true" : fmt::format("{}", fmt::join(pointers, " && "));
   return ch;
+}
+
+auto KernelBuilder::chunked_pieces(const Shape& domain, int vec) const -> std::vector<Piece> {
+  std::vector<Piece> pieces;
+  const size_t axis = domain.size() - 1;
+  for (int32_t oi : k_.ops) {
+    const ir::Op& op = g_.ops[static_cast<size_t>(oi)];
+    if (ir::op_info(op.kind).family != ir::OpFamily::Concat || static_cast<size_t>(op.attrs.axis) != axis ||
+        g_.result(op).shape != domain)
+      continue;
+    std::vector<Piece> these;
+    int64_t offset = 0;
+    bool all = true;
+    for (ir::TensorId t : op.inputs) {
+      const Shape& shape = g_.tensor(t).shape;
+      const int64_t width = shape[axis];
+      if (sizes_.symbolic(width) || offset % vec != 0 || width % vec != 0) all = false;
+      if (all)
+        if (auto e = ext_.find(t); e != ext_.end() && e->second.storage != DType::boolean && e->second.strides.back() == 1 &&
+                                   std::equal(shape.begin(), shape.end() - 1, domain.begin()) &&
+                                   std::all_of(e->second.strides.begin(), e->second.strides.end() - 1,
+                                               [&](int64_t stride) { return stride % vec == 0; }))
+          these.push_back({t, offset, width});
+      offset += width;
+    }
+    if (all) pieces.insert(pieces.end(), these.begin(), these.end());
+  }
+  return pieces;
 }
 
 static std::string storage_tag(DType storage) { return "kiln::Storage::" + std::string(to_string(storage)); }
@@ -192,6 +222,11 @@ static std::string storage_tag(DType storage) { return "kiln::Storage::" + std::
 void KernelBuilder::chunk_sources(const Chunking& ch, const Shape& domain, const Coords& c) {
   for (ir::TensorId t : ch.loads)
     em_.set_vector_source(t, Emitter::broadcast(g_.tensor(t).shape, domain, c), chunk_in(t), "v");
+  for (const Piece& piece : ch.pieces) {
+    Coords pc = c;
+    pc.back() = em_.piece_coordinate(c.back(), piece.offset);
+    em_.set_vector_source(piece.tensor, pc, chunk_in(piece.tensor), "v");
+  }
 }
 
 std::string KernelBuilder::chunk_load_calls(const Chunking& ch, const Shape& domain, const Coords& base,
@@ -204,6 +239,16 @@ std::string KernelBuilder::chunk_load_calls(const Chunking& ch, const Shape& dom
     out += fmt::format("float {}[{}];  // {}\n", chunk_in(t), ch.vec, g_.tensor(t).name);
     out += fmt::format("kiln::load_chunk<{}, {}>({}, {}, {}, kiln_vec);\n", storage_tag(e.storage), ch.vec, e.pointer,
                        em_.offset_of(e, shape, Emitter::broadcast(shape, domain, base)), chunk_in(t));
+  }
+  for (const Piece& piece : ch.pieces) {  // (the chunk's lanes read only the piece it lies in)
+    if (element.find(chunk_in(piece.tensor) + "[v]") == std::string::npos) continue;
+    const ExternalTensor& e = ext_.at(piece.tensor);
+    Coords pc = base;
+    pc.back() = em_.piece_coordinate(base.back(), piece.offset);
+    out += fmt::format("float {}[{}];  // {}\n", chunk_in(piece.tensor), ch.vec, g_.tensor(piece.tensor).name);
+    out += fmt::format("if ({0} >= {1} && {0} < {2}) kiln::load_chunk<{3}, {4}>({5}, {6}, {7}, kiln_vec);\n", base.back(),
+                       piece.offset, piece.offset + piece.width, storage_tag(e.storage), ch.vec, e.pointer,
+                       em_.offset_of(e, g_.tensor(piece.tensor).shape, pc), chunk_in(piece.tensor));
   }
   return out;
 }
