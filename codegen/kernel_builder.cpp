@@ -154,7 +154,7 @@ bool KernelBuilder::same_linear_order(ir::TensorId from, ir::TensorId to) const 
   return false;
 }
 
-auto KernelBuilder::chunking(const Shape& domain, int64_t lane_extent, bool concat_pieces) const -> Chunking {
+auto KernelBuilder::chunking(const Shape& domain, int64_t lane_extent, bool concats) const -> Chunking {
   Chunking ch;
   if (domain.empty() || domain.back() == 1) return ch;
   int narrowest = 4;
@@ -180,41 +180,43 @@ auto KernelBuilder::chunking(const Shape& domain, int64_t lane_extent, bool conc
     if (std::all_of(strides.begin(), strides.end() - 1, [&](int64_t s) { return s % vec == 0; })) ch.loads.push_back(t);
   }
   ch.vec = vec;
-  if (concat_pieces) ch.pieces = chunked_pieces(domain, vec);
+  if (concats) ch.concats = chunked_concats(domain, vec);
   std::vector<std::string> pointers;
   for (ir::TensorId t : ch.loads) pointers.push_back(fmt::format("kiln::aligned16({})", ext_.at(t).pointer));
-  for (const Piece& piece : ch.pieces) pointers.push_back(fmt::format("kiln::aligned16({})", ext_.at(piece.tensor).pointer));
+  for (const ConcatChunk& cc : ch.concats)
+    for (const Piece& piece : cc.pieces) pointers.push_back(fmt::format("kiln::aligned16({})", ext_.at(piece.tensor).pointer));
   for (ir::TensorId t : ch.stores) pointers.push_back(fmt::format("kiln::aligned16({})", writes_.at(t)));
   ch.aligned = pointers.empty() ? "true" : fmt::format("{}", fmt::join(pointers, " && "));
   return ch;
 }
 
-auto KernelBuilder::chunked_pieces(const Shape& domain, int vec) const -> std::vector<Piece> {
-  std::vector<Piece> pieces;
+auto KernelBuilder::chunked_concats(const Shape& domain, int vec) const -> std::vector<ConcatChunk> {
+  std::vector<ConcatChunk> concats;
   const size_t axis = domain.size() - 1;
   for (int32_t oi : k_.ops) {
     const ir::Op& op = g_.ops[static_cast<size_t>(oi)];
+    const ir::Tensor& result = g_.result(op);
     if (ir::op_info(op.kind).family != ir::OpFamily::Concat || static_cast<size_t>(op.attrs.axis) != axis ||
-        g_.result(op).shape != domain)
+        result.shape != domain)
       continue;
-    std::vector<Piece> these;
+    ConcatChunk cc{op.output, {}};
     int64_t offset = 0;
-    bool all = true;
     for (ir::TensorId t : op.inputs) {
       const Shape& shape = g_.tensor(t).shape;
       const int64_t width = shape[axis];
-      if (sizes_.symbolic(width) || offset % vec != 0 || width % vec != 0) all = false;
-      if (all)
-        if (auto e = ext_.find(t); e != ext_.end() && e->second.storage != DType::boolean && e->second.strides.back() == 1 &&
-                                   std::equal(shape.begin(), shape.end() - 1, domain.begin()) &&
-                                   std::all_of(e->second.strides.begin(), e->second.strides.end() - 1,
-                                               [&](int64_t stride) { return stride % vec == 0; }))
-          these.push_back({t, offset, width});
+      const auto e = ext_.find(t);
+      const bool chunked = e != ext_.end() && !sizes_.symbolic(width) && offset % vec == 0 && width % vec == 0 &&
+                           e->second.storage == storage_dtype(result) && e->second.strides.back() == 1 &&
+                           std::equal(shape.begin(), shape.end() - 1, domain.begin()) &&
+                           std::all_of(e->second.strides.begin(), e->second.strides.end() - 1,
+                                       [&](int64_t stride) { return stride % vec == 0; });
+      if (!chunked) break;
+      cc.pieces.push_back({t, offset, width});
       offset += width;
     }
-    if (all) pieces.insert(pieces.end(), these.begin(), these.end());
+    if (cc.pieces.size() == op.inputs.size()) concats.push_back(std::move(cc));
   }
-  return pieces;
+  return concats;
 }
 
 static std::string storage_tag(DType storage) { return "kiln::Storage::" + std::string(to_string(storage)); }
@@ -222,11 +224,7 @@ static std::string storage_tag(DType storage) { return "kiln::Storage::" + std::
 void KernelBuilder::chunk_sources(const Chunking& ch, const Shape& domain, const Coords& c) {
   for (ir::TensorId t : ch.loads)
     em_.set_vector_source(t, Emitter::broadcast(g_.tensor(t).shape, domain, c), chunk_in(t), "v");
-  for (const Piece& piece : ch.pieces) {
-    Coords pc = c;
-    pc.back() = em_.piece_coordinate(c.back(), piece.offset);
-    em_.set_vector_source(piece.tensor, pc, chunk_in(piece.tensor), "v");
-  }
+  for (const ConcatChunk& cc : ch.concats) em_.set_vector_source(cc.result, c, chunk_in_concat(cc.result), "v");
 }
 
 std::string KernelBuilder::chunk_load_calls(const Chunking& ch, const Shape& domain, const Coords& base,
@@ -240,15 +238,23 @@ std::string KernelBuilder::chunk_load_calls(const Chunking& ch, const Shape& dom
     out += fmt::format("kiln::load_chunk<{}, {}>({}, {}, {}, kiln_vec);\n", storage_tag(e.storage), ch.vec, e.pointer,
                        em_.offset_of(e, shape, Emitter::broadcast(shape, domain, base)), chunk_in(t));
   }
-  for (const Piece& piece : ch.pieces) {  // (the chunk's lanes read only the piece it lies in)
-    if (element.find(chunk_in(piece.tensor) + "[v]") == std::string::npos) continue;
-    const ExternalTensor& e = ext_.at(piece.tensor);
-    Coords pc = base;
-    pc.back() = em_.piece_coordinate(base.back(), piece.offset);
-    out += fmt::format("float {}[{}];  // {}\n", chunk_in(piece.tensor), ch.vec, g_.tensor(piece.tensor).name);
-    out += fmt::format("if ({0} >= {1} && {0} < {2}) kiln::load_chunk<{3}, {4}>({5}, {6}, {7}, kiln_vec);\n", base.back(),
-                       piece.offset, piece.offset + piece.width, storage_tag(e.storage), ch.vec, e.pointer,
-                       em_.offset_of(e, g_.tensor(piece.tensor).shape, pc), chunk_in(piece.tensor));
+  for (const ConcatChunk& cc : ch.concats) {  // (the chunk lies in one piece: its pointer and offset, one load)
+    const std::string in = chunk_in_concat(cc.result);
+    if (element.find(in + "[v]") == std::string::npos) continue;
+    out += fmt::format("float {}[{}];  // {}\n{{\nconst void* piece;\nkiln::i64 at;\n", in, ch.vec, g_.tensor(cc.result).name);
+    for (size_t i = 0; i < cc.pieces.size(); ++i) {
+      const Piece& piece = cc.pieces[i];
+      const ExternalTensor& e = ext_.at(piece.tensor);
+      Coords pc = base;
+      pc.back() = em_.piece_coordinate(base.back(), piece.offset);
+      const std::string assign = fmt::format("piece = {}; at = {};", e.pointer, em_.offset_of(e, g_.tensor(piece.tensor).shape, pc));
+      out += i == 0 ? fmt::format("if ({} < {}) {{ {} }}", base.back(), piece.offset + piece.width, assign)
+             : i + 1 == cc.pieces.size() ? fmt::format(" else {{ {} }}\n", assign)
+                                         : fmt::format(" else if ({} < {}) {{ {} }}", base.back(), piece.offset + piece.width, assign);
+    }
+    if (cc.pieces.size() == 1) out += "\n";
+    out += fmt::format("kiln::load_chunk<{}, {}>(piece, at, {}, kiln_vec);\n}}\n", storage_tag(storage_dtype(g_.tensor(cc.result))),
+                       ch.vec, in);
   }
   return out;
 }

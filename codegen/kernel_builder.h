@@ -220,24 +220,29 @@ class KernelBuilder {
   // V does not divide `lane_extent` (the run of the last axis the kernel
   // keeps together) and the last axis.
   //
-  // With `concat_pieces`, also the pieces of a concat along the domain's last
-  // axis whose every offset and width is a multiple of V (a chunk lies in one
-  // piece, and all its lanes take that piece's branch), in memory with the
-  // loads' strides: each loaded a chunk at a time where the chunk lies in it.
+  // With `concats`, also each concat along the domain's last axis whose
+  // pieces are all in memory with the loads' strides and the same storage as
+  // its result, every offset and width a multiple of V: a chunk then lies in
+  // one piece, and the concat's value is that chunk, loaded where it lies.
   // (DenseNet's concatenations of 32-channel pieces were loaded 2 bytes at a
   // time: 480-630 GB/s on an H100.)
   struct Piece {
     ir::TensorId tensor;
     int64_t offset, width;  // along the last axis
   };
+  struct ConcatChunk {
+    ir::TensorId result;
+    std::vector<Piece> pieces;
+  };
   struct Chunking {
     int vec = 1;
     std::vector<ir::TensorId> loads, stores;
-    std::vector<Piece> pieces;
+    std::vector<ConcatChunk> concats;
     std::string aligned = "true";  // a condition: every chunked pointer is 16-byte aligned
   };
-  Chunking chunking(const Shape& domain, int64_t lane_extent, bool concat_pieces = false) const;
-  std::vector<Piece> chunked_pieces(const Shape& domain, int vec) const;
+  Chunking chunking(const Shape& domain, int64_t lane_extent, bool concats = false) const;
+  std::vector<ConcatChunk> chunked_concats(const Shape& domain, int vec) const;
+  std::string chunk_in_concat(ir::TensorId concat) const { return "in_concat" + std::to_string(concat); }
 
   // Makes chunk_in(t)[v] the value of each chunked tensor at `c` (a chunk's first
   // element with the last coordinate advanced by the lane `v`).

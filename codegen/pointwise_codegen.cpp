@@ -69,16 +69,17 @@ std::string PointwiseGenerator::vector_loop(const Shape& domain, int vec) {
   const bool chunk_in_row = domain.back() % vec == 0;
   Chunking broadcasts;
   if (chunk_in_row)
-    if (Chunking ch = chunking(domain, vec, /*concat_pieces=*/true); ch.vec == vec) {
+    if (Chunking ch = chunking(domain, vec, /*concats=*/true); ch.vec == vec) {
       for (ir::TensorId t : ch.loads)
         if (std::find(vector_reads.begin(), vector_reads.end(), t) == vector_reads.end()) broadcasts.loads.push_back(t);
-      broadcasts.pieces = ch.pieces;
+      broadcasts.concats = ch.concats;
     }
   broadcasts.vec = vec;
   std::vector<std::string> pointers;
   for (ir::TensorId t : vector_reads) pointers.push_back(pointer_of(t));
   for (ir::TensorId t : broadcasts.loads) pointers.push_back(pointer_of(t));
-  for (const Piece& piece : broadcasts.pieces) pointers.push_back(pointer_of(piece.tensor));
+  for (const ConcatChunk& cc : broadcasts.concats)
+    for (const Piece& piece : cc.pieces) pointers.push_back(pointer_of(piece.tensor));
   for (ir::TensorId t : k_.writes) pointers.push_back(writes_.at(t));
   std::string aligned;
   for (const std::string& p : pointers) aligned += (aligned.empty() ? "" : " && ") + fmt::format("kiln::aligned16({})", p);
@@ -87,7 +88,7 @@ std::string PointwiseGenerator::vector_loop(const Shape& domain, int vec) {
   w.block("if (kiln_vector_done)", [&] {
     w.block(fmt::format("for (kiln::i64 i0 = ((kiln::i64)blockIdx.x * blockDim.x + threadIdx.x) * {0}LL; i0 + {0}LL <= n; "
                         "i0 += (kiln::i64)gridDim.x * blockDim.x * {0}LL)", vec), [&] {
-      if (!broadcasts.loads.empty() || !broadcasts.pieces.empty()) w.line("const bool kiln_vec = true;  // aligned: checked above");
+      if (!broadcasts.loads.empty() || !broadcasts.concats.empty()) w.line("const bool kiln_vec = true;  // aligned: checked above");
       em_.begin_block();
       Coords base;
       if (chunk_in_row) base = em_.delinearize("i0", domain);
