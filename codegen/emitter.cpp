@@ -364,13 +364,13 @@ std::string Emitter::view(const ir::Op& op, const Coords& coords) {
   return operand(op.inputs[0], same_element(coords, g_.result(op).shape, in.shape));
 }
 
-// Each element from the input that holds it: one branch per input, the
-// others not evaluated (their coordinates would be out of range). Values
-// computed inside a branch stay there (the memo is restored after it).
 std::string Emitter::piece_coordinate(const std::string& coordinate, int64_t offset) const {
   return offset == 0 ? coordinate : fmt::format("({} - {})", coordinate, (*sizes_)(offset, ""));
 }
 
+// Each element from the input that holds it: one branch per input, the
+// others not evaluated (their coordinates would be out of range). Values
+// computed inside a branch stay there (the memo is restored after it).
 std::string Emitter::concat(const ir::Op& op, const Coords& coords) {
   const ir::Tensor& result = g_.result(op);
   const size_t axis = static_cast<size_t>(op.attrs.axis);

@@ -60,11 +60,15 @@ class Emitter {
   // norm prologue of a matmul): pointer to [rows][2] floats (mean, rstd).
   void set_norm_stats(ir::TensorId norm_result, const std::string& pointer) { norm_stats_[norm_result] = pointer; }
 
-  // Vectorised pointwise kernels: external tensor `t`, read at exactly
-  // `coords`, is element `index` of the register array `array`.
+  // Vectorised pointwise kernels: external tensor `t` (or a concat whose
+  // pieces are), read at exactly `coords`, is element `index` of the
+  // register array `array`.
   void set_vector_source(ir::TensorId t, const Coords& coords, const std::string& array, const std::string& index) {
     vector_sources_[t] = {coords, array + "[" + index + "]"};
   }
+  // The coordinate along a concat's axis in its piece that starts at `offset`
+  // (the piece's value there is the concat's).
+  std::string piece_coordinate(const std::string& coordinate, int64_t offset) const;
   void clear_vector_sources() { vector_sources_.clear(), used_vector_sources_.clear(); }
   // Whether a value of `t` was taken from its vector source since it was set.
   bool vector_source_used(ir::TensorId t) const { return used_vector_sources_.count(t) > 0; }
@@ -140,12 +144,6 @@ class Emitter {
   std::string pointwise(const ir::Op& op, const Coords& coords);
   std::string view(const ir::Op& op, const Coords& coords);
   std::string concat(const ir::Op& op, const Coords& coords);
-
- public:
-  // The coordinate along a concat's axis in the piece that starts at `offset`.
-  std::string piece_coordinate(const std::string& coordinate, int64_t offset) const;
-
- private:
   std::string norm_from_stats(const ir::Op& op, const Coords& coords);
 
   const ir::Graph& g_;

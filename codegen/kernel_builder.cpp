@@ -252,7 +252,7 @@ std::string KernelBuilder::chunk_load_calls(const Chunking& ch, const Shape& dom
              : i + 1 == cc.pieces.size() ? fmt::format(" else {{ {} }}\n", assign)
                                          : fmt::format(" else if ({} < {}) {{ {} }}", base.back(), piece.offset + piece.width, assign);
     }
-    if (cc.pieces.size() == 1) out += "\n";
+    if (cc.pieces.size() == 1) out += "\n";  // (one piece: the whole axis, the condition always holds)
     out += fmt::format("kiln::load_chunk<{}, {}>(piece, at, {}, kiln_vec);\n}}\n", storage_tag(storage_dtype(g_.tensor(cc.result))),
                        ch.vec, in);
   }
