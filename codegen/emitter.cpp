@@ -318,18 +318,15 @@ void Emitter::define_index(const std::string& name, const std::string& line, boo
 
 std::string Emitter::compute(ir::TensorId t, const Coords& coords) {
   const ir::Tensor& tensor = g_.tensor(t);
-  const bool computed_here = tensor.kind == ir::TensorKind::OpResult && ops_.count(tensor.producer);
-  const ir::OpFamily family = computed_here ? ir::op_info(g_.ops[static_cast<size_t>(tensor.producer)].kind).family
-                                            : ir::OpFamily::View;
   // A chunk loaded for the lane loop: a tensor read from memory, or a concat
   // whose pieces are (KernelBuilder::Chunking::concats).
-  if (!computed_here || family == ir::OpFamily::Concat)
-    if (auto v = vector_sources_.find(t); v != vector_sources_.end() && v->second.first == coords) {
-      const std::string name = fresh("v");
-      used_vector_sources_.insert(t);
-      lines_.push_back(fmt::format("const float {} = {};  // {}", name, v->second.second, tensor.name));
-      return name;
-    }
+  if (auto v = vector_sources_.find(t); v != vector_sources_.end() && v->second.first == coords) {
+    const std::string name = fresh("v");
+    used_vector_sources_.insert(t);
+    lines_.push_back(fmt::format("const float {} = {};  // {}", name, v->second.second, tensor.name));
+    return name;
+  }
+  const bool computed_here = tensor.kind == ir::TensorKind::OpResult && ops_.count(tensor.producer);
   if (!computed_here) {
     auto it = externals_.find(t);
     KILN_INTERNAL_CHECK(it != externals_.end());
@@ -339,6 +336,7 @@ std::string Emitter::compute(ir::TensorId t, const Coords& coords) {
     return v;
   }
   const ir::Op& op = g_.ops[static_cast<size_t>(tensor.producer)];
+  const ir::OpFamily family = ir::op_info(op.kind).family;
   if (family == ir::OpFamily::View) return view(op, coords);
   if (family == ir::OpFamily::Concat) return concat(op, coords);
   if (ir::is_pointwise(op.kind) || op.kind == ir::OpKind::BatchNorm) return pointwise(op, coords);

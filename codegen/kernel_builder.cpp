@@ -242,17 +242,16 @@ std::string KernelBuilder::chunk_load_calls(const Chunking& ch, const Shape& dom
     const std::string in = chunk_in_concat(cc.result);
     if (element.find(in + "[v]") == std::string::npos) continue;
     out += fmt::format("float {}[{}];  // {}\n{{\nconst void* piece;\nkiln::i64 at;\n", in, ch.vec, g_.tensor(cc.result).name);
-    for (size_t i = 0; i < cc.pieces.size(); ++i) {
-      const Piece& piece = cc.pieces[i];
+    std::vector<std::string> branches;  // (the last piece takes what the others leave)
+    for (const Piece& piece : cc.pieces) {
       const ExternalTensor& e = ext_.at(piece.tensor);
       Coords pc = base;
       pc.back() = em_.piece_coordinate(base.back(), piece.offset);
-      const std::string assign = fmt::format("piece = {}; at = {};", e.pointer, em_.offset_of(e, g_.tensor(piece.tensor).shape, pc));
-      out += i == 0 ? fmt::format("if ({} < {}) {{ {} }}", base.back(), piece.offset + piece.width, assign)
-             : i + 1 == cc.pieces.size() ? fmt::format(" else {{ {} }}\n", assign)
-                                         : fmt::format(" else if ({} < {}) {{ {} }}", base.back(), piece.offset + piece.width, assign);
+      const bool last = &piece == &cc.pieces.back();
+      branches.push_back((last ? "" : fmt::format("if ({} < {}) ", base.back(), piece.offset + piece.width)) +
+                         fmt::format("{{ piece = {}; at = {}; }}", e.pointer, em_.offset_of(e, g_.tensor(piece.tensor).shape, pc)));
     }
-    if (cc.pieces.size() == 1) out += "\n";  // (one piece: the whole axis, the condition always holds)
+    out += fmt::format("{}\n", fmt::join(branches, " else "));
     out += fmt::format("kiln::load_chunk<{}, {}>(piece, at, {}, kiln_vec);\n}}\n", storage_tag(storage_dtype(g_.tensor(cc.result))),
                        ch.vec, in);
   }

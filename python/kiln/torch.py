@@ -1523,15 +1523,20 @@ def _constant_value(gm: torch.fx.GraphModule, n: torch.fx.Node) -> Any:
         return None
     if any(_KNOWN not in a.meta for a in n.all_input_nodes):
         return None
-    leaves: List[Any] = []
-    torch.fx.node.map_aggregate((n.args, n.kwargs), leaves.append)
-    if any(isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)) for x in leaves):
-        return None  # (a size of dynamic shapes)
+    if _of_symbolic_sizes(n):
+        return None
     args, kwargs = torch.fx.node.map_arg((n.args, n.kwargs), lambda a: a.meta[_KNOWN])
     try:
         return n.target(*args, **kwargs)
     except Exception:  # noqa: BLE001  (not computed here: the node is converted like any other)
         return None
+
+
+def _of_symbolic_sizes(n: torch.fx.Node) -> bool:
+    """Whether a node's arguments hold a size of dynamic shapes (a SymInt and the like)."""
+    leaves: List[Any] = []
+    torch.fx.node.map_aggregate((n.args, n.kwargs), leaves.append)
+    return any(isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)) for x in leaves)
 
 
 def _real_tensors():
@@ -1646,11 +1651,7 @@ def _computed_once(n: torch.fx.Node, values: Dict[torch.fx.Node, torch.Tensor]) 
         return False
     if any(a not in values for a in n.all_input_nodes):
         return False
-    leaves: List[Any] = []
-    torch.fx.node.map_aggregate((n.args, n.kwargs), leaves.append)
-    if any(isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)) for x in leaves):
-        return False
-    return why_not(n) is not None
+    return not _of_symbolic_sizes(n) and why_not(n) is not None
 
 
 def _may_alias(user: torch.fx.Node) -> bool:
