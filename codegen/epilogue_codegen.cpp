@@ -261,8 +261,11 @@ void GemmGenerator::emit_epilogue_writes(const ir::Op& anchor, const Gemm& gm, c
                                         "(G::acc_col(ni, 2 * half) - blk * {1}) * {2}), {3}[0], {3}[1]);\n",
                                         to_string(storage), 128 / byte_size(storage), byte_size(storage), pair_name(t));
     if (loops.staged) *loops.staged = t;
-    if (plan.copied_out) {
-      text.pair_stores += put;
+    if (plan.copied_out) {  // rotated: wgmma.cuh, rotated_offset
+      text.pair_stores += fmt::format(
+          "kiln::wg::put_rotated_pair_{}(staging, G::acc_row(mi, 2 * half) & 63, G::acc_col(ni, 2 * half) - blk * {}, {}, {}[0], "
+          "{}[1]);\n",
+          to_string(storage), 128 / byte_size(storage), copied_out_past(gm, byte_size(storage), "m"), pair_name(t), pair_name(t));
       text.staged_put = "true";
       continue;
     }
@@ -278,6 +281,10 @@ void GemmGenerator::emit_epilogue_writes(const ir::Op& anchor, const Gemm& gm, c
     text.pair_stores += "if (staged) " + put + "else " + direct;
     text.staged_put = fmt::format("kiln::aligned16({})", writes_.at(t));
   }
+}
+
+std::string GemmGenerator::copied_out_past(const Gemm& gm, int bytes, const std::string& m) const {
+  return fmt::format("(int)((unsigned long long)((batch * {} + {}) * {}) % {}u)", sizes_(gm.m), m, sizes_(gm.n), 16 / bytes);
 }
 
 const ir::Op* GemmGenerator::epilogue_pool() const {
@@ -497,44 +504,36 @@ void GemmGenerator::staged_column_blocks(const Gemm& gm, const EpilogueLoops& lo
   pre += "kiln::wg::named_sync(2 + consumer, 128);\n}\n";
   std::string post;
   if (plan.copied_out) {
-    // The warpgroup's 64 rows of the block. A whole block into a 16-byte
-    // aligned result: each row's first column lies `past` = `first %
-    // per_chunk` columns past a 16-byte boundary of memory, so a row is
-    // `inner` whole chunks of 16 bytes from the next boundary (a warp's
-    // threads along rows' chunks), and `per_chunk` columns at its two ends
-    // (per_chunk - past at its start, past at its end), element by
-    // element (a thread a column: no thread takes both kinds, so warps do not
-    // diverge). Otherwise (the block past N, an unaligned result) element by
-    // element.
+    // The warpgroup's 64 rows of the block, rotated in their staging rows (wgmma.cuh,
+    // rotated_offset). A whole block into a 16-byte aligned result: each row's chunks 1..7 of
+    // memory a thread each (eight threads a row, the first idle), then its two partial chunks
+    // (columns before the first boundary and after the last) a thread a row. Otherwise (the
+    // block past N, an unaligned result) element by element.
     const int bytes = byte_size(storage_dtype(g_.tensor(plan.staged)));
-    const int per_chunk = 16 / bytes, inner = block_columns / per_chunk - 1;
+    const int per_chunk = 16 / bytes;
     const std::string& out = writes_.at(plan.staged);
+    const std::string row_first = fmt::format(
+        "const kiln::i64 first = (batch * {} + m) * {} + n0 + blk * {};  // the row's first column\n"
+        "const int past = {};  // its distance past a 16-byte boundary of memory\n",
+        sizes_(gm.m), sizes_(gm.n), block_columns, copied_out_past(gm, bytes, "m"));
+    const std::string row_in_m =
+        fmt::format("const kiln::i64 m = {} + row;\nif (m >= {}) continue;\n", warpgroup_m0, sizes_(gm.m));
     post = "kiln::wg::named_sync(2 + consumer, 128);\n";
     post += fmt::format("if (kiln::aligned16({}) && n0 + blk * {} + {} <= {}) {{\n", out, block_columns, block_columns, sizes_(gm.n));
-    // A loop over the block's rows, `per_row` threads a row (`second`: a thread's place in its row).
-    auto row_loop = [&](int per_row, const std::string& second) {
-      std::string l = fmt::format("for (int i = threadIdx.x & 127; i < 64 * {0}; i += 128) {{\n", per_row);
-      l += fmt::format("const int row = i / {0}, {1};\n", per_row, second);
-      l += fmt::format("const kiln::i64 m = {} + row;\n", warpgroup_m0);
-      l += fmt::format("if (m >= {}) continue;\n", sizes_(gm.m));
-      l += fmt::format("const kiln::i64 first = (batch * {} + m) * {} + n0 + blk * {};\n", sizes_(gm.m), sizes_(gm.n), block_columns);
-      l += fmt::format("const int past = (int)(first % {});  // the row's first column: this many past a 16-byte boundary\n", per_chunk);
-      return l;
-    };
-    post += "#pragma unroll 2\n" + row_loop(inner, fmt::format("chunk = i % {} + 1", inner));
-    post += fmt::format("kiln::wg::copy_out_chunk<G, {}>({}, first, chunk * {} - past, staging, row);\n}}\n", bytes, out,
-                        per_chunk);
-    post += "#pragma unroll 4\n" + row_loop(per_chunk, fmt::format("e = i % {}", per_chunk));
-    post += fmt::format("const int column = e < {0} - past ? e : {1} + e;\n", per_chunk, block_columns - per_chunk);
-    post += fmt::format("kiln::copy_element<{}>({}, first + column, staging + G::staging_offset(row, column * {}));\n}}\n",
+    post += "#pragma unroll 4\nfor (int i = threadIdx.x & 127; i < 64 * 8; i += 128) {\n";
+    post += "const int row = i >> 3, unit = i & 7;\nif (unit == 0) continue;\n" + row_in_m + row_first;
+    post += fmt::format("kiln::wg::copy_out_unit(static_cast<unsigned char*>({}) + (first - past + unit * {}) * {}, staging, row, unit);\n}}\n",
+                        out, per_chunk, bytes);
+    post += "for (int row = threadIdx.x & 127; row < 64; row += 128) {\n" + row_in_m + row_first;
+    post += fmt::format("kiln::wg::copy_out_ends<{}>(static_cast<unsigned char*>({}) + (first - past) * {}, staging, row, past);\n}}\n",
                         bytes, out, bytes);
     post += "} else {\n";
     post += fmt::format("#pragma unroll 4\nfor (int i = threadIdx.x & 127; i < 64 * {0}; i += 128) {{\n", block_columns);
     post += fmt::format("const int row = i / {0}, column = i % {0};\n", block_columns);
-    post += fmt::format("const kiln::i64 m = {} + row, n = n0 + blk * {} + column;\n", warpgroup_m0, block_columns);
-    post += fmt::format("if (m < {} && n < {}) kiln::copy_element<{}>({}, (batch * {} + m) * {} + n, "
-                        "staging + G::staging_offset(row, column * {}));\n}}\n}}\n}}\n",
-                        sizes_(gm.m), sizes_(gm.n), bytes, out, sizes_(gm.m), sizes_(gm.n), bytes);
+    post += row_in_m + row_first;
+    post += fmt::format("if (n0 + blk * {} + column < {}) kiln::copy_element<{}>({}, first + column, "
+                        "staging + kiln::wg::rotated_offset(row, column * {}, past * {}));\n}}\n}}\n}}\n",
+                        block_columns, sizes_(gm.n), bytes, out, bytes, bytes);
   } else {
     post = "if (staged) {\nkiln::wg::fence_async_shared();\nkiln::wg::named_sync(2 + consumer, 128);\n";
     post += fmt::format("if ((threadIdx.x & 127) == 0) {{\nkiln::wg::tma_store(&{}, staging, {});\n", text.staged_map,

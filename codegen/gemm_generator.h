@@ -193,6 +193,9 @@ class GemmGenerator : public KernelBuilder {
                             const EpiloguePlan& plan, EpilogueText& text);
   // The pool of a conv's epilogue (KernelParams::pool_window), or nullptr.
   const ir::Op* epilogue_pool() const;
+  // A copied-out row's first column's distance past a 16-byte boundary of memory, in elements
+  // (the same for each of its blocks: tiles and blocks start at multiples of a chunk's columns).
+  std::string copied_out_past(const Gemm& gm, int bytes, const std::string& m) const;
   void emit_epilogue_pool(const ir::Op& anchor, const Gemm& gm, const EpilogueLoops& loops, const Coords& oc,
                           EpilogueText& text);
   void load_epilogue_residuals(const Gemm& gm, const EpilogueLoops& loops, const EpiloguePlan& plan, EpilogueText& text);

@@ -563,25 +563,70 @@ struct Gemm {
   }
 };
 
-// A staged block's row copied out where the result's rows are no 16-byte
-// multiple (an odd N): the 16 bytes of columns [c0, c0 + 16 / BYTES) of
-// staging row `row` to elements first + c0... of p, first + c0 a 16-byte
-// boundary. Two-byte columns at an odd c0 come from the five 4-byte words
-// around them.
-template <class G, int BYTES>
-__device__ __forceinline__ void copy_out_chunk(void* p, i64 first, int c0, const unsigned char* staging, int row) {
-  u32 w[4];
-  if (BYTES == 4 || (c0 & 1) == 0) {
+// A staged block copied out by the threads, where the result's rows are no
+// 16-byte multiple (an odd N, a vocabulary of 50257): a block row's 128
+// bytes start `past` elements past a 16-byte boundary of memory, so they
+// touch nine 16-byte chunks of memory, the first and the last in part. Its
+// staging row holds them rotated: byte b of the block at
+// ((b + past * BYTES + 16 * (row & 7)) & 127), so that chunk u = 1..7 of
+// memory (elements first - past + u * 16 / BYTES...) is the whole 16-byte
+// unit (u + row) & 7, and unit row & 7 holds the row's first columns in its
+// bytes from past * BYTES on and its last columns before them: each chunk
+// goes out with one 16-byte load and one 16-byte store. (The 16 * (row & 7)
+// spreads eight rows' units over the 32 banks.)
+__device__ __forceinline__ int rotated_offset(int row, int byte, int past_bytes) {
+  return row * 128 + ((byte + past_bytes + 16 * (row & 7)) & 127);
+}
+template <int BYTES>
+__device__ __forceinline__ void put_rotated_element(unsigned char* staging, int row, int column, int past, u32 bits) {
+  unsigned char* q = staging + rotated_offset(row, column * BYTES, past * BYTES);
+  if constexpr (BYTES == 2) *reinterpret_cast<u16*>(q) = static_cast<u16>(bits);
+  else *reinterpret_cast<u32*>(q) = bits;
+}
+__device__ __forceinline__ void put_rotated_pair_bf16(unsigned char* staging, int row, int column, int past, float a, float b) {
+  put_rotated_element<2>(staging, row, column, past, f32_to_bf16(a));
+  put_rotated_element<2>(staging, row, column + 1, past, f32_to_bf16(b));
+}
+__device__ __forceinline__ void put_rotated_pair_f16(unsigned char* staging, int row, int column, int past, float a, float b) {
+  put_rotated_element<2>(staging, row, column, past, f32_to_f16(a));
+  put_rotated_element<2>(staging, row, column + 1, past, f32_to_f16(b));
+}
+__device__ __forceinline__ void put_rotated_pair_f32(unsigned char* staging, int row, int column, int past, float a, float b) {
+  put_rotated_element<4>(staging, row, column, past, __float_as_uint(a));
+  put_rotated_element<4>(staging, row, column + 1, past, __float_as_uint(b));
+}
+// Chunk `unit` (1..7) of a rotated staging row to the 16-byte aligned `to`.
+__device__ __forceinline__ void copy_out_unit(unsigned char* to, const unsigned char* staging, int row, int unit) {
+  *reinterpret_cast<uint4*>(to) = *reinterpret_cast<const uint4*>(staging + row * 128 + ((unit + row) & 7) * 16);
+}
+// Bytes [lo, hi) of the 16 bytes v (lo and hi multiples of 2) to the same
+// bytes of the 16-byte aligned `to`, in aligned stores of 2, 4 and 8 bytes.
+__device__ __forceinline__ void store_bytes(unsigned char* to, uint4 v, int lo, int hi) {
+  const u64 low = static_cast<u64>(v.x) | (static_cast<u64>(v.y) << 32), high = static_cast<u64>(v.z) | (static_cast<u64>(v.w) << 32);
 #pragma unroll
-    for (int e = 0; e < 4; ++e) w[e] = *reinterpret_cast<const u32*>(staging + G::staging_offset(row, c0 * BYTES + 4 * e));
-  } else {
-    u32 x[5];
-#pragma unroll
-    for (int e = 0; e < 5; ++e) x[e] = *reinterpret_cast<const u32*>(staging + G::staging_offset(row, (c0 - 1) * 2 + 4 * e));
-#pragma unroll
-    for (int e = 0; e < 4; ++e) w[e] = __funnelshift_r(x[e], x[e + 1], 16);
+  for (int piece = 0; piece < 5; ++piece) {
+    if (lo >= hi) break;
+    const u64 word = (lo < 8 ? low : high) >> (8 * (lo & 7));
+    if ((lo & 7) == 0 && lo + 8 <= hi) {
+      *reinterpret_cast<u64*>(to + lo) = word;
+      lo += 8;
+    } else if ((lo & 3) == 0 && lo + 4 <= hi) {
+      *reinterpret_cast<u32*>(to + lo) = static_cast<u32>(word);
+      lo += 4;
+    } else {
+      *reinterpret_cast<u16*>(to + lo) = static_cast<u16>(word);
+      lo += 2;
+    }
   }
-  *reinterpret_cast<uint4*>(static_cast<unsigned char*>(p) + (first + c0) * BYTES) = make_uint4(w[0], w[1], w[2], w[3]);
+}
+// The two partial chunks of a rotated staging row: its first columns into
+// the chunk at `chunk` (bytes from past * BYTES on), its last columns into
+// the chunk 128 bytes on (bytes before past * BYTES).
+template <int BYTES>
+__device__ __forceinline__ void copy_out_ends(unsigned char* chunk, const unsigned char* staging, int row, int past) {
+  const uint4 v = *reinterpret_cast<const uint4*>(staging + row * 128 + (row & 7) * 16);
+  store_bytes(chunk, v, past * BYTES, 16);
+  store_bytes(chunk + 128, v, 0, past * BYTES);
 }
 
 }  // namespace wg

@@ -26,15 +26,16 @@ struct Shape3 {
   const char* kernel;  // what sm_90's matmul kernel's decisions start with
 };
 
-// h [m, k] times w [n, k] transposed (nn.Linear; an LM head with tied embeddings), then a bias.
-Graph lm_head(const Shape3& s) {
-  return testing::must_parse(fmt::format(R"({{"kiln": 1, "name": "lm_head_m{0}_n{1}_k{2}",
+// h [m, k] times w [n, k] transposed (nn.Linear; an LM head with tied embeddings), then a bias;
+// the logits stored as `dtype`.
+Graph lm_head(const Shape3& s, const char* dtype = "bf16") {
+  return testing::must_parse(fmt::format(R"({{"kiln": 1, "name": "lm_head_m{0}_n{1}_k{2}_{3}",
     "inputs": {{"h": {{"shape": [{0}, {2}], "dtype": "bf16"}}, "w": {{"shape": [{1}, {2}], "dtype": "bf16"}},
                 "b": {{"shape": [{1}], "dtype": "bf16"}}}},
     "ops": [{{"op": "transpose", "in": ["w"], "out": "wt", "perm": [1, 0]}},
-            {{"op": "matmul", "in": ["h", "wt"], "out": "m"}},
+            {{"op": "matmul", "in": ["h", "wt"], "out": "m", "dtype": "{3}"}},
             {{"op": "add", "in": ["m", "b"], "out": "logits"}}], "outputs": ["logits"]}})",
-                                         s.m, s.n, s.k));
+                                         s.m, s.n, s.k, dtype));
 }
 
 std::string sm90_matmul_decisions(const Graph& g) {
@@ -64,6 +65,24 @@ TEST(GpuOddGemm, VocabularySizesDecodeRowsAndOddKMatchTheReference) {
   }
   const testing::Outcome o = testing::check_graphs(graphs, names, 41);
   std::printf("FIGURE odd GEMM shapes on the GPU: %zu graphs, %d failed\n", graphs.size(), o.failed);
+  EXPECT_EQ(o.failed, 0);
+}
+
+// f32 logits of odd widths: rows of 4 * N bytes, no 16-byte multiple, copied out of the staging
+// rows in 16-byte chunks of four columns, with partial tiles along M.
+TEST(GpuOddGemm, F32LogitsOfOddWidthMatchTheReference) {
+  REQUIRE_GPU();
+  const std::vector<Shape3> shapes = {{300, 32001, 64, "wgmma"}, {129, 50257, 72, "wgmma"}, {256, 4093, 128, "wgmma"}};
+  std::vector<Graph> graphs;
+  std::vector<std::string> names;
+  for (const Shape3& s : shapes) {
+    graphs.push_back(lm_head(s, "f32"));
+    names.push_back(fmt::format("f32 m {} n {} k {}", s.m, s.n, s.k));
+    const std::string decisions = sm90_matmul_decisions(graphs.back());
+    EXPECT_EQ(decisions.rfind(s.kernel, 0), 0u) << names.back() << ": " << decisions;
+    EXPECT_NE(decisions.find("copied out"), std::string::npos) << names.back() << ": " << decisions;
+  }
+  const testing::Outcome o = testing::check_graphs(graphs, names, 43);
   EXPECT_EQ(o.failed, 0);
 }
 
