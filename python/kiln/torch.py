@@ -900,6 +900,8 @@ def why_not(node: torch.fx.Node) -> Optional[str]:
     """None when kiln can take this node, else the reason it stays in PyTorch."""
     if node.op != "call_function":
         return None if node.op in ("placeholder", "output", "get_attr") else f"a {node.op} node"
+    if _IN_PYTORCH in node.meta:
+        return node.meta[_IN_PYTORCH]
     if node.target not in CONVERTERS:
         return "not in kiln's catalogue" if not isinstance(node.target, torch._ops.OpOverload) else \
             f"no kiln conversion for {node.target}"
@@ -1642,6 +1644,80 @@ def _hold_constants(gm: torch.fx.GraphModule, report: Report) -> None:
         gm.recompile()
 
 
+# A vocabulary's projection (an LM head): at least this many columns, not a multiple of 8, of 16-bit
+# values (codegen/gemm_tactics.cpp, kVocabularyColumns).
+_VOCABULARY_COLUMNS = 16384
+# node.meta[_IN_PYTORCH]: why the node is left to PyTorch, whatever kiln could do with it.
+_IN_PYTORCH = "kiln_in_pytorch"
+_ROW_VIEWS = {aten.view.default, aten._unsafe_view.default, aten.reshape.default}
+
+
+def _pad_vocabulary_products(gm: torch.fx.GraphModule) -> None:
+    """Pads the columns of a vocabulary's projection to a multiple of 8 and returns the logits as
+    a view of the padded product, as Inductor's pad_mm does: rows of 50257 bf16 (GPT-2) are no
+    16-byte multiple, so no kernel can store them with the copy engine (H100: kiln's Hopper kernel
+    4096 x 50257 x 768 in 0.776 ms against 0.454 at 50264; cuBLAS 3.30 against 0.51).
+
+    Expects: an ATen graph with shapes in node.meta["val"]. Guarantees: only an `mm` of 16-bit
+    operands with integer sizes, N >= _VOCABULARY_COLUMNS columns not a multiple of 8 and K a
+    multiple of 8, whose product reaches the graph's outputs through views of its rows alone (a
+    reshape of the leading dimension), is rewritten: B padded with zero columns (the rows of the
+    weight it transposes, where it is one), the product of the padded B, and a slice of its first N
+    columns, left to PyTorch (a view: no copy). Every value the graph returns equals the unpadded
+    product's; the logits' rows are N + pad elements apart, as Inductor returns them."""
+    changed = False
+    for n in list(gm.graph.nodes):
+        if n.op != "call_function" or n.target is not aten.mm.default:
+            continue
+        a, b = n.args
+        va, vb = a.meta.get("val"), b.meta.get("val")
+        if not isinstance(va, torch.Tensor) or not isinstance(vb, torch.Tensor) or va.dtype not in (torch.bfloat16, torch.float16):
+            continue
+        if vb.dtype != va.dtype or any(not isinstance(d, int) for d in (*va.shape, *vb.shape)):
+            continue
+        k, cols = vb.shape
+        if cols < _VOCABULARY_COLUMNS or cols % 8 == 0 or k % 8 != 0 or not _reaches_outputs_as_rows(n, cols):
+            continue
+        pad = -cols % 8
+        with gm.graph.inserting_before(n):
+            transposed = b.target in (aten.t.default, aten.permute.default, aten.transpose.int) and \
+                len(b.args[0].meta["val"].shape) == 2
+            if transposed:  # B = wᵀ: w's rows padded, then transposed again
+                w = b.args[0]
+                padded_w = gm.graph.call_function(aten.constant_pad_nd.default, (w, [0, 0, 0, pad]))
+                padded_w.meta["val"] = aten.constant_pad_nd.default(w.meta["val"], [0, 0, 0, pad])
+                padded_b = gm.graph.call_function(aten.t.default, (padded_w,))
+                padded_b.meta["val"] = aten.t.default(padded_w.meta["val"])
+            else:
+                padded_b = gm.graph.call_function(aten.constant_pad_nd.default, (b, [0, pad]))
+                padded_b.meta["val"] = aten.constant_pad_nd.default(vb, [0, pad])
+            product = gm.graph.call_function(aten.mm.default, (a, padded_b))
+            product.meta["val"] = aten.mm.default(va, padded_b.meta["val"])
+            logits = gm.graph.call_function(aten.slice.Tensor, (product, 1, 0, cols))
+            logits.meta["val"] = aten.slice.Tensor(product.meta["val"], 1, 0, cols)
+        logits.meta[_IN_PYTORCH] = (f"the first {cols} of {cols + pad} columns of a vocabulary's projection padded "
+                                    "to a multiple of 8 (a view: no copy)")
+        n.replace_all_uses_with(logits)
+        gm.graph.erase_node(n)
+        changed = True
+    if changed:
+        gm.graph.eliminate_dead_code()
+        gm.recompile()
+
+
+def _reaches_outputs_as_rows(n: torch.fx.Node, cols: int) -> bool:
+    """Whether every use of n is the graph's output or a view of its rows (last dimension `cols`)
+    that is used alike."""
+    for user in n.users:
+        if user.op == "output":
+            continue
+        value = user.meta.get("val")
+        if user.target not in _ROW_VIEWS or not isinstance(value, torch.Tensor) or value.shape[-1] != cols or \
+                not _reaches_outputs_as_rows(user, cols):
+            return False
+    return bool(n.users)
+
+
 def _computed_once(n: torch.fx.Node, values: Dict[torch.fx.Node, torch.Tensor]) -> bool:
     """Whether _hold_constants computes the node: an ATen op PyTorch runs (kiln does not take it),
     of constants alone, neither random nor mutating, of integer sizes."""
@@ -1663,6 +1739,7 @@ def _may_alias(user: torch.fx.Node) -> bool:
 
 
 def _partitioned(gm: torch.fx.GraphModule, report: Report, hints) -> torch.fx.GraphModule:
+    _pad_vocabulary_products(gm)
     _fold_constants(gm)
     _hold_constants(gm, report)
     reasons: Dict[torch.fx.Node, str] = {}
