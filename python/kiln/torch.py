@@ -1680,9 +1680,7 @@ def _pad_vocabulary_products(gm: torch.fx.GraphModule) -> None:
             continue
         pad = -cols % 8
         with gm.graph.inserting_before(n):
-            transposed = b.target in (aten.t.default, aten.permute.default, aten.transpose.int) and \
-                len(b.args[0].meta["val"].shape) == 2
-            if transposed:  # B = wᵀ: w's rows padded, then transposed again
+            if _transposed_matrix(b):  # B = wᵀ: w's rows padded, then transposed again
                 w = b.args[0]
                 padded_w = gm.graph.call_function(aten.constant_pad_nd.default, (w, [0, 0, 0, pad]))
                 padded_w.meta["val"] = aten.constant_pad_nd.default(w.meta["val"], [0, 0, 0, pad])
@@ -1703,6 +1701,19 @@ def _pad_vocabulary_products(gm: torch.fx.GraphModule) -> None:
     if changed:
         gm.graph.eliminate_dead_code()
         gm.recompile()
+
+
+def _transposed_matrix(n: torch.fx.Node) -> bool:
+    """Whether n is the transpose of a 2-D tensor (t, permute [1, 0], transpose of dimensions 0 and 1)."""
+    source = n.args[0] if n.op == "call_function" and n.args else None
+    value = source.meta.get("val") if isinstance(source, torch.fx.Node) else None
+    if not isinstance(value, torch.Tensor) or value.dim() != 2:
+        return False
+    if n.target is aten.t.default:
+        return True
+    if n.target is aten.permute.default:
+        return list(n.args[1]) == [1, 0]
+    return n.target is aten.transpose.int and {d % 2 for d in n.args[1:3]} == {0, 1}
 
 
 def _reaches_outputs_as_rows(n: torch.fx.Node, cols: int) -> bool:
