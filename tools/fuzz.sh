@@ -26,7 +26,9 @@ fi
 "$root/tools/dev.sh" deps
 if [[ ! -f $build/CMakeCache.txt ]]; then
   say "configuring $build (clang, ASan, UBSan, libFuzzer)"
-  CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_FUZZ=ON \
+  # Line tables alone (-g1): the sanitizers' reports still name files and lines, and clang compiles
+  # each file about twice as fast as with full debug info (ASan, gemm_codegen.cpp: 16.5 -> 8.8 s).
+  CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" -DKILN_FUZZ=ON \
     -DKILN_NVRTC_ROOT="$("$root/tools/dev.sh" nvrtc-root)" >/dev/null
 fi
 say "building with $jobs jobs"

@@ -16,7 +16,9 @@ jobs=$(nproc 2>/dev/null || echo 2)
 command -v clang++ >/dev/null 2>&1 || { echo "tools/tsan.sh: clang++ is missing (tools/fuzz.sh installs it)" >&2; exit 1; }
 "$root/tools/dev.sh" deps
 if [[ ! -f $build/CMakeCache.txt ]]; then
-  CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_TSAN=ON \
+  # Line tables alone (-g1): the sanitizers' reports still name files and lines, and clang compiles
+  # each file about twice as fast as with full debug info (ASan, gemm_codegen.cpp: 16.5 -> 8.8 s).
+  CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" -DKILN_TSAN=ON \
     -DKILN_NVRTC_ROOT="$("$root/tools/dev.sh" nvrtc-root)" >/dev/null
 fi
 printf '==> building kiln_tsan_tests with ThreadSanitizer (%s jobs)\n' "$jobs"
