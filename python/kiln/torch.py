@@ -1659,7 +1659,7 @@ def _pad_vocabulary_products(gm: torch.fx.GraphModule) -> None:
     4096 x 50257 x 768 in 0.776 ms against 0.454 at 50264; cuBLAS 3.30 against 0.51).
 
     Expects: an ATen graph with shapes in node.meta["val"]. Guarantees: only an `mm` of 16-bit
-    operands with integer sizes, N >= _VOCABULARY_COLUMNS columns not a multiple of 8 and K a
+    operands with integer K and N (M may be symbolic), N >= _VOCABULARY_COLUMNS columns not a multiple of 8 and K a
     multiple of 8, whose product reaches the graph's outputs through views of its rows alone (a
     reshape of the leading dimension), is rewritten: B padded with zero columns (the rows of the
     weight it transposes, where it is one), the product of the padded B, and a slice of its first N
@@ -1673,8 +1673,8 @@ def _pad_vocabulary_products(gm: torch.fx.GraphModule) -> None:
         va, vb = a.meta.get("val"), b.meta.get("val")
         if not isinstance(va, torch.Tensor) or not isinstance(vb, torch.Tensor) or va.dtype not in (torch.bfloat16, torch.float16):
             continue
-        if vb.dtype != va.dtype or any(not isinstance(d, int) for d in (*va.shape, *vb.shape)):
-            continue
+        if vb.dtype != va.dtype or any(not isinstance(d, int) for d in vb.shape) or not isinstance(va.shape[1], int):
+            continue  # (M may be symbolic: dynamic batch and sequence sizes)
         k, cols = vb.shape
         if cols < _VOCABULARY_COLUMNS or cols % 8 == 0 or k % 8 != 0 or not _reaches_outputs_as_rows(n, cols):
             continue

@@ -5,8 +5,9 @@ logits come back as a view of its first N columns (kiln.torch,
 _pad_vocabulary_products), as Inductor's pad_mm returns them. The values
 equal those of the same graph unpadded exactly (the same products summed in
 the same order) and eager's within bf16's tolerance; the rows are N + pad
-elements apart. Products it must not touch: widths that are multiples of 8,
-narrow ones, f32, and logits that another op reads."""
+elements apart, also where batch and sequence sizes are symbolic (dynamic=True).
+Products it must not touch: widths that are multiples of 8, narrow ones, f32,
+and logits that another op reads."""
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -97,3 +98,16 @@ def test_products_left_as_they_are(case):
     with torch.no_grad():
         torch.testing.assert_close(got, model(ids), rtol=2e-2, atol=2e-2)
         assert not padded_slices(kiln.torch.explain(model, ids))
+
+
+def test_dynamic_batch_and_sequence_sizes_are_padded_too(monkeypatch):
+    # dynamic=True: M (batch x sequence) is symbolic, K and N are not
+    model = Head().to(torch.bfloat16).eval()
+    torch._dynamo.reset()
+    compiled_model = torch.compile(model, backend="kiln", dynamic=True)
+    with torch.no_grad():
+        for batch, seq in ((2, 12), (3, 5)):
+            ids = torch.randint(0, WIDTH, (batch, seq))
+            got = compiled_model(ids)
+            assert got.shape == (batch, seq, WIDTH) and got.stride() == (seq * (WIDTH + 1), WIDTH + 1, 1)
+            torch.testing.assert_close(got, model(ids), rtol=2e-2, atol=2e-2)
