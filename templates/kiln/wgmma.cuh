@@ -597,7 +597,7 @@ __device__ __forceinline__ void put_rotated_pair_f32(unsigned char* staging, int
 }
 // Chunk `unit` (1..7) of a rotated staging row to the 16-byte aligned `to`.
 __device__ __forceinline__ void copy_out_unit(unsigned char* to, const unsigned char* staging, int row, int unit) {
-  *reinterpret_cast<uint4*>(to) = *reinterpret_cast<const uint4*>(staging + row * 128 + ((unit + row) & 7) * 16);
+  *reinterpret_cast<uint4*>(to) = *reinterpret_cast<const uint4*>(staging + rotated_offset(row, 16 * unit, 0));
 }
 // Bytes [lo, hi) of the 16 bytes v (lo and hi multiples of 2) to the same
 // bytes of the 16-byte aligned `to`, in aligned stores of 2, 4 and 8 bytes.
@@ -624,7 +624,7 @@ __device__ __forceinline__ void store_bytes(unsigned char* to, uint4 v, int lo, 
 // the chunk 128 bytes on (bytes before past * BYTES).
 template <int BYTES>
 __device__ __forceinline__ void copy_out_ends(unsigned char* chunk, const unsigned char* staging, int row, int past) {
-  const uint4 v = *reinterpret_cast<const uint4*>(staging + row * 128 + (row & 7) * 16);
+  const uint4 v = *reinterpret_cast<const uint4*>(staging + rotated_offset(row, 0, 0));
   store_bytes(chunk, v, past * BYTES, 16);
   store_bytes(chunk + 128, v, 0, past * BYTES);
 }
