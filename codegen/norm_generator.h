@@ -11,6 +11,9 @@ class NormGenerator : public KernelBuilder {
  public:
   using KernelBuilder::KernelBuilder;
 
+  // Rows of at most 512 values held in registers: this many a block, a warp each.
+  static constexpr int kRowsOfABlock = 8;
+
   // Element j of line `line` of a normalisation -> coordinates of its input.
   Coords norm_element(const ir::Op& norm, const std::string& j);
 
