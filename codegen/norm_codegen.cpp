@@ -323,17 +323,25 @@ void NormGenerator::norm_cluster(const ir::Op& norm, const Chunking& ch, int clu
 void NormGenerator::norm_chunked(const ir::Op& norm, const Chunking& ch) {
   const ir::KernelParams& p = k_.params;
   const int64_t lines = p.outer * p.inner, n = p.reduced, vec = ch.vec, chunks = n / vec;
-  decided(fmt::format("rows in registers, {}-element chunks", vec));
   bool reuse_exp = false;
   const NormRecipe recipe = norm_recipe_in_place(norm, reuse_exp);
   // About two chunks per thread (measured on H100 against one and four: 16-byte loads
   // of two chunks in flight per thread, at most 512 threads).
   const int threads = static_cast<int>(std::clamp<int64_t>(std::bit_ceil(static_cast<uint64_t>((chunks + 1) / 2)), 32, 512));
   const int64_t per = (chunks + threads - 1) / threads;
-  const std::string chunk_start = fmt::format("const int j0 = (threadIdx.x + t * {}) * {};", threads, vec);
-  std::string body = "__shared__ float kiln_scratch[32];\n";
+  // A row one warp holds (at most 64 chunks): kRowsOfABlock rows a block, a warp each (norm()).
+  const bool warp_rows = threads == 32;
+  decided(warp_rows ? fmt::format("rows in registers, {}-element chunks, {} rows a block (a warp each)", vec, kRowsOfABlock)
+                    : fmt::format("rows in registers, {}-element chunks", vec));
+  const std::string lane = warp_rows ? "lane" : "threadIdx.x";
+  const std::string chunk_start = fmt::format("const int j0 = ({} + t * {}) * {};", lane, threads, vec);
+  std::string body = warp_rows ? "const int lane = threadIdx.x & 31;\n" : "__shared__ float kiln_scratch[32];\n";
   body += fmt::format("const bool kiln_vec = {};\n", ch.aligned);
-  body += fmt::format("for (kiln::i64 line = blockIdx.x; line < {}; line += gridDim.x) {{\n", sizes_(lines));
+  if (warp_rows)
+    body += fmt::format("for (kiln::i64 line = (kiln::i64)blockIdx.x * {0} + (threadIdx.x >> 5); line < {1}; line += (kiln::i64)gridDim.x * {0}) {{\n",
+                        kRowsOfABlock, sizes_(lines));
+  else
+    body += fmt::format("for (kiln::i64 line = blockIdx.x; line < {}; line += gridDim.x) {{\n", sizes_(lines));
   body += "float stat0 = 0.0f, stat1 = 0.0f;\n";
   body += fmt::format("float xs[{}];\n", per * vec);
   // Load: one chunk of every chunked input, then x at each of its elements.
@@ -344,15 +352,22 @@ void NormGenerator::norm_chunked(const ir::Op& norm, const Chunking& ch) {
   // Statistics from registers.
   for (const auto& [init, functor, update, finish] : recipe.passes) {
     body += fmt::format("{{\nfloat acc = {};\n#pragma unroll\nfor (int t = 0; t < {}; ++t) {{\n", init, per);
-    body += fmt::format("if ((threadIdx.x + t * {}) * {} >= {}) continue;\n", threads, vec, n);
+    body += fmt::format("if (({} + t * {}) * {} >= {}) continue;\n", lane, threads, vec, n);
     body += fmt::format("#pragma unroll\nfor (int v = 0; v < {}; ++v) {{\nfloat& x = xs[t * {} + v];\n"
                         "{}\n}}\n}}\n", vec, vec, update);
-    body += fmt::format("acc = kiln::block_reduce<{}>(acc, kiln_scratch);\n{}\n}}\n", functor, finish);
+    body += warp_rows ? fmt::format("acc = kiln::warp_reduce<{}>(acc);\n{}\n}}\n", functor, finish)
+                      : fmt::format("acc = kiln::block_reduce<{}>(acc, kiln_scratch);\n{}\n}}\n", functor, finish);
   }
   // Output: parameters a chunk at a time, every write of the element.
   body += fmt::format("#pragma unroll\nfor (int t = 0; t < {}; ++t) {{\n{}\nif (j0 >= {}) continue;\n", per,
                       chunk_start, n);
   body += norm_chunk_output(norm, ch, fmt::format("xs[t * {} + v]", vec), recipe.finale, !reuse_exp);
+  if (warp_rows) {
+    body += "}\n}\n";
+    finish(body, 32 * kRowsOfABlock);
+    grid_over(lines, 1, kRowsOfABlock);
+    return;
+  }
   body += "}\n__syncthreads();\n}\n";
   finish(body, threads);
   grid_over(lines, 1, 1);

@@ -67,7 +67,7 @@ std::string decisions(const char* example, int sm, size_t kernel = 0) {
 
 TEST(CodeWriter, EveryGeneratorSaysWhatItDecided) {
   EXPECT_EQ(decisions("pointwise/scale_shift_gelu.json", 90), "8-element vectors, scalar tail");
-  EXPECT_EQ(decisions("norm/add_layer_norm.json", 90), "rows in registers, 8-element chunks");
+  EXPECT_EQ(decisions("norm/add_layer_norm.json", 90), "rows in registers, 8-element chunks, 8 rows a block (a warp each)");
   EXPECT_EQ(decisions("norm/long_row_softmax.json", 90), "two passes over each row");
   EXPECT_EQ(decisions("reduction/mean_variance_columns.json", 90),
             "columns: a block of 32 column threads (4-element vectors) x 8 row lanes, 4 splits");
