@@ -288,8 +288,7 @@ TEST(Gpu, FamiliesWithOddShapes) {
 // load a kernel from the disk cache, host time of a cache-hit run.
 TEST(Gpu, CompileAndLaunchFigures) {
   REQUIRE_GPU();
-  const fs::path dir = fs::temp_directory_path() / "kiln-figures";
-  fs::remove_all(dir);
+  const fs::path dir = kiln::testing::fresh_cache("figures");
   std::map<std::string, std::vector<double>> cold;
   for (const auto& e : fs::recursive_directory_iterator(KILN_SOURCE_DIR "/examples"))
     if (e.path().extension() == ".json") {
