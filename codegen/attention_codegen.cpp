@@ -4,7 +4,12 @@
 // mixed operands).
 #include "codegen/attention_generator.h"
 
+#include "compiler/attention_match.h"
+
 namespace kiln::codegen {
+
+static_assert(AttentionGenerator::kWholeRowKeys >= ir::kRoundedScoresMaxKeys,
+              "attention_as_sdpa rewrites rows of rounded scores the flash kernel holds whole");
 
 auto AttentionGenerator::attention_operand(ir::TensorId t) const -> std::optional<AttentionOperand> {
   if (std::optional<ExternalTensor> e = strided_in_memory(t)) return AttentionOperand{*e, g_.tensor(t).shape[1]};
@@ -41,6 +46,13 @@ std::optional<std::string> AttentionGenerator::why_not_flash(const ir::Op& op) c
   if (sm_ < 80) return fmt::format("tensor cores need sm_80, the target is sm_{}", sm_);
   const int64_t d = g_.operand(op, 0).shape[3];
   if (d % 16 != 0 || d > 256) return fmt::format("head dimension {}: not a multiple of 16 up to 256", d);
+  if (ir::rounds_scores(op.attrs)) {
+    const int64_t skv = g_.operand(op, 1).shape[2];
+    if (sizes_.symbolic(skv) || skv > kWholeRowKeys || d > 128)
+      return fmt::format("its scores are rounded (as the graph rounds them), which the flash kernel does for rows of at most "
+                         "{} keys it holds whole and head dimensions up to 128, not {}{} keys and head dimension {}",
+                         kWholeRowKeys, sizes_.symbolic(skv) ? "a symbolic " : "", skv, d);
+  }
   std::optional<DType> type;
   std::optional<int64_t> kv_heads;
   for (size_t slot = 0; slot < 3; ++slot) {
@@ -74,19 +86,34 @@ std::string AttentionGenerator::score_hook(const ir::Op& op, bool causal_in_hook
   std::string out = "auto score = [&](float dot, int row, int key) -> float {\n";
   out += coordinates;
   em_.begin_block();
-  std::string sc = scale_in_softmax ? "dot" : fmt::format("dot * {}", Emitter::float_literal(op.attrs.scale));
+  std::string mv;
+  bool bool_mask = false;
   if (op.inputs.size() > 3) {
     const ir::Tensor& mask = g_.operand(op, 3);
     const Coords full{"bi", "hi", "qi", "kj"};
     Coords mc(mask.shape.size());
     for (size_t dim = 0; dim < mask.shape.size(); ++dim)
       mc[dim] = mask.shape[dim] == 1 ? "0" : full[4 - mask.shape.size() + dim];
-    const std::string mv = em_.value(op.inputs[3], mc);
-    sc = mask.dtype == DType::boolean ? fmt::format("({} != 0.0f ? {} : -kiln::inf())", mv, sc) : fmt::format("({} + {})", sc, mv);
+    mv = em_.value(op.inputs[3], mc);
+    bool_mask = mask.dtype == DType::boolean;
   }
+  std::string sc = score_of(op, "dot", mv, bool_mask, scale_in_softmax);
   if (causal_in_hook && op.attrs.causal) sc = fmt::format("(kj > qi + {} ? -kiln::inf() : {})", sizes_(skv - sq), sc);
   em_.emit(fmt::format("return {};", sc));
   return out + em_.take() + "};\n";
+}
+
+std::string AttentionGenerator::score_of(const ir::Op& op, const std::string& dot, const std::string& mask_value, bool bool_mask,
+                                         bool scale_in_softmax) {
+  const DType to = op.attrs.scores_rounded_to;
+  const uint8_t rounds = op.attrs.score_roundings;
+  auto round_at = [&](uint8_t point, const std::string& x) { return rounds & point ? Emitter::round_as(to, x) : x; };
+  std::string sc = round_at(ir::kRoundProduct, dot);
+  if (!scale_in_softmax) sc = round_at(ir::kRoundScaled, fmt::format("{} * {}", sc, Emitter::float_literal(op.attrs.scale)));
+  if (!mask_value.empty())
+    sc = bool_mask ? fmt::format("({} != 0.0f ? {} : -kiln::inf())", mask_value, sc)
+                   : round_at(ir::kRoundMasked, fmt::format("({} + {})", sc, mask_value));
+  return sc;
 }
 
 // The output element `value` (rounded as the result is) and the kernel's
@@ -191,11 +218,17 @@ void AttentionGenerator::flash_attention(const ir::Op& op) {
   const int64_t batches = qs[0], heads = qs[1], sq = qs[2], d = qs[3], kv_heads = ka.heads, skv = ks[2];
   const int bq = 64, bkv = d <= 128 ? 64 : 32, threads = bq / 16 * 32;
   const int shared_bytes = (bq * static_cast<int>(d + 8) + 4 * bkv * static_cast<int>(d + 8)) * 2;
-  decided(fmt::format("flash attention (mma.sync): {} query rows x {} keys a tile, {} threads", bq, bkv, threads));
+  // Rounded scores (why_not_flash: a row in one key tile): the probabilities formed whole.
+  const bool whole_rows = ir::rounds_scores(op.attrs);
+  KILN_INTERNAL_CHECK(!whole_rows || (!sizes_.symbolic(skv) && skv <= bkv));
+  decided(fmt::format("flash attention (mma.sync): {} query rows x {} keys a tile, {} threads{}", bq, bkv, threads,
+                      whole_rows ? fmt::format(", scores rounded to {} and each row's probabilities formed whole",
+                                               to_string(op.attrs.scores_rounded_to))
+                                 : ""));
   const int64_t q_tiles = (sq + bq - 1) / bq;
   std::string body;
-  body += fmt::format("typedef kiln::tc::FlashAttention<{}, {}, {}, kiln::tc::{}> A;\n", d, bq, bkv,
-                      q.storage == DType::bf16 ? "kBf16" : "kF16");
+  body += fmt::format("typedef kiln::tc::FlashAttention<{}, {}, {}, kiln::tc::{}{}> A;\n", d, bq, bkv,
+                      q.storage == DType::bf16 ? "kBf16" : "kF16", whole_rows ? ", true" : "");
   body += fmt::format("static_assert(A::kSharedBytes == {}, \"shared memory size as launched\");\n", shared_bytes);
   body += "extern __shared__ __align__(16) unsigned char kiln_shared[];\n";
   body += flash_block_coordinates(sizes_, sq, heads, kv_heads, bq);
@@ -231,6 +264,7 @@ void AttentionGenerator::flash_attention(const ir::Op& op) {
 // tiles of 64 or 128 query rows would multiply mostly empty rows there.
 std::optional<std::string> AttentionGenerator::why_not_decode(const ir::Op& op) const {
   if (std::optional<std::string> why = why_not_flash(op)) return why;
+  if (ir::rounds_scores(op.attrs)) return "its scores are rounded (as the graph rounds them): the flash kernel holds their rows whole";
   const Shape& qs = g_.operand(op, 0).shape;
   const int64_t group = qs[1] / attention_operand(op.inputs[1])->heads, keys = g_.operand(op, 1).shape[2];
   if (group * qs[2] > 16) return fmt::format("{} query rows a key head ({} heads x {} queries), over 16", group * qs[2], group, qs[2]);
@@ -335,6 +369,9 @@ std::optional<AttentionGenerator::HopperAttention::Operand> AttentionGenerator::
 std::optional<std::string> AttentionGenerator::why_not_hopper(const ir::Op& op) const {
   if (sm_ != 90) return fmt::format("the Hopper kernel needs sm_90, the target is sm_{}", sm_);
   if (std::optional<std::string> why = why_not_flash(op)) return why;
+  if (ir::rounds_scores(op.attrs))
+    return "its scores are rounded (as the graph rounds them): the mma.sync flash kernel holds their rows whole, this "
+           "kernel streams them";
   const AttentionOperand ka = *attention_operand(op.inputs[1]), va = *attention_operand(op.inputs[2]);
   const Shape& qs = g_.operand(op, 0).shape;
   const Shape kv_shape{qs[0], ka.heads, g_.operand(op, 1).shape[2], qs[3]};
@@ -487,15 +524,17 @@ std::string AttentionGenerator::exact_attention_score(const ExactAttention& a, c
   em_.emit(fmt::format("dot += q_row[e] * {};", em_.value(last.inputs[1], Coords{bc[0], "kvh", j, "e"})));
   em_.emit("}");
   em_.begin_block();
-  std::string s = fmt::format("dot * {}", Emitter::float_literal(last.attrs.scale));
+  std::string mv;
+  bool bool_mask = false;
   if (last.inputs.size() > 3) {
     const ir::Tensor& mask = g_.operand(last, 3);
     const Coords full{bc[0], bc[1], "qi", j};
     Coords mc(mask.shape.size());
     for (size_t d = 0; d < mask.shape.size(); ++d) mc[d] = mask.shape[d] == 1 ? "0" : full[4 - mask.shape.size() + d];
-    const std::string mv = em_.value(last.inputs[3], mc);
-    s = mask.dtype == DType::boolean ? fmt::format("({} != 0.0f ? {} : -kiln::inf())", mv, s) : fmt::format("({} + {})", s, mv);
+    mv = em_.value(last.inputs[3], mc);
+    bool_mask = mask.dtype == DType::boolean;
   }
+  std::string s = score_of(last, "dot", mv, bool_mask, false);
   if (last.attrs.causal) s = fmt::format("({} > qi + {}LL ? -kiln::inf() : {})", j, a.skv - a.sq, s);
   const std::string v = em_.fresh("s");
   em_.emit(fmt::format("const float {} = {};", v, s));

@@ -28,6 +28,9 @@ class AttentionGenerator : public KernelBuilder {
   // sdpa with q, k, v in memory as one 16-bit type (through transposes),
   // d contiguous, head dimension a multiple of 16 up to 256; else why not.
   std::optional<std::string> why_not_flash(const ir::Op& op) const;
+  // Keys the mma.sync kernel's one tile holds (head dimensions up to 128):
+  // the rows of rounded scores it takes, their probabilities formed whole.
+  static constexpr int64_t kWholeRowKeys = 64;
   // k or v of an sdpa as the flash kernel reads it: a tensor in memory and
   // its head count; grouped-query heads written as reshape -> expand ->
   // reshape of a [B, Hkv, S, D] tensor (PyTorch's repeat_kv) read in place.
@@ -70,6 +73,11 @@ class AttentionGenerator : public KernelBuilder {
   // kj, and hi where the kernel's rows span heads, from row and key), and
   // the output loops.
   std::string score_hook(const ir::Op& op, bool causal_in_hook, const std::string& coordinates, bool scale_in_softmax = false);
+  // The score from the dot product `dot` (scaled unless scale_in_softmax)
+  // and the mask's value there (`mask_value`, empty without a mask), rounded
+  // where the sdpa's scores are (Attributes::score_roundings).
+  static std::string score_of(const ir::Op& op, const std::string& dot, const std::string& mask_value, bool bool_mask,
+                              bool scale_in_softmax);
   std::string flash_outputs(const ir::Op& op, int64_t head_dim, bool padded);
   std::string attention_outputs(const ir::Op& op, const std::string& open, const std::string& value);
   struct PairText;

@@ -365,21 +365,84 @@ class Matcher {
   }
 
   std::string rounding() {
-    for (TensorId t : chain_)
-      if (g_.tensor(t).value_dtype() != DType::f32)
-        return fmt::format("the scores are rounded to {} at {}: sdpa keeps them in f32 (graph-format.md rule 6), and a "
-                           "rewrite keeps every rounding the graph asks for (rule 4)",
-                           to_string(g_.tensor(t).value_dtype()), op_of(t));
+    std::optional<DType> to;  // the 16-bit type the chain rounds its scores to, if it does
+    TensorId first = -1;      // (where, the softmax's side first)
+    for (TensorId t : chain_) {
+      const DType d = g_.tensor(t).value_dtype();
+      if (d == DType::f32) continue;
+      if (to && *to != d)
+        return fmt::format("the scores are rounded to {} at {} and to {} at {}: sdpa's scores take one type", to_string(d),
+                           op_of(t), to_string(*to), op_of(first));
+      if (!to) first = t;
+      to = d;
+    }
     for (TensorId t : sm_.internals)
       if (g_.tensor(t).value_dtype() != DType::f32)
         return fmt::format("the written-out softmax rounds to {} at {}: sdpa keeps it in f32", to_string(g_.tensor(t).value_dtype()),
                            op_of(t));
+    if (to) {
+      if (std::string why = rounded_scores(*to); !why.empty()) return why;
+      return probabilities_rounding();
+    }
     const Op& qk = g_.ops[static_cast<size_t>(qk_)];
     if (qk.attrs.precision != Precision::f32 &&
         (g_.operand(qk, 0).value_dtype() == DType::f32 || g_.operand(qk, 1).value_dtype() == DType::f32))
       return fmt::format("{} rounds its f32 operands to {} (its precision): sdpa reads q and k as they are", op_named(g_, qk_),
                          to_string(qk.attrs.precision));
     return probabilities_rounding();
+  }
+
+  // Scores the chain rounds to `to` (a bf16 graph's, written out: Swin's
+  // window attention): the sdpa rounds them where the chain does
+  // (Attributes::score_roundings), which it can where the scores are
+  // round(round(round(q·kᵀ) * scale) + mask), each round optional: at most
+  // one scale, then at most one added tensor, q, k and v held as `to`, and
+  // a row's keys in one tile of the flash kernel.
+  std::string rounded_scores(DType to) {
+    const std::string rounded = fmt::format("the scores are rounded to {}", to_string(to));
+    if (skv_ > kRoundedScoresMaxKeys)
+      return fmt::format("{} and a row has {} keys: sdpa keeps scores in f32 (graph-format.md rule 6), and a rewrite keeps "
+                         "every rounding the graph asks for (rule 4), which the attention kernel does for rows of at most {} "
+                         "keys (a row in one tile)",
+                         rounded, skv_, kRoundedScoresMaxKeys);
+    const Op& qk = g_.ops[static_cast<size_t>(qk_)];
+    const Op& pv = g_.ops[static_cast<size_t>(pv_)];
+    for (const Tensor* t : {&g_.operand(qk, 0), &g_.operand(qk, 1), &g_.operand(pv, 1)})
+      if (t->value_dtype() != to)
+        return fmt::format("{} and {} holds {} values: sdpa rounds scores only of q, k and v held as that type", rounded,
+                           describe_tensor(*t), to_string(t->value_dtype()));
+    // The chain from q·kᵀ on: the ops before each step (views, casts) and the step itself.
+    int scales = 0, adds = 0;
+    uint8_t roundings = 0;
+    uint8_t point = kRoundProduct;  // the rounding point of the values seen so far
+    auto rounds = [&](TensorId t) { return g_.tensor(t).value_dtype() == to; };
+    size_t step = steps_.size();  // steps_ runs q·kᵀ first; chain_ops_ runs the softmax's side first
+    if (rounds(chain_.back())) roundings |= point;
+    for (size_t i = chain_ops_.size(); i-- > 0;) {
+      const Op& op = g_.ops[static_cast<size_t>(chain_ops_[i])];
+      if (!passes_value(g_, op)) {
+        const ScoreStep& s = steps_[steps_.size() - step--];
+        if (s.kind == ScoreStep::Kind::Fill)
+          return fmt::format("{} and {} fills masked scores: the sdpa rounds its scores only around a scale and an "
+                             "added mask",
+                             rounded, op_named(g_, chain_ops_[i]));
+        if (s.kind == ScoreStep::Kind::Scale) {
+          if (++scales > 1 || adds > 0)
+            return fmt::format("{} and {} scales them {}: the sdpa rounds its scores only around one scale before the mask",
+                               rounded, op_named(g_, chain_ops_[i]), adds > 0 ? "after the mask is added" : "a second time");
+          point = kRoundScaled;
+        } else {
+          if (++adds > 1)
+            return fmt::format("{} and {} adds a second tensor to them: the sdpa rounds its scores only around one added "
+                               "mask",
+                               rounded, op_named(g_, chain_ops_[i]));
+          point = kRoundMasked;
+        }
+      }
+      if (rounds(chain_[i])) roundings |= point;
+    }
+    rounded_to_ = to, roundings_ = roundings;
+    return {};
   }
 
   // The probabilities reach v rounded as sdpa rounds them (rule 6).
@@ -433,6 +496,8 @@ class Matcher {
     a.sq = sq_, a.skv = skv_, a.d = d_;
     a.steps = steps_;
     a.scale = scale_;
+    a.scores_rounded_to = rounded_to_;
+    a.score_roundings = roundings_;
     return a;
   }
 
@@ -448,6 +513,8 @@ class Matcher {
   Shape heads_;
   std::optional<OperandScale> q_scale_, kt_scale_;
   double scale_ = 1.0;
+  DType rounded_to_ = DType::f32;
+  uint8_t roundings_ = 0;
 };
 
 }  // namespace

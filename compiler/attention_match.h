@@ -43,6 +43,9 @@ struct AttentionMatch {
   int64_t sq = 0, skv = 0, d = 0;
   std::vector<ScoreStep> steps;
   double scale = 1.0;  // the steps' and the operands' factors
+  // Scores the graph rounds (Attributes::score_roundings): to this type, at these points.
+  DType scores_rounded_to = DType::f32;
+  uint8_t score_roundings = 0;
 };
 
 // The written-out attention that ends at matmul op `pv`, or why op `pv` is
@@ -50,6 +53,11 @@ struct AttentionMatch {
 // softmax's probabilities (not attention at all).
 using AttentionOrWhy = std::variant<AttentionMatch, std::string>;
 std::optional<AttentionOrWhy> match_attention(const Graph& g, int32_t pv);
+
+// Scores rounded to 16 bits are rewritten only where a row's keys fit one
+// tile of the flash kernel (its probabilities formed whole, as the graph's
+// softmax forms them): Swin's windows of 7 x 7 and 8 x 8.
+inline constexpr int64_t kRoundedScoresMaxKeys = 64;
 
 // The fill values (after the scales that follow them) at most this much
 // mask their keys out: exp(fill - row max) is 0 in f32 for any row max above

@@ -70,9 +70,15 @@ std::string describe_site(const Graph& g, const AttentionMatch& a) {
   std::string mask = masks == 0 && fills == 0 ? "no mask"
                      : masks == 0 && fills == 1 ? "a bool mask"
                                                 : fmt::format("an additive mask ({} added, {} filled)", masks, fills);
-  return fmt::format("{} and the {} ops before it from q·kᵀ -> sdpa (scale {}, {}, B={} H={} Sq={} Skv={} D={})",
-                     op_named(g, a.pv), a.ops.size() - 1, static_cast<float>(a.scale), mask, a.heads[0], a.heads[1], a.sq,
-                     a.skv, a.d);
+  std::string rounded;
+  if (a.score_roundings != 0) {
+    Attributes r;
+    r.scores_rounded_to = a.scores_rounded_to, r.score_roundings = a.score_roundings;
+    rounded = fmt::format(", scores rounded to {} as the graph rounds them", score_rounding_text(r));
+  }
+  return fmt::format("{} and the {} ops before it from q·kᵀ -> sdpa (scale {}, {}{}, B={} H={} Sq={} Skv={} D={})",
+                     op_named(g, a.pv), a.ops.size() - 1, static_cast<float>(a.scale), mask, rounded, a.heads[0], a.heads[1],
+                     a.sq, a.skv, a.d);
 }
 
 class SdpaBuilder {
@@ -354,6 +360,8 @@ class SdpaBuilder {
     if (std::optional<TensorId> m = mask(a, base)) inputs.push_back(*m);
     Attributes attrs;
     attrs.scale = static_cast<float>(a.scale);
+    attrs.scores_rounded_to = a.scores_rounded_to;
+    attrs.score_roundings = a.score_roundings;
     std::vector<const Tensor*> operands;
     for (TensorId t : inputs) operands.push_back(&out_.tensor(t));
     const InferredResult r = infer_result(OpKind::Sdpa, operands, attrs, attr_bit(AttrKey::scale) | attr_bit(AttrKey::causal),

@@ -39,8 +39,15 @@
 // the graph asks for). It matches only where the sdpa computes what the
 // chain does, up to f32 rounding of the same operations:
 //   - the scores are f32 values from q·kᵀ to the softmax: no op on them
-//     rounds to f16/bf16 (sdpa keeps its scores in f32); in a bf16 graph
-//     that gives those ops a dtype, the chain stays as written;
+//     rounds to f16/bf16 (sdpa keeps its scores in f32); or they are
+//     rounded to q's, k's and v's 16-bit type where the graph rounds them,
+//     which the sdpa then does too (Attributes::score_roundings): scores
+//     round(round(round(q·kᵀ) * scale) + mask), each rounding where the
+//     graph has one, at most one scale and one added tensor in that order,
+//     no fill, rows of at most kRoundedScoresMaxKeys keys; its kernels
+//     form those probabilities whole (divided by the row's sum, then
+//     rounded), as the graph's softmax does (a bf16 Swin's window
+//     attention);
 //   - the probabilities reach v as sdpa's do (rule 6): rounded to v's type
 //     where v holds f16/bf16 values (the softmax's dtype, a cast, or p·v's
 //     precision), f32 where v holds f32;

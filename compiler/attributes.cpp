@@ -24,6 +24,13 @@ std::string_view to_string(Layout l) {
   return "?";
 }
 
+std::string score_rounding_text(const Attributes& a) {
+  std::string at;
+  for (const auto& [bit, name] : {std::pair{kRoundProduct, "q·kᵀ"}, {kRoundScaled, "scaled"}, {kRoundMasked, "masked"}})
+    if (a.score_roundings & bit) at += fmt::format("{}{}", at.empty() ? "" : ", ", name);
+  return fmt::format("{} ({})", to_string(a.scores_rounded_to), at);
+}
+
 double printable(float value) {
   const std::string text = fmt::format("{}", value);
   return std::strtod(text.c_str(), nullptr);

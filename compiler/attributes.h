@@ -8,6 +8,7 @@
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -45,9 +46,24 @@ struct Attributes {
   bool causal = false;                  // sdpa
   float scale = 1.0f;                   // sdpa
   int64_t start = 0, end = 0, step = 1;  // slice: resolved (clamped, non-negative); axis in `axis`
+  // sdpa made by attention_as_sdpa from scores the graph rounds (never read
+  // from or written to JSON: no document's sdpa rounds its scores): each
+  // score rounded to `scores_rounded_to` at the points `score_roundings`
+  // names (ScoreRounding bits), and the probabilities formed whole (the
+  // division by the row's sum before they are rounded), as a softmax op
+  // forms them (attention_rewrite.h).
+  DType scores_rounded_to = DType::f32;
+  uint8_t score_roundings = 0;
 
   bool operator==(const Attributes&) const = default;
 };
+
+// Where an sdpa's scores are rounded (Attributes::score_roundings):
+// score = round(round(round(q·k) * scale) + mask), each round where its bit is set.
+enum ScoreRounding : uint8_t { kRoundProduct = 1, kRoundScaled = 2, kRoundMasked = 4 };
+inline bool rounds_scores(const Attributes& a) { return a.score_roundings != 0; }
+// "bf16 (q·kᵀ, scaled, masked)": the type and the points, for plans and IR dumps.
+std::string score_rounding_text(const Attributes& a);
 
 // `value` as the double whose shortest decimal form is the shortest form of
 // the f32 (0.01f -> 0.01): what printers and the JSON writer show. Reading it

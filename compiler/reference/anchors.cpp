@@ -168,6 +168,9 @@ std::vector<float> eval_sdpa(const ir::Graph& g, const ir::Op& op, const Operand
   const bool bool_mask = mask && g.operand(op, 3).dtype == DType::boolean;
   // Rule 6: probabilities are rounded to v's dtype when v holds f16/bf16 values.
   const DType p_dtype = g.operand(op, 2).value_dtype();
+  // Scores the graph rounded, rounded where it did (a rewritten written-out attention).
+  const DType rounded_to = op.attrs.scores_rounded_to;
+  const uint8_t rounds = op.attrs.score_roundings;
   const int64_t b = q.shape[0], h = q.shape[1], sq = q.shape[2], d = q.shape[3];
   const int64_t hkv = k.shape[1], skv = k.shape[2], group = h / hkv;
   const Shape scores_shape{b, h, sq, skv};
@@ -186,12 +189,15 @@ std::vector<float> eval_sdpa(const ir::Graph& g, const ir::Op& op, const Operand
         for (int64_t j = 0; j < skv; ++j) {
           double score = 0;
           for (int64_t e = 0; e < d; ++e) score += static_cast<double>(qi[e]) * kb[j * d + e];
+          if (rounds & ir::kRoundProduct) score = round_to(rounded_to, static_cast<float>(score));
           score *= op.attrs.scale;
+          if (rounds & ir::kRoundScaled) score = round_to(rounded_to, static_cast<float>(score));
           if (mask) {
             const float mv = mask->data[static_cast<size_t>(bi * mask_strides[0] + hi * mask_strides[1] +
                                                             i * mask_strides[2] + j * mask_strides[3])];
             if (bool_mask) score = mv != 0 ? score : -INFINITY;
             else score += mv;
+            if (rounds & ir::kRoundMasked) score = round_to(rounded_to, static_cast<float>(score));
           }
           if (op.attrs.causal && j > i + skv - sq) score = -INFINITY;
           s[static_cast<size_t>(j)] = score;

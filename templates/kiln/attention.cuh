@@ -14,6 +14,11 @@
 // probabilities are rounded to V's type before they multiply V, as every
 // flash-attention kernel does (before the final division by the row sum).
 // A row whose keys are all masked has sum 0 and gives zeros.
+//
+// WHOLE_ROWS: every row's keys lie in the one key tile (skv <= BKV), and
+// each probability is formed whole, exp(s - max) / sum, then rounded to V's
+// type, as a softmax op forms it: the form of a written-out attention whose
+// graph rounds its scores and probabilities (compiler/attention_rewrite.h).
 #pragma once
 
 #include "kiln/mma.cuh"
@@ -58,7 +63,7 @@ __device__ __forceinline__ void load_rows(u16* tile, const u16* base, i64 stride
   }
 }
 
-template <int D, int BQ, int BKV, int KIND>
+template <int D, int BQ, int BKV, int KIND, bool WHOLE_ROWS = false>
 struct FlashAttention {
   static_assert(KIND == kBf16 || KIND == kF16, "16-bit operands");
   static_assert(D % 16 == 0 && BKV % 16 == 0 && BQ % 16 == 0, "tile shape");
@@ -146,6 +151,29 @@ struct FlashAttention {
         }
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
+        if constexpr (WHOLE_ROWS) {  // the whole row is in this tile (kv_tiles is 1)
+          float mx = -inf();
+#pragma unroll
+          for (int ni = 0; ni < kSN; ++ni) mx = fmaxf(mx, fmaxf(s[ni][2 * h], s[ni][2 * h + 1]));
+          mx = quad_max(mx);
+          const float m_use = mx == -inf() ? 0.0f : mx;
+          float sum = 0.0f;
+#pragma unroll
+          for (int ni = 0; ni < kSN; ++ni) {
+            s[ni][2 * h] = exp2f((s[ni][2 * h] - m_use) * kLog2e);
+            s[ni][2 * h + 1] = exp2f((s[ni][2 * h + 1] - m_use) * kLog2e);
+            sum += s[ni][2 * h] + s[ni][2 * h + 1];
+          }
+          sum = quad_sum(sum);
+          // out() divides by 1 (0 for a row whose keys are all masked).
+          row_sum[h] = sum > 0.0f ? 1.0f : 0.0f;
+#pragma unroll
+          for (int ni = 0; ni < kSN; ++ni) {
+            s[ni][2 * h] = sum > 0.0f ? s[ni][2 * h] / sum : 0.0f;
+            s[ni][2 * h + 1] = sum > 0.0f ? s[ni][2 * h + 1] / sum : 0.0f;
+          }
+          continue;
+        }
         float mx = -inf();
 #pragma unroll
         for (int ni = 0; ni < kSN; ++ni) mx = fmaxf(mx, fmaxf(s[ni][2 * h], s[ni][2 * h + 1]));
@@ -182,7 +210,7 @@ struct FlashAttention {
       }
     }
     cp_async_wait<0>();
-    row_sum[0] = quad_sum(row_sum[0]), row_sum[1] = quad_sum(row_sum[1]);
+    if constexpr (!WHOLE_ROWS) row_sum[0] = quad_sum(row_sum[0]), row_sum[1] = quad_sum(row_sum[1]);
   }
 
   // The normalised output element e of column tile dn (0 for an all-masked row).

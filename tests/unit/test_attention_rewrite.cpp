@@ -302,7 +302,7 @@ TEST(AttentionRewrite, NearMissesStayAsWrittenAndSayWhy) {
       {"softmax_over_queries", "normalises over axis 2"},
       {"mask_from_scores", "is computed from the scores"},
       {"scale_not_constant", "multiplies the scores by 'scale' f32[], not a constant"},
-      {"scores_rounded", "the scores are rounded to bf16 at 's_bf16' (matmul)"},
+      {"scores_rounded", "the scores are rounded to bf16 at 's_bf16' (matmul) and to f16 at 's_f16' (cast)"},
       {"probabilities_unrounded", "the probabilities 'p_f32' are f32 values and v 'vb' bf16[1,2,16,16] holds bf16"},
   };
   ASSERT_EQ(planned.rewrites.size(), std::size(expected)) << ir::rewrite_notes_text(planned);
@@ -315,6 +315,73 @@ TEST(AttentionRewrite, NearMissesStayAsWrittenAndSayWhy) {
   }
   EXPECT_THAT(ir::plan_to_text(planned, plan(g)),
               HasSubstr("not rewritten (attention_as_sdpa): 'scale_not_constant' (matmul): "));
+}
+
+// Of the bf16 outputs of g as written and as planned (reference interpreter,
+// same inputs): the share of elements equal to the bit, and the largest
+// difference in units of the written value's last bf16 place.
+struct Agreement {
+  double identical = 0, worst_ulps = 0;
+};
+Agreement agreement(const Graph& written, const Graph& planned, size_t output, uint64_t seed) {
+  const std::vector<HostTensor> inputs = inputs_for(written, seed);
+  const HostTensor want = testing::must_run(written, inputs)[output], got = testing::must_run(planned, inputs)[output];
+  Agreement a;
+  for (size_t e = 0; e < want.values.size(); ++e) {
+    const float w = want.values[e], r = got.values[e];
+    a.identical += w == r;
+    const double ulp = std::ldexp(1.0, std::ilogb(std::max(std::fabs(w), 1e-30f)) - 7);
+    a.worst_ulps = std::max(a.worst_ulps, std::fabs(double{w} - double{r}) / ulp);
+  }
+  a.identical /= static_cast<double>(want.values.size());
+  return a;
+}
+
+// Swin's window attention in a bf16 graph rounds its scores: the sdpa keeps
+// each of those roundings (after q·kᵀ, after the scale, after the bias) and
+// forms the probabilities whole, so its values are the graph's but for the
+// order of f32 sums: nearly every element equal to the bit. The same sdpa
+// without the roundings (what a rewrite that dropped them would compute)
+// differs in many.
+TEST(AttentionRewrite, RoundedScoresKeepTheGraphsRoundings) {
+  const Graph g = example("swin_rounded_scores");
+  const ir::Graph& planned = ir_of(g);
+  std::vector<const ir::Op*> sdpas;
+  for (const ir::Op& op : planned.ops)
+    if (op.kind == ir::OpKind::Sdpa) sdpas.push_back(&op);
+  ASSERT_EQ(sdpas.size(), 2u) << ir::rewrite_notes_text(planned);
+  EXPECT_EQ(sdpas[0]->attrs.scores_rounded_to, DType::bf16);
+  EXPECT_EQ(sdpas[0]->attrs.score_roundings, ir::kRoundProduct | ir::kRoundMasked);
+  EXPECT_FLOAT_EQ(sdpas[0]->attrs.scale, 1.0f);
+  EXPECT_EQ(sdpas[1]->attrs.score_roundings, ir::kRoundProduct | ir::kRoundScaled | ir::kRoundMasked);
+  EXPECT_FLOAT_EQ(sdpas[1]->attrs.scale, 0.17677669f);
+  // The near misses: a second added tensor, rows longer than one tile.
+  std::vector<std::string> why;
+  for (const ir::RewriteNote& n : planned.rewrites)
+    if (!n.applied && n.row == "attention_as_sdpa") why.push_back(n.why);
+  ASSERT_EQ(why.size(), 2u);
+  EXPECT_THAT(why[0], HasSubstr("'masked5' (add) adds a second tensor to them"));
+  EXPECT_THAT(why[1], HasSubstr("a row has 100 keys"));
+  // Each rounded sdpa is planned as the whole-row flash kernel on sm_80 and sm_90.
+  for (int sm : {80, 90}) {
+    const ir::Plan p = plan(g, sm);
+    int attention = 0;
+    for (const ir::PlannedKernel& k : p.kernels) attention += k.kind == ir::KernelKind::Attention;
+    EXPECT_EQ(attention, 2);
+  }
+
+  ir::Graph unrounded = planned;
+  for (ir::Op& op : unrounded.ops) op.attrs.score_roundings = 0;
+  const Graph dropped = Graph::Internal::with_planned(g, std::make_shared<const ir::Graph>(std::move(unrounded)));
+  const Graph written = Graph::Internal::unsunk(g);
+  for (size_t output : {0, 1})
+    for (uint64_t seed : {1, 2}) {
+      SCOPED_TRACE(fmt::format("output {} seed {}", output, seed));
+      const Agreement kept = agreement(written, g, output, seed), lost = agreement(written, dropped, output, seed);
+      EXPECT_GE(kept.identical, 0.995);
+      EXPECT_LE(kept.worst_ulps, 1.0);
+      EXPECT_LT(lost.identical, kept.identical - 0.05) << "without the roundings the test would not see them";
+    }
 }
 
 TEST(AttentionRewrite, ChainsThatCannotBeSdpaStayAsWritten) {
