@@ -86,33 +86,35 @@ std::string AttentionGenerator::score_hook(const ir::Op& op, bool causal_in_hook
   std::string out = "auto score = [&](float dot, int row, int key) -> float {\n";
   out += coordinates;
   em_.begin_block();
-  std::string mv;
-  bool bool_mask = false;
-  if (op.inputs.size() > 3) {
-    const ir::Tensor& mask = g_.operand(op, 3);
-    const Coords full{"bi", "hi", "qi", "kj"};
-    Coords mc(mask.shape.size());
-    for (size_t dim = 0; dim < mask.shape.size(); ++dim)
-      mc[dim] = mask.shape[dim] == 1 ? "0" : full[4 - mask.shape.size() + dim];
-    mv = em_.value(op.inputs[3], mc);
-    bool_mask = mask.dtype == DType::boolean;
-  }
-  std::string sc = score_of(op, "dot", mv, bool_mask, scale_in_softmax);
+  const bool bool_mask = op.inputs.size() > 3 && g_.operand(op, 3).dtype == DType::boolean;
+  std::string sc = score_of(op, "dot", mask_values(op, {"bi", "hi", "qi", "kj"}), bool_mask, scale_in_softmax);
   if (causal_in_hook && op.attrs.causal) sc = fmt::format("(kj > qi + {} ? -kiln::inf() : {})", sizes_(skv - sq), sc);
   em_.emit(fmt::format("return {};", sc));
   return out + em_.take() + "};\n";
 }
 
-std::string AttentionGenerator::score_of(const ir::Op& op, const std::string& dot, const std::string& mask_value, bool bool_mask,
-                                         bool scale_in_softmax) {
+std::vector<std::string> AttentionGenerator::mask_values(const ir::Op& op, const Coords& full) {
+  std::vector<std::string> out;
+  for (size_t slot = 3; slot < op.inputs.size(); ++slot) {
+    const ir::Tensor& mask = g_.operand(op, slot);
+    Coords mc(mask.shape.size());
+    for (size_t dim = 0; dim < mask.shape.size(); ++dim)
+      mc[dim] = mask.shape[dim] == 1 ? "0" : full[4 - mask.shape.size() + dim];
+    out.push_back(em_.value(op.inputs[slot], mc));
+  }
+  return out;
+}
+
+std::string AttentionGenerator::score_of(const ir::Op& op, const std::string& dot, const std::vector<std::string>& mask_values,
+                                         bool bool_mask, bool scale_in_softmax) {
   const DType to = op.attrs.scores_rounded_to;
   const uint8_t rounds = op.attrs.score_roundings;
   auto round_at = [&](uint8_t point, const std::string& x) { return rounds & point ? Emitter::round_as(to, x) : x; };
   std::string sc = round_at(ir::kRoundProduct, dot);
   if (!scale_in_softmax) sc = round_at(ir::kRoundScaled, fmt::format("{} * {}", sc, Emitter::float_literal(op.attrs.scale)));
-  if (!mask_value.empty())
-    sc = bool_mask ? fmt::format("({} != 0.0f ? {} : -kiln::inf())", mask_value, sc)
-                   : round_at(ir::kRoundMasked, fmt::format("({} + {})", sc, mask_value));
+  if (bool_mask) return fmt::format("({} != 0.0f ? {} : -kiln::inf())", mask_values.at(0), sc);
+  for (size_t m = 0; m < mask_values.size(); ++m)
+    sc = round_at(m == 0 ? ir::kRoundMasked : ir::kRoundMasked2, fmt::format("({} + {})", sc, mask_values[m]));
   return sc;
 }
 
@@ -524,17 +526,8 @@ std::string AttentionGenerator::exact_attention_score(const ExactAttention& a, c
   em_.emit(fmt::format("dot += q_row[e] * {};", em_.value(last.inputs[1], Coords{bc[0], "kvh", j, "e"})));
   em_.emit("}");
   em_.begin_block();
-  std::string mv;
-  bool bool_mask = false;
-  if (last.inputs.size() > 3) {
-    const ir::Tensor& mask = g_.operand(last, 3);
-    const Coords full{bc[0], bc[1], "qi", j};
-    Coords mc(mask.shape.size());
-    for (size_t d = 0; d < mask.shape.size(); ++d) mc[d] = mask.shape[d] == 1 ? "0" : full[4 - mask.shape.size() + d];
-    mv = em_.value(last.inputs[3], mc);
-    bool_mask = mask.dtype == DType::boolean;
-  }
-  std::string s = score_of(last, "dot", mv, bool_mask, false);
+  const bool bool_mask = last.inputs.size() > 3 && g_.operand(last, 3).dtype == DType::boolean;
+  std::string s = score_of(last, "dot", mask_values(last, {bc[0], bc[1], "qi", j}), bool_mask, false);
   if (last.attrs.causal) s = fmt::format("({} > qi + {}LL ? -kiln::inf() : {})", j, a.skv - a.sq, s);
   const std::string v = em_.fresh("s");
   em_.emit(fmt::format("const float {} = {};", v, s));

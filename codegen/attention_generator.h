@@ -74,10 +74,14 @@ class AttentionGenerator : public KernelBuilder {
   // the output loops.
   std::string score_hook(const ir::Op& op, bool causal_in_hook, const std::string& coordinates, bool scale_in_softmax = false);
   // The score from the dot product `dot` (scaled unless scale_in_softmax)
-  // and the mask's value there (`mask_value`, empty without a mask), rounded
-  // where the sdpa's scores are (Attributes::score_roundings).
-  static std::string score_of(const ir::Op& op, const std::string& dot, const std::string& mask_value, bool bool_mask,
-                              bool scale_in_softmax);
+  // and the masks' values there (`mask_values`: inputs 3 and on; a bool
+  // mask alone), rounded where the sdpa's scores are
+  // (Attributes::score_roundings).
+  static std::string score_of(const ir::Op& op, const std::string& dot, const std::vector<std::string>& mask_values,
+                              bool bool_mask, bool scale_in_softmax);
+  // The values of the sdpa's masks (inputs 3 and on) at the scores'
+  // coordinates `full` (b, h, query, key), into the emitter's open block.
+  std::vector<std::string> mask_values(const ir::Op& op, const Coords& full);
   std::string flash_outputs(const ir::Op& op, int64_t head_dim, bool padded);
   std::string attention_outputs(const ir::Op& op, const std::string& open, const std::string& value);
   struct PairText;

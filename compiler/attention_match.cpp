@@ -395,9 +395,10 @@ class Matcher {
   // Scores the chain rounds to `to` (a bf16 graph's, written out: Swin's
   // window attention): the sdpa rounds them where the chain does
   // (Attributes::score_roundings), which it can where the scores are
-  // round(round(round(q·kᵀ) * scale) + mask), each round optional: at most
-  // one scale, then at most one added tensor, q, k and v held as `to`, and
-  // a row's keys in one tile of the flash kernel.
+  // round(round(round(round(q·kᵀ) * scale) + mask) + mask2), each round
+  // optional: at most one scale, then at most two added tensors (a shifted
+  // window's bias and mask), q, k and v held as `to`, and a row's keys in
+  // one tile of the flash kernel.
   std::string rounded_scores(DType to) {
     const std::string rounded = fmt::format("the scores are rounded to {}", to_string(to));
     if (skv_ > kRoundedScoresMaxKeys)
@@ -432,11 +433,11 @@ class Matcher {
                                rounded, op_named(g_, chain_ops_[i]), adds > 0 ? "after the mask is added" : "a second time");
           point = kRoundScaled;
         } else {
-          if (++adds > 1)
-            return fmt::format("{} and {} adds a second tensor to them: the sdpa rounds its scores only around one added "
-                               "mask",
+          if (++adds > 2)
+            return fmt::format("{} and {} adds a third tensor to them: the sdpa rounds its scores around at most two added "
+                               "masks",
                                rounded, op_named(g_, chain_ops_[i]));
-          point = kRoundMasked;
+          point = adds == 1 ? kRoundMasked : kRoundMasked2;
         }
       }
       if (rounds(chain_[i])) roundings |= point;

@@ -301,8 +301,9 @@ class SdpaBuilder {
     return transpose(base, perm, name);
   }
 
-  // The sdpa's mask from the steps on the scores (attention_rewrite.h).
-  std::optional<TensorId> mask(const AttentionMatch& a, const std::string& base) {
+  // The sdpa's masks from the steps on the scores (attention_rewrite.h):
+  // one, or none; for rounded scores each added tensor its own (at most two).
+  std::vector<TensorId> masks(const AttentionMatch& a, const std::string& base) {
     int adds = 0, fills = 0;
     for (const ScoreStep& s : a.steps) adds += s.kind == ScoreStep::Kind::Add, fills += s.kind == ScoreStep::Kind::Fill;
     auto side = [&](const ScoreStep& s) {
@@ -316,9 +317,16 @@ class SdpaBuilder {
       const TensorId keep = negated(s.side, base + ".keep");
       return from == a.heads && out_.tensor(keep).rank() <= 4 ? keep : regroup(keep, from, a.heads, false, base + ".mask");
     };
+    if (a.score_roundings != 0) {  // (no fills: attention_match.cpp)
+      std::vector<TensorId> out;
+      for (const ScoreStep& s : a.steps)
+        if (s.kind == ScoreStep::Kind::Add)
+          out.push_back(s.negate ? pointwise(OpKind::Neg, {side(s)}, base + ".mask") : side(s));
+      return out;
+    }
     if (adds == 0 && fills == 1) {
       for (const ScoreStep& s : a.steps)
-        if (s.kind == ScoreStep::Kind::Fill) return kept_where_true(s);
+        if (s.kind == ScoreStep::Kind::Fill) return {kept_where_true(s)};
     }
     std::optional<TensorId> e;
     for (const ScoreStep& s : a.steps) {
@@ -341,7 +349,8 @@ class SdpaBuilder {
         }
       }
     }
-    return e;
+    if (e) return {*e};
+    return {};
   }
 
   void emit_sdpa(const AttentionMatch& a) {
@@ -357,7 +366,7 @@ class SdpaBuilder {
     k = expand(k, {b, kv_heads, a.skv, a.d}, base + ".k");
     v = expand(v, {b, kv_heads, a.skv, a.d}, base + ".v");
     std::vector<TensorId> inputs{q, k, v};
-    if (std::optional<TensorId> m = mask(a, base)) inputs.push_back(*m);
+    for (TensorId m : masks(a, base)) inputs.push_back(m);
     Attributes attrs;
     attrs.scale = static_cast<float>(a.scale);
     attrs.scores_rounded_to = a.scores_rounded_to;

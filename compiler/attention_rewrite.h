@@ -42,9 +42,11 @@
 //     rounds to f16/bf16 (sdpa keeps its scores in f32); or they are
 //     rounded to q's, k's and v's 16-bit type where the graph rounds them,
 //     which the sdpa then does too (Attributes::score_roundings): scores
-//     round(round(round(q·kᵀ) * scale) + mask), each rounding where the
-//     graph has one, at most one scale and one added tensor in that order,
-//     no fill, rows of at most kRoundedScoresMaxKeys keys; its kernels
+//     round(round(round(round(q·kᵀ) * scale) + mask) + mask2), each
+//     rounding where the graph has one, at most one scale and then at most
+//     two added tensors (the second the sdpa's fifth input, which only
+//     this rewrite gives an sdpa), no fill, rows of at most
+//     kRoundedScoresMaxKeys keys; its kernels
 //     form those probabilities whole (divided by the row's sum, then
 //     rounded), as the graph's softmax does (a bf16 Swin's window
 //     attention);

@@ -26,7 +26,8 @@ std::string_view to_string(Layout l) {
 
 std::string score_rounding_text(const Attributes& a) {
   std::string at;
-  for (const auto& [bit, name] : {std::pair{kRoundProduct, "q·kᵀ"}, {kRoundScaled, "scaled"}, {kRoundMasked, "masked"}})
+  for (const auto& [bit, name] : {std::pair{kRoundProduct, "q·kᵀ"}, {kRoundScaled, "scaled"}, {kRoundMasked, "masked"},
+                                       {kRoundMasked2, "masked again"}})
     if (a.score_roundings & bit) at += fmt::format("{}{}", at.empty() ? "" : ", ", name);
   return fmt::format("{} ({})", to_string(a.scores_rounded_to), at);
 }

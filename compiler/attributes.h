@@ -59,8 +59,10 @@ struct Attributes {
 };
 
 // Where an sdpa's scores are rounded (Attributes::score_roundings):
-// score = round(round(round(q·k) * scale) + mask), each round where its bit is set.
-enum ScoreRounding : uint8_t { kRoundProduct = 1, kRoundScaled = 2, kRoundMasked = 4 };
+// score = round(round(round(round(q·k) * scale) + mask) + mask2), each round
+// where its bit is set; mask2 is the sdpa's fifth input, which only an sdpa
+// attention_as_sdpa makes has (a shifted Swin window's bias, then its mask).
+enum ScoreRounding : uint8_t { kRoundProduct = 1, kRoundScaled = 2, kRoundMasked = 4, kRoundMasked2 = 8 };
 inline bool rounds_scores(const Attributes& a) { return a.score_roundings != 0; }
 // "bf16 (q·kᵀ, scaled, masked)": the type and the points, for plans and IR dumps.
 std::string score_rounding_text(const Attributes& a);

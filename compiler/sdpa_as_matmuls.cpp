@@ -1,6 +1,8 @@
 // An sdpa over f32 operands as two matmuls and a softmax (sdpa_as_matmuls.h).
 #include "compiler/sdpa_as_matmuls.h"
 
+#include "compiler/error.h"
+
 #include <cfloat>
 #include <cmath>
 #include <set>
@@ -109,6 +111,7 @@ RowMatches find_f32_sdpas(const Graph& g) {
     const Tensor& q = g.operand(op, 0);
     if (q.dtype != DType::f32 && g.operand(op, 1).dtype != DType::f32 && g.operand(op, 2).dtype != DType::f32)
       continue;  // (16-bit q, k and v: the flash kernels read them)
+    KILN_INTERNAL_CHECK(!rounds_scores(op.attrs));  // (attention_as_sdpa rounds scores only of 16-bit q, k and v)
     const int64_t scores = q.shape[0] * q.shape[1] * q.shape[2] * g.operand(op, 1).shape[2];
     const std::string where = op_named(g, static_cast<int32_t>(i));
     if (const std::optional<std::string> why = why_sdpa_stays(op.attrs.causal, scores))

@@ -384,12 +384,14 @@ InferredResult infer_sdpa(const std::vector<const Tensor*>& in, Attributes& a, A
                   to_string(k.shape));
   KILN_USER_CHECK(h % hkv == 0, "{}: q's {} heads are not a multiple of k/v's {} heads", where, h,
                   hkv);
-  if (in.size() == 4) {
+  // The mask; a fifth input, a second additive mask, only in an sdpa that
+  // attention_as_sdpa makes (documents give at most four: the op table).
+  for (size_t m = 3; m < in.size(); ++m) {
     const Shape scores{b, h, sq, skv};
-    std::optional<Shape> joined = broadcast_shapes(in[3]->shape, scores);
+    std::optional<Shape> joined = broadcast_shapes(in[m]->shape, scores);
     KILN_USER_CHECK(joined && *joined == scores,
                     "{}: mask {} does not broadcast to the scores' shape {}", where,
-                    describe_tensor(*in[3]), to_string(scores));
+                    describe_tensor(*in[m]), to_string(scores));
   }
   if (!given_attr(given, AttrKey::scale))
     a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));

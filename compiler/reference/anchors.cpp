@@ -165,6 +165,7 @@ std::vector<float> eval_sdpa(const ir::Graph& g, const ir::Op& op, const Operand
   const Value& k = *in[1];
   const Value& v = *in[2];
   const Value* mask = in.size() > 3 ? in[3] : nullptr;
+  const Value* mask2 = in.size() > 4 ? in[4] : nullptr;  // (attention_as_sdpa's: additive)
   const bool bool_mask = mask && g.operand(op, 3).dtype == DType::boolean;
   // Rule 6: probabilities are rounded to v's dtype when v holds f16/bf16 values.
   const DType p_dtype = g.operand(op, 2).value_dtype();
@@ -175,6 +176,7 @@ std::vector<float> eval_sdpa(const ir::Graph& g, const ir::Op& op, const Operand
   const int64_t hkv = k.shape[1], skv = k.shape[2], group = h / hkv;
   const Shape scores_shape{b, h, sq, skv};
   Strides mask_strides = mask ? broadcast_strides(mask->shape, scores_shape) : Strides(4, 0);
+  Strides mask2_strides = mask2 ? broadcast_strides(mask2->shape, scores_shape) : Strides(4, 0);
   std::vector<float> out(q.data.size());
   std::vector<double> s(static_cast<size_t>(skv));
   for (int64_t bi = 0; bi < b; ++bi)
@@ -198,6 +200,11 @@ std::vector<float> eval_sdpa(const ir::Graph& g, const ir::Op& op, const Operand
             if (bool_mask) score = mv != 0 ? score : -INFINITY;
             else score += mv;
             if (rounds & ir::kRoundMasked) score = round_to(rounded_to, static_cast<float>(score));
+          }
+          if (mask2) {
+            score += mask2->data[static_cast<size_t>(bi * mask2_strides[0] + hi * mask2_strides[1] + i * mask2_strides[2] +
+                                                     j * mask2_strides[3])];
+            if (rounds & ir::kRoundMasked2) score = round_to(rounded_to, static_cast<float>(score));
           }
           if (op.attrs.causal && j > i + skv - sq) score = -INFINITY;
           s[static_cast<size_t>(j)] = score;

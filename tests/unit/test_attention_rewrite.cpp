@@ -188,6 +188,10 @@ std::string graph(const std::string& inputs, const std::string& ops, const std::
 const char* kQkv = R"("q": {"shape": [2, 3, 32, 16], "dtype": "f32"}, "k": {"shape": [2, 3, 32, 16], "dtype": "f32"},
                       "v": {"shape": [2, 3, 32, 16], "dtype": "f32"})";
 
+// kQkv held as bf16: written-out attention whose scores a bf16 graph rounds.
+const char* kQkv16 = R"("q": {"shape": [2, 3, 32, 16], "dtype": "bf16"}, "k": {"shape": [2, 3, 32, 16], "dtype": "bf16"},
+                        "v": {"shape": [2, 3, 32, 16], "dtype": "bf16"})";
+
 struct VariantCase {
   const char* what;
   std::string json;
@@ -338,43 +342,46 @@ Agreement agreement(const Graph& written, const Graph& planned, size_t output, u
 }
 
 // Swin's window attention in a bf16 graph rounds its scores: the sdpa keeps
-// each of those roundings (after q·kᵀ, after the scale, after the bias) and
-// forms the probabilities whole, so its values are the graph's but for the
-// order of f32 sums: nearly every element equal to the bit. The same sdpa
-// without the roundings (what a rewrite that dropped them would compute)
-// differs in many.
+// each of those roundings (after q·kᵀ, after the scale, after the bias,
+// after a shifted window's mask) and forms the probabilities whole, so its
+// values are the graph's but for the order of f32 sums: nearly every
+// element equal to the bit. The same sdpa without the roundings (what a
+// rewrite that dropped them would compute) differs in many.
 TEST(AttentionRewrite, RoundedScoresKeepTheGraphsRoundings) {
   const Graph g = example("swin_rounded_scores");
   const ir::Graph& planned = ir_of(g);
   std::vector<const ir::Op*> sdpas;
   for (const ir::Op& op : planned.ops)
     if (op.kind == ir::OpKind::Sdpa) sdpas.push_back(&op);
-  ASSERT_EQ(sdpas.size(), 2u) << ir::rewrite_notes_text(planned);
+  ASSERT_EQ(sdpas.size(), 3u) << ir::rewrite_notes_text(planned);
   EXPECT_EQ(sdpas[0]->attrs.scores_rounded_to, DType::bf16);
   EXPECT_EQ(sdpas[0]->attrs.score_roundings, ir::kRoundProduct | ir::kRoundMasked);
   EXPECT_FLOAT_EQ(sdpas[0]->attrs.scale, 1.0f);
   EXPECT_EQ(sdpas[1]->attrs.score_roundings, ir::kRoundProduct | ir::kRoundScaled | ir::kRoundMasked);
   EXPECT_FLOAT_EQ(sdpas[1]->attrs.scale, 0.17677669f);
-  // The near misses: a second added tensor, rows longer than one tile.
+  // The shifted window: the bias, then the window mask (a fifth input), each rounded.
+  EXPECT_EQ(sdpas[2]->attrs.score_roundings, ir::kRoundProduct | ir::kRoundMasked | ir::kRoundMasked2);
+  ASSERT_EQ(sdpas[2]->inputs.size(), 5u);
+  EXPECT_EQ(planned.operand(*sdpas[2], 4).shape, (Shape{8, 1, 49, 49}));
+  // The near miss: rows longer than one tile.
   std::vector<std::string> why;
   for (const ir::RewriteNote& n : planned.rewrites)
     if (!n.applied && n.row == "attention_as_sdpa") why.push_back(n.why);
-  ASSERT_EQ(why.size(), 2u);
-  EXPECT_THAT(why[0], HasSubstr("'masked5' (add) adds a second tensor to them"));
-  EXPECT_THAT(why[1], HasSubstr("a row has 100 keys"));
-  // Each rounded sdpa is planned as the whole-row flash kernel on sm_80 and sm_90.
+  ASSERT_EQ(why.size(), 1u);
+  EXPECT_THAT(why[0], HasSubstr("a row has 100 keys"));
+  // Each rounded sdpa is planned as an attention kernel on sm_80 and sm_90.
   for (int sm : {80, 90}) {
     const ir::Plan p = plan(g, sm);
     int attention = 0;
     for (const ir::PlannedKernel& k : p.kernels) attention += k.kind == ir::KernelKind::Attention;
-    EXPECT_EQ(attention, 2);
+    EXPECT_EQ(attention, 3);
   }
 
   ir::Graph unrounded = planned;
   for (ir::Op& op : unrounded.ops) op.attrs.score_roundings = 0;
   const Graph dropped = Graph::Internal::with_planned(g, std::make_shared<const ir::Graph>(std::move(unrounded)));
   const Graph written = Graph::Internal::unsunk(g);
-  for (size_t output : {0, 1})
+  for (size_t output : {0, 1, 2})
     for (uint64_t seed : {1, 2}) {
       SCOPED_TRACE(fmt::format("output {} seed {}", output, seed));
       const Agreement kept = agreement(written, g, output, seed), lost = agreement(written, dropped, output, seed);
@@ -415,6 +422,23 @@ TEST(AttentionRewrite, ChainsThatCannotBeSdpaStayAsWritten) {
              kt + R"(, {"op": "matmul", "in": ["q", "kt"], "out": "s"}, {"op": "softmax", "in": ["s"], "out": "p", "dtype": "bf16"},
                 {"op": "matmul", "in": ["p", "v"], "out": "o"})"),
        "the probabilities are rounded to bf16 and v 'v' f32[1,2,32,16] holds f32 values"},
+      // Rounded scores: a fill, a third added tensor, a scale after the mask.
+      {graph(std::string(kQkv16) + R"(, "keep": {"shape": [32, 32], "dtype": "bool"})",
+             kt + R"(, {"op": "matmul", "in": ["q", "kt"], "out": "s", "dtype": "bf16"},
+                {"op": "where", "in": ["keep", "s", -1e9], "out": "c", "dtype": "bf16"},
+                {"op": "softmax", "in": ["c"], "out": "p", "dtype": "bf16"}, {"op": "matmul", "in": ["p", "v"], "out": "o"})"),
+       "the scores are rounded to bf16 and 'c' (where) fills masked scores"},
+      {graph(std::string(kQkv16) + R"(, "a": {"shape": [32, 32], "dtype": "bf16"})",
+             kt + R"(, {"op": "matmul", "in": ["q", "kt"], "out": "s", "dtype": "bf16"},
+                {"op": "add", "in": ["s", "a"], "out": "s1", "dtype": "bf16"}, {"op": "add", "in": ["s1", "a"], "out": "s2", "dtype": "bf16"},
+                {"op": "add", "in": ["s2", "a"], "out": "s3", "dtype": "bf16"},
+                {"op": "softmax", "in": ["s3"], "out": "p", "dtype": "bf16"}, {"op": "matmul", "in": ["p", "v"], "out": "o"})"),
+       "'s3' (add) adds a third tensor to them"},
+      {graph(std::string(kQkv16) + R"(, "a": {"shape": [32, 32], "dtype": "bf16"})",
+             kt + R"(, {"op": "matmul", "in": ["q", "kt"], "out": "s", "dtype": "bf16"},
+                {"op": "add", "in": ["s", "a"], "out": "s1", "dtype": "bf16"}, {"op": "mul", "in": ["s1", 0.25], "out": "s2", "dtype": "bf16"},
+                {"op": "softmax", "in": ["s2"], "out": "p", "dtype": "bf16"}, {"op": "matmul", "in": ["p", "v"], "out": "o"})"),
+       "'s2' (mul) scales them after the mask is added"},
   };
   for (const auto& [json, why] : cases) {
     const Graph g = testing::must_parse(json);
