@@ -268,9 +268,10 @@ std::vector<size_t> Executable::Impl::layout_at(const ir::DimValues& values) con
     offsets.push_back(offset);
     offset += aligned(static_cast<size_t>(elements_at(tensor, values) * byte_size(codegen::storage_dtype(tensor))));
   }
-  for (const codegen::WorkspaceSpec& w : program().workspaces) {
-    offsets.push_back(offset);
-    offset += aligned(static_cast<size_t>(w.words_at(values)) * 4);
+  offsets.resize(offsets.size() + program().workspaces.size());
+  for (int w : workspace_order) {
+    offsets[program().intermediates.size() + static_cast<size_t>(w)] = offset;
+    offset += aligned(static_cast<size_t>(program().workspaces[static_cast<size_t>(w)].words_at(values)) * 4);
   }
   offsets.push_back(offset);
   return offsets;
@@ -290,6 +291,15 @@ Expected<std::shared_ptr<const runtime::SizedLaunch>> Executable::Impl::sized_la
   sized->offsets = probe ? layout_at(*sizes) : slot_offsets;
   for (const codegen::GeneratedKernel& k : program().kernels) sized->geometry.push_back(codegen::launch_geometry(k, *sizes));
   for (const codegen::WorkspaceSpec& w : program().workspaces) sized->workspace_words.push_back(static_cast<size_t>(w.words_at(*sizes)));
+  for (int w : workspace_order) {
+    if (!reset_up_front[static_cast<size_t>(w)]) continue;
+    const size_t at = sized->offsets[program().intermediates.size() + static_cast<size_t>(w)];
+    const size_t end = at + sized->workspace_words[static_cast<size_t>(w)] * 4;
+    const uint32_t fill = program().workspaces[static_cast<size_t>(w)].fill;
+    std::vector<runtime::SizedLaunch::Reset>& r = sized->resets;
+    if (!r.empty() && r.back().fill == fill) r.back().words = (end - r.back().offset) / 4;  // (the alignment between: filled too)
+    else r.push_back({at, (end - at) / 4, fill});
+  }
   for (size_t o = 0; o < output_names.size(); ++o) sized->output_bytes.push_back(output_bytes_at(o, *sizes));
   sized->sizes = std::move(*sizes);
   std::lock_guard<std::mutex> lock(sized_mutex);
@@ -321,8 +331,21 @@ void Executable::Impl::resolve() {
     output_alignment.push_back(static_cast<size_t>(byte_size(codegen::storage_dtype(t))));
     output_is_input.push_back(t.kind == ir::TensorKind::Input ? static_cast<int>(input_of.at(id)) : -1);
   }
-  // The workspace: intermediates, then kernel workspaces, each aligned.
+  // The workspace: intermediates, then kernel workspaces, each aligned; those
+  // one kernel resets first, by fill.
   for (size_t i = 0; i < program().intermediates.size(); ++i) scratch_of[program().intermediates[i]] = i;
+  std::vector<int> resetters(program().workspaces.size(), 0);
+  for (const codegen::GeneratedKernel& k : program().kernels)
+    for (int w : k.reset_workspaces) ++resetters[static_cast<size_t>(w)];
+  reset_up_front.assign(program().workspaces.size(), false);
+  for (size_t w = 0; w < program().workspaces.size(); ++w) {
+    reset_up_front[w] = resetters[w] == 1;
+    workspace_order.push_back(static_cast<int>(w));
+  }
+  std::stable_sort(workspace_order.begin(), workspace_order.end(), [&](int a, int b) {
+    const auto key = [&](int w) { return std::pair{!reset_up_front[static_cast<size_t>(w)], program().workspaces[static_cast<size_t>(w)].fill}; };
+    return key(a) < key(b);
+  });
   slot_offsets = layout_at(largest);
   workspace_bytes = slot_offsets.back();
   slot_offsets.pop_back();
@@ -545,10 +568,14 @@ Status Executable::launch(const BoundArgs& args, void* workspace, void* stream_h
     }
     return 0;
   };
+  for (const runtime::SizedLaunch::Reset& r : sized.resets)
+    if (CUresult e = cu.cuMemsetD32Async(scratch + r.offset, r.fill, r.words, stream); e != CUDA_SUCCESS)
+      return runtime::check(e, "cuMemsetD32Async");
   for (size_t i = 0; i < x.program().kernels.size(); ++i) {
     const codegen::GeneratedKernel& k = x.program().kernels[i];
     const runtime::KernelLaunch& plan = x.launches[i];
     for (int w : k.reset_workspaces) {
+      if (x.reset_up_front[static_cast<size_t>(w)]) continue;
       const codegen::WorkspaceSpec& spec = x.program().workspaces[static_cast<size_t>(w)];
       if (CUresult r = cu.cuMemsetD32Async(scratch + offsets[x.program().intermediates.size() + static_cast<size_t>(w)], spec.fill,
                                            sized.workspace_words[static_cast<size_t>(w)], stream);

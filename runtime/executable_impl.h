@@ -58,6 +58,13 @@ struct SizedLaunch {
   std::vector<codegen::LaunchGeometry> geometry;  // per kernel
   std::vector<size_t> workspace_words;  // per kernel workspace
   std::vector<size_t> output_bytes;     // per output
+  // The kernel workspaces one kernel resets, filled before the first kernel
+  // runs: a memset per run of them with one fill (Impl::reset_order).
+  struct Reset {
+    size_t offset = 0, words = 0;
+    uint32_t fill = 0;
+  };
+  std::vector<Reset> resets;
 };
 
 // The kernels of one executable loaded into one CUDA context.
@@ -103,6 +110,13 @@ struct Executable::Impl {
   // at bound ones) and the bytes of them all.
   std::vector<size_t> slot_offsets;
   size_t workspace_bytes = 0;
+  // The kernel workspaces in the layout's order: those one kernel resets
+  // first, by fill value (each fill's run set by one memset before the
+  // first kernel: DenseNet-121 had 87 memsets a forward, one before each
+  // kernel that reduces across blocks), then the others. A workspace two
+  // kernels reset (none is, so far) is reset before each instead.
+  std::vector<int> workspace_order;
+  std::vector<bool> reset_up_front;  // per kernel workspace
   std::vector<runtime::KernelLaunch> launches;
 
   // The last launch's shapes and what they gave (SizedLaunch).

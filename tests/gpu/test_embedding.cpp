@@ -13,6 +13,7 @@
 #include "runtime/random_inputs.h"
 #include "runtime/storage.h"
 #include "codegen/kernel_codegen.h"
+#include "compiler/planner/planner.h"
 #include "tests/gpu/require_gpu.h"
 #include "tests/unit/test_helpers.h"
 
@@ -97,6 +98,36 @@ TEST(Embedding, WorkspaceIsReportedAndRequired) {
   ASSERT_TRUE(exe->launch(b.args(), b.workspace, nullptr).ok());
   ASSERT_EQ(cu.cuCtxSynchronize(), CUDA_SUCCESS);
   EXPECT_TRUE(b.matches_reference(*exe));
+}
+
+// Kernels that combine partial results across blocks through workspaces a
+// launch resets before any kernel runs (one memset per fill value: the
+// split reductions' partials, 0 for the sum and -inf for the max, their
+// counters, the split-K matmul's arrivals): on a workspace poisoned first,
+// five launches in a row, each right.
+TEST(Embedding, WorkspaceResetsHoldOverRepeatedLaunches) {
+  REQUIRE_GPU();
+  const runtime::Driver& cu = *runtime::driver().value();
+  const Graph g = testing::must_parse(R"({"kiln": 1, "name": "resets",
+    "inputs": {"x": {"shape": [8, 262144], "dtype": "f32"}, "a": {"shape": [16, 8192], "dtype": "bf16"},
+               "b": {"shape": [8192, 64], "dtype": "bf16"}},
+    "ops": [{"op": "reduce_sum", "in": ["x"], "out": "s", "axes": [1]},
+            {"op": "reduce_max", "in": ["x"], "out": "m", "axes": [1]},
+            {"op": "matmul", "in": ["a", "b"], "out": "p", "dtype": "bf16"}],
+    "outputs": ["s", "m", "p"]})");
+  int resets = 0;  // (as the GPU's architecture plans them: sm_90 and sm_80 alike here)
+  for (const codegen::GeneratedKernel& k : codegen::generate_program(ir_of(g), ir::plan_fusion(ir_of(g), {.sm = 90}), 90).kernels)
+    resets += static_cast<int>(k.reset_workspaces.size());
+  ASSERT_GE(resets, 4) << "the graph no longer makes kernels that reset workspaces";
+  Expected<Executable> exe = Executable::compile(g, {.use_cache = false});
+  ASSERT_TRUE(exe.ok()) << exe.error().message;
+  Buffers b(cu, *exe, 7);
+  ASSERT_EQ(cu.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(b.workspace), 0xab, exe->workspace_bytes(), nullptr), CUDA_SUCCESS);
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(exe->launch(b.args(), b.workspace, nullptr).ok());
+    ASSERT_EQ(cu.cuCtxSynchronize(), CUDA_SUCCESS);
+    EXPECT_TRUE(b.matches_reference(*exe)) << "launch " << i;
+  }
 }
 
 // One executable, eight threads, eight streams, each with its own buffers
