@@ -424,8 +424,8 @@ class Matcher {
       if (!passes_value(g_, op)) {
         const ScoreStep& s = steps_[steps_.size() - step--];
         if (s.kind == ScoreStep::Kind::Fill)
-          return fmt::format("{} and {} fills masked scores: the sdpa rounds its scores only around a scale and an "
-                             "added mask",
+          return fmt::format("{} and {} fills masked scores: the sdpa rounds its scores only around a scale and added "
+                             "masks",
                              rounded, op_named(g_, chain_ops_[i]));
         if (s.kind == ScoreStep::Kind::Scale) {
           if (++scales > 1 || adds > 0)

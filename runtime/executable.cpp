@@ -569,8 +569,9 @@ Status Executable::launch(const BoundArgs& args, void* workspace, void* stream_h
     return 0;
   };
   for (const runtime::SizedLaunch::Reset& r : sized.resets)
-    if (CUresult e = cu.cuMemsetD32Async(scratch + r.offset, r.fill, r.words, stream); e != CUDA_SUCCESS)
-      return runtime::check(e, "cuMemsetD32Async");
+    if (r.words > 0)  // (a symbolic graph's workspaces at a small size may be empty)
+      if (CUresult e = cu.cuMemsetD32Async(scratch + r.offset, r.fill, r.words, stream); e != CUDA_SUCCESS)
+        return runtime::check(e, "cuMemsetD32Async");
   for (size_t i = 0; i < x.program().kernels.size(); ++i) {
     const codegen::GeneratedKernel& k = x.program().kernels[i];
     const runtime::KernelLaunch& plan = x.launches[i];
