@@ -417,12 +417,12 @@ class Matcher {
     uint8_t roundings = 0;
     uint8_t point = kRoundProduct;  // the rounding point of the values seen so far
     auto rounds = [&](TensorId t) { return g_.tensor(t).value_dtype() == to; };
-    size_t step = steps_.size();  // steps_ runs q·kᵀ first; chain_ops_ runs the softmax's side first
+    size_t next_step = 0;  // steps_ runs q·kᵀ first; chain_ops_ runs the softmax's side first
     if (rounds(chain_.back())) roundings |= point;
     for (size_t i = chain_ops_.size(); i-- > 0;) {
       const Op& op = g_.ops[static_cast<size_t>(chain_ops_[i])];
       if (!passes_value(g_, op)) {
-        const ScoreStep& s = steps_[steps_.size() - step--];
+        const ScoreStep& s = steps_[next_step++];
         if (s.kind == ScoreStep::Kind::Fill)
           return fmt::format("{} and {} fills masked scores: the sdpa rounds its scores only around a scale and added "
                              "masks",

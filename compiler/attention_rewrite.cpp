@@ -71,11 +71,9 @@ std::string describe_site(const Graph& g, const AttentionMatch& a) {
                      : masks == 0 && fills == 1 ? "a bool mask"
                                                 : fmt::format("an additive mask ({} added, {} filled)", masks, fills);
   std::string rounded;
-  if (a.score_roundings != 0) {
-    Attributes r;
-    r.scores_rounded_to = a.scores_rounded_to, r.score_roundings = a.score_roundings;
-    rounded = fmt::format(", scores rounded to {} as the graph rounds them", score_rounding_text(r));
-  }
+  if (a.score_roundings != 0)
+    rounded = fmt::format(", scores rounded to {} as the graph rounds them",
+                          score_rounding_text(a.scores_rounded_to, a.score_roundings));
   return fmt::format("{} and the {} ops before it from q·kᵀ -> sdpa (scale {}, {}{}, B={} H={} Sq={} Skv={} D={})",
                      op_named(g, a.pv), a.ops.size() - 1, static_cast<float>(a.scale), mask, rounded, a.heads[0], a.heads[1],
                      a.sq, a.skv, a.d);

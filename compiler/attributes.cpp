@@ -24,12 +24,12 @@ std::string_view to_string(Layout l) {
   return "?";
 }
 
-std::string score_rounding_text(const Attributes& a) {
+std::string score_rounding_text(DType to, uint8_t roundings) {
   std::string at;
   for (const auto& [bit, name] : {std::pair{kRoundProduct, "q·kᵀ"}, {kRoundScaled, "scaled"}, {kRoundMasked, "masked"},
                                        {kRoundMasked2, "masked again"}})
-    if (a.score_roundings & bit) at += fmt::format("{}{}", at.empty() ? "" : ", ", name);
-  return fmt::format("{} ({})", to_string(a.scores_rounded_to), at);
+    if (roundings & bit) at += fmt::format("{}{}", at.empty() ? "" : ", ", name);
+  return fmt::format("{} ({})", to_string(to), at);
 }
 
 double printable(float value) {

@@ -65,7 +65,7 @@ struct Attributes {
 enum ScoreRounding : uint8_t { kRoundProduct = 1, kRoundScaled = 2, kRoundMasked = 4, kRoundMasked2 = 8 };
 inline bool rounds_scores(const Attributes& a) { return a.score_roundings != 0; }
 // "bf16 (q·kᵀ, scaled, masked)": the type and the points, for plans and IR dumps.
-std::string score_rounding_text(const Attributes& a);
+std::string score_rounding_text(DType to, uint8_t roundings);
 
 // `value` as the double whose shortest decimal form is the shortest form of
 // the f32 (0.01f -> 0.01): what printers and the JSON writer show. Reading it
