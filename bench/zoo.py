@@ -281,6 +281,8 @@ def measure(spec, args):
     import kiln.torch
     batch, seq = shape_for(spec, args)
     row = {"model": spec.name, "batch": batch, "seq": seq}
+    if args.first_calls_only:
+        return first_calls_row(spec, batch, seq, args, row)
     device, stage = args.device, "building the model"
     try:
         model, inputs = zoo_models.instantiate(spec, tiny=args.tiny, device=device, dtype=dtype_of(args),
@@ -359,9 +361,15 @@ def measure(spec, args):
         if device == "cuda":
             torch.cuda.empty_cache()
     if not args.no_cold and "failure" not in row:
-        for backend in ("kiln", "inductor") if args.inductor else ("kiln",):
-            for key, value in first_calls(spec, batch, seq, backend, args).items():
-                row[f"{backend}_{key}"] = value
+        first_calls_row(spec, batch, seq, args, row)
+    return row
+
+
+def first_calls_row(spec, batch, seq, args, row):
+    """The row's cold and warm first calls (fresh processes), through kiln and through Inductor."""
+    for backend in ("kiln", "inductor") if args.inductor else ("kiln",):
+        for key, value in first_calls(spec, batch, seq, backend, args).items():
+            row[f"{backend}_{key}"] = value
     return row
 
 
@@ -398,9 +406,10 @@ def table_line(spec, row):
              number(g("reduce_overhead_ms")), number(ratio(g("kiln_reduce_overhead_ms"), g("reduce_overhead_ms")), 2),
              number(g("eager_ms")),
              f"{err('kiln')} / {err('inductor')}", f"{number(g('kiln_cold_s'), 1)} / {number(g('inductor_cold_s'), 1)}",
-             f"{number(g('kiln_warm_s'), 1)} / {number(g('inductor_warm_s'), 1)}", str(row["kernels"]), str(row["subgraphs"]),
-             f"{100 * row['aten_share']:.0f}% ({row['aten_ops_in_kiln']}/{row['aten_ops']})" if row["aten_ops"] else "-",
-             f"{100 * row['flops_share']:.0f}%" if not math.isnan(row["flops_share"]) else "-"]
+             f"{number(g('kiln_warm_s'), 1)} / {number(g('inductor_warm_s'), 1)}", str(g("kernels", "-")),
+             str(g("subgraphs", "-")),
+             f"{100 * row['aten_share']:.0f}% ({row['aten_ops_in_kiln']}/{row['aten_ops']})" if g("aten_ops") else "-",
+             f"{100 * row['flops_share']:.0f}%" if not math.isnan(g("flops_share", math.nan)) else "-"]
     return "| " + " | ".join(cells) + " |"
 
 
@@ -409,6 +418,8 @@ def details(spec, row):
     lines = [f"### {spec.name} ({shape_text(spec, row)})"]
     if "failure" in row:
         return lines + [f"FAILURE while {row['failure']['stage']}: {row['failure']['error']}", ""]
+    if "left_to_pytorch" not in row:  # (--first-calls-only)
+        return lines + [f"- {key.replace('_', ' ')}: {row[key]}" for key in sorted(row) if "cold" in key or "warm" in key] + [""]
     for key in ("inductor_failure", "reduce_overhead_failure", "kiln_cold_error", "kiln_warm_error",
                 "inductor_cold_error", "inductor_warm_error"):
         if key in row:
@@ -573,6 +584,8 @@ def arguments(argv=None):
     ap.add_argument("--json", dest="json_out", help="every figure, and every round's time, to this file")
     ap.add_argument("--no-cold", action="store_true", help="skip the first-call measurements (fresh processes)")
     ap.add_argument("--quick", action="store_true", help="fewer rounds and calls")
+    ap.add_argument("--first-calls-only", action="store_true",
+                    help="only the cold and warm first calls (fresh processes), nothing timed in this one")
     ap.add_argument("--grad", action="store_true", help="autograd on (model.eval() alone); the forward timed")
     ap.add_argument("--step", action="store_true", help="with --grad: training steps (forward, loss, backward) timed too")
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
