@@ -506,6 +506,7 @@ def child_command(spec, scale, args, json_path):
     command += ["--batch", str(args.batch)] if args.batch else []
     command += ["--batch-scale", str(scale)] if scale else []
     command += ["--dtype", args.dtype] if args.dtype else []
+    command += ["--first-calls-only"] * args.first_calls_only
     command += ["--no-cold"] * args.no_cold + ["--tiny"] * args.tiny + ["--grad"] * args.grad + ["--step"] * args.step
     return command
 
