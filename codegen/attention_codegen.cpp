@@ -48,9 +48,9 @@ std::optional<std::string> AttentionGenerator::why_not_flash(const ir::Op& op) c
   if (d % 16 != 0 || d > 256) return fmt::format("head dimension {}: not a multiple of 16 up to 256", d);
   if (ir::rounds_scores(op.attrs)) {
     const int64_t skv = g_.operand(op, 1).shape[2];
-    if (sizes_.symbolic(skv) || skv > kWholeRowKeys || d > 128)
-      return fmt::format("its scores are rounded (as the graph rounds them), which the flash kernel does for rows of at most "
-                         "{} keys it holds whole and head dimensions up to 128, not {}{} keys and head dimension {}",
+    if (sizes_.symbolic(skv) || d > 128 || skv > whole_row_keys(d))
+      return fmt::format("its scores are rounded (as the graph rounds them), which the flash kernel does for rows it holds "
+                         "whole: at most {} keys for head dimensions up to 64, 64 up to 128; not {}{} keys and head dimension {}",
                          kWholeRowKeys, sizes_.symbolic(skv) ? "a symbolic " : "", skv, d);
   }
   std::optional<DType> type;
@@ -218,11 +218,13 @@ void AttentionGenerator::flash_attention(const ir::Op& op) {
   const AttentionOperand ka = *attention_operand(op.inputs[1]), va = *attention_operand(op.inputs[2]);
   const ExternalTensor &k = ka.memory, &v = va.memory;
   const int64_t batches = qs[0], heads = qs[1], sq = qs[2], d = qs[3], kv_heads = ka.heads, skv = ks[2];
-  const int bq = 64, bkv = d <= 128 ? 64 : 32, threads = bq / 16 * 32;
-  const int shared_bytes = (bq * static_cast<int>(d + 8) + 4 * bkv * static_cast<int>(d + 8)) * 2;
-  // Rounded scores (why_not_flash: a row in one key tile): the probabilities formed whole.
+  // Rounded scores (why_not_flash: a row in one key tile): the probabilities
+  // formed whole, the tile the row's keys rounded up to 16 (at least 64).
   const bool whole_rows = ir::rounds_scores(op.attrs);
-  KILN_INTERNAL_CHECK(!whole_rows || (!sizes_.symbolic(skv) && skv <= bkv));
+  const int bq = 64, threads = bq / 16 * 32;
+  const int bkv = whole_rows && skv > 64 ? static_cast<int>((skv + 15) / 16 * 16) : d <= 128 ? 64 : 32;
+  const int shared_bytes = (bq * static_cast<int>(d + 8) + (whole_rows ? 2 : 4) * bkv * static_cast<int>(d + 8)) * 2;
+  KILN_INTERNAL_CHECK(!whole_rows || (!sizes_.symbolic(skv) && skv <= bkv && skv <= whole_row_keys(d)));
   decided(fmt::format("flash attention (mma.sync): {} query rows x {} keys a tile, {} threads{}", bq, bkv, threads,
                       whole_rows ? fmt::format(", scores rounded to {} and each row's probabilities formed whole",
                                                to_string(op.attrs.scores_rounded_to))

@@ -28,9 +28,13 @@ class AttentionGenerator : public KernelBuilder {
   // sdpa with q, k, v in memory as one 16-bit type (through transposes),
   // d contiguous, head dimension a multiple of 16 up to 256; else why not.
   std::optional<std::string> why_not_flash(const ir::Op& op) const;
-  // Keys the mma.sync kernel's one tile holds (head dimensions up to 128):
-  // the rows of rounded scores it takes, their probabilities formed whole.
-  static constexpr int64_t kWholeRowKeys = 64;
+  // Keys the mma.sync kernel's one tile holds: the rows of rounded scores
+  // it takes, their probabilities formed whole; 64 for head dimensions up to
+  // 128, and up to 160 (a tile of the row's keys rounded up to 16: Swin-B's
+  // windows of 12 x 12 at 384 pixels) for head dimensions up to 64, its
+  // scores 80 registers a thread.
+  static constexpr int64_t kWholeRowKeys = 160;
+  static int64_t whole_row_keys(int64_t head_dim) { return head_dim <= 64 ? kWholeRowKeys : 64; }
   // k or v of an sdpa as the flash kernel reads it: a tensor in memory and
   // its head count; grouped-query heads written as reshape -> expand ->
   // reshape of a [B, Hkv, S, D] tensor (PyTorch's repeat_kv) read in place.

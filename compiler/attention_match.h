@@ -56,8 +56,10 @@ std::optional<AttentionOrWhy> match_attention(const Graph& g, int32_t pv);
 
 // Scores rounded to 16 bits are rewritten only where a row's keys fit one
 // tile of the flash kernel (its probabilities formed whole, as the graph's
-// softmax forms them): Swin's windows of 7 x 7 and 8 x 8.
-inline constexpr int64_t kRoundedScoresMaxKeys = 64;
+// softmax forms them): Swin's windows of 7 x 7, 8 x 8 and 12 x 12 (the
+// kernel holds 160 keys at head dimensions up to 64, 64 up to 128; past
+// that the exact kernel takes them, rounding the same way).
+inline constexpr int64_t kRoundedScoresMaxKeys = 160;
 
 // The fill values (after the scales that follow them) at most this much
 // mask their keys out: exp(fill - row max) is 0 in f32 for any row max above

@@ -21,6 +21,13 @@ namespace {
 constexpr int64_t kNormPrologueMaxColumns = 256;
 // The tile width that rule counts in (the Hopper kernel's 128 columns).
 constexpr int64_t kPrologueTileColumns = 128;
+// An attention mask computed in the kernel's loads is computed once per
+// score, for every head and query that broadcasts it: past this many ops
+// (views not counted) it is written once and read instead (a shifted Swin
+// window's mask from its region map, five ops and two gathers a score: its
+// attention ran at twice the unshifted one's time, H200). BERT's
+// (1 - mask) * min, two ops, stays in the loads.
+constexpr size_t kMaskPrologueMaxOps = 3;
 // Ops one kernel may compute: bounds its source, codegen's expression depth
 // and NVRTC time (a 100 000-op chain becomes several kernels).
 constexpr size_t kMaxOpsPerKernel = 256;
@@ -521,6 +528,20 @@ class Planner {
     return why_vendor_operand(g_.ops[static_cast<size_t>(gr.anchor)]);
   }
 
+  // The ops of a kernel that compute values (not views).
+  size_t computing_ops(const Group& p) const {
+    size_t n = 0;
+    for (int32_t oi : p.ops) n += !is_view(g_.ops[static_cast<size_t>(oi)].kind);
+    return n;
+  }
+  // Whether an sdpa's scores outnumber the elements of mask `s`: each mask
+  // element is read for several scores (heads, queries or batches).
+  bool broadcast_over_scores(const Op& sdpa, TensorId s) const {
+    const Shape& q = g_.operand(sdpa, 0).shape;
+    const int64_t scores = q[0] * q[1] * q[2] * g_.operand(sdpa, 1).shape[2];
+    return scores > element_count(g_.tensor(s).shape);
+  }
+
   void absorb_prologues() {
     for (Group& a : groups_) {
       if (!a.alive || (a.kind != KernelKind::Matmul && a.kind != KernelKind::Conv && a.kind != KernelKind::Attention))
@@ -559,6 +580,11 @@ class Planner {
             // computed in its loads they would be recomputed for every tile.
             why = fmt::format("'{}' is an attention operand (q, k, v), read from memory, not computed in the kernel",
                               g_.tensor(s).name);
+          else if (const size_t computed = computing_ops(p);
+                   op.kind == OpKind::Sdpa && computed > kMaskPrologueMaxOps && broadcast_over_scores(op, s))
+            why = fmt::format("'{}' is a mask of {} ops the kernel would compute for each score it broadcasts to "
+                              "(at most {} ops): it is written once and read instead",
+                              g_.tensor(s).name, computed, kMaskPrologueMaxOps);
           else if (!only_used_by(s, oi))
             why = fmt::format("'{}' is needed elsewhere too, so it is written once rather than recomputed",
                               g_.tensor(s).name);

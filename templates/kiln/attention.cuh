@@ -15,7 +15,8 @@
 // flash-attention kernel does (before the final division by the row sum).
 // A row whose keys are all masked has sum 0 and gives zeros.
 //
-// WHOLE_ROWS: every row's keys lie in the one key tile (skv <= BKV), and
+// WHOLE_ROWS: every row's keys lie in the one key tile (skv <= BKV, which
+// may then be any multiple of 16: K and V get one buffer each), and
 // each probability is formed whole, exp(s - max) / sum, then rounded to V's
 // type, as a softmax op forms it: the form of a written-out attention whose
 // graph rounds its scores and probabilities (compiler/attention_rewrite.h).
@@ -70,7 +71,9 @@ struct FlashAttention {
   static constexpr int kThreads = BQ / 16 * 32;
   static constexpr int kStride = D + 8;  // padded rows: conflict-free ldmatrix
   static constexpr int kKvTile = BKV * kStride;
-  static constexpr int kSharedBytes = (BQ * kStride + 4 * kKvTile) * 2;  // Q, K x2, V x2
+  // K and V double-buffered; a whole row's one tile each (WHOLE_ROWS).
+  static constexpr int kBuffers = WHOLE_ROWS ? 1 : 2;
+  static constexpr int kSharedBytes = (BQ * kStride + 2 * kBuffers * kKvTile) * 2;  // Q, K, V
   static constexpr int kDN = D / 8, kSN = BKV / 8;
 
   float o[kDN][4];       // output accumulators: rows (lane/4, +8), columns d
@@ -91,7 +94,7 @@ struct FlashAttention {
     u16* qs = smem;
     // Buffers by parity (arithmetic, not an array: arrays indexed at run time live in local memory).
     auto ks = [&](int parity) { return smem + BQ * kStride + parity * kKvTile; };
-    auto vs = [&](int parity) { return smem + BQ * kStride + (2 + parity) * kKvTile; };
+    auto vs = [&](int parity) { return smem + BQ * kStride + (kBuffers + parity) * kKvTile; };
     load_rows<BQ, D, kStride, kThreads>(qs, q, q_stride, q0, sq, aligned);
     if (kv_tiles > 0) {
       load_rows<BKV, D, kStride, kThreads>(ks(0), k, k_stride, 0, skv, aligned);
