@@ -5,6 +5,12 @@ sequence lengths, against the same model compiled for each size
 one process.
 
     python3 bench/dynamic_shapes.py [--models gpt2,llama,bert] [--seqs 64,100,...] [--batch N]
+    python3 bench/dynamic_shapes.py --models resnet50,efficientnet_b0 --batches 1,3,8,...
+
+With --batches the batch varies instead (the vision models: their image
+size stays, so the dynamic sides mark the inputs' batch dimension dynamic,
+torch._dynamo.mark_dynamic, rather than dynamic=True, which would make the
+image's height and width symbolic too).
 
 Per model and size: the first call's wall time through each side (its
 compiles included), then each side's forward in ms (run_bench.median_ms,
@@ -41,21 +47,34 @@ def frame_compiles():
     return sum(counters["stats"].values()) if "stats" in counters else 0
 
 
-def run_model(spec, seqs, batch, iters):
+def run_model(spec, seqs, batch, iters, batches=None):
     torch._dynamo.reset()
     # Three compiled sides of one forward share dynamo's cache of its code, and the static side
     # compiles once per size: past the default limit (8) dynamo would run the rest eagerly.
     for limit in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit", "accumulated_cache_size_limit"):
         if hasattr(torch._dynamo.config, limit):
             setattr(torch._dynamo.config, limit, 1024)
-    model, _ = zoo_models.instantiate(spec, tiny=False, device="cuda", dtype=torch.bfloat16, batch=batch, seq=seqs[0])
-    inputs = {s: spec.inputs(model, batch, s, "cuda", torch.bfloat16) for s in seqs}
+    if batches:  # the sizes are batches at the model's own sequence or image size
+        model, _ = zoo_models.instantiate(spec, tiny=False, device="cuda", dtype=torch.bfloat16, batch=batches[0], seq=spec.seq)
+        inputs = {b: spec.inputs(model, b, spec.seq, "cuda", torch.bfloat16) for b in batches}
+        seqs = batches
+    else:
+        model, _ = zoo_models.instantiate(spec, tiny=False, device="cuda", dtype=torch.bfloat16, batch=batch, seq=seqs[0])
+        inputs = {s: spec.inputs(model, batch, s, "cuda", torch.bfloat16) for s in seqs}
+    # The dynamic sides' own copies of the inputs, their batch dimension marked dynamic (--batches).
+    marked = {s: {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in x.items()} for s, x in inputs.items()}
+    if batches:
+        for x in marked.values():
+            for v in x.values():
+                if isinstance(v, torch.Tensor):
+                    torch._dynamo.mark_dynamic(v, 0)
+    dynamic = None if batches else True
     reports = {"kiln dynamic": kiln.torch.Report(), "kiln static": kiln.torch.Report()}
     sides = {}
-    for name, dynamic in (("kiln dynamic", True), ("kiln static", False)):
+    for name, how in (("kiln dynamic", dynamic), ("kiln static", False)):
         kiln.torch._REPORTS.report = reports[name]
-        sides[name] = torch.compile(model, backend="kiln", dynamic=dynamic)
-    sides["inductor dynamic"] = torch.compile(model, dynamic=True)
+        sides[name] = torch.compile(model, backend="kiln", dynamic=how)
+    sides["inductor dynamic"] = torch.compile(model, dynamic=dynamic)
     rows = []
     with torch.no_grad():
         for s in seqs:
@@ -63,12 +82,13 @@ def run_model(spec, seqs, batch, iters):
             for name, fn in sides.items():
                 if name in reports:
                     kiln.torch._REPORTS.report = reports[name]
-                call = lambda: fn(**inputs[s])  # noqa: E731
+                given = inputs[s] if name == "kiln static" else marked[s]
+                call = lambda: fn(**given)  # noqa: E731
                 row[f"{name} first s"] = first_call_s(call)
                 row[f"{name} ms"] = median_ms(call, warmup=2, runs=iters)
             kiln.torch._REPORTS.report = None
             rows.append(row)
-            print(f"  {spec.name} B{batch} S{s}: " + ", ".join(
+            print(f"  {spec.name} " + (f"B{s}" if batches else f"B{batch} S{s}") + ": " + ", ".join(
                 f"{n} {row[n + ' ms']:.3f} ms (first {row[n + ' first s']:.2f} s)" for n in sides), flush=True)
     return rows, reports
 
@@ -79,20 +99,22 @@ def main(argv=None):
     p.add_argument("--seqs", default="64,100,128,200,256,300,384,500,512,1000")
     p.add_argument("--batch", type=int, default=0, help="the batch (default: each model's serving batch)")
     p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--batches", help="batch sizes to run instead of sequence lengths (the batch marked dynamic)")
     args = p.parse_args(argv)
     seqs = [int(s) for s in args.seqs.split(",")]
+    batches = [int(b) for b in args.batches.split(",")] if args.batches else None
     print(f"{torch.cuda.get_device_name()}, PyTorch {torch.__version__}, bf16, no_grad, sizes {seqs}\n")
     for spec in zoo_models.select(args.models):
         if spec.long_context:
             continue
         batch = args.batch or spec.batch
-        print(f"### {spec.name}, batch {batch}", flush=True)
+        print(f"### {spec.name}, " + (f"batches {batches}" if batches else f"batch {batch}"), flush=True)
         try:
-            rows, reports = run_model(spec, seqs, batch, args.iters)
+            rows, reports = run_model(spec, seqs, batch, args.iters, batches)
         except Exception as e:  # noqa: BLE001  (one model's failure is its row, not the run's end)
             print(f"FAILED: {type(e).__name__}: {e}", flush=True)
             continue
-        print("\n| seq | kiln dynamic ms | kiln static ms | dynamic / static | Inductor dynamic ms | kiln dyn / Ind dyn "
+        print("\n| " + ("batch" if batches else "seq") + " | kiln dynamic ms | kiln static ms | dynamic / static | Inductor dynamic ms | kiln dyn / Ind dyn "
               "| first call kiln dyn / kiln static / Ind dyn s |")
         print("|---|---|---|---|---|---|---|")
         for r in rows:
@@ -105,7 +127,7 @@ def main(argv=None):
             for e in report.subgraphs:
                 served.setdefault(e.get("sizes", "static (integer sizes)"), 0)
                 served[e.get("sizes", "static (integer sizes)")] += 1
-            print(f"\n{name}: {len(report.subgraphs)} kiln compiles over {len(seqs)} sizes; "
+            print(f"\n{name}: {len(report.subgraphs)} kiln compiles over {len(batches or seqs)} sizes; "
                   + "; ".join(f"{n} x {why}" for why, n in served.items()))
             left = {e["reason"] for e in report.left_to_pytorch}
             if left:

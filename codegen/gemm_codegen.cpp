@@ -657,9 +657,11 @@ auto GemmGenerator::conv() -> Emitted {
   // Pooled (KernelParams::pool_window): over fragments, interleaved where the
   // windows fill whole 16-row groups (emit_epilogue_pool), else consecutive.
   const std::optional<Mma> kind = mma_kind(cv);
+  // (A symbolic batch: interleaved where every batch's windows fill whole 16-row groups.)
+  const bool whole_groups = sizes_.symbolic(gm.m) ? (p * q) % 16 == 0 : (n * p * q / 4) % 4 == 0;
   const WindowRows pool = !k_.params.pool_window ? WindowRows::none
-                          : kind && (n * p * q / 4) % 4 == 0 ? WindowRows::interleaved
-                                                             : WindowRows::consecutive;
+                          : kind && whole_groups ? WindowRows::interleaved
+                                                 : WindowRows::consecutive;
   gm.window_rows = pool;
   // The im2col indices in 32 bits where every row, tap and pixel fits (the
   // offsets they make stay 64-bit): the loaders compute them for each
@@ -667,7 +669,8 @@ auto GemmGenerator::conv() -> Emitted {
   // constants were most of a small conv's instructions (ncu, H100, DenseNet's
   // 3x3 conv of 16 x 14 x 14 x 128 -> 32 channels: about 570 instructions a
   // warp for each slice's 16 MMAs, 152 registers, 26 us where cuDNN takes 17).
-  const bool narrow = gm.m + 256 < INT32_MAX && n * c * h * w < INT32_MAX && gm.k + 64 < INT32_MAX;
+  const bool narrow = sizes_.known_below(gm.m, INT32_MAX - 256) && sizes_.known_below(n * c * h * w, INT32_MAX) &&
+                      gm.k + 64 < INT32_MAX;
   const std::string it = narrow ? "int" : "kiln::i64", lit = narrow ? "" : "LL";
   const ConvIndex input_pixel = [&, pool, it, lit](const std::string& m, const std::string& kk, const std::string& g) {
     const std::string row = fmt::format("({})({})", it, m), tap = fmt::format("({})({})", it, kk);
@@ -711,7 +714,7 @@ auto GemmGenerator::conv() -> Emitted {
   gm.at_a = [&, nhwc](const std::string& m, const std::string& kk, const std::string& g) {
     const std::string inside = input_pixel(m, kk, g);
     return std::pair(nhwc ? Coords{"ni", "hi", "wi", "ci"} : Coords{"ni", "ci", "hi", "wi"},
-                     fmt::format("{} < {}LL && {} < {}LL && {}", m, gm.m, kk, gm.k, inside));
+                     fmt::format("{} < {} && {} < {}LL && {}", m, sizes_(gm.m), kk, gm.k, inside));
   };
   gm.at_b = [&](const std::string& kk, const std::string& nn, const std::string& g) {
     return std::pair(filter_tap(kk, nn, g), fmt::format("{} < {}LL && {} < {}LL", kk, gm.k, nn, gm.n));
@@ -741,7 +744,7 @@ void GemmGenerator::conv_chunks(const ir::Op& cv, Mma kind, const ConvIndex& inp
                                    {at.dilation[0], at.dilation[1]}};
     gm.chunk_a = [this, &input_pixel, e = *e, xs, m, k](const std::string& mm, const std::string& kk, const std::string& g) {
       const std::string inside = input_pixel(mm, kk, g);
-      return std::pair(fmt::format("{} < {}LL && {} < {}LL && {}", mm, m, kk, k, inside),
+      return std::pair(fmt::format("{} < {} && {} < {}LL && {}", mm, sizes_(m), kk, k, inside),
                        em_.offset_of(e, xs, Coords{"ni", "hi", "wi", "ci"}));
     };
   }

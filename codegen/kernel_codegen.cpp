@@ -34,10 +34,11 @@ namespace {
 void check_symbolic_scope(const ir::PlannedKernel& k) {
   const bool covered = k.kind == ir::KernelKind::Pointwise || k.kind == ir::KernelKind::Copy ||
                        k.kind == ir::KernelKind::Norm || k.kind == ir::KernelKind::Reduction ||
-                       k.kind == ir::KernelKind::Matmul || k.kind == ir::KernelKind::Attention;
+                       k.kind == ir::KernelKind::Matmul || k.kind == ir::KernelKind::Attention ||
+                       k.kind == ir::KernelKind::Conv || k.kind == ir::KernelKind::DepthwiseConv;
   if (!covered)
     throw NotSymbolic(fmt::format("kernel {} is a {} kernel; symbolic kernels cover pointwise, copy, norm, row "
-                                  "reduction, matmul and attention kernels so far",
+                                  "reduction, matmul, conv and attention kernels so far",
                                   k.id, ir::to_string(k.kind)));
   if (!k.workspace.empty())
     throw NotSymbolic(fmt::format("kernel {} uses a workspace ({}); symbolic kernels have none so far", k.id,

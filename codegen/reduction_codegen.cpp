@@ -122,7 +122,6 @@ void ReductionGenerator::reduction() {
   int64_t inner = 1;
   for (size_t i = static_cast<size_t>(axes.back()) + 1; i < d.size(); ++i) inner *= d[i];
   if (contiguous_axes && inner >= 32) {
-    if (sizes_.symbolic(kept)) throw NotSymbolic("a column reduction with symbolic kept extents");
     return column_reduction(reduces, post, d, kept_shape, reduced_shape, inner);
   }
 
@@ -199,7 +198,10 @@ auto ReductionGenerator::column_layout(const ir::Op& first, const Shape& d, cons
   c.cols = static_cast<int>(std::clamp<int64_t>(static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(vec_cols))), 8, 256));
   c.lanes = 256 / c.cols;
   c.per_outer = (vec_cols + c.cols - 1) / c.cols, c.col_blocks = c.kept / inner * c.per_outer;
-  c.splits = std::clamp<int64_t>((1024 + c.col_blocks - 1) / c.col_blocks, 1, std::max<int64_t>(1, c.reduced / (16 * c.lanes)));
+  // (A symbolic number of columns is not split: no workspace, one source for every size.)
+  c.splits = sizes_.symbolic(c.col_blocks)
+                 ? 1
+                 : std::clamp<int64_t>((1024 + c.col_blocks - 1) / c.col_blocks, 1, std::max<int64_t>(1, c.reduced / (16 * c.lanes)));
   c.slice = (c.reduced + c.splits - 1) / c.splits;
   return c;
 }
@@ -279,6 +281,10 @@ void ReductionGenerator::column_reduction(const std::vector<const ir::Op*>& redu
                       c.lanes, c.splits));
   KILN_USER_CHECK(c.col_blocks < (int64_t{1} << 31) && c.splits <= 65535, "{}: too many column blocks for this reduction kernel",
                   g_.describe(static_cast<int32_t>(k_.ops.front())));
+  // A block per column block, launched by a grid rule at a symbolic size (which launches at most 2^20 blocks).
+  if (sizes_.symbolic(c.col_blocks) && !sizes_.known_below(c.col_blocks, (int64_t{1} << 20) + 1))
+    throw NotSymbolic(fmt::format("{}: a column reduction of more than 2^20 column blocks at the largest sizes",
+                                  g_.describe(static_cast<int32_t>(k_.ops.front()))));
   std::vector<std::string> partials;
   std::string counter;
   if (c.splits > 1) {
@@ -309,6 +315,7 @@ void ReductionGenerator::column_reduction(const std::vector<const ir::Op*>& redu
   body += column_finish(reduces, post, c, partials, counter);
   finish(body, 256);
   out_.grid = {static_cast<uint32_t>(c.col_blocks), static_cast<uint32_t>(c.splits), 1};
+  if (sizes_.symbolic(c.col_blocks)) grid_over(c.col_blocks, 1, 1);
 }
 
 // Channels-last pooling of a tensor in memory, 16 bytes of channels per
@@ -344,8 +351,8 @@ std::string ReductionGenerator::pooling_vectors(const ir::Op& pool, std::string&
   aligned = "kiln::aligned16(" + x.pointer + ")";
   for (ir::TensorId t : written) aligned += " && kiln::aligned16(" + writes_.at(t) + ")";
   const int64_t vectors = element_count(out.shape) / vector;
-  std::string body = fmt::format("for (kiln::i64 i = (kiln::i64)blockIdx.x * blockDim.x + threadIdx.x; i < {}LL; "
-                                 "i += (kiln::i64)gridDim.x * blockDim.x) {{\n", vectors);
+  std::string body = fmt::format("for (kiln::i64 i = (kiln::i64)blockIdx.x * blockDim.x + threadIdx.x; i < {}; "
+                                 "i += (kiln::i64)gridDim.x * blockDim.x) {{\n", sizes_(vectors));
   em_.begin_block();
   em_.emit(fmt::format("const kiln::i64 first = i * {};", vector));
   const Coords oc = em_.delinearize("first", out.shape);
@@ -381,7 +388,6 @@ std::string ReductionGenerator::pooling_vectors(const ir::Op& pool, std::string&
 }
 
 void ReductionGenerator::pooling(const ir::Op& pool) {
-  if (sizes_.probe()) throw NotSymbolic("pooling kernels are compiled per size so far");
   std::string aligned;
   const std::string vectors = pooling_vectors(pool, aligned);
   if (vectors.empty()) decided("a thread per pooled element");
@@ -394,8 +400,8 @@ void ReductionGenerator::pooling(const ir::Op& pool) {
   const int64_t count = element_count(out.shape);
   std::string body;
   if (!vectors.empty()) body = "if (" + aligned + ") {\n" + vectors + "} else\n";
-  body += fmt::format("for (kiln::i64 i = (kiln::i64)blockIdx.x * blockDim.x + threadIdx.x; i < {}LL; "
-                      "i += (kiln::i64)gridDim.x * blockDim.x) {{\n", count);
+  body += fmt::format("for (kiln::i64 i = (kiln::i64)blockIdx.x * blockDim.x + threadIdx.x; i < {}; "
+                      "i += (kiln::i64)gridDim.x * blockDim.x) {{\n", sizes_(count));
   const Coords oc = em_.delinearize("i", out.shape);
   const std::string &n = oc[0], &c = nhwc ? oc[3] : oc[1], &p = nhwc ? oc[1] : oc[2], &q = nhwc ? oc[2] : oc[3];
   em_.emit(fmt::format("float acc = {};", is_max ? "kiln::MaxOp::identity()" : "0.0f"));
@@ -428,8 +434,8 @@ void ReductionGenerator::pooling(const ir::Op& pool) {
   for (ir::TensorId t : k_.writes) {
     if (post.count(t)) continue;
     const int64_t n = element_count(g_.tensor(t).shape);
-    body += fmt::format("for (kiln::i64 i = (kiln::i64)blockIdx.x * blockDim.x + threadIdx.x; i < {}LL; "
-                        "i += (kiln::i64)gridDim.x * blockDim.x) {{\n", n);
+    body += fmt::format("for (kiln::i64 i = (kiln::i64)blockIdx.x * blockDim.x + threadIdx.x; i < {}; "
+                        "i += (kiln::i64)gridDim.x * blockDim.x) {{\n", sizes_(n));
     em_.begin_block();
     const Coords tc = em_.delinearize("i", g_.tensor(t).shape);
     em_.emit(store(t, "i", em_.value(t, tc)) + "  // " + g_.tensor(t).name);
@@ -437,12 +443,14 @@ void ReductionGenerator::pooling(const ir::Op& pool) {
   }
   finish(body, kThreads);
   // (Every loop strides over the grid: with vectors, a thread per vector;
-  // the element path, where it runs instead, takes several elements each.)
+  // the element path, where it runs instead, takes several elements each.
+  // A symbolic batch: the widest loop at the probe sizes sets the grid rule,
+  // and any grid is correct, every loop striding over it.)
   const std::set<ir::TensorId> pooled_writes = downstream_of({pool.output});
   int64_t widest = vectors.empty() ? count : count / (16 / byte_size(storage_dtype(in)));
   for (ir::TensorId t : k_.writes)
     if (!pooled_writes.count(t)) widest = std::max(widest, element_count(g_.tensor(t).shape));
-  out_.grid = {blocks_for(widest, kThreads), 1, 1};
+  grid_over(widest, 1, kThreads);
 }
 
 // The row statistics of a layer_norm/rms_norm whose application is the

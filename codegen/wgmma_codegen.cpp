@@ -689,7 +689,7 @@ std::string GemmGenerator::gathered_producer(const Gemm& gm, const std::optional
       out += pooled_pixel("m", "int", {"ni", "pi", "qi"}, cv.p, cv.q, gm.window_rows) + "\n";
     else
       out += fmt::format("const int ni = m / {0}, pq = m - ni * {0}, pi = pq / {1}, qi = pq - pi * {1};\n", cv.p * cv.q, cv.q);
-    out += fmt::format("top[i] = m < {} ? pi * {} - {} : -(1 << 29);\n", gm.m, cv.stride[0], cv.padding[0]);
+    out += fmt::format("top[i] = m < {} ? pi * {} - {} : -(1 << 29);\n", sizes_(gm.m, ""), cv.stride[0], cv.padding[0]);
     out += fmt::format("left[i] = qi * {} - {};\n", cv.stride[1], cv.padding[1]);
     out += fmt::format("pixel[i] = (kiln::i64)ni * {}LL + (kiln::i64)top[i] * {}LL + (kiln::i64)left[i] * {}LL;\n",
                        cv.x_strides[0], cv.x_strides[1], cv.x_strides[2]);

@@ -100,8 +100,10 @@ std::string symbolic_plan_text(const Graph& probe_graph, const Plan& plan, const
   if (figure != std::string::npos && line_end >= 22 && text.compare(line_end - 22, 22, " through device memory") == 0)
     text.erase(figure, line_end - figure);
   // Bytes of tensors are the probe's too: "'g' (98355.0 GiB) from kernel 0" -> "'g' from kernel 0".
+  // So are the figures a recompute's reason compares: "would read 'b1', 'c1' instead of 12.3 GiB".
   static const std::regex bytes(R"( \([0-9.]+ (B|KiB|MiB|GiB)\))");
-  return std::regex_replace(text, bytes, "");
+  static const std::regex instead(R"( instead of [0-9.]+ (B|KiB|MiB|GiB))");
+  return std::regex_replace(std::regex_replace(text, bytes, ""), instead, " instead of the tensor");
 }
 
 Graph probe_graph(const Graph& symbolic, const SizeProbe& probe) { return specialize_unchecked(symbolic, probe.values()); }

@@ -193,11 +193,6 @@ namespace {
 // Before planning: what one compile for every size does not take yet.
 void check_symbolic_ops(const ir::Graph& g) {
   for (const ir::Op& op : g.ops) {
-    const ir::OpFamily f = ir::op_info(op.kind).family;
-    if (f == ir::OpFamily::Conv)
-      throw codegen::NotSymbolic(fmt::format("{} is a {}, an anchor compiled per size so far (of the anchors, matmuls "
-                                             "and attention are compiled once)",
-                                             detail::quoted(g.result(op).name), ir::op_name(op.kind)));
     if (op.symbolic && (op.symbolic->start || op.symbolic->end))
       throw codegen::NotSymbolic(fmt::format("{} slices at a symbolic position", detail::quoted(g.result(op).name)));
   }

@@ -279,3 +279,43 @@ def test_a_new_value_of_a_float_compiles_a_graph_of_its_own(monkeypatch):
     assert [e["sizes"] for e in report.subgraphs] == ["every size: one compile"] * 2, report
     reasons = {e["reason"] for e in report.left_to_pytorch}
     assert any("host values past the first 2" in r for r in reasons), reasons
+
+
+class SmallCnn(torch.nn.Module):
+    """A stem conv (3 channels, stride 2), batch norm and ReLU, a max pool, a depthwise conv with
+    ReLU6, a grouped conv, a 1x1 conv with a residual, global average pooling and a classifier."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 16, 3, stride=2, padding=1, bias=False)
+        self.bn = torch.nn.BatchNorm2d(16)
+        self.depthwise = torch.nn.Conv2d(16, 16, 3, padding=1, groups=16)
+        self.grouped = torch.nn.Conv2d(16, 16, 3, padding=1, groups=4)
+        self.pointwise = torch.nn.Conv2d(16, 16, 1)
+        self.head = torch.nn.Linear(16, 10)
+
+    def forward(self, x):
+        x = torch.nn.functional.max_pool2d(torch.relu(self.bn(self.stem(x))), 3, stride=2, padding=1)
+        y = torch.nn.functional.relu6(self.depthwise(x))
+        y = self.pointwise(torch.relu(self.grouped(y))) + x
+        return self.head(torch.nn.functional.adaptive_avg_pool2d(y, 1).flatten(1))
+
+
+def test_a_cnn_over_a_dynamic_batch_compiles_once():
+    """Convolutions (dense, stem, depthwise, grouped, 1x1), pools and the classifier over a
+    symbolic batch: one compile serves every batch size (spatial sizes stay integers)."""
+    torch.manual_seed(0)
+    m = SmallCnn().eval()
+    with torch.no_grad():  # statistics a trained model would have
+        m.bn.running_mean.uniform_(-0.5, 0.5)
+        m.bn.running_var.uniform_(0.5, 2.0)
+    with reporting() as report:
+        c = torch.compile(m, backend="kiln")
+        for b in (3, 5, 8):  # (a batch of 1 dynamo specializes: a graph of its own)
+            x = torch.randn(b, 3, 32, 32)
+            torch._dynamo.mark_dynamic(x, 0)
+            with torch.no_grad():
+                torch.testing.assert_close(c(x), m(x), rtol=1e-4, atol=1e-4)
+    assert [e["sizes"] for e in report.subgraphs] == ["every size: one compile"], report
+    sub = next(s for s in _subgraphs() if s.symbolic)
+    assert len(sub.graphs) == 1 and len(sub.graphs[0].dims) == 1

@@ -1,5 +1,5 @@
 // GPU tests of one compile for every size (runtime/pipeline.h): each
-// symbolic graph (pointwise, norm, held-row, row-reduction and Hopper matmul kernels) compiled ONCE, run at its smallest, largest, an odd and a
+// symbolic graph (pointwise, norm, held-row, row-reduction, matmul, attention and conv kernels) compiled ONCE, run at its smallest, largest, an odd and a
 // prime size against the reference interpreter on random inputs with its
 // outputs poisoned (Executable::run_host), and against the same graph
 // written with integers and compiled at that size. The compile is counted:
@@ -10,6 +10,8 @@
 #include <fmt/format.h>
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <string>
 #include <vector>
@@ -111,7 +113,13 @@ std::vector<SymbolicCase> cases() {
                        causal ? "" : R"(, "mask")", causal ? R"(, "causal": true)" : "");
   };
   const std::string attention = attention_layer("attention_layer", false), causal = attention_layer("causal_layer", true);
-  return {{"attention_layer", attention, {{{"B", 1}, {"S", 1}}, {{"B", 16}, {"S", 512}}, {{"B", 3}, {"S", 45}}, {{"B", 13}, {"S", 127}}}},
+  // Convolutions over a symbolic batch (tests/cli/symbolic_convnet.json): 1x1, 3x3, a shortcut and a
+  // residual, a max pool, global average pooling, a depthwise conv with batch norm and ReLU6, a grouped
+  // stride-2 conv.
+  std::ifstream convnet_file(KILN_SOURCE_DIR "/tests/cli/symbolic_convnet.json");
+  const std::string convnet((std::istreambuf_iterator<char>(convnet_file)), std::istreambuf_iterator<char>());
+  return {{"symbolic_convnet", convnet, {{{"B", 1}}, {{"B", 64}}, {{"B", 7}}, {{"B", 13}}}},
+          {"attention_layer", attention, {{{"B", 1}, {"S", 1}}, {{"B", 16}, {"S", 512}}, {{"B", 3}, {"S", 45}}, {{"B", 13}, {"S", 127}}}},
           {"causal_layer", causal, {{{"B", 1}, {"S", 1}}, {{"B", 16}, {"S", 512}}, {{"B", 3}, {"S", 200}}, {{"B", 2}, {"S", 257}}}},
           {"mlp", mlp, {{{"B", 1}, {"S", 1}}, {{"B", 16}, {"S", 512}}, {{"B", 3}, {"S", 45}}, {{"B", 13}, {"S", 127}}}},
           {"f32_mlp", f32_mlp, {{{"B", 1}, {"S", 1}}, {{"B", 16}, {"S", 512}}, {{"B", 3}, {"S", 45}}, {{"B", 13}, {"S", 127}}}},
