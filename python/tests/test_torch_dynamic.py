@@ -283,7 +283,8 @@ def test_a_new_value_of_a_float_compiles_a_graph_of_its_own(monkeypatch):
 
 class SmallCnn(torch.nn.Module):
     """A stem conv (3 channels, stride 2), batch norm and ReLU, a max pool, a depthwise conv with
-    ReLU6, a grouped conv, a 1x1 conv with a residual, global average pooling and a classifier."""
+    ReLU6, a grouped conv, a 1x1 conv with a residual, a 1x1 expansion, global average pooling (of 64
+    channels: a column reduction) and a classifier."""
 
     def __init__(self):
         super().__init__()
@@ -292,12 +293,13 @@ class SmallCnn(torch.nn.Module):
         self.depthwise = torch.nn.Conv2d(16, 16, 3, padding=1, groups=16)
         self.grouped = torch.nn.Conv2d(16, 16, 3, padding=1, groups=4)
         self.pointwise = torch.nn.Conv2d(16, 16, 1)
-        self.head = torch.nn.Linear(16, 10)
+        self.expand = torch.nn.Conv2d(16, 64, 1)
+        self.head = torch.nn.Linear(64, 10)
 
     def forward(self, x):
         x = torch.nn.functional.max_pool2d(torch.relu(self.bn(self.stem(x))), 3, stride=2, padding=1)
         y = torch.nn.functional.relu6(self.depthwise(x))
-        y = self.pointwise(torch.relu(self.grouped(y))) + x
+        y = self.expand(self.pointwise(torch.relu(self.grouped(y))) + x)
         return self.head(torch.nn.functional.adaptive_avg_pool2d(y, 1).flatten(1))
 
 
@@ -319,3 +321,22 @@ def test_a_cnn_over_a_dynamic_batch_compiles_once():
     assert [e["sizes"] for e in report.subgraphs] == ["every size: one compile"], report
     sub = next(s for s in _subgraphs() if s.symbolic)
     assert len(sub.graphs) == 1 and len(sub.graphs[0].dims) == 1
+
+
+
+@pytest.mark.parametrize("largest, once", [(2**24, False), (2**20, True)])
+def test_a_kernels_block_limit_at_the_largest_sizes_is_met_by_a_narrower_range(largest, once):
+    """Global average pooling of 64 channels over a symbolic batch: a column reduction, a block per
+    image launched by a grid rule (at most 2^20 blocks). Over a range past that, the reason says so
+    in words the backend takes for a range limit (it then declares a narrower range, as for the
+    2^31-tile limits); within it, one compile."""
+    from kiln import Graph
+    from kiln._kiln import per_size_reason
+    g = Graph.from_json({"kiln": 1, "dims": {"B": {"min": 1, "max": largest}},
+                         "inputs": {"x": {"shape": ["B", 2, 2, 64], "dtype": "bf16"}},
+                         "ops": [{"op": "reduce_mean", "in": ["x"], "out": "y", "axes": [1, 2]}], "outputs": ["y"]})
+    why = per_size_reason(g._native)
+    if once:
+        assert why == ""
+    else:
+        assert "more than 2^20 column blocks at the largest sizes" in why and sizes.range_limited(why), why
