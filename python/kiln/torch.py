@@ -1347,15 +1347,18 @@ def _is_empty(n: torch.fx.Node) -> bool:
     return n.op == "call_function" and isinstance(v, torch.Tensor) and sizes.numel(v) == 0
 
 
-def _ancestors(n: torch.fx.Node):
-    seen, stack = [], [n]
+def _ancestors(n: torch.fx.Node) -> List[torch.fx.Node]:
+    """The nodes `n` depends on, each once, nearest first. (A dict as the ordered set: with a list,
+    Swin-T's one output took 0.25 s here.)"""
+    seen: Dict[torch.fx.Node, None] = {}
+    stack = [n]
     while stack:
         x = stack.pop()
         for a in x.all_input_nodes:
             if a not in seen:
-                seen.append(a)
+                seen[a] = None
                 stack.append(a)
-    return seen
+    return list(seen)
 
 
 def _view_or_known(n: torch.fx.Node) -> bool:
