@@ -1,0 +1,139 @@
+"""The serving loop people run (#49): a decoder's `generate` with a static KV
+cache (transformers' StaticCache, `cache_implementation="static"`, as
+gpt-fast runs it), its forward compiled once by `torch.compile` and called
+for the prefill and every decode step.
+
+    python3 bench/generate.py [--models llama,qwen2] [--batches 1,8] [--prompts 100,37,250] [--new 64]
+
+Per model and batch, sides in turn on the same prompts (greedy decoding, so
+every side must produce eager's tokens): eager, kiln (`backend="kiln"`),
+kiln with `mode="reduce-overhead"` and Inductor with
+`mode="reduce-overhead"`. For each: the first `generate` (its compiles
+included), then tokens per second over the prompts (each prompt a
+`generate` of --new tokens, timed after one untimed run of the same
+prompt), whether its tokens equal eager's, and, for the kiln sides, the
+kiln compiles (explain's report: one entry a compile; how each served its
+sizes) and the ops left to PyTorch (the cache update, `index_copy_` into
+the cache, among them). bf16, eval, random weights (bench/zoo_models.py,
+the zoo's configs); --device cpu runs the tiny configs in f32 (a check of
+the loop, not a timing).
+"""
+import argparse
+import collections
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import zoo_models  # noqa: E402
+
+import kiln.torch  # noqa: E402
+
+
+def synchronize(device):
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def generate(model, prompt, new_tokens):
+    return model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=new_tokens,
+                          min_new_tokens=new_tokens, do_sample=False, cache_implementation="static")
+
+
+def run_side(model, forward, prompts, new_tokens, device, want):
+    """The side's first generate (s), tokens per second over the prompts, and whether every prompt's
+    tokens equal `want`'s (None for the eager side itself)."""
+    model.forward = forward
+    synchronize(device)
+    start = time.perf_counter()
+    with torch.no_grad():
+        first = generate(model, prompts[0], new_tokens)
+    synchronize(device)
+    first_s = time.perf_counter() - start
+    tokens, seconds, outputs = 0, 0.0, []
+    with torch.no_grad():
+        for p in prompts:
+            generate(model, p, new_tokens)  # (its compiles, if this prompt's length is new)
+            synchronize(device)
+            start = time.perf_counter()
+            out = generate(model, p, new_tokens)
+            synchronize(device)
+            seconds += time.perf_counter() - start
+            tokens += new_tokens * p.shape[0]
+            outputs.append(out)
+    same = None if want is None else all(torch.equal(a, b) for a, b in zip(outputs, want)) and torch.equal(first, want[0])
+    return first_s, tokens / seconds, same, outputs
+
+
+def report_lines(report):
+    served = collections.Counter(e.get("sizes", "static (integer sizes)") for e in report.subgraphs)
+    lines = [f"{len(report.subgraphs)} kiln compiles: " + "; ".join(f"{n} x {why}" for why, n in served.items())]
+    left = collections.Counter((e["op"], e["reason"]) for e in report.left_to_pytorch)
+    lines += [f"  left to PyTorch: {n} x {op} ({why[:120]})" for (op, why), n in left.most_common(8)]
+    return lines
+
+
+def run_model(spec, batch, prompt_lengths, new_tokens, device):
+    tiny = device == "cpu"
+    dtype = torch.float32 if tiny else torch.bfloat16
+    model, _ = zoo_models.instantiate(spec, tiny=tiny, device=device, dtype=dtype, batch=batch, seq=max(prompt_lengths))
+    generator = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(0, model.config.vocab_size, (batch, s), generator=generator).to(device) for s in prompt_lengths]
+    eager_forward = model.forward
+    rows = {}
+    _, eager_tps, _, want = run_side(model, eager_forward, prompts, new_tokens, device, None)
+    rows["eager"] = (0.0, eager_tps, True, [])
+    sides = [("kiln", dict(backend="kiln")), ("kiln r-o", dict(backend="kiln", mode="reduce-overhead"))]
+    if device == "cuda":
+        sides.append(("Inductor r-o", dict(mode="reduce-overhead")))
+    for name, how in sides:
+        torch._dynamo.reset()
+        report = kiln.torch.Report()
+        kiln.torch._REPORTS.report = report if "kiln" in name else None
+        try:
+            first_s, tps, same, _ = run_side(model, torch.compile(eager_forward, **how), prompts, new_tokens, device, want)
+            rows[name] = (first_s, tps, same, report_lines(report) if "kiln" in name else [])
+        except Exception as e:  # noqa: BLE001  (a side's failure is its row)
+            rows[name] = (float("nan"), float("nan"), False, [f"FAILED: {type(e).__name__}: {str(e).splitlines()[0][:200]}"])
+        finally:
+            kiln.torch._REPORTS.report = None
+    model.forward = eager_forward
+    return rows
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--models", default="llama,qwen2")
+    p.add_argument("--batches", default="1,8")
+    p.add_argument("--prompts", default="100,37,250", help="prompt lengths, each a generate (the first also the first call)")
+    p.add_argument("--new", type=int, default=64, help="tokens generated per prompt")
+    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    args = p.parse_args(argv)
+    lengths = [int(s) for s in args.prompts.split(",")]
+    for limit in ("recompile_limit", "cache_size_limit"):  # (every side's prompt lengths and decode steps)
+        if hasattr(torch._dynamo.config, limit):
+            setattr(torch._dynamo.config, limit, 64)
+    device_name = torch.cuda.get_device_name() if args.device == "cuda" else "CPU (tiny configs, f32)"
+    print(f"{device_name}, PyTorch {torch.__version__}, prompts {lengths}, {args.new} new tokens each, greedy\n")
+    for spec in zoo_models.select(args.models):
+        if spec.long_context or spec.package != "transformers":
+            continue
+        for batch in (int(b) for b in args.batches.split(",")):
+            print(f"### {spec.name}, batch {batch}", flush=True)
+            rows = run_model(spec, batch, lengths, args.new, args.device)
+            eager_tps = rows["eager"][1]
+            print("| side | tokens/s | x eager | first generate s | tokens equal eager's |")
+            print("|---|---|---|---|---|")
+            for name, (first_s, tps, same, _) in rows.items():
+                print(f"| {name} | {tps:.1f} | {tps / eager_tps:.2f} | {first_s:.2f} | {same} |")
+            for name, (_, _, _, lines) in rows.items():
+                for line in lines:
+                    print(f"{name}: {line}")
+            print(flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
