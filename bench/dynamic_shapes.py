@@ -78,7 +78,7 @@ def run_model(spec, seqs, batch, iters, batches=None):
     rows = []
     with torch.no_grad():
         for s in seqs:
-            row = {"seq": s}
+            row = {"size": s}  # (a sequence length, or with --batches a batch)
             for name, fn in sides.items():
                 if name in reports:
                     kiln.torch._REPORTS.report = reports[name]
@@ -118,7 +118,7 @@ def main(argv=None):
               "| first call kiln dyn / kiln static / Ind dyn s |")
         print("|---|---|---|---|---|---|---|")
         for r in rows:
-            print(f"| {r['seq']} | {r['kiln dynamic ms']:.3f} | {r['kiln static ms']:.3f} | "
+            print(f"| {r['size']} | {r['kiln dynamic ms']:.3f} | {r['kiln static ms']:.3f} | "
                   f"{r['kiln dynamic ms'] / r['kiln static ms']:.2f} | {r['inductor dynamic ms']:.3f} | "
                   f"{r['kiln dynamic ms'] / r['inductor dynamic ms']:.2f} | {r['kiln dynamic first s']:.2f} / "
                   f"{r['kiln static first s']:.2f} / {r['inductor dynamic first s']:.2f} |")

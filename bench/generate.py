@@ -84,7 +84,7 @@ def run_model(spec, batch, prompt_lengths, new_tokens, device):
     eager_forward = model.forward
     rows = {}
     _, eager_tps, _, want = run_side(model, eager_forward, prompts, new_tokens, device, None)
-    rows["eager"] = (0.0, eager_tps, True, [])
+    rows["eager"] = (float("nan"), eager_tps, True, [])  # (its first generate compiles nothing)
     sides = [("kiln", dict(backend="kiln")), ("kiln r-o", dict(backend="kiln", mode="reduce-overhead"))]
     if device == "cuda":
         sides.append(("Inductor r-o", dict(mode="reduce-overhead")))
@@ -127,7 +127,8 @@ def main(argv=None):
             print("| side | tokens/s | x eager | first generate s | tokens equal eager's |")
             print("|---|---|---|---|---|")
             for name, (first_s, tps, same, _) in rows.items():
-                print(f"| {name} | {tps:.1f} | {tps / eager_tps:.2f} | {first_s:.2f} | {same} |")
+                first = "-" if first_s != first_s else f"{first_s:.2f}"
+                print(f"| {name} | {tps:.1f} | {tps / eager_tps:.2f} | {first} | {same} |")
             for name, (_, _, _, lines) in rows.items():
                 for line in lines:
                     print(f"{name}: {line}")
