@@ -50,8 +50,8 @@ std::optional<std::string> AttentionGenerator::why_not_flash(const ir::Op& op) c
     const int64_t skv = g_.operand(op, 1).shape[2];
     if (sizes_.symbolic(skv) || d > 128 || skv > whole_row_keys(d))
       return fmt::format("its scores are rounded (as the graph rounds them), which the flash kernel does for rows it holds "
-                         "whole: at most {} keys for head dimensions up to 64, 64 up to 128; not {}{} keys and head dimension {}",
-                         kWholeRowKeys, sizes_.symbolic(skv) ? "a symbolic " : "", skv, d);
+                         "whole: at most {} keys for head dimensions up to 64, {} up to 128; not {}{} keys and head dimension {}",
+                         whole_row_keys(64), whole_row_keys(128), sizes_.symbolic(skv) ? "a symbolic " : "", skv, d);
   }
   std::optional<DType> type;
   std::optional<int64_t> kv_heads;

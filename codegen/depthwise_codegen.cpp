@@ -202,13 +202,7 @@ void DepthwiseGenerator::depthwise() {
   min_blocks_per_sm_ = std::clamp(768 / t.threads(), 1, 16);
   finish(w.take(), t.threads(), "", "#include \"kiln/depthwise.cuh\"\n");
   out_.shared_bytes = static_cast<uint32_t>(t.shared_bytes);
-  out_.grid = {static_cast<uint32_t>(blocks), 1, 1};
-  // A symbolic batch: a tile a block at every size, launched by a grid rule (at most 2^20 blocks).
-  if (sizes_.symbolic(blocks)) {
-    if (!sizes_.known_below(blocks, (int64_t{1} << 20) + 1))
-      throw NotSymbolic(fmt::format("{}: more than 2^20 tiles at the largest sizes", g_.describe(k_.anchor)));
-    grid_over(blocks, 1, 1);
-  }
+  exact_grid(blocks, fmt::format("{}: more than 2^20 tiles", g_.describe(k_.anchor)));
 }
 
 // The halo element by element (any view of the input, any alignment): e

@@ -420,6 +420,13 @@ void KernelBuilder::grid_over(int64_t work, int64_t per_item, int64_t per_block,
   if (sizes_.symbolic(work)) out_.grid_rule = GridRule{sizes_.dim(work).expr(), per_item, per_block, multiplier};
 }
 
+void KernelBuilder::exact_grid(int64_t blocks, const std::string& too_many) {
+  out_.grid[0] = static_cast<uint32_t>(blocks);
+  if (!sizes_.symbolic(blocks)) return;
+  if (!sizes_.known_below(blocks, kMaxGridBlocks + 1)) throw NotSymbolic(too_many + " at the largest sizes");
+  grid_over(blocks, 1, 1);
+}
+
 std::string KernelBuilder::pointer_of(ir::TensorId t) const {
   for (size_t i = 0; i < out_.args.size(); ++i)
     if (out_.args[i].tensor == t && out_.args[i].role != KernelArg::Role::Workspace) return "p" + std::to_string(i);

@@ -59,7 +59,7 @@ inline uint32_t reduce_identity_bits(OpKind kind) {
 }
 
 inline uint32_t blocks_for(int64_t work, int64_t per_block) {
-  return static_cast<uint32_t>(std::clamp<int64_t>((work + per_block - 1) / per_block, 1, int64_t{1} << 20));
+  return static_cast<uint32_t>(std::clamp<int64_t>((work + per_block - 1) / per_block, 1, kMaxGridBlocks));
 }
 
 inline std::string drop_comment_lines(const std::string& source) {
@@ -105,6 +105,11 @@ class KernelBuilder {
   // block (blocks_for), times `multiplier`; for a symbolic `work`, also the
   // rule that gives it at launch (GridRule).
   void grid_over(int64_t work, int64_t per_item, int64_t per_block, uint32_t multiplier = 1);
+  // grid[0] of exactly `blocks` blocks, each taking its item by blockIdx.x
+  // alone (no grid-stride loop); for a symbolic `blocks`, the grid rule, which
+  // launches at most kMaxGridBlocks: past that at the range's largest sizes,
+  // NotSymbolic ("<too_many> at the largest sizes").
+  void exact_grid(int64_t blocks, const std::string& too_many);
 
   // ---- parameters ---------------------------------------------------------
   std::map<ir::TensorId, ExternalTensor> externals();

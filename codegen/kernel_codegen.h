@@ -63,6 +63,11 @@ struct KernelArg {
 // 2^20) * multiplier * times, `work` and `times` products of the graph's
 // sizes (an attention kernel's query tiles of every batch and head:
 // ceil(S / 128) * B*H).
+// The most blocks a grid-stride kernel is launched with (blocks_for), and a
+// grid rule at any size (launch_geometry): a kernel whose blocks each take one
+// item by blockIdx.x alone needs its items below it (KernelBuilder::exact_grid).
+inline constexpr int64_t kMaxGridBlocks = int64_t{1} << 20;
+
 struct GridRule {
   ir::DimExpr work;
   int64_t per_item = 1, per_block = 1;

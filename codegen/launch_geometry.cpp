@@ -11,7 +11,7 @@ LaunchGeometry launch_geometry(const GeneratedKernel& k, const ir::DimValues& va
   LaunchGeometry g{k.grid, k.block, k.shared_bytes};
   if (const std::optional<GridRule>& rule = k.grid_rule) {
     const int64_t items = ir::evaluate(rule->work, values) / rule->per_item;
-    const int64_t blocks = std::clamp<int64_t>((items + rule->per_block - 1) / rule->per_block, 1, int64_t{1} << 20);
+    const int64_t blocks = std::clamp<int64_t>((items + rule->per_block - 1) / rule->per_block, 1, kMaxGridBlocks);
     g.grid[0] = static_cast<uint32_t>(
         std::min<int64_t>(blocks * rule->multiplier * ir::evaluate(rule->times, values), (int64_t{1} << 31) - 1));
   }

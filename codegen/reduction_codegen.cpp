@@ -281,10 +281,6 @@ void ReductionGenerator::column_reduction(const std::vector<const ir::Op*>& redu
                       c.lanes, c.splits));
   KILN_USER_CHECK(c.col_blocks < (int64_t{1} << 31) && c.splits <= 65535, "{}: too many column blocks for this reduction kernel",
                   g_.describe(static_cast<int32_t>(k_.ops.front())));
-  // A block per column block, launched by a grid rule at a symbolic size (which launches at most 2^20 blocks).
-  if (sizes_.symbolic(c.col_blocks) && !sizes_.known_below(c.col_blocks, (int64_t{1} << 20) + 1))
-    throw NotSymbolic(fmt::format("{}: a column reduction of more than 2^20 column blocks at the largest sizes",
-                                  g_.describe(static_cast<int32_t>(k_.ops.front()))));
   std::vector<std::string> partials;
   std::string counter;
   if (c.splits > 1) {
@@ -314,8 +310,9 @@ void ReductionGenerator::column_reduction(const std::vector<const ir::Op*>& redu
   }
   body += column_finish(reduces, post, c, partials, counter);
   finish(body, 256);
-  out_.grid = {static_cast<uint32_t>(c.col_blocks), static_cast<uint32_t>(c.splits), 1};
-  if (sizes_.symbolic(c.col_blocks)) grid_over(c.col_blocks, 1, 1);
+  out_.grid = {1, static_cast<uint32_t>(c.splits), 1};
+  exact_grid(c.col_blocks, fmt::format("{}: a column reduction of more than 2^20 column blocks",
+                                       g_.describe(static_cast<int32_t>(k_.ops.front()))));
 }
 
 // Channels-last pooling of a tensor in memory, 16 bytes of channels per

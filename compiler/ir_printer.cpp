@@ -72,7 +72,8 @@ std::string print_ir(const Graph& g) {
     }
     const Tensor& result = g.tensor(op.output);
     out += fmt::format("op {} %{} = {}({})", i, result.name, op_name(op.kind), fmt::join(operands, ", "));
-    if (rounds_scores(op.attrs)) attrs.push_back("scores rounded to " + score_rounding_text(op.attrs.scores_rounded_to, op.attrs.score_roundings));  // (not a JSON key)
+    if (rounds_scores(op.attrs))  // (not a JSON key)
+      attrs.push_back("scores rounded to " + score_rounding_text(op.attrs.scores_rounded_to, op.attrs.score_roundings));
     if (!attrs.empty()) out += fmt::format(" {{{}}}", fmt::join(attrs, ", "));
     out += fmt::format(" : {}", type_string(result));
     if (result.dtype == DType::f16 || result.dtype == DType::bf16)
