@@ -311,7 +311,11 @@ def measure(spec, args):
                     call = lambda: (torch.compiler.cudagraph_mark_step_begin(), fn(**inputs))[1]  # noqa: E731
                 else:
                     call = lambda: fn(**inputs)  # noqa: E731
+                notes = kiln.torch._current_report().cuda_graphs  # (kiln's: replayed, or why not)
+                seen = len(notes)
                 got, row[f"{side}_first_call_in_process_s"] = timed_first_call(call, device)
+                if backend == "kiln" and mode == "reduce-overhead":
+                    row["kiln_cuda_graphs"] = notes[seen:]
                 del got
                 row[f"{side}_error"] = errors(spec.output(call()), want)
                 sides[side] = call
@@ -426,6 +430,9 @@ def details(spec, row):
             lines.append(f"- {key.replace('_', ' ')}: {row[key]}")
     for why in row["graphs_in_pytorch"]:
         lines.append(f"- a whole graph ran in PyTorch: {why}")
+    for note in row.get("kiln_cuda_graphs", []):  # (a forward not replayed times its launches from the host)
+        if not note.startswith("replayed"):
+            lines.append(f"- kiln reduce-overhead: {note.splitlines()[0]}")
     left = row["left_to_pytorch"]
     lines.append(f"ops left to PyTorch ({row['aten_ops'] - row['aten_ops_in_kiln']} of {row['aten_ops']} ATen ops):"
                  + ("" if left else " none"))

@@ -28,6 +28,7 @@ the kiln subgraphs and every ATen op left to PyTorch with its reason.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import operator
@@ -1818,7 +1819,8 @@ def _replayed_from_cuda_graphs(compiled: Callable, aot_model: torch.fx.GraphModu
 
     fixed = num_fw_fixed_arguments(dynamo_inputs, len(aot_inputs))
     static = _static_input_indices(fixed, len(aot_inputs))
-    skip = check_for_skip(aot_model, fixed)
+    with _compiled_in_constants_hidden(compiled):
+        skip = check_for_skip(aot_model, fixed)
     if skip:
         report.cuda_graphs.append(f"not replayed from CUDA graphs: {skip}")
         return compiled
@@ -1836,6 +1838,29 @@ def _replayed_from_cuda_graphs(compiled: Callable, aot_model: torch.fx.GraphModu
     report.cuda_graphs.append(f"replayed from CUDA graphs (PyTorch's CUDA-graph trees; {len(static)} of "
                               f"{len(aot_inputs)} inputs static, the rest copied in at each replay)")
     return replayed
+
+
+@contextlib.contextmanager
+def _compiled_in_constants_hidden(compiled: Callable):
+    """PyTorch's CUDA-graph check (check_for_skip) refuses a graph holding any CPU tensor. The
+    constants a forward makes from numbers on the CPU (Swin's shifted-window mask: `mask[a:b] =
+    count`) are such tensors, but where kiln subgraphs alone read them, kiln compiled their values
+    into its graph (_fold_constants) and a replay never reads them. While this context lasts their
+    traced values are hidden from the check; a CPU tensor PyTorch reads at run time still refuses.
+
+    Expects: `compiled` is the partitioned graph (_partitioned), or any callable (nothing hidden)."""
+    hidden = {}
+    if isinstance(compiled, torch.fx.GraphModule):
+        def read_by_kiln_alone(n: torch.fx.Node) -> bool:
+            return bool(n.users) and all(u.op == "call_module" and isinstance(getattr(compiled, u.target, None), KilnSubgraph)
+                                         for u in n.users)
+        hidden = {n: n.meta.pop("val") for n in compiled.graph.nodes
+                  if _KNOWN in n.meta and "val" in n.meta and read_by_kiln_alone(n)}
+    try:
+        yield
+    finally:
+        for n, value in hidden.items():
+            n.meta["val"] = value
 
 
 def _static_input_indices(fixed: int, inputs: int) -> List[int]:

@@ -398,6 +398,33 @@ def test_backend_reduce_overhead_replays_cuda_graphs():
     assert len(copies) <= 1, copies
 
 
+def test_backend_reduce_overhead_replays_a_forward_with_cpu_constants():
+    """Swin's shifted-window mask is built in the forward from numbers (`mask[a:b] = count`): CPU
+    tensors in the traced graph, which PyTorch's CUDA-graph check refuses. kiln compiles them into
+    its graph, so the forward is still replayed, and equals eager's at every call."""
+    import kiln.torch
+    from test_torch_slices_and_constants import swin_mask
+
+    def fn(attn, x):
+        return torch.softmax(torch.roll(attn, (2, -2), (2, 3)) + swin_mask(x).unsqueeze(1), -1)
+
+    report = kiln.torch.Report()
+    kiln.torch._REPORTS.report = report
+    try:
+        torch._dynamo.reset()
+        c = torch.compile(fn, backend="kiln", mode="reduce-overhead", dynamic=False)
+        with torch.no_grad():
+            for _ in range(4):
+                attn, x = torch.randn(4, 2, 16, 16, device="cuda"), torch.randn(1, 8, 8, 3, device="cuda")
+                torch.compiler.cudagraph_mark_step_begin()
+                got = c(attn, x).clone()
+                assert torch.allclose(got, fn(attn, x), atol=1e-5)
+    finally:
+        kiln.torch._REPORTS.report = None
+        torch._dynamo.reset()
+    assert report.subgraphs and any(w.startswith("replayed from CUDA graphs") for w in report.cuda_graphs), str(report)
+
+
 def test_a_symbolic_graph_runs_every_size_from_one_compile():
     # One compile for every size (python.md, b.dim): PyTorch CUDA tensors of four sizes, outputs sized by
     # them, against the reference at each size; the fast path (same layout as last call) and a new size.

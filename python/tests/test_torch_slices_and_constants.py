@@ -381,6 +381,31 @@ def test_the_swin_mask_on_cuda_is_one_subgraph():
     assert len(parts) == 1 and report.left_to_pytorch == [], str(report)
 
 
+def test_cpu_constants_kiln_compiled_in_do_not_stop_cuda_graphs():
+    # reduce-overhead asks PyTorch's check_for_skip, which refuses a graph holding any CPU tensor. The
+    # Swin mask's numbers are CPU constants read by the kiln subgraph alone, compiled into its graph:
+    # hidden from the check they no longer refuse the replay (before: Swin-T's forward was never
+    # replayed, 3.1 ms at B8 for 1.4 ms of GPU work). A CPU tensor PyTorch reads still refuses.
+    from torch._dynamo.backends.cudagraphs import check_for_skip
+
+    def fn(attn, x):
+        mask = swin_mask(x)
+        return torch.softmax(torch.roll(attn, (2, -2), (2, 3)) + mask.unsqueeze(1), -1)
+    gm = as_on_cuda(aten_graph(fn, X(4, 2, 16, 16), X(1, 8, 8, 3)))
+    assert "cpu device" in (check_for_skip(gm, 0) or ""), "the traced graph holds CPU constants"
+    fused = kiln.torch._partitioned(gm, kiln.torch.Report(), None)
+    with kiln.torch._compiled_in_constants_hidden(fused):
+        assert check_for_skip(fused, 0) is None
+    assert "cpu device" in (check_for_skip(fused, 0) or ""), "the values are back after the check"
+
+    def read_by_pytorch(x):
+        return torch.bucketize(x, torch.tensor([0.0, 1.0])), x * 2  # (bucketize is PyTorch's: it reads the constant)
+    gm = as_on_cuda(aten_graph(read_by_pytorch, X(4, 8)))
+    fused = kiln.torch._partitioned(gm, kiln.torch.Report(), None)
+    with kiln.torch._compiled_in_constants_hidden(fused):
+        assert "cpu device" in (check_for_skip(fused, 0) or "")
+
+
 def test_a_cpu_tensor_that_is_no_constant_still_stays_apart():
     # (an input on the CPU meeting GPU values: no kiln graph takes both)
     def fn(x, y):
