@@ -340,3 +340,22 @@ def test_a_kernels_block_limit_at_the_largest_sizes_is_met_by_a_narrower_range(l
         assert why == ""
     else:
         assert "more than 2^20 column blocks at the largest sizes" in why and sizes.range_limited(why), why
+
+
+@pytest.mark.parametrize("largest, once", [(2**20, False), (2**16, True)])
+def test_conv_rows_past_2_31_at_the_largest_sizes_are_met_by_a_narrower_range(largest, once):
+    """A 3x3 conv over [B, 56, 56, 64]: its rows, B * 3136, pass 2^31 at B = 2^20, where the Hopper
+    kernel (32-bit rows) cannot take it. That is a limit of the range the backend narrows (ResNet-50
+    with its batch dynamic then keeps its convs on the Hopper kernel at every size), not a fall to
+    mma.sync for every size (H200: 2.73 ms at B32 against 1.77 compiled for B32)."""
+    from kiln import Graph
+    from kiln._kiln import per_size_reason
+    g = Graph.from_json({"kiln": 1, "dims": {"B": {"min": 1, "max": largest}},
+                         "inputs": {"x": {"shape": ["B", 56, 56, 64], "dtype": "bf16"},
+                                    "w": {"shape": [64, 3, 3, 64], "dtype": "bf16"}},
+                         "ops": [{"op": "conv2d", "in": ["x", "w"], "out": "y", "padding": [1, 1]}], "outputs": ["y"]})
+    why = per_size_reason(g._native)
+    if once:
+        assert why == ""
+    else:
+        assert "conv rows reach 3288334336 (2^31 or more) at the largest sizes" in why and sizes.range_limited(why), why
