@@ -93,8 +93,9 @@ std::string with_symbols(const std::string& text, const SizeProbe& probe) {
   return out;
 }
 
-std::string symbolic_plan_text(const Graph& probe_graph, const Plan& plan, const SizeProbe& probe) {
-  std::string text = with_symbols(plan_to_text(probe_graph, plan), probe);
+std::string symbolic_plan_text(const Graph& probe_graph, const Plan& plan, const SizeProbe& probe,
+                               const PlanTactics& tactics) {
+  std::string text = with_symbols(plan_to_text(probe_graph, plan, tactics), probe);
   const size_t line_end = text.find('\n');
   const size_t figure = text.rfind(", ", line_end);
   if (figure != std::string::npos && line_end >= 22 && text.compare(line_end - 22, 22, " through device memory") == 0)

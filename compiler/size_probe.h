@@ -33,6 +33,7 @@
 
 #include "compiler/ir.h"
 #include "compiler/plan.h"
+#include "compiler/plan_printer.h"
 #include "compiler/symbolic_dims.h"
 
 namespace kiln::ir {
@@ -65,8 +66,10 @@ class SizeProbe {
 std::string with_symbols(const std::string& text, const SizeProbe& probe);
 
 // A plan of the probe graph as `kiln plan` prints it, sizes as their
-// expressions, without the bytes through memory (which depend on the sizes).
-std::string symbolic_plan_text(const Graph& probe_graph, const Plan& plan, const SizeProbe& probe);
+// expressions, without the bytes through memory (which depend on the sizes);
+// with the kernels' tactics where given (their refusals at the probe's sizes).
+std::string symbolic_plan_text(const Graph& probe_graph, const Plan& plan, const SizeProbe& probe,
+                               const PlanTactics& tactics = {});
 
 // The graph at the probe's values (no range check).
 Graph probe_graph(const Graph& symbolic, const SizeProbe& probe);

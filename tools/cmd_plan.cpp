@@ -58,7 +58,9 @@ int print_symbolic_plan(const Graph& graph, const PlanArgs& args, const CommonOp
     fmt::print("{}", doc);
     return 0;
   }
-  fmt::print("{}", symbolic_plan_text(g, planned->plan, probe));
+  // With --arch: each kernel's tactic, as for a graph of integer sizes.
+  const ir::PlanTactics tactics = args.arch.empty() ? ir::PlanTactics{} : codegen::plan_tactics(planned->program, target->arch);
+  fmt::print("{}", symbolic_plan_text(g, planned->plan, probe, tactics));
   std::vector<std::string> ranges;
   for (const ir::DimSymbol& s : probe.table().symbols) ranges.push_back(s.range_text());
   fmt::print("one compile for every size: {}\n", fmt::join(ranges, "; "));
