@@ -58,6 +58,13 @@ def is_symbolic(x: Any) -> bool:
     return False
 
 
+def is_product(x: torch.SymInt) -> bool:
+    """Whether a size is a product of symbols and positive integers (a dim expression, graph-format.md)."""
+    expr = x.node.expr
+    factors = expr.args if expr.is_Mul else (expr,)
+    return all(f.is_Symbol or (f.is_Integer and f > 0) for f in factors)
+
+
 def size(x: Any) -> int:
     """A size as an int under the current binding: an int, a SymInt, or the fx node of one."""
     if isinstance(x, torch.fx.Node):
@@ -126,6 +133,19 @@ def call_binding(placeholders: Sequence[torch.fx.Node], args: Sequence[Any]) -> 
             for traced, actual in zip(list(v.shape) + list(v.stride()), list(arg.shape) + list(arg.stride())):
                 if isinstance(traced, torch.SymInt) and traced.node.expr.is_Symbol:
                     binding.setdefault(traced.node.expr, int(actual))
+    # A symbol standing in no size alone but in a linear one (an input of S - 1 rows, made by PyTorch
+    # from x[:, :-1]): its value solved from that size.
+    for node, arg in zip(placeholders, args):
+        v = node.meta.get("val")
+        if isinstance(v, torch.Tensor) and isinstance(arg, torch.Tensor):
+            for traced, actual in zip(v.shape, arg.shape):
+                expr = traced.node.expr if isinstance(traced, torch.SymInt) else None
+                if expr is not None and len(expr.free_symbols) == 1 and not expr.is_Symbol:
+                    (symbol,) = expr.free_symbols
+                    slope, offset = expr.diff(symbol), expr.subs(symbol, 0)
+                    if (symbol not in binding and slope.is_Integer and slope != 0 and offset.is_Integer
+                            and (int(actual) - int(offset)) % int(slope) == 0):
+                        binding[symbol] = (int(actual) - int(offset)) // int(slope)
     return binding
 
 

@@ -44,6 +44,7 @@ from torch.fx.passes.operator_support import OperatorSupport
 
 from . import BindingError, Graph, GraphBuilder, GraphError, KilnError, OP_TABLE, compile as kiln_compile
 from . import _torch_sizes as sizes
+from ._arrays import _contiguous
 from ._kiln import per_size_reason
 
 aten = torch.ops.aten
@@ -345,12 +346,36 @@ def _expand(c, n):
     return view(c, "expand", c.arg(n.args[0]), shape=shape_of(n))
 
 
+def _from_the_end_of_a_symbolic_axis(x: torch.fx.Node, result: Any, dim: int, *positions: Any) -> bool:
+    """Whether a slice or select of x's axis `dim` (giving `result`) starts at a position counted
+    from the end of a symbolic size, keeping an integer extent (x[:, -1:] of [B, S, H]: from S - 1),
+    a sum kiln's dim expressions do not spell (graph-format.md: products of symbols). PyTorch takes
+    it: a view, no copy, which the kiln subgraph reading it is given dense (the LM head of a
+    prefill: one compile for every length)."""
+    value = x.meta.get("val")
+    if not isinstance(value, torch.Tensor) or not sizes.is_symbolic(value.shape[dim]):
+        return False
+    if isinstance(result, torch.Tensor) and result.dim() == value.dim() and sizes.is_symbolic(result.shape[dim]):
+        return False  # (x[:, :-1]: its extent, S - 1, is a sum too; kiln compiles it per size)
+    for p in positions:
+        p = p.meta.get("val") if isinstance(p, torch.fx.Node) else p
+        if isinstance(p, torch.SymInt):
+            if not sizes.is_product(p):
+                return True
+        elif isinstance(p, int) and p < 0:
+            return True
+    return False
+
+
 @converts(aten.slice.Tensor)
 def _slice(c, n):
     x = n.args[0]
     size = shape_of(x)
     dim = n.args[1] if len(n.args) > 1 else 0
     dim = dim % len(size)
+    if _from_the_end_of_a_symbolic_axis(x, n.meta.get("val"), dim, *n.args[2:4]):
+        raise Unsupported(f"a slice counted from the end of a symbolic size ({x.meta['val'].shape[dim]}): "
+                          "PyTorch's view, given dense to the kiln subgraph reading it")
     start = sizes.size(n.args[2]) if len(n.args) > 2 and n.args[2] is not None else 0
     end = sizes.size(n.args[3]) if len(n.args) > 3 and n.args[3] is not None else size[dim]
     step = sizes.size(n.args[4]) if len(n.args) > 4 else 1
@@ -364,6 +389,9 @@ def _slice(c, n):
 def _select(c, n):
     size = shape_of(n.args[0])
     dim = n.args[1] % len(size)
+    if _from_the_end_of_a_symbolic_axis(n.args[0], n.meta.get("val"), dim, n.args[2]):
+        raise Unsupported(f"a select counted from the end of a symbolic size ({n.args[0].meta['val'].shape[dim]}): "
+                          "PyTorch's view, given dense to the kiln subgraph reading it")
     index = sizes.size(n.args[2]) % size[dim]
     s = view(c, "slice", c.arg(n.args[0]), axis=dim, start=index, end=index + 1)
     return view(c, "reshape", s, shape=shape_of(n)) if shape_of(n) else view(c, "reshape", s, shape=[])
@@ -1048,6 +1076,14 @@ class KilnSubgraph(torch.nn.Module):
         # Placeholders holding constants (_fold_constants): no kiln inputs, their values converted.
         self.known = {i: n.meta[_KNOWN] for i, n in enumerate(self.placeholders) if _KNOWN in n.meta}
         self.host_values = [i for i, v in enumerate(traced) if _host_value(v, on_device) and i not in self.known]
+        # Tensors whose strides are symbolic and not dense (a view at a position counted from the end,
+        # the prefill's last position x[:, -1:] of [B, S, H]: strides S*H, H, 1): kiln's dims spell
+        # shapes, not strides, so PyTorch copies such an input dense before each call (here B*H
+        # elements) and the graph is compiled once.
+        with sizes.bound(self.hints):
+            self.made_dense = [i for i, v in enumerate(traced) if isinstance(v, torch.Tensor) and i not in self.known
+                               and sizes.is_symbolic(list(v.stride()))
+                               and not sizes.contiguous(sizes.sizes(v.shape), sizes.sizes(v.stride()))]
         self._values_seen: set = set()
         self._one_compile: Dict[Tuple, Any] = {}  # the symbolic graph's entry, by host values
         self.per_size = None  # why this partition is compiled per size (symbolic sizes only)
@@ -1109,6 +1145,8 @@ class KilnSubgraph(torch.nn.Module):
             # A negative or conjugate view: its storage holds the values without the sign (the
             # conjugation), and kiln reads the storage. Such an argument is given as a tensor of its own.
             args = tuple(t.resolve_neg().resolve_conj() if isinstance(t, torch.Tensor) else t for t in args)
+        if self.made_dense:  # (views of symbolic strides: copied dense, see __init__)
+            args = tuple(t.contiguous() if i in self.made_dense else t for i, t in enumerate(args))
         # One look at every argument's layout, compared with the last call's in one step: a
         # model's forward passes the same layouts every time (dynamo's guards see to its inputs).
         # (A size argument of a dynamic-shape partition is its value.)
@@ -1226,7 +1264,8 @@ class KilnSubgraph(torch.nn.Module):
         try:
             graph = None
             for graph in self._symbolic_graphs(dict(zip(self.host_values, values))):
-                why = per_size_reason(graph._native)
+                # (a graph with no symbols left, the symbolic strides made dense, serves every size as it is)
+                why = per_size_reason(graph._native) if graph.dims else ""
                 if not why:
                     break
                 if not sizes.range_limited(why):
@@ -1257,7 +1296,8 @@ class KilnSubgraph(torch.nn.Module):
             probe = sizes.Probe(self.symbols, offset)
             with sizes.bound(probe.binding):
                 inputs = [host_values[i] if i in host_values else
-                          (sizes.sizes(v.shape), sizes.sizes(v.stride()), v.dtype)
+                          (sizes.sizes(v.shape), _contiguous(tuple(sizes.sizes(v.shape))) if i in self.made_dense
+                           else sizes.sizes(v.stride()), v.dtype)
                           if isinstance(v, torch.Tensor) and sizes.numel(v) > 0 and i not in self.known else None
                           for i, v in enumerate(n.meta.get("val") for n in self.placeholders)]
                 _graph, seen, doc = self._graph_for(inputs)

@@ -359,3 +359,44 @@ def test_conv_rows_past_2_31_at_the_largest_sizes_are_met_by_a_narrower_range(la
         assert why == ""
     else:
         assert "conv rows reach 3288334336 (2^31 or more) at the largest sizes" in why and sizes.range_limited(why), why
+
+
+@pytest.mark.parametrize("last", [lambda h: h[:, -1:], lambda h: h[:, -1], lambda h: h[:, -2:]],
+                         ids=["slice from S - 1", "select S - 1", "slice from S - 2"])
+def test_a_position_counted_from_the_end_of_a_symbolic_axis_is_pytorchs_view(last):
+    """x[:, -1:] of [B, S, H] starts at S - 1, a sum kiln's dim expressions do not spell: PyTorch
+    takes the view (no copy) and the subgraph reading it, given the view copied dense when its
+    strides are symbolic, is compiled once for every S (a prefill's LM head). Values equal eager's."""
+    torch.manual_seed(0)
+    w = torch.randn(16, 8)
+
+    def fn(x):
+        return last(torch.relu(x * 2)) @ w
+    with reporting() as report:
+        c = torch.compile(fn, backend="kiln")
+        for s in (5, 9, 13, 6):
+            x = torch.randn(2, s, 16)
+            torch._dynamo.mark_dynamic(x, 1)
+            torch.testing.assert_close(c(x), fn(x), rtol=1e-4, atol=1e-4)
+    assert all(e["sizes"] == "every size: one compile" for e in report.subgraphs), report
+    assert len(report.subgraphs) == 2, report
+    assert any("counted from the end of a symbolic size" in e["reason"] for e in report.left_to_pytorch), report
+
+
+def test_a_slice_to_a_position_counted_from_the_end_is_compiled_per_size():
+    """x[:, :-1] of [B, S, H] has S - 1 rows, a sum: kiln compiles the subgraph taking it per size,
+    and says why; values equal eager's at each size."""
+    torch.manual_seed(0)
+    w = torch.randn(16, 8)
+
+    def fn(x):
+        return torch.relu(x * 2)[:, :-1] @ w
+    with reporting() as report:
+        c = torch.compile(fn, backend="kiln")
+        for s in (5, 9, 13):
+            x = torch.randn(2, s, 16)
+            torch._dynamo.mark_dynamic(x, 1)
+            torch.testing.assert_close(c(x), fn(x), rtol=1e-4, atol=1e-4)
+    # (the subgraph reading the S - 1 rows finds S from them: before, "no value for s27", an internal error)
+    assert report.subgraphs and all(e["sizes"].startswith("per size") for e in report.subgraphs), report
+    assert any("a sum or difference of dimensions" in e["sizes"] for e in report.subgraphs), report

@@ -20,7 +20,7 @@ import zoo_models  # noqa: E402
 def test_a_static_cache_generate_gives_eagers_tokens_and_compiles_the_decode_step_once():
     model, _ = zoo_models.instantiate(zoo_models.BY_NAME["llama"], tiny=True, device="cpu", dtype=torch.float32)
     g = torch.Generator().manual_seed(0)
-    prompts = [torch.randint(0, model.config.vocab_size, (2, s), generator=g) for s in (11, 7)]
+    prompts = [torch.randint(0, model.config.vocab_size, (2, s), generator=g) for s in (11, 7, 9)]
     with torch.no_grad():
         want = [bench_generate.generate(model, p, 4) for p in prompts]
     eager_forward = model.forward
@@ -39,9 +39,18 @@ def test_a_static_cache_generate_gives_eagers_tokens_and_compiles_the_decode_ste
             # a new prompt length recompiles the prefill only (dynamo's second size: symbolic)
             assert torch.equal(bench_generate.generate(model, prompts[1], 4), want[1])
             assert any(e.get("sizes", "").startswith("every size") for e in report.subgraphs[compiles:]), report
+            # a third length compiles the CPU attention alone (its exact two-pass kernel spells S): the
+            # LM head reads the last position, x[:, -1:], a view PyTorch takes (a slice from S - 1)
+            # and copies dense, so its subgraph has no symbol left and serves every length
+            compiles = len(report.subgraphs)
+            assert torch.equal(bench_generate.generate(model, prompts[2], 4), want[2])
+            again = report.subgraphs[compiles:]
+            assert again and all("two-pass" in e.get("sizes", "") for e in again), report
     finally:
         kiln.torch._REPORTS.report = None
         model.forward = eager_forward
         torch._dynamo.reset()
     # the cache update into the static cache (index_copy_) stays PyTorch's, and says so
     assert any(e["op"] == "aten.index_copy.default" for e in report.left_to_pytorch)
+    assert any(e["op"] == "aten.slice.Tensor" and "counted from the end of a symbolic size" in e["reason"]
+               for e in report.left_to_pytorch), report
