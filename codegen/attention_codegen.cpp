@@ -252,7 +252,7 @@ void AttentionGenerator::flash_attention(const ir::Op& op) {
   // A block per query tile of each batch and head (a symbolic B or S: a grid rule).
   if (((largest(sq) + bq - 1) / bq) * largest(batches) * heads >= (int64_t{1} << 31)) {
     if (sizes_.symbolic(sq) || sizes_.symbolic(batches))
-      throw NotSymbolic(fmt::format("{}: 2^31 query tiles or more at the largest sizes", g_.describe(k_.anchor)));
+      throw RangeLimit(fmt::format("{}: 2^31 query tiles or more at the largest sizes", g_.describe(k_.anchor)));
     KILN_USER_CHECK(false, "{}: {} query tiles exceed this attention kernel's grid limit of 2^31 - 1", g_.describe(k_.anchor),
                     q_tiles * batches * heads);
   }
@@ -441,7 +441,7 @@ void AttentionGenerator::flash_attention_wgmma(const ir::Op& op, const HopperAtt
   // (A symbolic B or S: the tiles as the kernel computes them, and a grid rule.)
   const bool symbolic = sizes_.symbolic(a.sq) || sizes_.symbolic(a.batches);
   if (((largest(a.sq) + 127) / 128) * largest(a.batches) * a.heads >= (int64_t{1} << 31))
-    throw NotSymbolic(fmt::format("{}: 2^31 query tiles or more at the largest sizes", g_.describe(k_.anchor)));
+    throw RangeLimit(fmt::format("{}: 2^31 query tiles or more at the largest sizes", g_.describe(k_.anchor)));
   const std::string tiles_text = symbolic ? fmt::format("({} * {})", ceil_text(sizes_, a.sq, 128, "LL"), sizes_(a.batches * a.heads))
                                           : fmt::format("{}LL", tiles);
   // A persistent grid (without a causal mask): each block loops over query

@@ -438,9 +438,12 @@ void GemmGenerator::gemm_tensor_core(const ir::Op& anchor, const Gemm& gm, Mma k
   const Tuning choice = choose_tuning(tensor_core_tuning_space(gm, t, k_tiles));
   const int splits = std::max(choice.splits, 1);
   const bool symbolic_m = sizes_.symbolic(gm.m);  // (tiles_m counted by the kernel, and a grid rule)
-  if (symbolic_m && (sizes_.symbolic(gm.batches) || ((largest(gm.m) + t.bm - 1) / t.bm) * tiles_n >= (int64_t{1} << 31)))
-    throw NotSymbolic(fmt::format("{}: the mma.sync kernel's tiles of a symbolic M (symbolic batches, or 2^31 tiles)",
+  if (symbolic_m && sizes_.symbolic(gm.batches))
+    throw NotSymbolic(fmt::format("{}: the mma.sync kernel's tiles of a symbolic M over symbolic batches",
                                   g_.describe(k_.anchor)));
+  if (symbolic_m && ((largest(gm.m) + t.bm - 1) / t.bm) * tiles_n >= (int64_t{1} << 31))
+    throw RangeLimit(fmt::format("{}: the mma.sync kernel's tiles of a symbolic M reach 2^31 at the largest sizes",
+                                 g_.describe(k_.anchor)));
   KILN_USER_CHECK(symbolic_m || (tiles_m * tiles_n < (int64_t{1} << 31) && gm.batches <= 65535),
                   "{}: {} x {} tiles in {} batches exceed this matmul kernel's grid limits", g_.describe(k_.anchor), tiles_m,
                   tiles_n, gm.batches);

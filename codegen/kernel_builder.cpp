@@ -423,7 +423,7 @@ void KernelBuilder::grid_over(int64_t work, int64_t per_item, int64_t per_block,
 void KernelBuilder::exact_grid(int64_t blocks, const std::string& too_many) {
   out_.grid[0] = static_cast<uint32_t>(blocks);
   if (!sizes_.symbolic(blocks)) return;
-  if (!sizes_.known_below(blocks, kMaxGridBlocks + 1)) throw NotSymbolic(too_many + " at the largest sizes");
+  if (!sizes_.known_below(blocks, kMaxGridBlocks + 1)) throw RangeLimit(too_many + " at the largest sizes");
   grid_over(blocks, 1, 1);
 }
 

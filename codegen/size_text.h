@@ -30,9 +30,16 @@ namespace kiln::codegen {
 // Thrown where a kernel of a symbolic graph needs what this slice of
 // symbolic codegen does not do yet (a kernel kind, a size that is not a
 // product); the pipeline then compiles the graph per size and says why.
+// `range_limit`: a limit met at the range's largest sizes alone (2^31 tiles,
+// 2^20 blocks, 32-bit rows), which a narrower range avoids; the backend
+// then declares one (python/kiln/torch.py, _compile_once).
 struct NotSymbolic : std::runtime_error {
-  using std::runtime_error::runtime_error;
+  explicit NotSymbolic(const std::string& what, bool range_limit = false)
+      : std::runtime_error(what), range_limit(range_limit) {}
+  bool range_limit;
 };
+// A NotSymbolic a narrower range avoids.
+inline NotSymbolic RangeLimit(const std::string& what) { return NotSymbolic(what, true); }
 
 class SizeText {
  public:

@@ -289,7 +289,8 @@ auto GemmGenerator::wgmma_operands(const ir::Op& anchor, const Gemm& gm, Mma kin
   // limit of the range (NotSymbolic): the backend declares a narrower one, a graph file is told to.
   if (anchor.kind == OpKind::Conv2d && gm.conv && sizes_.symbolic(gm.m) && gm.m < (int64_t{1} << 31) &&
       largest(gm.m) >= (int64_t{1} << 31) && conv_weight_operand(anchor, kind))
-    throw NotSymbolic(fmt::format("{}: the Hopper kernel's conv rows reach {} (2^31 or more) at the largest sizes; a smaller max keeps it",
+    throw RangeLimit(fmt::format("{}: the Hopper kernel's conv rows reach {} (2^31 or more) at the largest sizes; "
+                                  "a smaller max keeps it",
                                   g_.describe(k_.anchor), largest(gm.m)));
   if (anchor.kind == OpKind::Conv2d && gm.conv && largest(gm.m) < (int64_t{1} << 31)) {
     std::optional<TmaOperand> b = conv_weight_operand(anchor, kind);
@@ -539,10 +540,13 @@ void GemmGenerator::gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind, c
   s.units_m = (tiles_m + s.cluster - 1) / s.cluster, s.units = s.units_m * s.tiles_n * gm.batches;
   s.k_tiles = k_slices(gm, s.bk);
   if (sizes_.symbolic(gm.m)) {  // units_m = ceil(M / (bm * cluster)), computed by the kernel; batches and N are integers
-    if (sizes_.symbolic(gm.batches) || ((largest(gm.m) + s.bm * s.cluster - 1) / (s.bm * s.cluster)) * s.tiles_n *
-                                               gm.batches * s.cluster >= (int64_t{1} << 31))
-      throw NotSymbolic(fmt::format("{}: the Hopper kernel's tiles of a symbolic M (symbolic batches, or 2^31 tiles)",
+    if (sizes_.symbolic(gm.batches))
+      throw NotSymbolic(fmt::format("{}: the Hopper kernel's tiles of a symbolic M over symbolic batches",
                                     g_.describe(k_.anchor)));
+    if (((largest(gm.m) + s.bm * s.cluster - 1) / (s.bm * s.cluster)) * s.tiles_n * gm.batches * s.cluster >=
+        (int64_t{1} << 31))
+      throw RangeLimit(fmt::format("{}: the Hopper kernel's tiles of a symbolic M reach 2^31 at the largest sizes",
+                                   g_.describe(k_.anchor)));
     s.units_m_text = fmt::format("(int)(({} + {}LL) / {}LL)", sizes_(gm.m), s.bm * s.cluster - 1, s.bm * s.cluster);
   }
   KILN_INTERNAL_CHECK(!s.units_m_text.empty() || s.units * s.cluster < (int64_t{1} << 31));

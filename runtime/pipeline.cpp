@@ -206,7 +206,7 @@ Planned run_at_probe(const Graph& graph, const Target& target, int64_t first_pri
     out.probe_graph = std::make_shared<const Graph>(
         Graph::Internal::make(std::make_shared<const ir::Graph>(ir::probe_graph(ir_of(graph), *out.probe))));
   } catch (const std::exception& e) {  // e.g. an element count past 2^62 at the probe
-    throw codegen::NotSymbolic(fmt::format("the graph at its probe sizes: {}", e.what()));
+    throw codegen::RangeLimit(fmt::format("the graph at its probe sizes: {}", e.what()));
   }
   const ir::Graph& g = ir_of(*out.probe_graph);
   const int sm = codegen::sm_of(target.arch);
@@ -218,7 +218,7 @@ Planned run_at_probe(const Graph& graph, const Target& target, int64_t first_pri
   } catch (const detail::UserError& e) {
     // A limit of a kernel at the probe's sizes (which lie past every max: "131101 batches exceed
     // this matmul kernel's grid limit"): compiled per size, where a size that breaks it says so.
-    throw codegen::NotSymbolic(fmt::format("at the probe sizes: {}", e.what()));
+    throw codegen::RangeLimit(fmt::format("at the probe sizes: {}", e.what()));
   }
   return out;
 }
@@ -283,35 +283,42 @@ std::string first_difference(const Planned& a, const Planned& b) {
   return "";
 }
 
-// A symbolic graph: the pipeline at two probes, compared; `why` says why
-// one compile does not serve every size (then the result is empty).
-Planned run_symbolic_pipeline(const Graph& graph, const Target& target, std::string& why) {
+// A symbolic graph: the pipeline at two probes, compared; `per_size` says
+// why one compile does not serve every size (then the result is empty).
+Planned run_symbolic_pipeline(const Graph& graph, const Target& target, PerSize& per_size) {
   try {
     check_symbolic_ops(ir_of(graph));
     Planned first = run_at_probe(graph, target, int64_t{1} << 17);
     const Planned second = run_at_probe(graph, target, int64_t{1} << 18);
-    why = first_difference(first, second);
-    return why.empty() ? std::move(first) : Planned{};
+    per_size = {first_difference(first, second), false};
+    return per_size.why.empty() ? std::move(first) : Planned{};
   } catch (const codegen::NotSymbolic& e) {
-    why = e.what();
+    per_size = {e.what(), e.range_limit};
     return {};
   }
 }
 
 }  // namespace
 
-Expected<std::string> per_size_reason(const Graph& graph, const Target& target) {
-  if (!graph.is_symbolic()) return std::string("the graph has no symbolic dimensions");
-  std::string why;
-  Expected<Planned> p = detail::catch_errors([&] { return run_symbolic_pipeline(graph, target, why); });
+Expected<PerSize> per_size(const Graph& graph, const Target& target) {
+  if (!graph.is_symbolic()) return PerSize{"the graph has no symbolic dimensions", false};
+  PerSize out;
+  Expected<Planned> p = detail::catch_errors([&] { return run_symbolic_pipeline(graph, target, out); });
   if (!p) return p.error();
-  return why;
+  return out;
+}
+
+Expected<std::string> per_size_reason(const Graph& graph, const Target& target) {
+  Expected<PerSize> p = per_size(graph, target);
+  if (!p) return p.error();
+  return p->why;
 }
 
 Expected<Planned> run_pipeline(const Graph& graph, const Target& target, Stage until) {
   if (graph.is_symbolic()) {
-    std::string why;
-    Expected<Planned> p = detail::catch_errors([&] { return run_symbolic_pipeline(graph, target, why); });
+    PerSize per_size;
+    Expected<Planned> p = detail::catch_errors([&] { return run_symbolic_pipeline(graph, target, per_size); });
+    const std::string& why = per_size.why;
     if (p && !why.empty())
       return Error{ErrorCode::InvalidInput,
                    fmt::format("graph {}: one compile for every size does not cover it yet: {}; bind its sizes first "

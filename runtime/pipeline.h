@@ -96,6 +96,14 @@ Expected<Planned> run_pipeline(const Graph& graph, const Target& target, Stage u
 // else why it is compiled per size; an Error for what fails otherwise.
 Expected<std::string> per_size_reason(const Graph& graph, const Target& target);
 
+// The same, and whether it is a limit met at the range's largest sizes alone
+// (codegen::NotSymbolic::range_limit), which a narrower range may avoid.
+struct PerSize {
+  std::string why;
+  bool range_limit = false;
+};
+Expected<PerSize> per_size(const Graph& graph, const Target& target);
+
 // Compiles `graph` with `tuning` instead of the choices recorded in the
 // cache (nullptr: the recorded ones; an empty map: the heuristic's).
 Expected<std::unique_ptr<Executable::Impl>> compile_program(const Graph& graph, const CompileOptions& options,

@@ -59,7 +59,8 @@ int print_symbolic_plan(const Graph& graph, const PlanArgs& args, const CommonOp
     return 0;
   }
   // With --arch: each kernel's tactic, as for a graph of integer sizes.
-  const ir::PlanTactics tactics = args.arch.empty() ? ir::PlanTactics{} : codegen::plan_tactics(planned->program, target->arch);
+  const ir::PlanTactics tactics =
+      args.arch.empty() ? ir::PlanTactics{} : codegen::plan_tactics(planned->program, target->arch);
   fmt::print("{}", symbolic_plan_text(g, planned->plan, probe, tactics));
   std::vector<std::string> ranges;
   for (const ir::DimSymbol& s : probe.table().symbols) ranges.push_back(s.range_text());

@@ -269,13 +269,6 @@ def _finite(bound: Any, otherwise: int) -> int:
     return value if abs(value) < 2**62 else otherwise
 
 
-def range_limited(why: str) -> bool:
-    """Whether kiln's reason for compiling per size is a limit met at the range's largest sizes
-    (2^31 tiles, a grid's limit at the probe's sizes, 2^20 blocks of a kernel launched by a grid
-    rule), which a narrower range may meet."""
-    return "2^31" in why or "at the probe sizes" in why or "at the largest sizes" in why
-
-
 def dims_table(env, symbols: Sequence[sympy.Symbol], cap: int) -> Dict[str, Dict[str, int]]:
     table = {}
     for s in symbols:

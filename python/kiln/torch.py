@@ -1265,10 +1265,10 @@ class KilnSubgraph(torch.nn.Module):
             graph = None
             for graph in self._symbolic_graphs(dict(zip(self.host_values, values))):
                 # (a graph with no symbols left, the symbolic strides made dense, serves every size as it is)
-                why = per_size_reason(graph._native) if graph.dims else ""
+                why, range_limit = per_size_reason(graph._native) if graph.dims else ("", False)
                 if not why:
                     break
-                if not sizes.range_limited(why):
+                if not range_limit:  # (a limit at the largest sizes alone: the next, narrower range)
                     raise sizes.NotAProduct(why)
             if why:
                 raise sizes.NotAProduct(why)
@@ -1892,8 +1892,8 @@ def _compiled_in_constants_hidden(compiled: Callable):
     hidden = {}
     if isinstance(compiled, torch.fx.GraphModule):
         def read_by_kiln_alone(n: torch.fx.Node) -> bool:
-            return bool(n.users) and all(u.op == "call_module" and isinstance(getattr(compiled, u.target, None), KilnSubgraph)
-                                         for u in n.users)
+            return bool(n.users) and all(
+                u.op == "call_module" and isinstance(getattr(compiled, u.target, None), KilnSubgraph) for u in n.users)
         hidden = {n: n.meta.pop("val") for n in compiled.graph.nodes
                   if _KNOWN in n.meta and "val" in n.meta and read_by_kiln_alone(n)}
     try:

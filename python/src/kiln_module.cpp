@@ -10,6 +10,7 @@
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/string_view.h>
 #include <nanobind/stl/tuple.h>
@@ -294,18 +295,19 @@ std::string plan_json(const Graph& graph, const std::string& arch, bool fuse, bo
   return ir::plan_to_json(ir_of(graph), p.plan, tactics ? codegen::plan_tactics(p.program, arch) : ir::PlanTactics{});
 }
 
-// For a symbolic graph: "" when one compile serves every size in its range
-// (runtime::per_size_reason), else why it is compiled per size.
-std::string per_size_reason(const Graph& graph, const std::string& arch, bool fuse) {
+// For a symbolic graph: ("" when one compile serves every size in its range
+// (runtime::per_size), else why it is compiled per size; whether that is a
+// limit met at the range's largest sizes alone, which a narrower range avoids).
+std::pair<std::string, bool> per_size_reason(const Graph& graph, const std::string& arch, bool fuse) {
   const codegen::ProgramTuning no_tuning;
-  std::optional<Expected<std::string>> why;
+  std::optional<Expected<runtime::PerSize>> why;
   {
     nb::gil_scoped_release release;
     Expected<runtime::Target> target = runtime::compile_target(graph, {.arch = arch, .fuse = fuse}, &no_tuning);
-    why.emplace(target ? runtime::per_size_reason(graph, *target) : Expected<std::string>(target.error()));
+    why.emplace(target ? runtime::per_size(graph, *target) : Expected<runtime::PerSize>(target.error()));
   }
   if (!why->ok()) raise_compile_error(why->error());
-  return why->value();
+  return {why->value().why, why->value().range_limit};
 }
 
 PyExecutable compile(const Graph& graph, std::optional<std::string> arch, bool fuse, bool autotune,
