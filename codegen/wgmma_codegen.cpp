@@ -286,12 +286,12 @@ auto GemmGenerator::wgmma_operands(const ir::Op& anchor, const Gemm& gm, Mma kin
   // A symbolic conv whose rows fit 32 bits at the probe but not at its range's largest sizes: the
   // range, not the conv, keeps it off this kernel, and mma.sync over the whole range is slow (H200,
   // ResNet-50 through the backend: 2.73 ms at B32 against 1.77 for the graph compiled for B32). A
-  // limit of the range (NotSymbolic): the backend declares a narrower one, a graph file is told to.
+  // limit of the range (RangeLimit): the backend declares a narrower one, a graph file is told to.
   if (anchor.kind == OpKind::Conv2d && gm.conv && sizes_.symbolic(gm.m) && gm.m < (int64_t{1} << 31) &&
       largest(gm.m) >= (int64_t{1} << 31) && conv_weight_operand(anchor, kind))
     throw RangeLimit(fmt::format("{}: the Hopper kernel's conv rows reach {} (2^31 or more) at the largest sizes; "
-                                  "a smaller max keeps it",
-                                  g_.describe(k_.anchor), largest(gm.m)));
+                                 "a smaller max keeps it",
+                                 g_.describe(k_.anchor), largest(gm.m)));
   if (anchor.kind == OpKind::Conv2d && gm.conv && largest(gm.m) < (int64_t{1} << 31)) {
     std::optional<TmaOperand> b = conv_weight_operand(anchor, kind);
     if (!b) return refuse("the weights are not [K, R, S, C] rows a tensor map loads");
