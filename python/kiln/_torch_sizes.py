@@ -140,7 +140,7 @@ def call_binding(placeholders: Sequence[torch.fx.Node], args: Sequence[Any]) -> 
         if isinstance(v, torch.Tensor) and isinstance(arg, torch.Tensor):
             for traced, actual in zip(v.shape, arg.shape):
                 expr = traced.node.expr if isinstance(traced, torch.SymInt) else None
-                if expr is not None and len(expr.free_symbols) == 1 and not expr.is_Symbol:
+                if expr is not None and not expr.is_Symbol and len(expr.free_symbols) == 1:
                     (symbol,) = expr.free_symbols
                     slope, offset = expr.diff(symbol), expr.subs(symbol, 0)
                     if (symbol not in binding and slope.is_Integer and slope != 0 and offset.is_Integer

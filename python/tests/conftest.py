@@ -1,5 +1,6 @@
 """Shared fixtures: the repository's example graphs, a private kernel cache,
 the `kiln` tool installed with the package."""
+import contextlib
 import os
 import pathlib
 
@@ -41,3 +42,19 @@ def pytest_collection_modifyitems(config, items):
 
 def example_id(path):
     return f"{path.parent.name}/{path.stem}"
+
+
+@contextlib.contextmanager
+def reporting():
+    """Every kiln compile of the block through the PyTorch backend (the first call's and those of
+    later sizes) in one kiln.torch.Report, dynamo's caches reset before and after."""
+    import torch
+    import kiln.torch
+    torch._dynamo.reset()
+    report = kiln.torch.Report()
+    kiln.torch._REPORTS.report = report
+    try:
+        yield report
+    finally:
+        kiln.torch._REPORTS.report = None
+        torch._dynamo.reset()

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import kiln
-from conftest import EXAMPLES, example_id
+from conftest import EXAMPLES, example_id, reporting
 
 torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
@@ -247,7 +247,7 @@ def test_backend_a_cpu_constant_in_a_cuda_forward_is_a_constant_of_the_kiln_grap
 def test_backend_python_floats_of_a_dynamic_cuda_forward_are_constants():
     """Under dynamic shapes dynamo passes a model's Python floats (an RMS norm's eps) as f64 CPU
     tensors: they meet CUDA tensors as constants of one kiln graph compiled once, keyed by value."""
-    import kiln.torch
+    import kiln.torch  # noqa: F401  (registers the backend)
 
     class RMSNorm(torch.nn.Module):
         def __init__(self):
@@ -259,10 +259,7 @@ def test_backend_python_floats_of_a_dynamic_cuda_forward_are_constants():
             h = x.float()
             return self.weight * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)
     m = RMSNorm().cuda().bfloat16()
-    torch._dynamo.reset()
-    report = kiln.torch.Report()
-    kiln.torch._REPORTS.report = report
-    try:
+    with reporting() as report:
         c = torch.compile(m, backend="kiln", dynamic=True)
         with torch.no_grad():
             for eps in (1e-6, 0.25):
@@ -270,9 +267,6 @@ def test_backend_python_floats_of_a_dynamic_cuda_forward_are_constants():
                 for b, s in ((2, 17), (3, 64), (4, 5)):  # (not 1: dynamo specialises a size of 1)
                     x = torch.randn(b, s, 256, device="cuda", dtype=torch.bfloat16)
                     torch.testing.assert_close(c(x), m(x), rtol=2e-2, atol=2e-2)
-    finally:
-        kiln.torch._REPORTS.report = None
-        torch._dynamo.reset()
     assert [e["sizes"] for e in report.subgraphs] == ["every size: one compile"] * 2, str(report)
     assert not report.left_to_pytorch, str(report)
 
@@ -364,7 +358,7 @@ def test_backend_reduce_overhead_replays_cuda_graphs():
     """mode="reduce-overhead": kiln's launches and the PyTorch ops between them replayed from CUDA
     graphs; equal to eager over several calls, a new input address and a new size. The parameters
     are static inputs: a replay copies x alone into the graph's buffers, not the weights."""
-    import kiln.torch
+    import kiln.torch  # noqa: F401  (registers the backend)
 
     class Block(torch.nn.Module):
         def __init__(self):
@@ -377,10 +371,7 @@ def test_backend_reduce_overhead_replays_cuda_graphs():
             return x + torch.cumsum(h, -1) * 0.01  # (cumsum stays in PyTorch: both sides in one graph)
 
     m = Block().cuda().eval()
-    report = kiln.torch.Report()
-    kiln.torch._REPORTS.report = report
-    try:
-        torch._dynamo.reset()
+    with reporting() as report:
         c = torch.compile(m, backend="kiln", mode="reduce-overhead", dynamic=False)
         with torch.no_grad():
             for rows in (32, 32, 32, 48, 32):
@@ -390,8 +381,6 @@ def test_backend_reduce_overhead_replays_cuda_graphs():
         with torch.no_grad(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
             c(x)
             torch.cuda.synchronize()
-    finally:
-        kiln.torch._REPORTS.report = None
     assert report.subgraphs and any("replayed from CUDA graphs" in w for w in report.cuda_graphs), str(report)
     assert any("6 of 7 inputs static" in w for w in report.cuda_graphs), str(report)  # the 6 parameters; x copied
     copies = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA and "Memcpy" in e.name]
@@ -402,16 +391,13 @@ def test_backend_reduce_overhead_replays_a_forward_with_cpu_constants():
     """Swin's shifted-window mask is built in the forward from numbers (`mask[a:b] = count`): CPU
     tensors in the traced graph, which PyTorch's CUDA-graph check refuses. kiln compiles them into
     its graph, so the forward is still replayed, and equals eager's at every call."""
-    import kiln.torch
+    import kiln.torch  # noqa: F401  (registers the backend)
     from test_torch_slices_and_constants import swin_mask
 
     def fn(attn, x):
         return torch.softmax(torch.roll(attn, (2, -2), (2, 3)) + swin_mask(x).unsqueeze(1), -1)
 
-    report = kiln.torch.Report()
-    kiln.torch._REPORTS.report = report
-    try:
-        torch._dynamo.reset()
+    with reporting() as report:
         c = torch.compile(fn, backend="kiln", mode="reduce-overhead", dynamic=False)
         with torch.no_grad():
             for _ in range(4):
@@ -419,9 +405,6 @@ def test_backend_reduce_overhead_replays_a_forward_with_cpu_constants():
                 torch.compiler.cudagraph_mark_step_begin()
                 got = c(attn, x).clone()
                 assert torch.allclose(got, fn(attn, x), atol=1e-5)
-    finally:
-        kiln.torch._REPORTS.report = None
-        torch._dynamo.reset()
     assert report.subgraphs and any(w.startswith("replayed from CUDA graphs") for w in report.cuda_graphs), str(report)
 
 

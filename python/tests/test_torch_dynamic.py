@@ -4,27 +4,13 @@ size (at most KilnSubgraph.MAX_SIZES) where it does not, PyTorch beyond;
 results equal eager's at every size. CPU tensors: the executables run the
 reference interpreter, the compiles are real NVRTC compiles for the default
 arch."""
-import contextlib
-
 import pytest
 import sympy
 
 torch = pytest.importorskip("torch")
 import kiln.torch  # noqa: E402
 from kiln import _torch_sizes as sizes  # noqa: E402
-
-
-@contextlib.contextmanager
-def reporting():
-    """Every kiln compile of the block (the first call's and those of later sizes) in one report."""
-    torch._dynamo.reset()
-    report = kiln.torch.Report()
-    kiln.torch._REPORTS.report = report
-    try:
-        yield report
-    finally:
-        kiln.torch._REPORTS.report = None
-        torch._dynamo.reset()
+from conftest import reporting  # noqa: E402
 
 
 _LIVE: list = []  # the KilnSubgraph modules the test's compiles made
