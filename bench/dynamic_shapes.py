@@ -14,7 +14,9 @@ image's height and width symbolic too).
 
 Per model and size: the first call's wall time through each side (its
 compiles included), then each side's forward in ms (run_bench.median_ms,
-after warm-up) and kiln dynamic / kiln static. At the bottom of each model:
+after warm-up), its GPU time (the forward captured in a CUDA graph and
+replayed: run_bench.graph_ms; at small sizes the host's time per call
+decides the first), and kiln dynamic / kiln static of each. At the bottom of each model:
 how many kiln graphs each kiln side compiled (explain's report: one entry a
 kiln compile) and how each kiln subgraph of the dynamic side served its sizes
 (one symbolic compile, or per size and why), and dynamo's frame compiles.
@@ -29,7 +31,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import zoo_models  # noqa: E402
-from run_bench import median_ms  # noqa: E402
+from run_bench import graph_ms, median_ms  # noqa: E402
 
 import kiln.torch  # noqa: E402
 
@@ -40,6 +42,17 @@ def first_call_s(fn):
     fn()
     torch.cuda.synchronize()
     return time.perf_counter() - start
+
+
+def gpu_ms(call):
+    """The forward's GPU time: captured once in a CUDA graph and replayed (run_bench.graph_ms),
+    without the host's time per call, which at small sizes is most of what median_ms sees. NaN
+    where the side's forward cannot be captured."""
+    try:
+        return graph_ms(call, runs=20)
+    except Exception:  # noqa: BLE001  (a forward that cannot be captured has no such time)
+        torch.cuda.synchronize()
+        return float("nan")
 
 
 def frame_compiles():
@@ -86,6 +99,7 @@ def run_model(spec, seqs, batch, iters, batches=None):
                 call = lambda: fn(**given)  # noqa: E731
                 row[f"{name} first s"] = first_call_s(call)
                 row[f"{name} ms"] = median_ms(call, warmup=2, runs=iters)
+                row[f"{name} gpu ms"] = gpu_ms(call)
             kiln.torch._REPORTS.report = None
             rows.append(row)
             print(f"  {spec.name} " + (f"B{s}" if batches else f"B{batch} S{s}") + ": " + ", ".join(
@@ -114,13 +128,16 @@ def main(argv=None):
         except Exception as e:  # noqa: BLE001  (one model's failure is its row, not the run's end)
             print(f"FAILED: {type(e).__name__}: {e}", flush=True)
             continue
-        print("\n| " + ("batch" if batches else "seq") + " | kiln dynamic ms | kiln static ms | dynamic / static | Inductor dynamic ms | kiln dyn / Ind dyn "
+        print("\n| " + ("batch" if batches else "seq") + " | kiln dynamic ms | kiln static ms | dynamic / static | Inductor dynamic ms "
+              "| kiln dyn / Ind dyn | GPU ms kiln dyn / kiln static / Ind dyn | GPU dynamic / static "
               "| first call kiln dyn / kiln static / Ind dyn s |")
-        print("|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|---|")
         for r in rows:
             print(f"| {r['size']} | {r['kiln dynamic ms']:.3f} | {r['kiln static ms']:.3f} | "
                   f"{r['kiln dynamic ms'] / r['kiln static ms']:.2f} | {r['inductor dynamic ms']:.3f} | "
-                  f"{r['kiln dynamic ms'] / r['inductor dynamic ms']:.2f} | {r['kiln dynamic first s']:.2f} / "
+                  f"{r['kiln dynamic ms'] / r['inductor dynamic ms']:.2f} | {r['kiln dynamic gpu ms']:.3f} / "
+                  f"{r['kiln static gpu ms']:.3f} / {r['inductor dynamic gpu ms']:.3f} | "
+                  f"{r['kiln dynamic gpu ms'] / r['kiln static gpu ms']:.2f} | {r['kiln dynamic first s']:.2f} / "
                   f"{r['kiln static first s']:.2f} / {r['inductor dynamic first s']:.2f} |")
         for name, report in reports.items():
             served = {}

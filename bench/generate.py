@@ -15,7 +15,12 @@ prompt), whether its tokens equal eager's, and, for the kiln sides, the
 kiln compiles (explain's report: one entry a compile; how each served its
 sizes) and the ops left to PyTorch (the cache update, `index_copy_` into
 the cache, among them). bf16, eval, random weights (bench/zoo_models.py,
-the zoo's configs); --device cpu runs the tiny configs in f32 (a check of
+the zoo's configs). Where a side's tokens differ, the rows that differ and
+eager's top-2 logit margin at each first difference (a near tie flips under
+bf16 rounding; a wide margin is a wrong answer). The reduce-overhead sides
+begin a CUDA-graph step at each forward (torch.compiler.
+cudagraph_mark_step_begin, as PyTorch asks of a loop that keeps a forward's
+outputs). --device cpu runs the tiny configs in f32 (a check of
 the loop, not a timing).
 """
 import argparse
@@ -67,6 +72,40 @@ def run_side(model, forward, prompts, new_tokens, device, want):
     return first_s, tokens / seconds, same, outputs
 
 
+def step_marked(compiled):
+    """A reduce-overhead forward as PyTorch asks it to be called from a loop that keeps its outputs
+    (generate keeps the logits and the cache across steps): a new CUDA-graph step begins at each
+    call (torch.compiler.cudagraph_mark_step_begin), so a replay never overwrites outputs the
+    loop still reads."""
+    def forward(*args, **kwargs):
+        torch.compiler.cudagraph_mark_step_begin()
+        return compiled(*args, **kwargs)
+    return forward
+
+
+def divergences(model, prompts, want, outputs, new_tokens):
+    """Where a side's tokens leave eager's: per prompt and row, the first generated position that
+    differs, and eager's own margin there (its top logit less its second, from eager's scores).
+    Greedy decoding in bf16 flips where eager's top two logits lie within rounding of each other;
+    a flip at a wide margin is a wrong answer. (count, largest margin, the margin's top logit)"""
+    count, widest = 0, (0.0, 0.0)
+    for p, w, o in zip(prompts, want, outputs):
+        differs = (w != o)[:, p.shape[1]:]
+        rows = [r for r in range(differs.shape[0]) if differs[r].any()]
+        if not rows:
+            continue
+        with torch.no_grad():
+            scores = model.generate(p, attention_mask=torch.ones_like(p), max_new_tokens=new_tokens,
+                                    min_new_tokens=new_tokens, do_sample=False, cache_implementation="static",
+                                    output_scores=True, return_dict_in_generate=True).scores
+        for r in rows:
+            step = int(differs[r].nonzero()[0])
+            top = scores[step][r].float().topk(2).values
+            count += 1
+            widest = max(widest, (float(top[0] - top[1]), float(top[0])))
+    return count, widest[0], widest[1]
+
+
 def report_lines(report):
     served = collections.Counter(e.get("sizes", "static (integer sizes)") for e in report.subgraphs)
     lines = [f"{len(report.subgraphs)} kiln compiles: " + "; ".join(f"{n} x {why}" for why, n in served.items())]
@@ -93,8 +132,17 @@ def run_model(spec, batch, prompt_lengths, new_tokens, device):
         report = kiln.torch.Report()
         kiln.torch._REPORTS.report = report if "kiln" in name else None
         try:
-            first_s, tps, same, _ = run_side(model, torch.compile(eager_forward, **how), prompts, new_tokens, device, want)
-            rows[name] = (first_s, tps, same, report_lines(report) if "kiln" in name else [])
+            compiled = torch.compile(eager_forward, **how)
+            if how.get("mode") == "reduce-overhead":
+                compiled = step_marked(compiled)
+            first_s, tps, same, outputs = run_side(model, compiled, prompts, new_tokens, device, want)
+            lines = report_lines(report) if "kiln" in name else []
+            if not same:
+                model.forward = eager_forward
+                count, margin, top = divergences(model, prompts, want, outputs, new_tokens)
+                lines.append(f"tokens leave eager's in {count} of {len(prompts) * batch} rows; eager's widest "
+                             f"top-2 margin at a first difference: {margin:.4f} (its top logit {top:.3f})")
+            rows[name] = (first_s, tps, same, lines)
         except Exception as e:  # noqa: BLE001  (a side's failure is its row)
             rows[name] = (float("nan"), float("nan"), False, [f"FAILED: {type(e).__name__}: {str(e).splitlines()[0][:200]}"])
         finally:

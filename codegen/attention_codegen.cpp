@@ -88,7 +88,7 @@ std::string AttentionGenerator::score_hook(const ir::Op& op, bool causal_in_hook
   em_.begin_block();
   const bool bool_mask = op.inputs.size() > 3 && g_.operand(op, 3).dtype == DType::boolean;
   std::string sc = score_of(op, "dot", mask_values(op, {"bi", "hi", "qi", "kj"}), bool_mask, scale_in_softmax);
-  if (causal_in_hook && op.attrs.causal) sc = fmt::format("(kj > qi + {} ? -kiln::inf() : {})", sizes_(skv - sq), sc);
+  if (causal_in_hook && op.attrs.causal) sc = fmt::format("(kj > qi + {} ? -kiln::inf() : {})", sizes_.difference(skv, sq), sc);
   em_.emit(fmt::format("return {};", sc));
   return out + em_.take() + "};\n";
 }
@@ -207,7 +207,7 @@ static std::string flash_block_coordinates(SizeText& sizes, int64_t sq, int64_t 
 static std::string flash_kv_tiles(SizeText& sizes, const ir::Op& op, int64_t sq, int64_t skv, int bq, int bkv) {
   if (op.attrs.causal)
     return fmt::format("const int kv_tiles = max(0, min({0}, (int)((q0 + {1} + {2} + {3} - 1) / {3})));\n",
-                       ceil_text(sizes, skv, bkv, ""), bq, sizes(skv - sq), bkv);
+                       ceil_text(sizes, skv, bkv, ""), bq, sizes.difference(skv, sq), bkv);
   return fmt::format("const int kv_tiles = {};\n", ceil_text(sizes, skv, bkv, ""));
 }
 
@@ -486,7 +486,7 @@ void AttentionGenerator::flash_attention_wgmma(const ir::Op& op, const HopperAtt
   const bool scale_in_softmax = op.attrs.scale > 0 && !additive_mask;
   body += score_hook(op, false, "const kiln::i64 qi = q0 + row, kj = key;\n", scale_in_softmax);
   body += fmt::format("fa.consume(smem, ring, n, q0, {}, {}, kv_tiles, {}, {}, score);\n", sizes_(a.sq, ""), sizes_(a.skv, ""),
-                      sizes_(a.skv - a.sq, ""),
+                      sizes_.difference(a.skv, a.sq, ""),
                       Emitter::float_literal(scale_in_softmax ? op.attrs.scale : 1.0f));
   body += flash_outputs(op, a.head_dim, a.padded_dim != a.head_dim);
   body += "}\n}\n";
@@ -530,7 +530,7 @@ std::string AttentionGenerator::exact_attention_score(const ExactAttention& a, c
   em_.begin_block();
   const bool bool_mask = last.inputs.size() > 3 && g_.operand(last, 3).dtype == DType::boolean;
   std::string s = score_of(last, "dot", mask_values(last, {bc[0], bc[1], "qi", j}), bool_mask, false);
-  if (last.attrs.causal) s = fmt::format("({} > qi + {}LL ? -kiln::inf() : {})", j, a.skv - a.sq, s);
+  if (last.attrs.causal) s = fmt::format("({} > qi + {} ? -kiln::inf() : {})", j, sizes_.difference(a.skv, a.sq), s);
   const std::string v = em_.fresh("s");
   em_.emit(fmt::format("const float {} = {};", v, s));
   return v;
@@ -542,15 +542,15 @@ std::string AttentionGenerator::exact_attention_score(const ExactAttention& a, c
 std::string AttentionGenerator::exact_attention_pass2(const ExactAttention& a, const Coords& bc) {
   const ir::Op& last = *a.last;
   std::string body = fmt::format("float acc[{}] = {{}};\n", a.per_thread);
-  body += fmt::format("for (kiln::i64 j0 = 0; j0 < {}LL; j0 += 128) {{\n", a.skv);
+  body += fmt::format("for (kiln::i64 j0 = 0; j0 < {}; j0 += 128) {{\n", sizes_(a.skv));
   body += "const kiln::i64 j = j0 + threadIdx.x;\nfloat p = 0.0f;\n";
-  body += fmt::format("if (j < {}LL) {{\n", a.skv);
+  body += fmt::format("if (j < {}) {{\n", sizes_(a.skv));
   em_.begin_block();
   const std::string s = exact_attention_score(a, bc, "j");
   const std::string p = fmt::format("expf({} - row_max) / row_sum", s);
   em_.emit(fmt::format("p = {};", Emitter::round_as(g_.operand(last, 2).value_dtype(), p)));
   body += em_.take() + "}\n__syncthreads();\np_chunk[threadIdx.x] = p;\n__syncthreads();\n";
-  body += fmt::format("for (int jj = 0; jj < 128 && j0 + jj < {}LL; ++jj) {{\n", a.skv);
+  body += fmt::format("for (int jj = 0; jj < 128 && j0 + jj < {}; ++jj) {{\n", sizes_(a.skv));
   body += "const kiln::i64 jk = j0 + jj;\n";
   body += fmt::format("#pragma unroll\nfor (int t = 0; t < {}; ++t) {{\n", a.per_thread);
   body += fmt::format("const kiln::i64 d = threadIdx.x + t * 128;\nif (d >= {}LL) break;\n", a.dv);
@@ -566,13 +566,18 @@ void AttentionGenerator::exact_attention() {
   const ir::Op& last = g_.ops[static_cast<size_t>(k_.anchor)];
   const ExactAttention a = exact_attention_shape();
   decided(fmt::format("exact two-pass attention: a block per query row, {} output columns a thread", a.per_thread));
+  if (sizes_.symbolic(a.dq) || sizes_.symbolic(a.dv))
+    throw NotSymbolic(fmt::format("{}: a symbolic head dimension (the exact kernel holds a query row in shared memory)",
+                                  g_.describe(k_.anchor)));
   const ir::Tensor& result = g_.result(last);
   KILN_USER_CHECK(a.dq <= 1024, "{}: head dimension {} exceeds this attention kernel's limit of 1024", g_.describe(k_.anchor),
                   a.dq);
   std::string body = fmt::format("__shared__ float q_row[{}];\n__shared__ float p_chunk[128];\n__shared__ float kiln_scratch[32];\n",
                                  a.dq);
-  body += fmt::format("for (kiln::i64 line = blockIdx.x; line < {}LL; line += gridDim.x) {{\n", a.batches * a.sq);
-  body += fmt::format("const kiln::i64 batch = line / {}LL, qi = line % {}LL;\n", a.sq, a.sq);
+  body += fmt::format("for (kiln::i64 line = blockIdx.x; line < {}; line += gridDim.x) {{\n", sizes_(a.batches * a.sq));
+  body += sizes_.symbolic(a.sq) ? fmt::format("const kiln::i64 batch = {}, qi = {};\n", sizes_.quotient("line", a.sq),
+                                              sizes_.remainder("line", a.sq))
+                                : fmt::format("const kiln::i64 batch = line / {0}LL, qi = line % {0}LL;\n", a.sq);
   em_.begin_block();
   const Coords bc = em_.delinearize("batch", a.batch_shape);
   body += em_.take();
@@ -584,12 +589,12 @@ void AttentionGenerator::exact_attention() {
   // Pass 1.
   const std::string neg_inf = "(-kiln::inf())";
   body += "float row_max = " + neg_inf + ";\n";
-  body += fmt::format("for (kiln::i64 j = threadIdx.x; j < {}LL; j += blockDim.x) {{\n", a.skv);
+  body += fmt::format("for (kiln::i64 j = threadIdx.x; j < {}; j += blockDim.x) {{\n", sizes_(a.skv));
   em_.begin_block();
   em_.emit(fmt::format("row_max = kiln::MaxOp::combine(row_max, {});", exact_attention_score(a, bc, "j")));
   body += em_.take() + "}\nrow_max = kiln::block_reduce<kiln::MaxOp>(row_max, kiln_scratch);\n";
   body += "float row_sum = 0.0f;\n";
-  body += fmt::format("for (kiln::i64 j = threadIdx.x; j < {}LL; j += blockDim.x) {{\n", a.skv);
+  body += fmt::format("for (kiln::i64 j = threadIdx.x; j < {}; j += blockDim.x) {{\n", sizes_(a.skv));
   em_.begin_block();
   em_.emit(fmt::format("row_sum += expf({} - row_max);", exact_attention_score(a, bc, "j")));
   body += em_.take() + "}\nrow_sum = kiln::block_reduce<kiln::SumOp>(row_sum, kiln_scratch);\n";
@@ -611,7 +616,7 @@ void AttentionGenerator::exact_attention() {
   }
   body += em_.take() + "}\n__syncthreads();\n}\n";
   finish(body, 128);
-  out_.grid = {blocks_for(a.batches * a.sq, 1), 1, 1};
+  grid_over(a.batches * a.sq, 1, 1);
 }
 
 }  // namespace kiln::codegen

@@ -26,6 +26,12 @@ std::string SizeText::operator()(int64_t value, std::string_view suffix) {
   return suffix == "u" ? "(kiln::u32)" + text : text;
 }
 
+std::string SizeText::difference(int64_t a, int64_t b, std::string_view suffix) {
+  if (a == b || (!symbolic(a) && !symbolic(b))) return fmt::format("{}{}", a - b, suffix);
+  const std::string text = fmt::format("({} - {})", (*this)(a), (*this)(b));
+  return suffix == "u" ? "(kiln::u32)" + text : text;
+}
+
 std::string SizeText::divisor_of(const std::string& symbol) {
   const size_t i = probe_->index_of(symbol);
   used_.insert(i);

@@ -185,6 +185,18 @@ class Probe:
 _SIZE_ATTRIBUTES = {"shape", "start", "end"}
 
 
+def _extent_one_strides_implied(shape: Sequence[int], strides: Sequence[int]) -> List[int]:
+    """The strides with each dimension of extent 1 given the stride its inner neighbour implies
+    (that stride times that extent; 1 innermost): an index there is always 0, so its stride is
+    any number, and PyTorch's may be a symbolic one (a batch of one sliced from a static cache,
+    [1, H, S, D] of [1, H, max, D]: its first stride H*max*D) where the other strides are not."""
+    out = list(strides)
+    for d in reversed(range(len(shape))):
+        if shape[d] == 1:
+            out[d] = out[d + 1] * shape[d + 1] if d + 1 < len(shape) else 1
+    return out
+
+
 def generalize(doc: Dict[str, Any], probe: Probe) -> Dict[str, Any]:
     """The JSON document of a graph converted at the probe's sizes, with every size that involves a
     symbol written as its expression; NotAProduct where an integer involves one elsewhere."""
@@ -205,6 +217,7 @@ def generalize(doc: Dict[str, Any], probe: Probe) -> Dict[str, Any]:
     for name, entry in doc["inputs"].items():
         e = dict(entry)
         if "strides" in e:
+            e["strides"] = _extent_one_strides_implied(e["shape"], e["strides"])
             if tuple(e["strides"]) == _contiguous(tuple(e["shape"])):
                 del e["strides"]
             else:

@@ -78,17 +78,39 @@ def test_a_chain_without_anchors_compiles_once_for_every_size():
     assert "sizes served: every size: one compile" in str(report)
 
 
-def test_a_graph_with_anchors_is_compiled_per_size_and_says_why():
+def test_attention_written_out_compiles_once_for_every_size():
+    # (f32: the SIMT matmuls over symbolic rows, the exact attention kernel over symbolic rows and keys)
     torch.manual_seed(0)
     m = Attention()
     with reporting() as report:
         run_sizes(m, torch.compile(m, backend="kiln", dynamic=True))
+    assert len(report.subgraphs) == 1, report
+    assert report.subgraphs[0]["sizes"] == "every size: one compile", report
+    # the size arithmetic between them (s0 * s1) is host integers, not an op left to PyTorch
+    assert not report.left_to_pytorch, report
+
+
+class SequenceMean(torch.nn.Module):
+    """A projection, then the mean over the sequence: a reduction over a symbolic extent."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(32, 32)
+
+    def forward(self, x):
+        return self.proj(x).mean(dim=1)
+
+
+def test_a_graph_one_compile_does_not_cover_is_compiled_per_size_and_says_why():
+    torch.manual_seed(0)
+    m = SequenceMean()
+    with reporting() as report:
+        run_sizes(m, torch.compile(m, backend="kiln", dynamic=True))
     assert len(report.subgraphs) == len(SIZES), report
-    for entry in report.subgraphs:  # (f32 matmuls: the SIMT kernel, which spells its sizes as integers)
-        assert entry["sizes"].startswith("per size: ") and "depends on the sizes" in entry["sizes"], entry["sizes"]
+    for entry in report.subgraphs:
+        assert entry["sizes"].startswith("per size: ") and "a reduction over a symbolic extent" in entry["sizes"], entry
     shapes = sorted(tuple(shape[:2]) for e in report.subgraphs for shape in e["inputs"].values() if len(shape) == 3)
     assert shapes == sorted(SIZES)
-    # the size arithmetic between them (s0 * s1) is host integers, not an op left to PyTorch
     assert not report.left_to_pytorch, report
 
 
@@ -131,7 +153,7 @@ def test_a_bf16_transformer_block_compiles_once_for_every_size():
 
 def test_a_size_seen_again_compiles_nothing():
     torch.manual_seed(0)
-    m = Attention()
+    m = SequenceMean()
     with reporting() as report:
         c = torch.compile(m, backend="kiln", dynamic=True)
         run_sizes(m, c, SIZES + SIZES[:2])
@@ -141,7 +163,7 @@ def test_a_size_seen_again_compiles_nothing():
 def test_sizes_past_the_bound_run_in_pytorch(monkeypatch):
     torch.manual_seed(0)
     monkeypatch.setattr(kiln.torch.KilnSubgraph, "MAX_SIZES", 2)
-    m = Attention()
+    m = SequenceMean()
     with reporting() as report:
         run_sizes(m, torch.compile(m, backend="kiln", dynamic=True))
     assert len(report.subgraphs) == 2
@@ -207,6 +229,16 @@ def test_probe_factors_products_of_symbols_and_nothing_else():
     odd = dict(doc, inputs={"x": {"shape": [p0, 8], "dtype": "f32", "strides": [8 * p0, 1]}})
     with pytest.raises(sizes.NotAProduct, match="strides"):
         sizes.generalize(odd, probe)
+    # A dimension of extent 1 reads index 0 alone: its stride, symbolic in PyTorch's view (a batch
+    # of one sliced from a static cache), is the one its inner neighbour implies.
+    batch_of_one = dict(doc, inputs={"x": {"shape": [1, p0, 8], "dtype": "f32", "strides": [8 * p1, 8, 1]}},
+                        ops=[{"op": "reshape", "in": ["x"], "out": "y", "shape": [p0 * 8]}])
+    assert sizes.generalize(batch_of_one, probe)["inputs"]["x"] == {"shape": [1, "s0", 8], "dtype": "f32"}
+    sliced = dict(batch_of_one, inputs={"x": {"shape": [1, 4, p0], "dtype": "f32", "strides": [4 * p1, p1, 1]}})
+    with pytest.raises(sizes.NotAProduct, match="strides"):  # (the inner strides are symbolic: refused as before)
+        sizes.generalize(sliced, probe)
+    narrow = dict(batch_of_one, inputs={"x": {"shape": [1, 4, 8], "dtype": "f32", "strides": [64 * p1, 16, 1]}})
+    assert sizes.generalize(narrow, probe)["inputs"]["x"]["strides"] == [64, 16, 1]
     pooled = dict(doc, ops=[{"op": "avg_pool2d", "in": ["x"], "out": "y", "kernel": [p0, 1]}])
     with pytest.raises(sizes.NotAProduct, match="kernel"):
         sizes.generalize(pooled, probe)

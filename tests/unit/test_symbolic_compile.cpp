@@ -387,6 +387,31 @@ TEST(SymbolicCompile, HopperAttentionOverSymbolicBatchAndSequence) {
   }
 }
 
+// A static KV cache's prefill (bench/generate.py): S query rows against the
+// cache's 288 keys (an integer) with an additive mask, causal or not. The
+// kernels spell the causal offset 288 - S as a difference of their size
+// parameters (a sum is no product of sizes); the Hopper kernel (bf16, sm_90)
+// and the exact two-pass kernel (f32) serve every S from one compile.
+TEST(SymbolicCompile, AttentionOverAStaticCacheServesEveryPromptLength) {
+  for (const char* dtype : {"bf16", "f32"})
+    for (const char* causal : {"false", "true"}) {
+      const Graph g = must_parse(fmt::format(R"({{"kiln": 1, "dims": {{"S": {{"min": 1, "max": 288}}}},
+        "inputs": {{"q": {{"shape": [2, 8, "S", 64], "dtype": "{0}"}}, "k": {{"shape": [2, 8, 288, 64], "dtype": "{0}"}},
+                   "v": {{"shape": [2, 8, 288, 64], "dtype": "{0}"}}, "mask": {{"shape": [2, 1, "S", 288], "dtype": "{0}"}}}},
+        "ops": [{{"op": "sdpa", "in": ["q", "k", "v", "mask"], "out": "a", "causal": {1}}}], "outputs": ["a"]}})",
+                                             dtype, causal));
+      Expected<std::string> why = runtime::per_size_reason(g, runtime::Target{.arch = "sm_90"});
+      ASSERT_TRUE(why.ok());
+      EXPECT_EQ(*why, "") << dtype << " causal " << causal;
+      const runtime::Planned symbolic = must_plan(g);
+      ASSERT_EQ(symbolic.program.kernels.size(), 1u);
+      const codegen::GeneratedKernel& k = symbolic.program.kernels[0];
+      EXPECT_EQ(k.tactics.chosen, std::string(dtype) == "bf16" ? "flash wgmma" : "exact two-pass") << dtype;
+      expect_no_probe_sizes(k, *symbolic.probe);
+      if (std::string(causal) == "true") EXPECT_NE(k.canonical.find("(288LL - kiln_size0)"), std::string::npos) << k.source;
+    }
+}
+
 TEST(SymbolicCompile, NvrtcCompilesTheSymbolicKernelsOnceForEverySize) {
   const Graph g = must_parse(residual_norm("\"B\"", "\"S\"", true));
   const std::string dir = testing::fresh_cache("symbolic-compile").string();
