@@ -198,6 +198,14 @@ Tensor GraphBuilder::op(std::string_view op, std::vector<Operand> in, Attrs attr
   });
 }
 
+Expected<Shape> GraphBuilder::shape(Tensor t) const {
+  if (impl_->error) return *impl_->error;
+  return detail::catch_errors([&] {
+    impl_->name_of(t, "shape");
+    return impl_->graph.shape_of(t.id);
+  });
+}
+
 void GraphBuilder::output(Tensor t) {
   if (impl_->error) return;
   Expected<std::string> name = detail::catch_errors([&] { return impl_->name_of(t, "output"); });

@@ -60,6 +60,7 @@ class GraphConstructor {
   // For the builder's generated names: whether `name` is taken.
   bool has_name(const std::string& name) const { return names_.count(name) != 0; }
   const std::string& name_of(TensorId id) const { return graph_.tensor(id).name; }
+  const Shape& shape_of(TensorId id) const { return graph_.tensor(id).shape; }
 
  private:
   TensorId add_tensor(Tensor tensor);

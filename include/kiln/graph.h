@@ -150,6 +150,10 @@ class GraphBuilder {
   }
 
   void output(Tensor t);
+  // The shape shape inference gave `t` (a graph with `dims`: at its
+  // symbols' smallest sizes); an error where `t` is not a tensor of this
+  // builder or a call before failed.
+  Expected<Shape> shape(Tensor t) const;
   // The first error of the calls so far (build() returns it too).
   Status status() const;
   Expected<Graph> build();

@@ -263,6 +263,12 @@ class GraphBuilder:
         self._doc["ops"].append(entry)
         return self._hand_out(tid, name)
 
+    def shape(self, t: Tensor) -> Tuple[int, ...]:
+        """The shape shape inference gave `t` (in a graph with dims: at its symbols' smallest
+        sizes)."""
+        self._name_in_doc(t, "shape")
+        return tuple(self._native.shape(t.id))
+
     def output(self, t: Tensor, name: Optional[str] = None) -> None:
         """Marks `t` as a graph output, renamed to `name` when given."""
         current = self._name_in_doc(t, "output")

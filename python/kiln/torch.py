@@ -44,6 +44,7 @@ from torch.fx.passes.operator_support import OperatorSupport
 
 from . import BindingError, Graph, GraphBuilder, GraphError, KilnError, OP_TABLE, compile as kiln_compile
 from . import _torch_sizes as sizes
+from ._graph import Tensor as _KilnTensor
 from ._arrays import _contiguous
 from ._kiln import per_size_reason
 
@@ -1152,6 +1153,7 @@ class KilnSubgraph(torch.nn.Module):
         for n in self.gm.graph.nodes:
             if n.op == "call_function" and not _is_empty(n):
                 c.env[n] = n.meta[_KNOWN] if _KNOWN in n.meta else CONVERTERS[n.target](c, n)
+                _check_converted_shapes(c, n)
         names, seen, by_value = [], {}, {}
         for i, n in enumerate(self.output_nodes):
             if i in self.torch_outputs or n in seen:
@@ -1434,6 +1436,22 @@ def _rounded(value: float, dtype: torch.dtype) -> float:
 def _is_empty(n: torch.fx.Node) -> bool:
     v = n.meta.get("val")
     return n.op == "call_function" and isinstance(v, torch.Tensor) and sizes.numel(v) == 0
+
+
+def _check_converted_shapes(c: "Conversion", n: torch.fx.Node) -> None:
+    """Every tensor a converter gives has PyTorch's shape for its node (read under the sizes bound
+    now). Unsupported where it does not: a kiln op that clamps where PyTorch's sizes would not (a
+    slice of a static cache's 15 positions to a prompt's S, converted at a probe S past 15, ends at
+    15), which one graph for every size would compute wrongly. The partition is then compiled
+    per size (at a probe) or runs in PyTorch."""
+    value, result = n.meta.get("val"), c.env[n]
+    pairs = list(zip(value, result)) if isinstance(value, (tuple, list)) and isinstance(result, (tuple, list)) \
+        else [(value, result)]
+    for v, t in pairs:
+        if isinstance(t, _KilnTensor) and isinstance(v, torch.Tensor):
+            got, want = list(c.b.shape(t)), sizes.sizes(v.shape)
+            if got != want:
+                raise Unsupported(f"{n.target} ({n.name}) converted to shape {got} where PyTorch's is {want}")
 
 
 def _ancestors(n: torch.fx.Node) -> List[torch.fx.Node]:

@@ -553,7 +553,15 @@ NB_MODULE(_kiln, m) {
         std::optional<DType> d;
         if (dtype) d = dtype_of(*dtype);
         return b.keep(b.builder.op(op, std::move(operands), std::move(list), d, std::move(out)));
-      }, "op"_a, "inputs"_a, "attrs"_a, "dtype"_a = nb::none(), "out"_a = "");
+      }, "op"_a, "inputs"_a, "attrs"_a, "dtype"_a = nb::none(), "out"_a = "")
+      .def("shape", [](const PyGraphBuilder& b, int64_t id) {
+        const auto found = b.handed.find(id);
+        if (found == b.handed.end())
+          raise("GraphError", "shape: not a tensor of this builder (id " + std::to_string(id) + ": an id it never returned)");
+        Expected<Shape> shape = b.builder.shape(found->second);
+        if (!shape) raise_graph_error(shape.error());
+        return *shape;
+      }, "id"_a);
 
   nb::class_<PyExecutable>(m, "Executable")
       .def_prop_ro("arch", [](const PyExecutable& e) { return e.exe.arch(); })

@@ -180,6 +180,15 @@ def test_a_handle_the_builder_did_not_return_is_a_graph_error(tid):
     assert b.build().outputs["z"].shape == (3,)
 
 
+def test_the_builder_gives_each_tensors_inferred_shape():
+    b = kiln.GraphBuilder("g")
+    x = b.input("x", [4, 8], "f32")
+    assert b.shape(b.op("slice", [x], {"axis": 1, "start": 2, "end": 100})) == (4, 6)  # (clamped to 8)
+    assert b.shape(b.matmul(x, b.op("transpose", [x], {"perm": [1, 0]}))) == (4, 4)
+    with pytest.raises(kiln.GraphError, match="shape: not a tensor of this builder"):
+        b.shape(kiln.Tensor(b, 1000, "x"))
+
+
 def test_a_handle_whose_name_disagrees_with_its_id_is_a_graph_error():
     b = kiln.GraphBuilder("g")
     x = b.input("x", [3], "f32")

@@ -90,6 +90,35 @@ def test_attention_written_out_compiles_once_for_every_size():
     assert not report.left_to_pytorch, report
 
 
+class CachedAttention(torch.nn.Module):
+    """Causal attention of S queries over a cache's first S positions (a static cache's prefill)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("cache", torch.randn(16, 32))
+
+    def forward(self, x):
+        s = x.shape[0]
+        kv = self.cache[:s].view(1, 1, s, 32)
+        return torch.nn.functional.scaled_dot_product_attention(x.view(1, 1, s, 32), kv, kv, is_causal=True)
+
+
+def test_a_slice_that_clamps_at_the_probe_is_compiled_per_size():
+    # The slice of the cache's 16 positions to S, converted at a probe S past 16, clamps there:
+    # one graph would attend to all 16 positions at every S. The check of every converted shape
+    # finds it, and each size is compiled with its own integers.
+    torch.manual_seed(0)
+    m = CachedAttention()
+    with reporting() as report:
+        c = torch.compile(m, backend="kiln", dynamic=True)
+        for s in (3, 5, 7):
+            x = torch.randn(s, 32)
+            with torch.no_grad():
+                torch.testing.assert_close(c(x), m(x), rtol=1e-5, atol=1e-5)
+    per_size = [e["sizes"] for e in report.subgraphs if e.get("sizes", "").startswith("per size")]
+    assert per_size and all("aten.slice.Tensor" in why and "converted to shape" in why for why in per_size), report
+
+
 class SequenceMean(torch.nn.Module):
     """A projection, then the mean over the sequence: a reduction over a symbolic extent."""
 

@@ -39,13 +39,16 @@ def test_a_static_cache_generate_gives_eagers_tokens_and_compiles_the_decode_ste
             # a new prompt length recompiles the prefill only (dynamo's second size: symbolic)
             assert torch.equal(bench_generate.generate(model, prompts[1], 4), want[1])
             assert any(e.get("sizes", "").startswith("every size") for e in report.subgraphs[compiles:]), report
-            # a third length compiles the CPU attention alone (its exact two-pass kernel spells S): the
-            # LM head reads the last position, x[:, -1:], a view PyTorch takes (a slice from S - 1)
-            # and copies dense, so its subgraph has no symbol left and serves every length
+            # a third length compiles the layers alone: their attention reads the cache's first S
+            # positions, a slice kiln converts at a probe S past the cache's 14 and clamps there,
+            # which one graph would compute wrongly (the check of every converted shape says so).
+            # The LM head reads the last position, x[:, -1:], a view PyTorch takes (a slice from
+            # S - 1) and copies dense, so its subgraph has no symbol left and serves every length
             compiles = len(report.subgraphs)
             assert torch.equal(bench_generate.generate(model, prompts[2], 4), want[2])
             again = report.subgraphs[compiles:]
-            assert again and all("two-pass" in e.get("sizes", "") for e in again), report
+            assert len(again) == 2 and all("aten.slice.Tensor" in e.get("sizes", "") and "converted to shape"
+                                           in e.get("sizes", "") for e in again), report
     finally:
         kiln.torch._REPORTS.report = None
         model.forward = eager_forward

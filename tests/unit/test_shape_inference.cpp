@@ -227,6 +227,20 @@ TEST(GraphBuilder, BuildsTheSameGraphAsJson) {
   EXPECT_EQ(built->hash(), parsed.hash());
 }
 
+// What shape inference gave a tensor, asked while building (the PyTorch
+// backend checks each converted node against PyTorch's shape this way).
+TEST(GraphBuilder, GivesEachTensorsInferredShape) {
+  GraphBuilder b("g");
+  Tensor x = b.input("x", {4, 8}, DType::f32);
+  Tensor s = b.op("slice", {x}, {{"axis", int64_t{1}}, {"start", int64_t{2}}, {"end", int64_t{100}}});
+  EXPECT_EQ(*b.shape(s), (Shape{4, 6}));  // (clamped to the axis's 8)
+  EXPECT_EQ(*b.shape(b.matmul(x, b.transpose(x, {1, 0}))), (Shape{4, 4}));
+  EXPECT_THAT(b.shape(Tensor{}).error().message, HasSubstr("shape: not a tensor of this builder"));
+  Tensor bad = b.matmul(x, x);
+  EXPECT_FALSE(bad.valid());
+  EXPECT_THAT(b.shape(x).error().message, HasSubstr("inner dimensions differ"));  // (the first error)
+}
+
 TEST(GraphBuilder, KeepsTheFirstError) {
   GraphBuilder b;
   Tensor x = b.input("x", {4, 8}, DType::f32);
