@@ -11,7 +11,8 @@ kiln with `mode="reduce-overhead"` and Inductor with
 `mode="reduce-overhead"`. For each: the first `generate` (its compiles
 included), then tokens per second over the prompts (each prompt a
 `generate` of --new tokens, timed after one untimed run of the same
-prompt), whether its tokens equal eager's, and, for the kiln sides, the
+prompt), whether its tokens equal eager's (each compiled side in a process
+of its own: one that crashes is its row), and, for the kiln sides, the
 kiln compiles (explain's report: one entry a compile; how each served its
 sizes) and the ops left to PyTorch (the cache update, `index_copy_` into
 the cache, among them). bf16, eval, random weights (bench/zoo_models.py,
@@ -25,8 +26,12 @@ the loop, not a timing).
 """
 import argparse
 import collections
+import json
 import os
+import signal
+import subprocess
 import sys
+import tempfile
 import time
 
 import torch
@@ -97,7 +102,7 @@ def divergences(model, prompts, want, outputs, new_tokens):
         with torch.no_grad():
             scores = model.generate(p, attention_mask=torch.ones_like(p), max_new_tokens=new_tokens,
                                     min_new_tokens=new_tokens, do_sample=False, cache_implementation="static",
-                                    output_scores=True, return_dict_in_generate=True).scores
+                                    output_logits=True, return_dict_in_generate=True).logits
         for r in rows:
             step = int(differs[r].nonzero()[0])
             top = scores[step][r].float().topk(2).values
@@ -114,40 +119,69 @@ def report_lines(report):
     return lines
 
 
-def run_model(spec, batch, prompt_lengths, new_tokens, device):
+SIDES = {"kiln": dict(backend="kiln"), "kiln r-o": dict(backend="kiln", mode="reduce-overhead"),
+         "Inductor r-o": dict(mode="reduce-overhead")}
+
+
+def model_and_prompts(spec, batch, prompt_lengths, device):
     tiny = device == "cpu"
     dtype = torch.float32 if tiny else torch.bfloat16
     model, _ = zoo_models.instantiate(spec, tiny=tiny, device=device, dtype=dtype, batch=batch, seq=max(prompt_lengths))
     generator = torch.Generator().manual_seed(0)
     prompts = [torch.randint(0, model.config.vocab_size, (batch, s), generator=generator).to(device) for s in prompt_lengths]
+    return model, prompts
+
+
+def run_compiled_side(spec, batch, prompt_lengths, new_tokens, device, name, want):
+    """One compiled side's row: (first generate s, tokens/s, tokens equal eager's, report lines)."""
+    model, prompts = model_and_prompts(spec, batch, prompt_lengths, device)
     eager_forward = model.forward
-    rows = {}
-    _, eager_tps, _, want = run_side(model, eager_forward, prompts, new_tokens, device, None)
-    rows["eager"] = (float("nan"), eager_tps, True, [])  # (its first generate compiles nothing)
-    sides = [("kiln", dict(backend="kiln")), ("kiln r-o", dict(backend="kiln", mode="reduce-overhead"))]
-    if device == "cuda":
-        sides.append(("Inductor r-o", dict(mode="reduce-overhead")))
-    for name, how in sides:
-        torch._dynamo.reset()
-        report = kiln.torch.Report()
-        kiln.torch._REPORTS.report = report if "kiln" in name else None
-        try:
-            compiled = torch.compile(eager_forward, **how)
-            if how.get("mode") == "reduce-overhead":
-                compiled = step_marked(compiled)
-            first_s, tps, same, outputs = run_side(model, compiled, prompts, new_tokens, device, want)
-            lines = report_lines(report) if "kiln" in name else []
-            if not same:
-                model.forward = eager_forward
-                count, margin, top = divergences(model, prompts, want, outputs, new_tokens)
-                lines.append(f"tokens leave eager's in {count} of {len(prompts) * batch} rows; eager's widest "
-                             f"top-2 margin at a first difference: {margin:.4f} (its top logit {top:.3f})")
-            rows[name] = (first_s, tps, same, lines)
-        except Exception as e:  # noqa: BLE001  (a side's failure is its row)
-            rows[name] = (float("nan"), float("nan"), False, [f"FAILED: {type(e).__name__}: {str(e).splitlines()[0][:200]}"])
-        finally:
-            kiln.torch._REPORTS.report = None
-    model.forward = eager_forward
+    how = SIDES[name]
+    report = kiln.torch.Report()
+    kiln.torch._REPORTS.report = report if "kiln" in name else None
+    try:
+        compiled = torch.compile(eager_forward, **how)
+        if how.get("mode") == "reduce-overhead":
+            compiled = step_marked(compiled)
+        first_s, tps, same, outputs = run_side(model, compiled, prompts, new_tokens, device, want)
+        lines = report_lines(report) if "kiln" in name else []
+        if not same:
+            model.forward = eager_forward
+            count, margin, top = divergences(model, prompts, want, outputs, new_tokens)
+            lines.append(f"tokens leave eager's in {count} of {len(prompts) * batch} rows; eager's widest "
+                         f"top-2 margin at a first difference: {margin:.4f} (its top logit {top:.3f})")
+        return first_s, tps, same, lines
+    except Exception as e:  # noqa: BLE001  (a side's failure is its row)
+        return float("nan"), float("nan"), False, [f"FAILED: {type(e).__name__}: {str(e).splitlines()[0][:200]}"]
+    finally:
+        kiln.torch._REPORTS.report = None
+
+
+def run_model(spec, batch, prompt_lengths, new_tokens, device, argv):
+    """Eager's row here, then each compiled side in a process of its own (a side that kills its
+    process, as PyTorch 2.11's reduce-overhead did inside a Triton launch while recording a CUDA
+    graph of Llama's generate on H100 and H200, is its row, not the run's end)."""
+    model, prompts = model_and_prompts(spec, batch, prompt_lengths, device)
+    _, eager_tps, _, want = run_side(model, model.forward, prompts, new_tokens, device, None)
+    rows = {"eager": (float("nan"), eager_tps, True, [])}  # (its first generate compiles nothing)
+    del model
+    with tempfile.TemporaryDirectory() as tmp:
+        torch.save([w.cpu() for w in want], os.path.join(tmp, "want.pt"))
+        for name in SIDES:
+            if name.startswith("Inductor") and device != "cuda":
+                continue
+            row_path = os.path.join(tmp, "row.json")
+            done = subprocess.run([sys.executable, os.path.abspath(__file__), *argv, "--models", spec.name,
+                                   "--batches", str(batch), "--side", name, "--want", os.path.join(tmp, "want.pt"),
+                                   "--row", row_path])
+            if done.returncode == 0 and os.path.exists(row_path):
+                with open(row_path) as f:
+                    rows[name] = tuple(json.load(f))
+                os.remove(row_path)
+            else:
+                why = (f"signal {-done.returncode} ({signal.Signals(-done.returncode).name})" if done.returncode < 0
+                       else f"exit status {done.returncode}")
+                rows[name] = (float("nan"), float("nan"), False, [f"FAILED: its process ended by {why}"])
     return rows
 
 
@@ -158,11 +192,22 @@ def main(argv=None):
     p.add_argument("--prompts", default="100,37,250", help="prompt lengths, each a generate (the first also the first call)")
     p.add_argument("--new", type=int, default=64, help="tokens generated per prompt")
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    p.add_argument("--side", choices=list(SIDES), help=argparse.SUPPRESS)  # (a compiled side's own process:)
+    p.add_argument("--want", help=argparse.SUPPRESS)  # eager's tokens, saved by the parent
+    p.add_argument("--row", help=argparse.SUPPRESS)  # where its row goes (JSON)
     args = p.parse_args(argv)
     lengths = [int(s) for s in args.prompts.split(",")]
     for limit in ("recompile_limit", "cache_size_limit"):  # (every side's prompt lengths and decode steps)
         if hasattr(torch._dynamo.config, limit):
             setattr(torch._dynamo.config, limit, 64)
+    if args.side:
+        want = [w.to(args.device) for w in torch.load(args.want)]
+        row = run_compiled_side(zoo_models.select(args.models)[0], int(args.batches), lengths, args.new, args.device,
+                                args.side, want)
+        with open(args.row, "w") as f:
+            json.dump(row, f)
+        return 0
+    shared = ["--prompts", args.prompts, "--new", str(args.new), "--device", args.device]
     device_name = torch.cuda.get_device_name() if args.device == "cuda" else "CPU (tiny configs, f32)"
     print(f"{device_name}, PyTorch {torch.__version__}, prompts {lengths}, {args.new} new tokens each, greedy\n")
     for spec in zoo_models.select(args.models):
@@ -170,7 +215,7 @@ def main(argv=None):
             continue
         for batch in (int(b) for b in args.batches.split(",")):
             print(f"### {spec.name}, batch {batch}", flush=True)
-            rows = run_model(spec, batch, lengths, args.new, args.device)
+            rows = run_model(spec, batch, lengths, args.new, args.device, shared)
             eager_tps = rows["eager"][1]
             print("| side | tokens/s | x eager | first generate s | tokens equal eager's |")
             print("|---|---|---|---|---|")
