@@ -52,9 +52,9 @@ class SizeText {
   // suffix is "u").
   std::string operator()(int64_t value, std::string_view suffix = "LL");
   // `a` - `b` as the source spells it: a literal where neither is symbolic
-  // (or both are the same size),
-  // else the difference of their expressions (a sum is no product, so
-  // operator() cannot spell it: a static cache's keys less a prompt's rows).
+  // or both are the same size, else the difference of their expressions (a
+  // sum is no product, so operator() cannot spell it: a static cache's keys
+  // less a prompt's rows).
   std::string difference(int64_t a, int64_t b, std::string_view suffix = "LL");
   // `numerator` / `value` and `numerator` % `value` (numerator: an i64
   // index, at least 0). A literal divides with the operators, as it always

@@ -44,8 +44,8 @@ from torch.fx.passes.operator_support import OperatorSupport
 
 from . import BindingError, Graph, GraphBuilder, GraphError, KilnError, OP_TABLE, compile as kiln_compile
 from . import _torch_sizes as sizes
-from ._graph import Tensor as _KilnTensor
 from ._arrays import _contiguous
+from ._graph import Tensor as _KilnTensor
 from ._kiln import per_size_reason
 
 aten = torch.ops.aten
