@@ -575,6 +575,7 @@ void AttentionGenerator::exact_attention() {
   std::string body = fmt::format("__shared__ float q_row[{}];\n__shared__ float p_chunk[128];\n__shared__ float kiln_scratch[32];\n",
                                  a.dq);
   body += fmt::format("for (kiln::i64 line = blockIdx.x; line < {}; line += gridDim.x) {{\n", sizes_(a.batches * a.sq));
+  // (An integer S keeps the text it always had, so integer graphs' kernels keep their cache keys.)
   body += sizes_.symbolic(a.sq) ? fmt::format("const kiln::i64 batch = {}, qi = {};\n", sizes_.quotient("line", a.sq),
                                               sizes_.remainder("line", a.sq))
                                 : fmt::format("const kiln::i64 batch = line / {0}LL, qi = line % {0}LL;\n", a.sq);
