@@ -43,6 +43,7 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner, Partit
 from torch.fx.passes.operator_support import OperatorSupport
 
 from . import BindingError, Graph, GraphBuilder, GraphError, KilnError, OP_TABLE, compile as kiln_compile
+from . import _torch_per_size as per_size
 from . import _torch_sizes as sizes
 from ._arrays import _contiguous
 from ._graph import Tensor as _KilnTensor
@@ -1589,11 +1590,21 @@ _GLOBAL_REPORT = Report()
 _SIZE_VALUES = (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)
 
 
-def _compile_aten(gm: torch.fx.GraphModule, example_inputs, report: Report) -> Callable:
+def _compile_aten(gm: torch.fx.GraphModule, example_inputs, report: Report, replayed: bool = False) -> Callable:
+    """The ATen graph partitioned into kiln subgraphs and PyTorch's ops between them; with dynamic
+    shapes, what PyTorch computes from the sizes alone is computed once per size (_torch_per_size),
+    unless the forward is `replayed` from CUDA graphs."""
     env = sizes.shape_env(list(example_inputs))
     hints = sizes.hints(env) if env is not None else None  # (dynamic shapes: sizes read at the traced values)
+    first = len(report.left_to_pytorch)
     with sizes.bound(hints):
-        return _partitioned(gm, report, hints)
+        compiled = _partitioned(gm, report, hints)
+    if hints is not None and not replayed:
+        once = {n.name for n in per_size.memoize_size_only(compiled)}
+        for e in report.left_to_pytorch[first:]:
+            if e["node"] in once:
+                e["reason"] += "; computed once per size (its inputs are sizes and constants)"
+    return compiled
 
 
 # A constant: a node whose value is known before the graph runs, in node.meta[_KNOWN] (a tensor).
@@ -1992,7 +2003,7 @@ def backend(gm: torch.fx.GraphModule, example_inputs, mode: Optional[str] = None
     report = _current_report()
 
     def inference(g, ex):
-        compiled = _compile_aten(g, ex, report)
+        compiled = _compile_aten(g, ex, report, replayed=cuda_graphs)
         return _replayed_from_cuda_graphs(compiled, g, ex, len(example_inputs), report) if cuda_graphs else compiled
 
     def forward_with_gradients(g, ex):

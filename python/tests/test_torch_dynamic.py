@@ -460,3 +460,85 @@ def test_a_reason_no_range_avoids_is_no_range_limit():
                                  {"op": "exp", "in": ["last"], "out": "y"}], "outputs": ["y"]})
     why, range_limit = per_size_reason(g._native)
     assert "slices at a symbolic position" in why and not range_limit, why
+
+
+class Positions(torch.nn.Module):
+    """A decoder's positions: arange over the sequence, offset and cast, read by kiln's ops; and,
+    with `returned`, the positions themselves returned (a caller may write to them)."""
+
+    def __init__(self, returned=False):
+        super().__init__()
+        self.returned = returned
+        self.scale = torch.nn.Parameter(torch.randn(32))
+
+    def forward(self, x):
+        positions = (torch.arange(x.shape[1], device=x.device) + 3).float()[None, :, None]
+        y = torch.sin(x * self.scale + positions)
+        return (y, positions) if self.returned else y
+
+
+def _memoized(monkeypatch):
+    """The PerSizeValues modules of the graphs compiled from here on."""
+    from kiln._torch_per_size import PerSizeValues
+    made = []
+    original = PerSizeValues.__init__
+
+    def init(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        made.append(self)
+    monkeypatch.setattr(PerSizeValues, "__init__", init)
+    return made
+
+
+def test_values_of_the_sizes_alone_are_computed_once_per_size(monkeypatch):
+    torch.manual_seed(0)
+    made = _memoized(monkeypatch)
+    m = Positions()
+    with reporting() as report:
+        run_sizes(m, torch.compile(m, backend="kiln", dynamic=True), SIZES + SIZES[:2])
+    assert report.subgraphs[0]["sizes"] == "every size: one compile", report
+    once = [e for e in report.left_to_pytorch if "computed once per size" in e["reason"]]
+    assert {e["op"] for e in once} >= {"aten.arange.default"}, report
+    # one kept value (the positions kiln reads), one entry for each sequence length seen
+    assert len(made) == 1
+    assert sorted(k for k, in made[0]._kept) == sorted(s for _, s in SIZES)
+    # the same length gives the same tensor, computed by PyTorch's own ops
+    a, b = made[0](11), made[0](11)
+    assert a is b
+    torch.testing.assert_close(a.flatten(), (torch.arange(11) + 3).float(), rtol=0, atol=0)
+
+
+def test_a_value_of_the_sizes_alone_that_is_returned_is_computed_on_every_call(monkeypatch):
+    # The caller owns what the forward returns and may write to it: never a kept tensor
+    torch.manual_seed(0)
+    made = _memoized(monkeypatch)
+    m = Positions(returned=True)
+    with reporting() as report:
+        c = torch.compile(m, backend="kiln", dynamic=True)
+        x = torch.randn(2, 7, 32)
+        with torch.no_grad():
+            y, positions = c(x)
+            positions.fill_(-1)
+            y2, positions2 = c(x)
+    # the cast the positions are a view of is computed on each call; the int64 sum before it is kept
+    reasons = {e["op"]: e["reason"] for e in report.left_to_pytorch}
+    assert "computed once per size" not in reasons["aten._to_copy.default"], report
+    assert "computed once per size" in reasons["aten.add.Tensor"], report
+    kept = [v for module in made for v in module._kept.values()]
+    assert kept and all(v.untyped_storage().data_ptr() != positions2.untyped_storage().data_ptr() for v in kept)
+    torch.testing.assert_close(positions2, (torch.arange(7) + 3).float()[None, :, None], rtol=0, atol=0)
+    torch.testing.assert_close(y2, y, rtol=0, atol=0)
+
+
+def test_kept_sizes_are_bounded_least_recently_used_first_out(monkeypatch):
+    from kiln import _torch_per_size as per_size
+    monkeypatch.setattr(per_size, "SIZES_KEPT", 2)
+    made = _memoized(monkeypatch)
+    m = Positions()
+    with reporting():
+        run_sizes(m, torch.compile(m, backend="kiln", dynamic=True), ((2, 7), (2, 9), (2, 7), (2, 11)))
+    assert sorted(k for k, in made[0]._kept) == [7, 11]
+    # and bytes: a value past VALUES_AT_MOST is computed on every call, never kept
+    monkeypatch.setattr(per_size, "VALUES_AT_MOST", 16)
+    assert made[0](13) is not made[0](13)
+    assert 13 not in {k for k, in made[0]._kept}
