@@ -120,12 +120,18 @@ struct VendorGemm {
     int64_t leading() const { return row_major() ? row_stride : column_stride; }
   };
   int64_t m = 0, n = 0, k = 0, batches = 1;
+  // A symbolic graph's M (rows of one batch): a product of its sizes, evaluated at launch (m then
+  // holds its probe value); empty at integer sizes. Nothing else of the call is symbolic: N, K,
+  // the batches (one), strides and offsets are integers.
+  std::optional<ir::DimExpr> m_expr;
+  int64_t m_at(const ir::DimValues& values) const { return m_expr ? ir::evaluate(*m_expr, values) : m; }
   Matrix a, b, d;
   bool tf32 = false;       // f32 operands multiplied in TF32 (the matmul's precision says so)
   int workspace_arg = -1;  // cuBLASLt's scratch: the kernel argument at this index
   int64_t workspace_bytes = 0;
   bool operator==(const VendorGemm&) const = default;
-  // "cublasLt 4096x50257x768 x1: a bf16 [m][k] (row 768), b bf16 [n][k] (row 768), d bf16 [m][n] (row 50257)".
+  // "cublasLt 4096x50257x768 x1: a bf16 [m][k] (row 768), b bf16 [n][k] (row 768), d bf16 [m][n] (row 50257)"
+  // (a symbolic M as its product: "cublasLt B*S x32000x1024 x1: ...").
   std::string to_string() const;
   // Why a description (from a recipe) cannot be launched safely against
   // `args` kernel arguments, or "" when it can.

@@ -6,7 +6,7 @@
 // Guarantees: a description only for a kernel that is the matmul alone (its
 // operands read through views from memory, its one written tensor the
 // product or a reshape of it, no prologue or epilogue op), at integer
-// sizes, whose operands
+// sizes or with M alone symbolic (VendorGemm::m_expr), whose operands
 // cuBLASLt reads as stored: both bf16, both f16, or both f32 (in full f32,
 // or TF32 where the matmul's precision says so), each with one of its two
 // inner strides 1 and its batches one stride apart (or broadcast). The
@@ -32,7 +32,8 @@ std::string VendorGemm::to_string() const {
                        row_major ? columns : rows, row_major ? "row" : "column", x.leading(),
                        batch, x.offset ? fmt::format(", from element {}", x.offset) : std::string());
   };
-  return fmt::format("cublasLt {}x{}x{} x{}{}: {}, {}, {}", m, n, k, batches, tf32 ? " tf32" : "", matrix("a", a, "m", "k"),
+  const std::string rows = m_expr ? ir::to_string(*m_expr) + " " : std::to_string(m);
+  return fmt::format("cublasLt {}x{}x{} x{}{}: {}, {}, {}", rows, n, k, batches, tf32 ? " tf32" : "", matrix("a", a, "m", "k"),
                      matrix("b", b, "k", "n"), matrix("d", d, "m", "n"));
 }
 
@@ -47,6 +48,7 @@ std::string VendorGemm::problem(size_t args) const {
     if ((!row_major && x->row_stride != 1) || x->leading() < (row_major ? extent.second : extent.first))
       return "a matrix's strides";
   }
+  if (m_expr && (batches != 1 || !a.row_major())) return "a symbolic M over batches, or of a column-major A";
   if (a.dtype != b.dtype || (tf32 && a.dtype != DType::f32)) return "operand types";
   if (d.column_stride != 1 || d.row_stride != n || (batches > 1 && d.batch_stride != m * n)) return "the result's layout";
   return "";
@@ -57,7 +59,11 @@ std::optional<VendorGemm> GemmGenerator::vendor_gemm(const ir::Op& anchor, const
   if (!state_.vendors.cublaslt) return why = state_.vendors.why_not, std::nullopt;
   if (anchor.kind != OpKind::Matmul) return why = "a conv is not a matmul cuBLASLt takes", std::nullopt;
   if (sm_ < 80) return why = fmt::format("kiln calls cuBLASLt on sm_80 and newer, the target is sm_{}", sm_), std::nullopt;
-  if (state_.probe) return why = "a symbolic graph's matmul (cuBLASLt's descriptors hold integer sizes)", std::nullopt;
+  // A symbolic graph's matmul: M may be symbolic (its layouts are made at launch, for each M), nothing else.
+  if (sizes_.symbolic(gm.n) || sizes_.symbolic(gm.k) || sizes_.symbolic(gm.batches))
+    return why = "a symbolic N, K or batch count (cuBLASLt's layouts take M alone from the sizes at launch)", std::nullopt;
+  if (sizes_.symbolic(gm.m) && gm.batches != 1)
+    return why = "a symbolic M over batches (their stride would be symbolic)", std::nullopt;
   const ir::TensorId product = anchor.output;
   for (int32_t oi : k_.ops) {
     const ir::Op& op = g_.ops[static_cast<size_t>(oi)];
@@ -102,6 +108,14 @@ std::optional<VendorGemm> GemmGenerator::vendor_gemm(const ir::Op& anchor, const
     return true;
   };
   if (!operand(0, v.a) || !operand(1, v.b)) return std::nullopt;
+  for (const auto& [name, x] : {std::pair{"A", &v.a}, std::pair{"B", &v.b}})
+    if (sizes_.symbolic(x->row_stride) || sizes_.symbolic(x->column_stride) || sizes_.symbolic(x->batch_stride) ||
+        sizes_.symbolic(x->offset))
+      return why = fmt::format("{}'s strides or offset depend on the sizes", name), std::nullopt;
+  if (sizes_.symbolic(gm.m)) {
+    if (!v.a.row_major()) return why = "A is column-major over a symbolic M (its leading dimension would be M)", std::nullopt;
+    v.m_expr = sizes_.dim(gm.m).expr();
+  }
   if (v.a.dtype != v.b.dtype || !vendor_type(v.a.dtype))
     return why = fmt::format("operands of {} and {}: cuBLASLt takes two of bf16, f16 or f32", to_string(v.a.dtype), to_string(v.b.dtype)),
            std::nullopt;

@@ -103,9 +103,12 @@ Expected<Timing> time_runs(const Executable& exe, const BenchBuffers& buffers, d
       if (Expected<int> o = exe.output_index(b.name); o) outputs.back()[static_cast<size_t>(*o)] = b.pointer;
     }
   }
+  // (A symbolic graph's workspace at the sizes of the shapes given, not its range's largest.)
+  Expected<size_t> workspace_bytes = input_shapes.empty() ? Expected<size_t>(exe.workspace_bytes()) : exe.workspace_bytes(input_shapes);
+  if (!workspace_bytes) return workspace_bytes.error();
   CUdeviceptr workspace = 0;
-  if (exe.workspace_bytes() > 0)
-    if (Status st = check(cu.cuMemAlloc(&workspace, exe.workspace_bytes()), "cuMemAlloc (workspace)"); !st) return st.error();
+  if (*workspace_bytes > 0)
+    if (Status st = check(cu.cuMemAlloc(&workspace, *workspace_bytes), "cuMemAlloc (workspace)"); !st) return st.error();
   struct Release {
     const Driver& cu;
     CUdeviceptr p;

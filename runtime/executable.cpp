@@ -592,7 +592,7 @@ Status Executable::launch(const BoundArgs& args, void* workspace, void* stream_h
                                                     plan.args.size(), kMaxArgs)};
     for (size_t a = 0; a < plan.args.size(); ++a) values[a] = pointer(plan.args[a]);
     if (const runtime::VendorGemmCall* call = (*state)->vendor_calls[i].get()) {
-      if (Status s = call->launch(values.data(), stream); !s) return s;
+      if (Status s = call->launch(values.data(), sized.sizes, stream); !s) return s;
       continue;
     }
     constexpr size_t kMaxMaps = 16;
@@ -687,8 +687,13 @@ Expected<std::vector<HostTensor>> Executable::run_host(const std::vector<HostTen
     allocations.push_back(p);
     return p;
   };
+  // (A symbolic graph's inputs and workspace at the bound sizes, not its range's largest.)
   int64_t device_bytes = static_cast<int64_t>(impl_->probe ? impl_->layout_at(*sizes).back() : impl_->workspace_bytes);
-  for (size_t b : impl_->input_bytes) device_bytes += static_cast<int64_t>(b);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const ir::Tensor& t = g.tensor(g.inputs[i]);
+    const Shape shape = impl_->shape_at(t, *sizes);
+    device_bytes += runtime::span_elements(shape, impl_->strides_at(t, shape)) * byte_size(t.dtype);
+  }
   for (size_t o = 0; o < g.outputs.size(); ++o)
     if (impl_->output_is_input[o] < 0) device_bytes += static_cast<int64_t>(output_bytes[o]);
   if (Status s = runtime::require_device_memory(cu, device_bytes, fmt::format("running graph {} (inputs, outputs and "

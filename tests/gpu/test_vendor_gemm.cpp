@@ -149,5 +149,31 @@ TEST(GpuVendorGemm, AProgramWithACallRunsTwiceAlike) {
   EXPECT_EQ((*first)[0].values, (*second)[0].values);
 }
 
+// An LM head over symbolic rows (the backend's prefill: B*S tokens), compiled once: cuBLASLt by
+// the rule (KILN_VENDOR=auto), its layouts and algorithms made at the first launch of each M, every
+// size against the reference interpreter and a size seen again alike.
+TEST(GpuVendorGemm, ASymbolicMIsLaidOutAtEachLaunch) {
+  REQUIRE_CUBLASLT();
+  const Graph g = testing::must_parse(R"({"kiln": 1, "dims": {"T": {"min": 1, "max": 262144}},
+    "inputs": {"h": {"shape": ["T", 256], "dtype": "bf16"}, "w": {"shape": [16384, 256], "dtype": "bf16"}},
+    "ops": [{"op": "transpose", "in": ["w"], "out": "wt", "perm": [1, 0]}, {"op": "matmul", "in": ["h", "wt"], "out": "logits"}],
+    "outputs": ["logits"]})");
+  Expected<Executable> exe = Executable::compile(g);
+  ASSERT_TRUE(exe.ok()) << exe.error().message;
+  ASSERT_EQ(exe->kernel_count(), 1u);
+  EXPECT_EQ(exe->report()[0].tactic, "cublasLt");
+  for (int64_t t : {1, 333, 4096, 333}) {
+    Expected<Graph> sized = g.specialize({{"T", t}});
+    ASSERT_TRUE(sized.ok()) << sized.error().message;
+    const std::vector<HostTensor> inputs = random_inputs(*sized, static_cast<uint64_t>(t));
+    Expected<std::vector<HostTensor>> got = exe->run_host(inputs), want = run_reference(*sized, inputs);
+    ASSERT_TRUE(got.ok()) << got.error().message;
+    ASSERT_TRUE(want.ok()) << want.error().message;
+    ASSERT_EQ((*got)[0].shape, (Shape{t, 16384}));
+    const double tolerance = runtime::default_tolerance(ir_of(*sized), ir_of(*sized).outputs[0]);
+    EXPECT_TRUE(runtime::compare((*got)[0], (*want)[0]).passes(tolerance)) << "T = " << t;
+  }
+}
+
 }  // namespace
 }  // namespace kiln

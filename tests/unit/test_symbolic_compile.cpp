@@ -412,6 +412,34 @@ TEST(SymbolicCompile, AttentionOverAStaticCacheServesEveryPromptLength) {
     }
 }
 
+// A vocabulary's projection over symbolic rows (an LM head over T tokens): cuBLASLt takes it by
+// the rule, as at integer sizes, its M a product of the sizes the runtime evaluates at launch
+// (layouts and timed algorithms for each M); one compile serves every size.
+TEST(SymbolicCompile, AVocabularyProjectionOverSymbolicRowsTakesCublasLt) {
+  auto head = [](const char* k) {
+    return must_parse(fmt::format(R"({{"kiln": 1, "dims": {{"T": {{"min": 1, "max": 262144}}}},
+      "inputs": {{"h": {{"shape": ["T", {0}], "dtype": "bf16"}}, "w": {{"shape": [32000, {0}], "dtype": "bf16"}}}},
+      "ops": [{{"op": "transpose", "in": ["w"], "out": "wt", "perm": [1, 0]}}, {{"op": "matmul", "in": ["h", "wt"], "out": "logits"}}],
+      "outputs": ["logits"]}})", k));
+  };
+  const runtime::Target target{.arch = "sm_90", .vendors = {.cublaslt = true}};
+  const Graph g = head("1024");
+  Expected<std::string> why = runtime::per_size_reason(g, target);
+  ASSERT_TRUE(why.ok()) << why.error().message;
+  EXPECT_EQ(*why, "");
+  Expected<runtime::Planned> p = runtime::run_pipeline(g, target);
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  ASSERT_EQ(p->program.kernels.size(), 1u);
+  const codegen::GeneratedKernel& k = p->program.kernels[0];
+  EXPECT_EQ(k.tactics.chosen, "cublasLt");
+  ASSERT_TRUE(k.library.has_value() && k.library->m_expr.has_value());
+  EXPECT_EQ(ir::to_string(*k.library->m_expr), "T");
+  EXPECT_EQ(k.library->m_at({{"T", 2331}}), 2331);
+  EXPECT_EQ(k.decisions, "cublasLt T x32000x1024 x1: a bf16 [m][k] (row 1024), b bf16 [n][k] (column 1024), "
+                         "d bf16 [m][n] (row 32000)");
+  EXPECT_EQ(k.library->problem(k.args.size()), "");
+}
+
 TEST(SymbolicCompile, NvrtcCompilesTheSymbolicKernelsOnceForEverySize) {
   const Graph g = must_parse(residual_norm("\"B\"", "\"S\"", true));
   const std::string dir = testing::fresh_cache("symbolic-compile").string();
