@@ -1,5 +1,8 @@
 #include "codegen/kernel_codegen.h"
 
+#include <algorithm>
+#include <set>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -50,13 +53,35 @@ void check_symbolic_scope(const ir::PlannedKernel& k) {
 ir::PlanTactics plan_tactics(const GeneratedProgram& program, const std::string& arch) {
   ir::PlanTactics out;
   for (const GeneratedKernel& k : program.kernels) {
-    if (k.tactics.empty()) continue;
+    if (k.tactics.empty() || k.when) continue;  // (a size bucket's variant: its plan kernel's last says it)
     ir::KernelTactics& t = out[k.plan_kernel];
     t.arch = arch;
     t.chosen = k.tactics.chosen;
     for (const TacticRecord::Rejected& r : k.tactics.rejected) t.rejected.emplace_back(r.tactic, r.reason);
   }
   return out;
+}
+
+std::vector<uint8_t> kernels_run_at(const std::vector<GeneratedKernel>& kernels, const ir::DimValues& values) {
+  std::set<int> found;
+  std::vector<uint8_t> runs;
+  for (const GeneratedKernel& k : kernels) {
+    const bool run = !found.count(k.plan_kernel) && (!k.when || k.when->holds(values));
+    if (run) found.insert(k.plan_kernel);
+    runs.push_back(run);
+  }
+  return runs;
+}
+
+bool SizeCondition::holds(const ir::DimValues& values) const {
+  const int64_t v = ir::evaluate(extent, values);
+  return std::ranges::any_of(ranges, [v](const auto& r) { return r.first <= v && v <= r.second; });
+}
+
+std::string SizeCondition::to_string() const {
+  std::vector<std::string> parts;
+  for (const auto& [lo, hi] : ranges) parts.push_back(lo == hi ? std::to_string(lo) : fmt::format("{}..{}", lo, hi));
+  return fmt::format("{} in {}", ir::to_string(extent), fmt::join(parts, ", "));
 }
 
 GeneratedProgram generate_program(const ir::Graph& g, const ir::Plan& plan, int sm, const ProgramTuning& tuning,
@@ -69,7 +94,28 @@ GeneratedProgram generate_program(const ir::Graph& g, const ir::Plan& plan, int 
     if (probe) check_symbolic_scope(k);
     const auto wanted = tuning.find(k.id);
     const Tuning requested = wanted == tuning.end() ? Tuning{} : wanted->second;
-    state.program.kernels.push_back(generator_for(k.kind).generate({g, k, state, sm, requested}));
+    GeneratedKernel kernel = generator_for(k.kind).generate({g, k, state, sm, requested});
+    if (kernel.other_sizes && wanted == tuning.end()) {
+      // A size bucket: the tiles the heuristic takes at those sizes, as a variant run there. Not
+      // where the variant uses a workspace (one named slot serves both variants: its size is the
+      // first's).
+      auto [other, where] = *kernel.other_sizes;
+      const size_t workspaces = state.program.workspaces.size();
+      GeneratedKernel variant = generator_for(k.kind).generate({g, k, state, sm, other});
+      const bool uses_workspace = std::ranges::any_of(variant.args, [](const KernelArg& a) { return a.role == KernelArg::Role::Workspace; });
+        // (its generator may settle what the tuning left open: the epilogue's loop)
+      if (variant.tuning.tile_n == other.tile_n && variant.tuning.cluster == other.cluster && variant.tactics.chosen == kernel.tactics.chosen && !uses_workspace &&
+          state.program.workspaces.size() == workspaces) {
+        variant.other_sizes.reset();
+        variant.when = std::move(where);
+        variant.decisions = fmt::format("where {}: {}", variant.when->to_string(), variant.decisions);
+        variant.source = fmt::format("// a size bucket's variant ({}): launched where {}, kernel {}'s other build elsewhere\n{}",
+                                     variant.tuning.to_string(), variant.when->to_string(), k.id, variant.source);
+        state.program.kernels.push_back(std::move(variant));
+      }
+      kernel.other_sizes.reset();
+    }
+    state.program.kernels.push_back(std::move(kernel));
     for (ir::TensorId t : k.writes)
       if (!g.tensor(t).is_output) state.program.intermediates.push_back(t);
   }

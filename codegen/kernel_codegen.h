@@ -138,8 +138,27 @@ struct VendorGemm {
   std::string problem(size_t args) const;
 };
 
+// Where a symbolic graph's kernel variant runs (a size bucket): the sizes at which `extent` (a
+// product of the graph's sizes: a matmul's M) lies in one of `ranges` (inclusive, ascending).
+struct SizeCondition {
+  ir::DimExpr extent;
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  bool holds(const ir::DimValues& values) const;
+  // "s27*s79 in 3969..4096, 8065..8192".
+  std::string to_string() const;
+  bool operator==(const SizeCondition&) const = default;
+};
+
 struct GeneratedKernel {
   int plan_kernel = 0;
+  // A symbolic graph's plan kernel may be built more than once, each variant with the tiles its
+  // heuristic chooses at some sizes (generate_program): a variant with `when` runs at the sizes
+  // it names; the plan kernel's last variant, without `when`, at every other size. At most one
+  // variant of a plan kernel runs at a launch (the first whose condition holds).
+  std::optional<SizeCondition> when;
+  // Set by a generator on a symbolic kernel whose heuristic would choose other tiles at some
+  // sizes of the range: that choice, and where (generate_program builds it as a variant).
+  std::optional<std::pair<Tuning, SizeCondition>> other_sizes;
   std::string source;     // what NVRTC compiles (annotated)
   std::string canonical;  // the source without comment lines: the cache key's text
   std::vector<KernelArg> args;
@@ -165,6 +184,10 @@ struct GeneratedKernel {
   // describing the call (nothing for NVRTC), and `args` its pointers.
   std::optional<VendorGemm> library;
 };
+
+// Which of a program's kernels run at `values` (a symbolic graph's bound sizes): for each plan
+// kernel, the first variant whose condition holds, or its last, without one.
+std::vector<uint8_t> kernels_run_at(const std::vector<GeneratedKernel>& kernels, const ir::DimValues& values);
 
 // Which vendor libraries the GEMM tactics may call (the pipeline's answer
 // to Options::vendor: loaded here, or asked for regardless).

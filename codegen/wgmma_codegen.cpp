@@ -310,23 +310,56 @@ std::string GemmGenerator::tensor_map_param(const TmaOperand& op, const std::str
 // kernel accepts, the heuristic's choice first, and ping-pong alternatives
 // (Tuning::pingpong). A gathering producer keeps 128 registers for its row offsets, which leaves
 // the consumers room for 128 columns (64 when the problem has no more).
+namespace {
+
+// A matmul's width: 256 where those tiles fill the GPU (132 SMs on H100
+// and H200) in no more rounds than 128 takes, a 128 x 256 tile counted
+// as 1.84 of a 128 x 128 one (it reads less per flop). H100, bf16,
+// autotuned: GPT-2's c_fc 2048 x 3072 x 768 + GELU ran 29.8 us at 128
+// (384 tiles, 3 rounds) against 41.1 at 256 (192 tiles: 2 rounds of 2);
+// 8192 x 8192 x 4096 keeps 256.
+int wide_tiles_width(int64_t m, int64_t n, int64_t batches) {
+  const int64_t tiles_m = (m + kWgmmaBM - 1) / kWgmmaBM;
+  auto tiles = [&](int width) { return tiles_m * ((n + width - 1) / width) * batches; };
+  auto rounds = [&](int width) { return static_cast<double>((tiles(width) + 131) / 132); };
+  return n > 128 && tiles(256) >= 132 && 1.84 * rounds(256) <= rounds(128) ? 256 : 128;
+}
+
+// The rows of a symbolic M at which the width rule takes 256 (its tile rows walked up to
+// kBucketTileRows, past which the last answer stands), as ranges of M; empty where it never does.
+// More than kBucketRanges ranges (an answer that alternates) keep the first ones.
+constexpr int64_t kBucketTileRows = int64_t{1} << 16;
+constexpr size_t kBucketRanges = 32;
+std::vector<std::pair<int64_t, int64_t>> wide_tile_rows(const ir::Dim& m, int64_t n, int64_t batches) {
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  const int64_t lo = std::max<int64_t>(m.lower(), 1), hi = m.upper();
+  const int64_t first = (lo + kWgmmaBM - 1) / kWgmmaBM, last = std::min((hi + kWgmmaBM - 1) / kWgmmaBM, kBucketTileRows);
+  for (int64_t t = first; t <= last && ranges.size() <= kBucketRanges; ++t) {
+    if (wide_tiles_width(t * kWgmmaBM, n, batches) != 256) continue;
+    const int64_t from = std::max(lo, (t - 1) * kWgmmaBM + 1), to = t == last ? hi : std::min(hi, t * kWgmmaBM);
+    if (!ranges.empty() && ranges.back().second + 1 == from)
+      ranges.back().second = to;
+    else
+      ranges.emplace_back(from, to);
+  }
+  if (ranges.size() > kBucketRanges) ranges.resize(kBucketRanges);
+  return ranges;
+}
+
+}  // namespace
+
+// The tile widths, cluster shapes, tile orders and epilogue loops the Hopper
+// kernel accepts, the heuristic's choice first, and ping-pong alternatives
+// (Tuning::pingpong). A gathering producer keeps 128 registers for its row offsets, which leaves
+// the consumers room for 128 columns (64 when the problem has no more).
 std::vector<Tuning> GemmGenerator::wgmma_tuning_space(const Gemm& gm, bool gathered) const {
   const int64_t tiles_m = (gm.m + kWgmmaBM - 1) / kWgmmaBM;
-  // A matmul's width: 256 where those tiles fill the GPU (132 SMs on H100
-  // and H200) in no more rounds than 128 takes, a 128 x 256 tile counted
-  // as 1.84 of a 128 x 128 one (it reads less per flop). H100, bf16,
-  // autotuned: GPT-2's c_fc 2048 x 3072 x 768 + GELU ran 29.8 us at 128
-  // (384 tiles, 3 rounds) against 41.1 at 256 (192 tiles: 2 rounds of 2);
-  // 8192 x 8192 x 4096 keeps 256.
-  auto tiles = [&](int width) { return tiles_m * ((gm.n + width - 1) / width) * gm.batches; };
-  auto rounds = [&](int width) { return static_cast<double>((tiles(width) + 131) / 132); };
-  // A symbolic M keeps 128: the rows are not known, and 256 loses most where they are few (H100,
-  // 2000 x 3072 x 768 + GELU with 256: 1.54x the time of the graph written at that size, which
-  // takes 128; bench/NOTES.md v0.33 has 128 at every size).
+  // A symbolic M takes 128 (256 loses most where the rows are few: H100, 2000 x 3072 x 768 +
+  // GELU with 256 took 1.54x the time of the graph written at that size, which takes 128); the
+  // sizes where the rule takes 256 get a variant of their own (wide_tile_rows, gemm_wgmma).
   const int heuristic_bn = gathered ? (gm.n <= 64 ? 64 : 128)
-                           : !sizes_.symbolic(gm.m) && gm.n > 128 && tiles(256) >= 132 && 1.84 * rounds(256) <= rounds(128)
-                               ? 256
-                               : 128;
+                           : sizes_.symbolic(gm.m) ? 128
+                                                   : wide_tiles_width(gm.m, gm.n, gm.batches);
   // Two blocks along M share each B slice (multicast) once there are two
   // tile rows: the heuristic's for a conv. A matmul's heuristic keeps
   // blocks alone (H100, this session's autotuning, bf16: 8192 x 8192 x
@@ -530,8 +563,18 @@ void GemmGenerator::gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind, c
   WgmmaShape s;
   s.gathered = !operands.a;
   TmaOperand a = s.gathered ? TmaOperand{} : *operands.a, b = operands.b;
-  const Tuning choice = choose_tuning(wgmma_tuning_space(gm, s.gathered));
+  const std::vector<Tuning> space = wgmma_tuning_space(gm, s.gathered);
+  const Tuning choice = choose_tuning(space);
   s.bn = choice.tile_n, s.cluster = choice.cluster, s.raster = choice.raster;
+  // A symbolic M's size bucket: where the integer graph's rule takes 256 columns, a variant
+  // with them (generate_program builds it; the heuristic's tuning otherwise).
+  if (sizes_.symbolic(gm.m) && !s.gathered && choice == space.front() && !sizes_.symbolic(gm.n) &&
+      !sizes_.symbolic(gm.batches)) {
+    const Tuning wide{256, 1, 8, 0, 0};
+    std::vector<std::pair<int64_t, int64_t>> rows = wide_tile_rows(sizes_.dim(gm.m), gm.n, gm.batches);
+    if (!rows.empty() && std::ranges::find(space, wide) != space.end())
+      out_.other_sizes = {wide, SizeCondition{sizes_.dim(gm.m).expr(), std::move(rows)}};
+  }
   s.pingpong = choice.pingpong != 0 && !s.gathered;
   if (s.pingpong) s.bm = 64;
   s.producer_registers = s.gathered ? 128 : 56, s.consumer_registers = s.gathered ? 184 : 224;

@@ -290,6 +290,7 @@ Expected<std::shared_ptr<const runtime::SizedLaunch>> Executable::Impl::sized_la
     for (const ir::DimSymbol& s : probe->table().symbols) sized->size_of_symbol.push_back(sizes->at(s.name));
   sized->offsets = probe ? layout_at(*sizes) : slot_offsets;
   for (const codegen::GeneratedKernel& k : program().kernels) sized->geometry.push_back(codegen::launch_geometry(k, *sizes));
+  sized->runs = codegen::kernels_run_at(program().kernels, *sizes);
   for (const codegen::WorkspaceSpec& w : program().workspaces) sized->workspace_words.push_back(static_cast<size_t>(w.words_at(*sizes)));
   for (int w : workspace_order) {
     if (!reset_up_front[static_cast<size_t>(w)]) continue;
@@ -573,6 +574,7 @@ Status Executable::launch(const BoundArgs& args, void* workspace, void* stream_h
       if (CUresult e = cu.cuMemsetD32Async(scratch + r.offset, r.fill, r.words, stream); e != CUDA_SUCCESS)
         return runtime::check(e, "cuMemsetD32Async");
   for (size_t i = 0; i < x.program().kernels.size(); ++i) {
+    if (!sized.runs[i]) continue;  // (another variant of its plan kernel runs at these sizes)
     const codegen::GeneratedKernel& k = x.program().kernels[i];
     const runtime::KernelLaunch& plan = x.launches[i];
     for (int w : k.reset_workspaces) {

@@ -56,6 +56,7 @@ struct SizedLaunch {
   std::vector<int64_t> size_of_symbol;  // by the probe's symbol order: kernels' size parameters
   std::vector<size_t> offsets;          // the workspace's slots, the bytes of them all last
   std::vector<codegen::LaunchGeometry> geometry;  // per kernel
+  std::vector<uint8_t> runs;            // per kernel: launched at these sizes (one variant of each plan kernel)
   std::vector<size_t> workspace_words;  // per kernel workspace
   std::vector<size_t> output_bytes;     // per output
   // The kernel workspaces one kernel resets, filled before the first kernel

@@ -68,9 +68,13 @@ int print_symbolic_plan(const Graph& graph, const PlanArgs& args, const CommonOp
   if (sizes.empty()) return 0;
   std::vector<std::string> at;
   for (const auto& [name, value] : sizes) at.push_back(fmt::format("{}={}", name, value));
-  for (const codegen::GeneratedKernel& k : planned->program.kernels)
-    fmt::print("kernel {} at {}: {}\n", k.plan_kernel, fmt::join(at, ", "),
-               codegen::to_string(codegen::launch_geometry(k, sizes)));
+  const std::vector<uint8_t> runs = codegen::kernels_run_at(planned->program.kernels, sizes);
+  for (size_t i = 0; i < runs.size(); ++i) {
+    if (!runs[i]) continue;  // (another variant of its plan kernel runs at these sizes)
+    const codegen::GeneratedKernel& k = planned->program.kernels[i];
+    fmt::print("kernel {} at {}: {}{}\n", k.plan_kernel, fmt::join(at, ", "), codegen::to_string(codegen::launch_geometry(k, sizes)),
+               k.when ? fmt::format("; the size bucket's variant ({}, where {})", k.tuning.to_string(), k.when->to_string()) : "");
+  }
   return 0;
 }
 

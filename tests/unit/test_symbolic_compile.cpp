@@ -240,7 +240,10 @@ std::string mlp(const std::string& b, const std::string& s, bool symbolic) {
 
 TEST(SymbolicCompile, HopperMatmulsOverSymbolicRows) {
   const runtime::Planned symbolic = must_plan(must_parse(mlp("\"B\"", "\"S\"", true)));
-  ASSERT_EQ(symbolic.program.kernels.size(), 2u);
+  // Two plan kernels, each built at 128 columns and, for the sizes where the integer rule takes
+  // 256, at 256 (a size bucket's variant, before it)
+  ASSERT_EQ(symbolic.program.kernels.size(), 4u);
+  EXPECT_EQ(std::ranges::count_if(symbolic.program.kernels, [](const auto& k) { return !k.when; }), 2);
   for (const codegen::GeneratedKernel& k : symbolic.program.kernels) {
     EXPECT_EQ(k.tactics.chosen, "wgmma");
     EXPECT_NE(k.canonical.find("const int units_m = (int)(((kiln_size0 * kiln_size1) + 127LL) / 128LL)"), std::string::npos)
@@ -260,17 +263,21 @@ TEST(SymbolicCompile, HopperMatmulsOverSymbolicRows) {
   for (const auto& [b, s] : std::vector<std::pair<int, int>>{{1, 8}, {3, 200}, {4, 500}, {64, 4096}}) {
     const runtime::Planned integer = must_plan(must_parse(mlp(std::to_string(b), std::to_string(s), false)));
     ASSERT_EQ(integer.program.kernels.size(), 2u);
+    std::vector<const codegen::GeneratedKernel*> launched;  // the variant of each plan kernel at these sizes
+    const std::vector<uint8_t> runs = codegen::kernels_run_at(symbolic.program.kernels, {{"B", b}, {"S", s}});
+    for (size_t i = 0; i < runs.size(); ++i)
+      if (runs[i]) launched.push_back(&symbolic.program.kernels[i]);
+    ASSERT_EQ(launched.size(), 2u);
     for (size_t i = 0; i < 2; ++i) {
-      if (integer.program.kernels[i].tactics.chosen != "wgmma" ||
-          !(integer.program.kernels[i].tuning == symbolic.program.kernels[i].tuning))
-        continue;  // (a few rows: mma.sync splits K; a few hundred: narrower tiles)
+      if (integer.program.kernels[i].tactics.chosen != "wgmma" || !(integer.program.kernels[i].tuning == launched[i]->tuning))
+        continue;  // (a few rows: mma.sync splits K)
       ++compared;
-      EXPECT_EQ(codegen::to_string(codegen::launch_geometry(symbolic.program.kernels[i], {{"B", b}, {"S", s}})),
+      EXPECT_EQ(codegen::to_string(codegen::launch_geometry(*launched[i], {{"B", b}, {"S", s}})),
                 codegen::to_string(codegen::launch_geometry(integer.program.kernels[i], {})))
           << "B=" << b << " S=" << s;
     }
   }
-  EXPECT_GE(compared, 2);
+  EXPECT_GE(compared, 4);
 }
 
 // A fused QKV projection, attention with a padding mask, the output
@@ -371,9 +378,12 @@ TEST(SymbolicCompile, SimtMatmulsOverMoreTileRowsThanAGridTakesWalkThem) {
 
 TEST(SymbolicCompile, HopperAttentionOverSymbolicBatchAndSequence) {
   const runtime::Planned symbolic = must_plan(must_parse(attention_layer("\"B\"", "\"S\"")));
-  ASSERT_EQ(symbolic.program.kernels.size(), 3u);
-  const codegen::GeneratedKernel& attention = symbolic.program.kernels[1];
-  EXPECT_EQ(attention.tactics.chosen, "flash wgmma");
+  // (three plan kernels; a projection also built as a size bucket's variant of 256 columns)
+  ASSERT_EQ(std::ranges::count_if(symbolic.program.kernels, [](const auto& k) { return !k.when; }), 3);
+  const auto at = std::ranges::find(symbolic.program.kernels, std::string("flash wgmma"),
+                                    [](const codegen::GeneratedKernel& k) { return k.tactics.chosen; });
+  ASSERT_NE(at, symbolic.program.kernels.end());
+  const codegen::GeneratedKernel& attention = *at;
   ASSERT_TRUE(attention.grid_rule.has_value());
   EXPECT_EQ(ir::to_string(attention.grid_rule->times), "B*12");
   for (const auto& [b, s] : std::vector<std::pair<int, int>>{{1, 1}, {3, 300}, {64, 4096}}) {
@@ -416,14 +426,11 @@ TEST(SymbolicCompile, AttentionOverAStaticCacheServesEveryPromptLength) {
 // the rule, as at integer sizes, its M a product of the sizes the runtime evaluates at launch
 // (layouts and timed algorithms for each M); one compile serves every size.
 TEST(SymbolicCompile, AVocabularyProjectionOverSymbolicRowsTakesCublasLt) {
-  auto head = [](const char* k) {
-    return must_parse(fmt::format(R"({{"kiln": 1, "dims": {{"T": {{"min": 1, "max": 262144}}}},
-      "inputs": {{"h": {{"shape": ["T", {0}], "dtype": "bf16"}}, "w": {{"shape": [32000, {0}], "dtype": "bf16"}}}},
-      "ops": [{{"op": "transpose", "in": ["w"], "out": "wt", "perm": [1, 0]}}, {{"op": "matmul", "in": ["h", "wt"], "out": "logits"}}],
-      "outputs": ["logits"]}})", k));
-  };
+  const Graph g = must_parse(R"({"kiln": 1, "dims": {"T": {"min": 1, "max": 262144}},
+      "inputs": {"h": {"shape": ["T", 1024], "dtype": "bf16"}, "w": {"shape": [32000, 1024], "dtype": "bf16"}},
+      "ops": [{"op": "transpose", "in": ["w"], "out": "wt", "perm": [1, 0]}, {"op": "matmul", "in": ["h", "wt"], "out": "logits"}],
+      "outputs": ["logits"]})");
   const runtime::Target target{.arch = "sm_90", .vendors = {.cublaslt = true}};
-  const Graph g = head("1024");
   Expected<std::string> why = runtime::per_size_reason(g, target);
   ASSERT_TRUE(why.ok()) << why.error().message;
   EXPECT_EQ(*why, "");
@@ -438,6 +445,48 @@ TEST(SymbolicCompile, AVocabularyProjectionOverSymbolicRowsTakesCublasLt) {
   EXPECT_EQ(k.decisions, "cublasLt T x32000x1024 x1: a bf16 [m][k] (row 1024), b bf16 [n][k] (column 1024), "
                          "d bf16 [m][n] (row 32000)");
   EXPECT_EQ(k.library->problem(k.args.size()), "");
+}
+
+// Size buckets: a Hopper matmul over symbolic rows is built at 128 columns, and, where the integer
+// graph's rule takes 256 at some sizes of the range, again at 256 as a variant run at those sizes
+// (GeneratedKernel::when). At every size the variant launched has the integer graph's tile
+// width and grid (Llama's MLP: N = 2816 over K = 1024 took 256 at 4000 rows, 128 at 300).
+TEST(SymbolicCompile, AMatmulsTileWidthIsChosenPerSizeBucket) {
+  const Graph g = must_parse(R"({"kiln": 1, "dims": {"T": {"min": 1, "max": 65536}},
+      "inputs": {"x": {"shape": ["T", 1024], "dtype": "bf16"}, "w": {"shape": [1024, 2816], "dtype": "bf16"}},
+      "ops": [{"op": "matmul", "in": ["x", "w"], "out": "h", "dtype": "bf16"}, {"op": "silu", "in": ["h"], "out": "y"}],
+      "outputs": ["y"]})");
+  const runtime::Planned symbolic = must_plan(g);
+  ASSERT_EQ(symbolic.program.kernels.size(), 2u);
+  const codegen::GeneratedKernel &wide = symbolic.program.kernels[0], &narrow = symbolic.program.kernels[1];
+  EXPECT_EQ(wide.plan_kernel, narrow.plan_kernel);
+  ASSERT_TRUE(wide.when.has_value());
+  EXPECT_FALSE(narrow.when.has_value());
+  EXPECT_EQ(wide.tuning.tile_n, 256);
+  EXPECT_EQ(narrow.tuning.tile_n, 128);
+  EXPECT_EQ(ir::to_string(wide.when->extent), "T");
+  expect_no_probe_sizes(wide, *symbolic.probe);
+  int compared = 0;
+  for (int64_t t : {1, 64, 300, 1000, 1409, 1536, 1537, 4000, 30000, 65536}) {
+    const std::vector<uint8_t> runs = codegen::kernels_run_at(symbolic.program.kernels, {{"T", t}});
+    ASSERT_EQ(runs[0] + runs[1], 1) << "T = " << t;
+    const codegen::GeneratedKernel& launched = runs[0] ? wide : narrow;
+    Expected<Graph> sized = g.specialize({{"T", t}});
+    ASSERT_TRUE(sized.ok()) << sized.error().message;
+    const runtime::Planned integer = must_plan(*sized);
+    ASSERT_EQ(integer.program.kernels.size(), 1u);
+    if (integer.program.kernels[0].tactics.chosen != "wgmma") continue;  // (a few rows: mma.sync splits K)
+    ++compared;
+    EXPECT_EQ(launched.tuning.tile_n, integer.program.kernels[0].tuning.tile_n) << "T = " << t;
+    EXPECT_EQ(codegen::to_string(codegen::launch_geometry(launched, {{"T", t}})),
+              codegen::to_string(codegen::launch_geometry(integer.program.kernels[0], {})))
+        << "T = " << t;
+  }
+  EXPECT_GE(compared, 7);
+  // One compile serves every size: both probes build the same variants
+  Expected<std::string> why = runtime::per_size_reason(g, runtime::Target{.arch = "sm_90"});
+  ASSERT_TRUE(why.ok());
+  EXPECT_EQ(*why, "");
 }
 
 TEST(SymbolicCompile, NvrtcCompilesTheSymbolicKernelsOnceForEverySize) {
