@@ -405,8 +405,10 @@ std::string KernelBuilder::finish(const std::string& body, int threads, const st
     src += fmt::format("\n{}{}  // {}", params_[i], i + 1 < params_.size() ? "," : "", param_notes_[i]);
   // The Divisors of the sizes the kernel divides by (SizeText::quotient), made once.
   std::string divisors;
-  for (size_t symbol : sizes_.divisors())
-    divisors += fmt::format("const kiln::Divisor {}({});\n", divisor_name(symbol), size_param(symbol));
+  for (size_t symbol : sizes_.divisors()) {
+    const bool narrow = sizes_.probe()->table().symbols[symbol].max <= (int64_t{1} << 32);  // (every size's, in practice)
+    divisors += fmt::format("const kiln::{} {}({});\n", narrow ? "NarrowDivisor" : "Divisor", divisor_name(symbol), size_param(symbol));
+  }
   src += "\n) {\n" + divisors + shared + body + "}\n";
   src = Emitter::number_fresh_names(CodeWriter::lay_out(src));
   out_.source = src;

@@ -15,6 +15,10 @@ void expect_divides_like_the_operators(int64_t d, int64_t n) {
   const kiln::Divisor divisor(d);
   ASSERT_EQ(divisor.div(n), n / d) << n << " / " << d;
   ASSERT_EQ(divisor.mod(n), n % d) << n << " % " << d;
+  if (d > (int64_t{1} << 32)) return;  // (a narrow divisor's sizes: at most 2^32)
+  const kiln::NarrowDivisor narrow(d);
+  ASSERT_EQ(narrow.div(n), n / d) << n << " / " << d << " (narrow)";
+  ASSERT_EQ(narrow.mod(n), n % d) << n << " % " << d << " (narrow)";
 }
 
 // Indices near d's multiples and near the largest index, and random ones (each in [0, 2^63)).

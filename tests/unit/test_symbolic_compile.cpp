@@ -323,7 +323,7 @@ TEST(SymbolicCompile, WideIndicesDivideBySizesThroughDivisors) {
   const runtime::Planned wide = must_plan(must_parse(heads_first(32768)));
   ASSERT_EQ(wide.program.kernels.size(), 1u);
   const std::string& source = wide.program.kernels[0].canonical;
-  EXPECT_NE(source.find("const kiln::Divisor kiln_div1(kiln_size1);"), std::string::npos) << source;
+  EXPECT_NE(source.find("const kiln::NarrowDivisor kiln_div1(kiln_size1);"), std::string::npos) << source;
   EXPECT_NE(source.find("kiln_div1.div("), std::string::npos) << source;
   EXPECT_NE(source.find("kiln_div1.mod("), std::string::npos) << source;
   EXPECT_FALSE(std::regex_search(source, std::regex(R"([/%] \(?kiln_size)"))) << source;
