@@ -102,10 +102,12 @@ GeneratedProgram generate_program(const ir::Graph& g, const ir::Plan& plan, int 
       auto [other, where] = *kernel.other_sizes;
       const size_t workspaces = state.program.workspaces.size();
       GeneratedKernel variant = generator_for(k.kind).generate({g, k, state, sm, other});
-      const bool uses_workspace = std::ranges::any_of(variant.args, [](const KernelArg& a) { return a.role == KernelArg::Role::Workspace; });
-        // (its generator may settle what the tuning left open: the epilogue's loop)
-      if (variant.tuning.tile_n == other.tile_n && variant.tuning.cluster == other.cluster && variant.tactics.chosen == kernel.tactics.chosen && !uses_workspace &&
-          state.program.workspaces.size() == workspaces) {
+      const bool uses_workspace =
+          std::ranges::any_of(variant.args, [](const KernelArg& a) { return a.role == KernelArg::Role::Workspace; });
+      // (its generator may settle what the tuning left open: the epilogue's loop)
+      const bool as_asked = variant.tuning.tile_n == other.tile_n && variant.tuning.cluster == other.cluster &&
+                            variant.tactics.chosen == kernel.tactics.chosen;
+      if (as_asked && !uses_workspace && state.program.workspaces.size() == workspaces) {
         variant.other_sizes.reset();
         variant.when = std::move(where);
         variant.decisions = fmt::format("where {}: {}", variant.when->to_string(), variant.decisions);

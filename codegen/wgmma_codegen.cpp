@@ -306,10 +306,6 @@ std::string GemmGenerator::tensor_map_param(const TmaOperand& op, const std::str
   return KernelBuilder::tensor_map_param(op.tensor, op.map, what);
 }
 
-// The tile widths, cluster shapes, tile orders and epilogue loops the Hopper
-// kernel accepts, the heuristic's choice first, and ping-pong alternatives
-// (Tuning::pingpong). A gathering producer keeps 128 registers for its row offsets, which leaves
-// the consumers room for 128 columns (64 when the problem has no more).
 namespace {
 
 // A matmul's width: 256 where those tiles fill the GPU (132 SMs on H100
