@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Dict, Iterable, List, Set
+from typing import Callable, Dict, Iterable, List, Set
 
 import torch
 
@@ -69,10 +69,11 @@ class PerSizeValues(torch.nn.Module):
         return value
 
 
-def memoize_size_only(gm: torch.fx.GraphModule) -> List[torch.fx.Node]:
+def memoize_size_only(gm: torch.fx.GraphModule, may_alias: Callable[[torch.fx.Node], bool]) -> List[torch.fx.Node]:
     """Replaces the values of sizes alone that the rest of gm reads with PerSizeValues modules.
+    `may_alias`: whether an ATen node's value may be a view of its inputs' (torch.py's rule).
     Returns the ATen nodes no forward computes per call now (for the report)."""
-    kept = _size_only_nodes(gm)
+    kept = _size_only_nodes(gm, may_alias)
     read = [n for n in gm.graph.nodes if n in kept and any(u not in kept for u in n.users)]
     if not read:
         return []
@@ -95,10 +96,10 @@ def memoize_size_only(gm: torch.fx.GraphModule) -> List[torch.fx.Node]:
     return gone
 
 
-def _size_only_nodes(gm: torch.fx.GraphModule) -> Set[torch.fx.Node]:
+def _size_only_nodes(gm: torch.fx.GraphModule, may_alias: Callable[[torch.fx.Node], bool]) -> Set[torch.fx.Node]:
     """ATen tensor ops whose inputs are sizes, constants and such ops, at least one size among
     what they read; none returned, aliased by what is returned, or read by a mutating op."""
-    excluded = _returned(gm) | {n for n in gm.graph.nodes if any(_mutates(u) for u in n.users)}
+    excluded = returned(gm, may_alias) | {n for n in gm.graph.nodes if any(_mutates(u) for u in n.users)}
     kept: Set[torch.fx.Node] = set()
     of_sizes: Set[torch.fx.Node] = set()  # kept nodes that read a size, directly or through others
     for n in gm.graph.nodes:
@@ -139,29 +140,28 @@ def _mutates(n: torch.fx.Node) -> bool:
     return getattr(n.target, "__module__", None) not in ("_operator", "operator")
 
 
-def _returned(gm: torch.fx.GraphModule) -> Set[torch.fx.Node]:
-    """What the graph returns, and what that may be a view of."""
-    returned: Set[torch.fx.Node] = set()
+def returned(gm: torch.fx.GraphModule, may_alias: Callable[[torch.fx.Node], bool]) -> Set[torch.fx.Node]:
+    """What the graph returns, and what that may be a view of: through ATen nodes as `may_alias`
+    says, through a module by what its graph returns (a kiln subgraph returns its inputs' views as
+    PyTorch's views, KilnSubgraph.gm)."""
+    out: Set[torch.fx.Node] = set()
     for n in reversed(gm.graph.nodes):
-        if any(u.op == "output" or (u in returned and _may_alias(gm, u, n)) for u in n.users):
-            returned.add(n)
-    return returned
+        if any(u.op == "output" or (u in out and _user_may_alias(gm, u, n, may_alias)) for u in n.users):
+            out.add(n)
+    return out
 
 
-def _may_alias(gm: torch.fx.GraphModule, user: torch.fx.Node, n: torch.fx.Node) -> bool:
-    """Whether `user`'s value may be a view of its input `n`'s: by its schema (an ATen op), or by
-    what the graph of a module returns (a kiln subgraph returns its inputs' views as PyTorch's)."""
-    if user.op == "call_module":
-        inner = gm.get_submodule(user.target)
-        inner = getattr(inner, "gm", inner)  # (KilnSubgraph keeps its partition's graph as gm)
-        if not isinstance(inner, torch.fx.GraphModule) or user.kwargs:
-            return True
-        placeholders = [p for p in inner.graph.nodes if p.op == "placeholder"]
-        inner_returned = _returned(inner)
-        return any(a is n and (i >= len(placeholders) or placeholders[i] in inner_returned)
-                   for i, a in enumerate(user.args))
-    schema = getattr(user.target, "_schema", None)
-    return schema is None or any(r.alias_info is not None for r in schema.returns)
+def _user_may_alias(gm: torch.fx.GraphModule, user: torch.fx.Node, n: torch.fx.Node,
+                    may_alias: Callable[[torch.fx.Node], bool]) -> bool:
+    if user.op != "call_module":
+        return may_alias(user)
+    inner = gm.get_submodule(user.target)
+    inner = getattr(inner, "gm", inner)
+    if not isinstance(inner, torch.fx.GraphModule) or user.kwargs:
+        return True
+    placeholders = [p for p in inner.graph.nodes if p.op == "placeholder"]
+    inner_returned = returned(inner, may_alias)
+    return any(a is n and (i >= len(placeholders) or placeholders[i] in inner_returned) for i, a in enumerate(user.args))
 
 
 def _extracted(gm: torch.fx.GraphModule, value: torch.fx.Node, kept: Set[torch.fx.Node]):

@@ -1600,7 +1600,7 @@ def _compile_aten(gm: torch.fx.GraphModule, example_inputs, report: Report, repl
     with sizes.bound(hints):
         compiled = _partitioned(gm, report, hints)
     if hints is not None and not replayed:
-        once = {n.name for n in per_size.memoize_size_only(compiled)}
+        once = {n.name for n in per_size.memoize_size_only(compiled, _may_alias)}
         for e in report.left_to_pytorch[first:]:
             if e["node"] in once:
                 e["reason"] += "; computed once per size (its inputs are sizes and constants)"
@@ -1720,10 +1720,7 @@ def _hold_constants(gm: torch.fx.GraphModule, report: Report) -> None:
                 if isinstance(value, torch.Tensor) and not isinstance(value, FakeTensor):
                     values[n] = value.detach()
     # What an output returns, or a view of it (the caller may write to what it gets)
-    returned = set()
-    for n in reversed(gm.graph.nodes):
-        if any(u.op == "output" or (u in returned and _may_alias(u)) for u in n.users):
-            returned.add(n)
+    returned = per_size.returned(gm, _may_alias)
     held_bytes = 0
     for n in list(gm.graph.nodes):
         if n not in values or n.op != "call_function":
