@@ -149,8 +149,10 @@ struct FlashAttention {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int key = t * BKV + ni * 8 + (lane & 3) * 2 + (e & 1);
-          // Rows past the queries exist only to fill the tile: never call the hook for them (it may read a mask).
-          s[ni][e] = key < skv && q0 + acc_row(e) < sq ? score(s[ni][e], acc_row(e), key) : -inf();
+          // The hook reads in bounds without a branch (attention_wgmma.cuh's scores says why): rows past
+          // the queries (never stored) ask for the last query row, keys past skv for the last key.
+          const float value = score(s[ni][e], min(acc_row(e), sq - 1 - q0), min(key, skv - 1));
+          s[ni][e] = key < skv ? value : -inf();
         }
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
