@@ -581,7 +581,10 @@ _INDEXED = {aten.index.Tensor: _indexed_dim, aten.index_select.default: lambda n
 def _index(c, n):
     """x[..., index, ...] (index_select) by an index tensor whose values are known at conversion (a
     constant: a list in the model's code): its positions along that dimension, each run of consecutive
-    ones a slice, concatenated and reshaped to the result's shape. A bool index: its true positions."""
+    ones a slice, concatenated and reshaped to the result's shape. A bool index: its true positions.
+    Several index tensors: _index_by_aranges."""
+    if n.target is aten.index.Tensor and sum(i is not None for i in n.args[1]) > 1:
+        return _index_by_aranges(c, n)
     dim, index = _INDEXED[n.target](n)
     dim = dim % len(shape_of(n.args[0]))
     positions = c.known(index)
@@ -604,6 +607,50 @@ def _index(c, n):
         raise Unsupported(f"an index of {len(runs)} runs of consecutive positions (kiln takes at most {_MOST_PARTS})")
     x = c.arg(n.args[0])
     return view(c, "reshape", _parts(c, n, [_cut(c, x, dim, a, b) for a, b in runs], dim), shape=shape_of(n))
+
+
+def _index_by_aranges(c, n):
+    """x[i0, i1, ...] by index tensors over x's leading dimensions, each known at conversion and an
+    arange over its dimension of x laid along one axis of the indices' broadcast shape, those axes
+    in x's order: x itself, reshaped to the result's shape. (transformers' mask functions make a
+    [B, 1, 1, S] padding mask from the [B, S] attention mask so, indexed by arange(B)[:, None, None,
+    None] and arange(S)[None, None, None, :]: left to PyTorch, an indexing kernel wrote the [B, 1,
+    S, S] mask that each attention kernel then read.)"""
+    source = shape_of(n.args[0])
+    indices = list(n.args[1])
+    if None in indices:
+        raise Unsupported("indexing by several tensors with a dimension between them taken whole")
+    known = [c.known(i) for i in indices]
+    if any(k is None for k in known):
+        raise Unsupported(_NO_GATHER)
+    with _real_tensors():
+        broadcast = list(torch.broadcast_shapes(*(k.shape for k in known)))
+        last_axis = -1
+        for dim, k in enumerate(known):
+            size = source[dim]
+            padded = k.reshape((1,) * (len(broadcast) - k.dim()) + tuple(k.shape))
+            along = [a for a, s in enumerate(padded.shape) if s != 1]
+            if size == 1 and not along and int(padded.flatten()[0]) in (0, -1):
+                continue
+            if (len(along) != 1 or padded.shape[along[0]] != size or along[0] <= last_axis
+                    or not torch.equal(padded.flatten().cpu(), torch.arange(size, dtype=padded.dtype))):
+                raise Unsupported("indexing by several tensors that are not each an arange over its own dimension, "
+                                  "in order (kiln has no gather)")
+            last_axis = along[0]
+    return view(c, "reshape", c.arg(n.args[0]), shape=shape_of(n))
+
+
+@converts(aten.bitwise_and.Tensor, aten.logical_and.default, aten.bitwise_or.Tensor, aten.logical_or.default)
+def _bool_and_or(c, n):
+    """a & b and a | b of bool tensors (masks combined: transformers' padding mask and an attention's
+    own). kiln reads a bool as where's condition or by cast (graph-format.md rule 3): the product
+    (and) or the maximum (or) of the two as 0 and 1, compared with 0."""
+    if any(dtype_of(a) != "bool" for a in n.args[:2] if isinstance(a, torch.fx.Node)) or \
+            not all(isinstance(a, torch.fx.Node) for a in n.args[:2]):
+        raise Unsupported(f"{n.target} of tensors other than two bool ones")
+    a, b = (c.b.op("cast", [c.arg(x)], dtype="f32") for x in n.args[:2])
+    both = c.b.op("mul" if n.target in (aten.bitwise_and.Tensor, aten.logical_and.default) else "maximum", [a, b])
+    return c.b.op("ne", [both, 0.0])
 
 
 @converts(aten.as_strided.default)
@@ -1745,6 +1792,10 @@ def _hold_constants(gm: torch.fx.GraphModule, report: Report) -> None:
             attr = gm.graph.get_attr(name)
             copy = gm.graph.call_function(aten.clone.default, (attr,)) if output_reads else None
         attr.meta = dict(n.meta)
+        # An index's values are read at conversion (_READ_AT_CONVERSION): a small held index a constant.
+        if value.numel() <= _FOLDED_AT_MOST and any(
+                u.target in _READ_AT_CONVERSION and n in _READ_AT_CONVERSION[u.target][0](u) for u in n.users):
+            attr.meta[_KNOWN] = value
         n.replace_all_uses_with(attr, delete_user_cb=lambda u: u.op != "output")
         if copy is not None:
             copy.meta = dict(n.meta)

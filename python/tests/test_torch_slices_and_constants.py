@@ -308,6 +308,43 @@ def test_index_by_two_constant_tensors_stays_in_pytorch_and_says_why():
     assert "several tensors" in index["reason"], str(report)
 
 
+def padding_mask(keep):
+    """transformers' sdpa mask for a bidirectional encoder (masking_utils): the [B, S] padding mask
+    indexed by aranges into [B, 1, 1, S], and-ed with the all-true bidirectional mask [1, 1, S, 1]."""
+    b, s = keep.shape
+    padding = keep[torch.arange(b)[:, None, None, None], torch.arange(s)[None, None, None, :]]
+    bidirectional = torch.ones((), dtype=torch.bool) & (torch.arange(s)[None, None, :, None] >= 0)
+    return (bidirectional & padding).expand(b, 1, s, s)
+
+
+def test_a_padding_mask_indexed_by_aranges_is_the_mask_reshaped():
+    # kiln takes the index (x itself, reshaped) and the and: the [B, 1, S, S] mask is never stored
+    def fn(q, k, v, keep):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=padding_mask(keep))
+    keep = torch.ones(3, 7, dtype=torch.bool)
+    keep[0, -2:] = False
+    keep[2, -5:] = False
+    report = check(fn, X(3, 2, 7, 8), X(3, 2, 7, 8), X(3, 2, 7, 8), keep, exact=False)
+    all_in_kiln(report)
+
+
+@pytest.mark.parametrize("name, fn", [
+    ("and", lambda a, b, x: torch.where(a & b, x, 0.0)),
+    ("or", lambda a, b, x: torch.where(torch.logical_or(a, b[:1]), x, -x)),
+    ("logical_and", lambda a, b, x: torch.logical_and(a, b).to(torch.float32) + x),
+])
+def test_and_or_of_bool_tensors(name, fn):
+    a, b = torch.rand(4, 6) > 0.5, torch.rand(4, 6) > 0.3
+    all_in_kiln(check(fn, a, b, X(4, 6)))
+
+
+def test_index_by_aranges_out_of_order_stays_in_pytorch_and_says_why():
+    # x[arange(4)[None, :], arange(6)[:, None]] is x transposed: not a reshape
+    report = check(lambda x: (x * 2)[torch.arange(4)[None, :], torch.arange(6)[:, None]].neg(), X(4, 6))
+    (index,) = [e for e in report.left_to_pytorch if "index" in e["op"]]
+    assert "arange over its own dimension, in order" in index["reason"], str(report)
+
+
 # ---- as_strided ----
 
 def test_as_strided_to_its_input_layout_is_the_input():
