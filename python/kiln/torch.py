@@ -648,9 +648,40 @@ def _bool_and_or(c, n):
     if any(dtype_of(a) != "bool" for a in n.args[:2] if isinstance(a, torch.fx.Node)) or \
             not all(isinstance(a, torch.fx.Node) for a in n.args[:2]):
         raise Unsupported(f"{n.target} of tensors other than two bool ones")
+    conjunction = n.target in _CONJUNCTIONS
+    known = [c.known(x) for x in n.args[:2]]
+    with _real_tensors():
+        if None not in known:  # a constant, known downstream too
+            return known[0] & known[1] if conjunction else known[0] | known[1]
+        for k, other in ((known[0], n.args[1]), (known[1], n.args[0])):
+            if k is not None and _uniform(k):  # (transformers' bidirectional mask: all true)
+                if bool(k.flatten()[0]) == conjunction:  # x & true, x | false: x
+                    return view(c, "expand", c.arg(other), shape=shape_of(n))
+                return filled(c, 1.0 if not conjunction else 0.0, shape_of(n), "bool")
     a, b = (c.b.op("cast", [c.arg(x)], dtype="f32") for x in n.args[:2])
-    both = c.b.op("mul" if n.target in (aten.bitwise_and.Tensor, aten.logical_and.default) else "maximum", [a, b])
+    both = c.b.op("mul" if conjunction else "maximum", [a, b])
     return c.b.op("ne", [both, 0.0])
+
+
+_CONJUNCTIONS = {aten.bitwise_and.Tensor, aten.logical_and.default}
+
+
+@converts(aten.bitwise_not.default, aten.logical_not.default)
+def _bool_not(c, n):
+    """~a of a bool tensor (a mask inverted for masked_fill): a as 0 and 1, equal to 0."""
+    if not isinstance(n.args[0], torch.fx.Node) or dtype_of(n.args[0]) != "bool":
+        raise Unsupported(f"{n.target} of a tensor other than a bool one")
+    known = c.known(n.args[0])
+    if known is not None:
+        with _real_tensors():
+            return ~known
+    return c.b.op("eq", [c.b.op("cast", [c.arg(n.args[0])], dtype="f32"), 0.0])
+
+
+def _uniform(value: torch.Tensor) -> bool:
+    """Whether every element of a (non-empty) tensor is the same."""
+    with _real_tensors():
+        return value.numel() > 0 and bool((value == value.flatten()[0]).all())
 
 
 @converts(aten.as_strided.default)
@@ -1792,9 +1823,13 @@ def _hold_constants(gm: torch.fx.GraphModule, report: Report) -> None:
             attr = gm.graph.get_attr(name)
             copy = gm.graph.call_function(aten.clone.default, (attr,)) if output_reads else None
         attr.meta = dict(n.meta)
-        # An index's values are read at conversion (_READ_AT_CONVERSION): a small held index a constant.
+        # Constants to the converters that read values (_READ_AT_CONVERSION: a small held index) or
+        # simplify by them (a bool and/or of a uniform mask: _bool_and_or).
         if value.numel() <= _FOLDED_AT_MOST and any(
                 u.target in _READ_AT_CONVERSION and n in _READ_AT_CONVERSION[u.target][0](u) for u in n.users):
+            attr.meta[_KNOWN] = value
+        elif value.dtype == torch.bool and any(u.target in CONVERTERS and CONVERTERS[u.target] is _bool_and_or
+                                               for u in n.users) and _uniform(value):
             attr.meta[_KNOWN] = value
         n.replace_all_uses_with(attr, delete_user_cb=lambda u: u.op != "output")
         if copy is not None:

@@ -219,8 +219,10 @@ def test_a_mask_made_from_positions_alone_is_computed_once():
         return torch.softmax(scores.masked_fill(~mask, torch.finfo(torch.float32).min), -1) + x * positions
     report = check(fn, X(2, 4, 8, 8), X(8), exact=False)
     held = computed_once(report)
-    assert {e["op"] for e in held} >= {"aten.arange.default", "aten.bitwise_and.Tensor", "aten.le.Tensor"}, str(report)
+    # (the positions' ops PyTorch computes once; the and and not of their masks kiln computes in its kernels)
+    assert {e["op"] for e in held} >= {"aten.arange.default", "aten.le.Tensor", "aten.gt.Tensor"}, str(report)
     assert not [e for e in report.left_to_pytorch if e not in held], str(report)  # nothing left for each forward
+    assert len(report.subgraphs) == 1, str(report)
     # new values through the same compiled forward: the held mask holds no input's values
     torch._dynamo.reset()
     f = torch.compile(fn, backend="kiln", dynamic=False)
@@ -330,12 +332,26 @@ def test_a_padding_mask_indexed_by_aranges_is_the_mask_reshaped():
 
 @pytest.mark.parametrize("name, fn", [
     ("and", lambda a, b, x: torch.where(a & b, x, 0.0)),
+    ("not", lambda a, b, x: x.masked_fill(~a, -1.0) + torch.logical_not(b).to(torch.float32)),
     ("or", lambda a, b, x: torch.where(torch.logical_or(a, b[:1]), x, -x)),
     ("logical_and", lambda a, b, x: torch.logical_and(a, b).to(torch.float32) + x),
 ])
 def test_and_or_of_bool_tensors(name, fn):
     a, b = torch.rand(4, 6) > 0.5, torch.rand(4, 6) > 0.3
     all_in_kiln(check(fn, a, b, X(4, 6)))
+
+
+def test_and_with_an_all_true_mask_is_the_other_mask():
+    # transformers' bidirectional mask (all true, held) and-ed with the padding mask: the padding mask,
+    # expanded; no cast, multiply and compare per score
+    def fn(x, keep):
+        allowed = torch.ones((), dtype=torch.bool) & (torch.arange(6)[None, :, None] >= 0)
+        return torch.where(allowed & keep[:, None, :], x, -1.0)
+    keep = torch.rand(2, 6) > 0.5
+    report = check(fn, X(2, 6, 6), keep)
+    all_in_kiln(report)
+    (sub,) = report.subgraphs
+    assert sub["kiln_ops"] <= 3, str(report)  # expand, (reshape,) where: not cast, mul, ne
 
 
 def test_index_by_aranges_out_of_order_stays_in_pytorch_and_says_why():
