@@ -229,7 +229,7 @@ auto GemmGenerator::mma_tile(const Gemm& gm, Mma kind) const -> MmaTile {
   // slices in every type: a computed operand's 8-element runs then divide
   // evenly among the 128 threads.)
   const bool conv = g_.ops[static_cast<size_t>(k_.anchor)].kind == ir::OpKind::Conv2d;
-  if (gm.m <= 64 && !conv) return {static_cast<int>((gm.m + 15) / 16 * 16), 64, 64, 1, 4, 4};
+  if (gm.m <= kFewRows && !conv) return {static_cast<int>((gm.m + 15) / 16 * 16), 64, 64, 1, 4, 4};
   // A grouped conv's groups of 16 or 32 output channels (ResNeXt's later
   // stages; narrower groups take the depthwise_conv kernel): a tile as
   // narrow as a group, 128 rows over 4 warps, instead of a 128-wide tile
@@ -426,7 +426,16 @@ std::string GemmGenerator::tensor_core_loader(const ir::Op& anchor, const Gemm& 
 }
 
 void GemmGenerator::gemm_tensor_core(const ir::Op& anchor, const Gemm& gm, Mma kind) {
-  const MmaTile t = mma_tile(gm, kind);
+  MmaTile t = mma_tile(gm, kind);
+  // A symbolic M's size bucket of few rows: the tile is chosen at the probe's M (many rows), and
+  // where M is at most kFewRows the integer graph's few-rows tile is built too, a variant launched
+  // there (generate_program). BERT's pooler, M = B: 6 tiles of 128 x 128 took twice the 12 tiles
+  // of 32 x 64 of the graph written with B = 32 (H200, 55 against 28 us). Without its K split: a
+  // split's workspace would be the variant's alone.
+  const bool symbolic_m = sizes_.symbolic(gm.m);  // (tiles_m counted by the kernel, and a grid rule)
+  const bool conv = anchor.kind == ir::OpKind::Conv2d;
+  const bool few_rows_variant = symbolic_m && !conv && wanted_.tile_m == kFewRows && sizes_.dim(gm.m).lower() <= kFewRows;
+  if (few_rows_variant) t = {kFewRows, 64, 64, 1, 4, 4};
   decided(fmt::format("mma.sync {}x{}x{}, {}x{} warps, {} stages", t.bm, t.bn, t.bk, t.warps_m, t.warps_n, t.stages));
   const int threads = t.warps_m * t.warps_n * 32;
   const int elem = kind == Mma::tf32 ? 4 : 2, chunk = 16 / elem;
@@ -435,9 +444,18 @@ void GemmGenerator::gemm_tensor_core(const ir::Op& anchor, const Gemm& gm, Mma k
   const int shared_bytes = t.stages * (t.bm * a_stride + (gm.b_k_major ? t.bn : t.bk) * b_stride) * elem;
   const int64_t tiles_m = (gm.m + t.bm - 1) / t.bm, tiles_n = (gm.n + t.bn - 1) / t.bn;
   const int64_t k_tiles = k_slices(gm, t.bk);
-  const Tuning choice = choose_tuning(tensor_core_tuning_space(gm, t, k_tiles));
+  std::vector<Tuning> space = tensor_core_tuning_space(gm, t, k_tiles);
+  if (few_rows_variant)
+    for (Tuning& x : space) x.splits = 0, x.tile_m = kFewRows;
+  const Tuning choice = choose_tuning(space);
+  if (symbolic_m && !conv && !few_rows_variant && !(t.warps_m == 1 && t.bm <= kFewRows) && !sizes_.symbolic(gm.batches) &&
+      sizes_.dim(gm.m).lower() <= kFewRows) {
+    const ir::Dim& m = sizes_.dim(gm.m);
+    Tuning few = choice;
+    few.splits = 0, few.tile_m = kFewRows;
+    out_.other_sizes = {few, SizeCondition{m.expr(), {{std::max<int64_t>(m.lower(), 1), std::min<int64_t>(m.upper(), kFewRows)}}}};
+  }
   const int splits = std::max(choice.splits, 1);
-  const bool symbolic_m = sizes_.symbolic(gm.m);  // (tiles_m counted by the kernel, and a grid rule)
   if (symbolic_m && sizes_.symbolic(gm.batches))
     throw NotSymbolic(fmt::format("{}: the mma.sync kernel's tiles of a symbolic M over symbolic batches",
                                   g_.describe(k_.anchor)));

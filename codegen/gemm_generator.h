@@ -252,6 +252,8 @@ class GemmGenerator : public KernelBuilder {
   struct MmaTile {
     int bm, bn, bk, warps_m, warps_n, stages;
   };
+  // The few-rows tile's most rows (mma_tile: M at most this), a symbolic M's size bucket's too.
+  static constexpr int kFewRows = 64;
   MmaTile mma_tile(const Gemm& gm, Mma kind) const;
   // How many blocks share each tile's K (the few-rows tile when its tiles
   // alone leave SMs idle; 1: no split).

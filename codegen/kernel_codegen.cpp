@@ -105,7 +105,8 @@ GeneratedProgram generate_program(const ir::Graph& g, const ir::Plan& plan, int 
       const bool uses_workspace =
           std::ranges::any_of(variant.args, [](const KernelArg& a) { return a.role == KernelArg::Role::Workspace; });
       // (its generator may settle what the tuning left open: the epilogue's loop)
-      const bool as_asked = variant.tuning.tile_n == other.tile_n && variant.tuning.cluster == other.cluster &&
+      const bool as_asked = variant.tuning.tile_n == other.tile_n && variant.tuning.tile_m == other.tile_m &&
+                            variant.tuning.cluster == other.cluster &&
                             variant.tactics.chosen == kernel.tactics.chosen;
       if (as_asked && !uses_workspace && state.program.workspaces.size() == workspaces) {
         variant.other_sizes.reset();

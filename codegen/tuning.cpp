@@ -13,8 +13,8 @@ struct Field {
   const char* name;
   int Tuning::*member;
 };
-constexpr Field kFields[] = {{"tile_n", &Tuning::tile_n}, {"cluster", &Tuning::cluster}, {"raster", &Tuning::raster},
-                             {"splits", &Tuning::splits}};
+constexpr Field kFields[] = {{"tile_n", &Tuning::tile_n}, {"tile_m", &Tuning::tile_m}, {"cluster", &Tuning::cluster},
+                             {"raster", &Tuning::raster}, {"splits", &Tuning::splits}};
 
 }  // namespace
 

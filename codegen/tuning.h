@@ -36,11 +36,17 @@ struct Tuning {
   // cuBLASLt; 0 leaves it to the rule.
   int vendor = 0;
   static constexpr int kOwn = 1, kCublasLt = 2;
+  // Rows of a block's output tile where the heuristic's rows are not the
+  // kernel's only choice: the few-rows tile of a symbolic M's size bucket
+  // (mma.sync kernel, gemm_codegen.cpp). Last, so that the positional
+  // initialisers of the fields above stand.
+  int tile_m = 0;
 
   bool empty() const {
-    return tile_n == 0 && cluster == 0 && raster == 0 && splits == 0 && epilogue == 0 && pingpong == 0 && vendor == 0;
+    return tile_n == 0 && tile_m == 0 && cluster == 0 && raster == 0 && splits == 0 && epilogue == 0 && pingpong == 0 &&
+           vendor == 0;
   }
-  // "tile_n=256 cluster=2 raster=8 epilogue=rolled pingpong=1 vendor=cublasLt": the set fields, in this order.
+  // "tile_n=256 tile_m=64 cluster=2 raster=8 epilogue=rolled pingpong=1 vendor=cublasLt": the set fields, in this order.
   std::string to_string() const;
   // The inverse of to_string(); nullopt on anything else.
   static std::optional<Tuning> parse(const std::string& text);

@@ -489,6 +489,52 @@ TEST(SymbolicCompile, AMatmulsTileWidthIsChosenPerSizeBucket) {
   EXPECT_EQ(*why, "");
 }
 
+// BERT's pooler over a symbolic batch: its A (the first token of each
+// sequence) is gathered, so the mma.sync kernel takes it, tiled at the
+// probe's many rows. Where B is at most 64 the integer graph takes the
+// few-rows tile: a variant with that tile runs there, with the integer
+// graph's grid (H200, B32: 55 us at 6 tiles of 128 x 128, 28 at 12 of 32 x 64).
+TEST(SymbolicCompile, AFewRowsMatmulTakesTheFewRowsTileInItsSizeBucket) {
+  const Graph g = must_parse(R"({"kiln": 1, "dims": {"B": {"min": 2, "max": 32768}, "S": {"min": 2, "max": 512}},
+      "inputs": {"h": {"shape": ["B", "S", 768], "dtype": "bf16"}, "w": {"shape": [768, 768], "dtype": "bf16"},
+                 "bias": {"shape": [768], "dtype": "bf16"}},
+      "ops": [{"op": "slice", "in": ["h"], "out": "first", "axis": 1, "start": 0, "end": 1},
+              {"op": "reshape", "in": ["first"], "out": "a", "shape": ["B", 768]},
+              {"op": "transpose", "in": ["w"], "out": "wt", "perm": [1, 0]},
+              {"op": "matmul", "in": ["a", "wt"], "out": "p"},
+              {"op": "add", "in": ["p", "bias"], "out": "pb", "dtype": "bf16"},
+              {"op": "tanh", "in": ["pb"], "out": "y", "dtype": "bf16"}],
+      "outputs": ["y"]})");
+  const runtime::Planned symbolic = must_plan(g);
+  ASSERT_EQ(symbolic.program.kernels.size(), 2u);
+  const codegen::GeneratedKernel &few = symbolic.program.kernels[0], &many = symbolic.program.kernels[1];
+  EXPECT_EQ(few.tactics.chosen, "mma.sync");
+  EXPECT_EQ(many.tactics.chosen, "mma.sync");
+  ASSERT_TRUE(few.when.has_value());
+  EXPECT_FALSE(many.when.has_value());
+  EXPECT_EQ(few.when->to_string(), "B in 2..64");
+  EXPECT_EQ(few.tuning.tile_m, 64);
+  EXPECT_EQ(many.tuning.tile_m, 0);
+  EXPECT_NE(few.source.find("kiln::tc::Gemm<64, 64, 64, 1, 4, 4,"), std::string::npos);
+  expect_no_probe_sizes(few, *symbolic.probe);
+  for (int64_t b : {2, 7, 32, 64, 65, 300}) {
+    const std::vector<uint8_t> runs = codegen::kernels_run_at(symbolic.program.kernels, {{"B", b}, {"S", 128}});
+    ASSERT_EQ(runs[0] + runs[1], 1) << "B = " << b;
+    EXPECT_EQ(runs[0], b <= 64) << "B = " << b;
+    if (b > 64) continue;
+    Expected<Graph> sized = g.specialize({{"B", b}, {"S", 128}});
+    ASSERT_TRUE(sized.ok()) << sized.error().message;
+    const runtime::Planned integer = must_plan(*sized);
+    ASSERT_EQ(integer.program.kernels.size(), 1u);
+    EXPECT_EQ(integer.program.kernels[0].tactics.chosen, "mma.sync");
+    // (the same grid and block; the integer tile's rows, and so its shared memory, fit B to 16 rows)
+    const codegen::LaunchGeometry at = codegen::launch_geometry(few, {{"B", b}, {"S", 128}});
+    const codegen::LaunchGeometry want = codegen::launch_geometry(integer.program.kernels[0], {});
+    EXPECT_EQ(at.grid, want.grid) << "B = " << b;
+    EXPECT_EQ(at.block, want.block) << "B = " << b;
+  }
+}
+
 TEST(SymbolicCompile, NvrtcCompilesTheSymbolicKernelsOnceForEverySize) {
   const Graph g = must_parse(residual_norm("\"B\"", "\"S\"", true));
   const std::string dir = testing::fresh_cache("symbolic-compile").string();
