@@ -623,6 +623,8 @@ def _index_by_aranges(c, n):
     known = [c.known(i) for i in indices]
     if any(k is None for k in known):
         raise Unsupported(_NO_GATHER)
+    if any(k.dtype == torch.bool or k.dtype.is_floating_point for k in known):
+        raise Unsupported("indexing by several tensors, one of them a bool mask (kiln has no gather)")
     with _real_tensors():
         broadcast = list(torch.broadcast_shapes(*(k.shape for k in known)))
         last_axis = -1
@@ -644,7 +646,9 @@ def _index_by_aranges(c, n):
 def _bool_and_or(c, n):
     """a & b and a | b of bool tensors (masks combined: transformers' padding mask and an attention's
     own). kiln reads a bool as where's condition or by cast (graph-format.md rule 3): the product
-    (and) or the maximum (or) of the two as 0 and 1, compared with 0."""
+    (and) or the maximum (or) of the two as 0 and 1, compared with 0. An operand known at conversion
+    and uniform gives the other operand expanded (x & true, x | false) or that constant; two known
+    operands, the constant itself (known to the converters downstream)."""
     if any(dtype_of(a) != "bool" for a in n.args[:2] if isinstance(a, torch.fx.Node)) or \
             not all(isinstance(a, torch.fx.Node) for a in n.args[:2]):
         raise Unsupported(f"{n.target} of tensors other than two bool ones")
