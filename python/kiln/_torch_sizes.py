@@ -157,14 +157,20 @@ _PRIMES = (65537, 65539, 65543, 65551, 65557, 65563, 65579, 65581, 65587, 65599,
 
 
 class Probe:
-    """Symbol i at a prime of its own; `offset` picks a disjoint set for a second probe."""
+    """Symbol i at a prime of its own; `offset` picks a disjoint set for a second probe. A symbol in
+    `aliases` (symbol -> the symbol it stands for: equal_hints) takes that symbol's prime, and the
+    graph names that symbol alone."""
 
-    def __init__(self, symbols: Sequence[sympy.Symbol], offset: int = 0):
-        if offset + len(symbols) > len(_PRIMES):
-            raise NotAProduct(f"{len(symbols)} symbols (kiln's backend probes at most {len(_PRIMES) // 2})")
-        self.symbols = list(symbols)
-        self.primes = list(_PRIMES[offset:offset + len(symbols)])
-        self.binding = dict(zip(self.symbols, self.primes))
+    def __init__(self, symbols: Sequence[sympy.Symbol], offset: int = 0,
+                 aliases: Optional[Dict[sympy.Symbol, sympy.Symbol]] = None):
+        aliases = aliases or {}
+        own = [s for s in symbols if aliases.get(s, s) == s]
+        if offset + len(own) > len(_PRIMES):
+            raise NotAProduct(f"{len(own)} symbols (kiln's backend probes at most {len(_PRIMES) // 2})")
+        self.symbols = own
+        self.primes = list(_PRIMES[offset:offset + len(own)])
+        prime_of = dict(zip(own, self.primes))
+        self.binding = {s: prime_of[aliases.get(s, s)] for s in symbols}
 
     def involves(self, value: int) -> bool:
         return any(value % p == 0 for p in self.primes)
@@ -282,11 +288,31 @@ def _finite(bound: Any, otherwise: int) -> int:
     return value if abs(value) < 2**62 else otherwise
 
 
-def dims_table(env, symbols: Sequence[sympy.Symbol], cap: int) -> Dict[str, Dict[str, int]]:
+def dims_table(env, symbols: Sequence[sympy.Symbol], cap: int,
+               aliases: Optional[Dict[sympy.Symbol, sympy.Symbol]] = None) -> Dict[str, Dict[str, int]]:
+    """Each symbol's range: dynamo's, at most `cap`; a symbol others stand for (aliases) takes the
+    range all of them share."""
     table = {}
     for s in symbols:
-        r = env.var_to_range.get(s) if env is not None else None
-        lo = max(1, _finite(r.lower, 1)) if r is not None else 1
-        hi = min(cap, _finite(r.upper, cap)) if r is not None else cap
+        lo, hi = 1, cap
+        for t in [s] + [a for a, r in (aliases or {}).items() if r == s and a != s]:
+            r = env.var_to_range.get(t) if env is not None else None
+            if r is not None:
+                lo, hi = max(lo, _finite(r.lower, 1)), min(hi, _finite(r.upper, cap))
         table[str(s)] = {"min": min(lo, hi), "max": hi, "multiple_of": 1}
     return table
+
+
+def equal_hints(symbols: Sequence[sympy.Symbol], hints: Dict[sympy.Symbol, int]) -> Dict[sympy.Symbol, sympy.Symbol]:
+    """Symbols dynamo traced at equal values, each to the first of its value (symbols order): the
+    aliases a partition's one graph may try where its symbols taken apart do not make one (a static
+    cache's k and v lengths: two symbols, one length). Empty where no two are equal."""
+    first: Dict[int, sympy.Symbol] = {}
+    aliases = {}
+    for s in symbols:
+        if s not in hints:
+            continue
+        rep = first.setdefault(hints[s], s)
+        if rep != s:
+            aliases[s] = rep
+    return aliases

@@ -1219,6 +1219,7 @@ class KilnSubgraph(torch.nn.Module):
         self._values_seen: set = set()
         self._one_compile: Dict[Tuple, Any] = {}  # the symbolic graph's entry, by host values
         self.per_size = None  # why this partition is compiled per size (symbolic sizes only)
+        self._aliases = {}  # host values -> the symbols their one graph takes as one (_compile_once)
         self._sizes_compiled = 0
 
     def _graph_for(self, inputs):
@@ -1344,10 +1345,14 @@ class KilnSubgraph(torch.nn.Module):
                         return self._refuse(key, f"host values past the first {self.MAX_VALUES} (numbers PyTorch "
                                                  f"passes as CPU tensors: kiln compiles each value as a constant)")
                     self._values_seen.add(values)
+                    why = None
                     if self.symbolic and self.per_size is None:
                         entry = self._one_compile.get(values) or self._compile_once(args, values)
+                        differ = self._aliases_differ(values, args) if entry is not None else ""
+                        if differ:  # (the one graph takes them as one symbol: these sizes, a graph of their own)
+                            entry, why = None, f"the one graph's symbols traced equal differ here ({differ})"
                     if entry is None:
-                        entry = self._per_size_entry(key, args, self.per_size)
+                        entry = self._per_size_entry(key, args, why or self.per_size)
                     self._executables[key] = entry
         return entry
 
@@ -1391,20 +1396,51 @@ class KilnSubgraph(torch.nn.Module):
         self._sizes_compiled += self.symbolic
         return self._compiled(key, make_graph, f"per size: {why}" if self.symbolic else "")
 
+    def _aliases_differ(self, values: Tuple, args) -> str:
+        """Which of the symbols the one graph for `values` takes as one (equal_hints) differ at this
+        call ("s69 = 110, s49 = 70"), or ""."""
+        aliases = self._aliases.get(values)
+        if not aliases:
+            return ""
+        binding = sizes.call_binding(self.placeholders, args)
+        differ = [(a, r) for a, r in aliases.items() if binding.get(a) != binding.get(r)]
+        return ", ".join(f"{a} = {binding.get(a)}, {r} = {binding.get(r)}" for a, r in differ)
+
+    def _one_symbolic_graph(self, values: Tuple, aliases=None):
+        """The graph one compile serves every size with (the widest range whose kernels meet no limit);
+        NotAProduct, Unsupported or KilnError saying why there is none."""
+        graph, why = None, ""
+        for graph in self._symbolic_graphs(dict(zip(self.host_values, values)), aliases):
+            # (a graph with no symbols left, the symbolic strides made dense, serves every size as it is)
+            why, range_limit = per_size_reason(graph._native) if graph.dims else ("", False)
+            if not why:
+                break
+            if not range_limit:  # (a limit at the largest sizes alone: the next, narrower range)
+                raise sizes.NotAProduct(why)
+        if why:
+            raise sizes.NotAProduct(why)
+        return graph
+
     def _compile_once(self, args, values: Tuple):
         """The symbolic graph's entry for these host values, or None with self.per_size saying why
-        kiln compiles per size."""
+        kiln compiles per size. Where the symbols taken apart make no graph, symbols traced at equal
+        values are tried as one (a static cache's k and v lengths): a call where they differ is a
+        binding error of that graph, and forward() compiles those sizes apart."""
+        sized_as = "every size: one compile"
         try:
-            graph = None
-            for graph in self._symbolic_graphs(dict(zip(self.host_values, values))):
-                # (a graph with no symbols left, the symbolic strides made dense, serves every size as it is)
-                why, range_limit = per_size_reason(graph._native) if graph.dims else ("", False)
-                if not why:
-                    break
-                if not range_limit:  # (a limit at the largest sizes alone: the next, narrower range)
-                    raise sizes.NotAProduct(why)
-            if why:
-                raise sizes.NotAProduct(why)
+            try:
+                graph = self._one_symbolic_graph(values)
+            except (sizes.NotAProduct, Unsupported, KilnError) as apart:
+                aliases = sizes.equal_hints(self.symbols, self.hints or {})
+                if not aliases:
+                    raise
+                try:
+                    graph = self._one_symbolic_graph(values, aliases)
+                except (sizes.NotAProduct, Unsupported, KilnError):
+                    raise apart from None
+                sized_as += " ({}: equal as traced; a call where they differ compiles per size)".format(
+                    ", ".join(f"{a} = {r}" for a, r in aliases.items()))
+                self._aliases[values] = aliases
             exe = kiln_compile(graph)
         except (sizes.NotAProduct, Unsupported, KilnError) as e:
             self.per_size = str(e)
@@ -1416,17 +1452,18 @@ class KilnSubgraph(torch.nn.Module):
             return None
         self.graphs.append(graph)
         with sizes.bound(self.hints):
-            self.report.add_subgraph(self.name, self.gm, graph, exe, "every size: one compile")
+            self.report.add_subgraph(self.name, self.gm, graph, exe, sized_as)
         self._one_compile[values] = (exe, self._symbolic_seen)
         return self._one_compile[values]
 
-    def _symbolic_graphs(self, host_values: Dict[int, float]):
+    def _symbolic_graphs(self, host_values: Dict[int, float], aliases=None):
         """The partition as one symbolic kiln graph, converted at two probes, each generalised
         into dim expressions, which must agree (_torch_sizes.py): at the widest range of sizes
-        first (sizes.CAPS), then narrower ones (a kernel's limits at the largest sizes)."""
+        first (sizes.CAPS), then narrower ones (a kernel's limits at the largest sizes). Symbols
+        in `aliases` are the symbol they map to (sizes.equal_hints)."""
         docs = []
         for offset in (0, len(sizes._PRIMES) // 2):
-            probe = sizes.Probe(self.symbols, offset)
+            probe = sizes.Probe(self.symbols, offset, aliases)
             with sizes.bound(probe.binding):
                 inputs = [host_values[i] if i in host_values else
                           (sizes.sizes(v.shape), _contiguous(tuple(sizes.sizes(v.shape))) if i in self.made_dense
@@ -1444,7 +1481,7 @@ class KilnSubgraph(torch.nn.Module):
         first = sizes.CAPS.index(sizes.largest_cap(doc))
         built = False
         for cap in sizes.CAPS[first:]:
-            doc["dims"] = sizes.dims_table(env, used, cap)
+            doc["dims"] = sizes.dims_table(env, used, cap, aliases)
             try:
                 graph = Graph.from_json(doc)
             except GraphError as e:

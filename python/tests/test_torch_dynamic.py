@@ -542,3 +542,42 @@ def test_kept_sizes_are_bounded_least_recently_used_first_out(monkeypatch):
     monkeypatch.setattr(per_size, "VALUES_AT_MOST", 16)
     assert made[0](13) is not made[0](13)
     assert 13 not in {k for k, in made[0]._kept}
+
+
+def test_symbols_traced_equal_are_tried_as_one_where_apart_they_make_no_graph():
+    # a static cache's keys and values: two tensors, two dynamo symbols for their one length, which
+    # sdpa needs equal; apart, kiln's graph would refuse v's shape (bf16: the flash kernel, which
+    # takes a symbolic key length)
+    torch.manual_seed(0)
+    def fn(q, k, v):
+        return torch.nn.functional.scaled_dot_product_attention(q * 2, k, v) + 1
+    with reporting() as report:
+        c = torch.compile(fn, backend="kiln")
+        for s in (70, 110, 131):
+            q, k, v = (torch.randn(1, 2, n, 64, dtype=torch.bfloat16) for n in (64, s, s))
+            torch._dynamo.mark_dynamic(k, 2)
+            torch._dynamo.mark_dynamic(v, 2)
+            with torch.no_grad():
+                torch.testing.assert_close(c(q, k, v), fn(q, k, v), rtol=3e-2, atol=3e-2)
+    sized = [e["sizes"] for e in report.subgraphs]
+    assert len(sized) == 1 and sized[0].startswith("every size: one compile (") and "equal as traced" in sized[0], report
+    sub = next(s for s in _subgraphs() if s.symbolic)
+    assert len(sub.graphs[0].dims) == 1
+
+
+def test_symbols_taken_as_one_that_differ_at_a_call_compile_those_sizes_apart():
+    # x and y concatenated: apart, s0 + s1 is a sum (no one graph); traced equal, the one graph takes
+    # 2 * s0 rows, right only while they stay equal: a call where they differ compiles per size
+    def fn(x, y):
+        return torch.cat([x * 2, y + 1]).relu()
+    with reporting() as report:
+        c = torch.compile(fn, backend="kiln")
+        for m, n in ((7, 7), (9, 9), (5, 8)):
+            x, y = torch.randn(m, 16), torch.randn(n, 16)
+            torch._dynamo.mark_dynamic(x, 0)
+            torch._dynamo.mark_dynamic(y, 0)
+            with torch.no_grad():
+                torch.testing.assert_close(c(x, y), fn(x, y), rtol=0, atol=0)
+    sized = [e["sizes"] for e in report.subgraphs]
+    assert len(sized) == 2 and "equal as traced" in sized[0], report
+    assert sized[1].startswith("per size: the one graph's symbols traced equal differ here"), report
