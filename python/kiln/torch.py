@@ -1424,8 +1424,9 @@ class KilnSubgraph(torch.nn.Module):
     def _compile_once(self, args, values: Tuple):
         """The symbolic graph's entry for these host values, or None with self.per_size saying why
         kiln compiles per size. Where the symbols taken apart make no graph, symbols traced at equal
-        values are tried as one (a static cache's k and v lengths): a call where they differ is a
-        binding error of that graph, and forward() compiles those sizes apart."""
+        values are tried as one (a static cache's k and v lengths): _entry_for gives a call where
+        they differ a graph of its own (_aliases_differ), since the one graph may rely on them being
+        equal."""
         sized_as = "every size: one compile"
         try:
             try:
