@@ -295,7 +295,7 @@ def dims_table(env, symbols: Sequence[sympy.Symbol], cap: int,
     table = {}
     for s in symbols:
         lo, hi = 1, cap
-        for t in [s] + [a for a, r in (aliases or {}).items() if r == s and a != s]:
+        for t in [s] + [a for a, r in (aliases or {}).items() if r == s]:
             r = env.var_to_range.get(t) if env is not None else None
             if r is not None:
                 lo, hi = max(lo, _finite(r.lower, 1)), min(hi, _finite(r.upper, cap))

@@ -649,8 +649,7 @@ def _bool_and_or(c, n):
     (and) or the maximum (or) of the two as 0 and 1, compared with 0. An operand known at conversion
     and uniform gives the other operand expanded (x & true, x | false) or that constant; two known
     operands, the constant itself (known to the converters downstream)."""
-    if any(dtype_of(a) != "bool" for a in n.args[:2] if isinstance(a, torch.fx.Node)) or \
-            not all(isinstance(a, torch.fx.Node) for a in n.args[:2]):
+    if not all(isinstance(a, torch.fx.Node) and dtype_of(a) == "bool" for a in n.args[:2]):
         raise Unsupported(f"{n.target} of tensors other than two bool ones")
     conjunction = n.target in _CONJUNCTIONS
     known = [c.known(x) for x in n.args[:2]]
@@ -1867,11 +1866,10 @@ def _hold_constants(gm: torch.fx.GraphModule, report: Report) -> None:
         attr.meta = dict(n.meta)
         # Constants to the converters that read values (_READ_AT_CONVERSION: a small held index) or
         # simplify by them (a bool and/or of a uniform mask: _bool_and_or).
-        if value.numel() <= _FOLDED_AT_MOST and any(
-                u.target in _READ_AT_CONVERSION and n in _READ_AT_CONVERSION[u.target][0](u) for u in n.users):
-            attr.meta[_KNOWN] = value
-        elif value.dtype == torch.bool and any(u.target in CONVERTERS and CONVERTERS[u.target] is _bool_and_or
-                                               for u in n.users) and _uniform(value):
+        read_as_index = value.numel() <= _FOLDED_AT_MOST and any(
+            u.target in _READ_AT_CONVERSION and n in _READ_AT_CONVERSION[u.target][0](u) for u in n.users)
+        uniform_mask = value.dtype == torch.bool and any(CONVERTERS.get(u.target) is _bool_and_or for u in n.users)
+        if read_as_index or (uniform_mask and _uniform(value)):
             attr.meta[_KNOWN] = value
         n.replace_all_uses_with(attr, delete_user_cb=lambda u: u.op != "output")
         if copy is not None:
