@@ -282,8 +282,12 @@ void AttentionGenerator::decode_attention(const ir::Op& op) {
   const AttentionOperand ka = *attention_operand(op.inputs[1]), va = *attention_operand(op.inputs[2]);
   const ExternalTensor &k = ka.memory, &v = va.memory;
   const int64_t batches = qs[0], heads = qs[1], sq = qs[2], d = qs[3], kv_heads = ka.heads, skv = g_.operand(op, 1).shape[2];
-  const int64_t group = heads / kv_heads, rows = group * sq, chunk = 1024, chunks = (skv + chunk - 1) / chunk;
+  const int64_t group = heads / kv_heads, rows = group * sq, chunk = 1024;
   const int64_t units = batches * kv_heads;
+  // A symbolic cache length (a decode step over a static cache of any size): the chunks are
+  // counted at launch, the partials' workspace holds the most the range has.
+  const bool symbolic_keys = sizes_.symbolic(skv);
+  const int64_t chunks = (largest(skv) + chunk - 1) / chunk;
   const int groups = static_cast<int>(256 / (d / 4));
   int64_t lanes = 32;  // kiln::decode::lanes_per_key: the scores' lanes a key
   while (lanes > 1 && (d % lanes != 0 || (d / lanes) % 8 != 0 || d / lanes < 16)) lanes /= 2;
@@ -292,14 +296,21 @@ void AttentionGenerator::decode_attention(const ir::Op& op) {
   const int64_t pass_keys = 256 / lanes, passes = std::max<int64_t>(1, 16384 / (pass_keys * d * 2));
   const int64_t ring_or_sums = std::max<int64_t>(3 * passes * pass_keys * d / 2, groups * rows * d);
   const int shared_bytes = static_cast<int>((ring_or_sums + rows * d + rows * chunk + 2 * rows) * 4);
-  decided(fmt::format("flash decoding: {} query rows ({} heads x {} queries) a block, {} chunks of {} keys{}", rows, group, sq,
-                      chunks, chunk, chunks > 1 ? " merged by the last block" : ""));
-  KILN_INTERNAL_CHECK(units * chunks < (int64_t{1} << 31));
+  decided(fmt::format("flash decoding: {} query rows ({} heads x {} queries) a block, {}{} chunks of {} keys{}", rows, group, sq,
+                      symbolic_keys ? "up to " : "", chunks, chunk, chunks > 1 ? " merged by the last block" : ""));
+  if (largest(units) * chunks >= (int64_t{1} << 31)) {
+    if (sizes_.symbolic(units) || symbolic_keys)
+      throw RangeLimit(fmt::format("{}: 2^31 blocks or more at the largest sizes", g_.describe(k_.anchor)));
+    KILN_INTERNAL_CHECK(false);
+  }
   std::string body;
   body += fmt::format("typedef kiln::decode::DecodeAttention<{}, {}, {}, {}> A;\n", d, rows, chunk, q.storage == DType::bf16 ? 1 : 0);
   body += fmt::format("static_assert(A::kSharedBytes == {}, \"shared memory size as launched\");\n", shared_bytes);
   body += "extern __shared__ __align__(16) float kiln_shared_f32[];\n";
-  body += fmt::format("const kiln::i64 unit = blockIdx.x / {0}LL;\nconst int chunk = (int)(blockIdx.x % {0}LL);\n", chunks);
+  if (symbolic_keys) body += fmt::format("const int chunks = (int)(({} + {}LL) / {}LL);\n", sizes_(skv), chunk - 1, chunk);
+  const std::string chunks_text = symbolic_keys ? "chunks" : std::to_string(chunks);
+  body += fmt::format("const kiln::i64 unit = blockIdx.x / {0};\nconst int chunk = (int)(blockIdx.x % {0});\n",
+                      symbolic_keys ? chunks_text : chunks_text + "LL");
   body += fmt::format("const kiln::i64 bi = unit / {0}LL, kvh = unit % {0}LL;\n", kv_heads);
   body += fmt::format("const kiln::u16* k = {};\n", head_base(sizes_, k, "kvh"));
   body += fmt::format("const kiln::u16* v = {};\n", head_base(sizes_, v, "kvh"));
@@ -308,16 +319,17 @@ void AttentionGenerator::decode_attention(const ir::Op& op) {
   const std::string coordinates = fmt::format("const kiln::i64 hi = kvh * {}LL + row / {}, qi = row % {}, kj = key;\n", group, sq, sq);
   body += "auto q_row = [&](int row) -> const kiln::u16* {\n";
   body += fmt::format("const kiln::i64 hi = kvh * {}LL + row / {}, qi = row % {};\n", group, sq, sq);
-  body += fmt::format("return {} + qi * {}LL;\n}};\n", head_base(sizes_, q, "hi"), q.strides[2]);
+  body += fmt::format("return {} + qi * {};\n}};\n", head_base(sizes_, q, "hi"), sizes_(q.strides[2]));
   body += score_hook(op, true, coordinates);
   body += "A a(kiln_shared_f32);\n";
-  body += fmt::format("a.run(q_row, k, {}LL, v, {}LL, chunk * {}, {}, aligned, score);\n", k.strides[2], v.strides[2], chunk, skv);
+  body += fmt::format("a.run(q_row, k, {}, v, {}, chunk * {}, {}, aligned, score);\n", sizes_(k.strides[2]),
+                      sizes_(v.strides[2]), chunk, sizes_(skv, ""));
   if (chunks > 1) {
     const std::string result = g_.result(op).name;
     const std::string partials = workspace_param(result + ".decode_partials", units * chunks * (rows * d + 2 * rows), 0, false);
     const std::string arrived = workspace_param(result + ".decode_chunks_arrived", units, 0, true);
-    body += fmt::format("if (!a.merge_chunks(static_cast<float*>({}), static_cast<unsigned int*>({}), unit, chunk, {})) return;\n",
-                        partials, arrived, chunks);
+    body += fmt::format("if ({}!a.merge_chunks(static_cast<float*>({}), static_cast<unsigned int*>({}), unit, chunk, {})) return;\n",
+                        symbolic_keys ? "chunks > 1 && " : "", partials, arrived, chunks_text);
   }
   std::string open = fmt::format("for (int i = threadIdx.x; i < {}; i += 256) {{\n", rows * d);
   open += fmt::format("const int row = i / {};\n", d);
@@ -325,7 +337,10 @@ void AttentionGenerator::decode_attention(const ir::Op& op) {
   body += attention_outputs(op, open, "a.out(row, (int)d)");
   finish(body, 256, "", "#include \"kiln/attention_decode.cuh\"\n");
   out_.shared_bytes = static_cast<uint32_t>(shared_bytes);
-  out_.grid = {static_cast<uint32_t>(units * chunks), 1, 1};
+  out_.grid = {static_cast<uint32_t>(std::min<int64_t>(units * ((skv + chunk - 1) / chunk), (int64_t{1} << 31) - 1)), 1, 1};
+  // A block per chunk of each unit (a symbolic cache length or batch: a grid rule).
+  if (symbolic_keys || sizes_.symbolic(units))
+    out_.grid_rule = GridRule{sizes_.dim(skv).expr(), 1, chunk, 1, sizes_.dim(units).expr()};
 }
 
 // ---- the Hopper kernel (templates/kiln/attention_wgmma.cuh) ---------------------------

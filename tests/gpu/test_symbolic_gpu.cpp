@@ -1,5 +1,5 @@
 // GPU tests of one compile for every size (runtime/pipeline.h): each
-// symbolic graph (pointwise, norm, held-row, row-reduction, matmul, attention and conv kernels) compiled ONCE, run at its smallest, largest, an odd and a
+// symbolic graph (pointwise, norm, held-row, row-reduction, matmul, attention, decode and conv kernels) compiled ONCE, run at its smallest, largest, an odd and a
 // prime size against the reference interpreter on random inputs with its
 // outputs poisoned (Executable::run_host), and against the same graph
 // written with integers and compiled at that size. The compile is counted:
@@ -114,12 +114,28 @@ std::vector<SymbolicCase> cases() {
                        causal ? "" : R"(, "mask")", causal ? R"(, "causal": true)" : "");
   };
   const std::string attention = attention_layer("attention_layer", false), causal = attention_layer("causal_layer", true);
+  // A decode step over a static cache of any length: one query a head, grouped-query k and v
+  // expanded from 8 heads, an additive mask over the keys; flash decoding counts its chunks of 1024
+  // keys at launch (one chunk: no merge).
+  const std::string decode = R"({"kiln": 1, "name": "decode_step",
+ "dims": {"B": {"min": 1, "max": 8}, "L": {"min": 2, "max": 20000}},
+ "inputs": {"q": {"shape": ["B", 32, 1, 128], "dtype": "bf16"}, "k": {"shape": ["B", 8, "L", 128], "dtype": "bf16"},
+            "v": {"shape": ["B", 8, "L", 128], "dtype": "bf16"}, "mask": {"shape": ["B", 1, 1, "L"], "dtype": "bf16"}},
+ "ops": [{"op": "reshape", "in": ["k"], "out": "k5", "shape": ["B", 8, 1, "L", 128]},
+         {"op": "expand", "in": ["k5"], "out": "ke", "shape": ["B", 8, 4, "L", 128]},
+         {"op": "reshape", "in": ["ke"], "out": "kk", "shape": ["B", 32, "L", 128]},
+         {"op": "reshape", "in": ["v"], "out": "v5", "shape": ["B", 8, 1, "L", 128]},
+         {"op": "expand", "in": ["v5"], "out": "ve", "shape": ["B", 8, 4, "L", 128]},
+         {"op": "reshape", "in": ["ve"], "out": "vv", "shape": ["B", 32, "L", 128]},
+         {"op": "sdpa", "in": ["q", "kk", "vv", "mask"], "out": "a", "dtype": "bf16"}],
+ "outputs": ["a"]})";
   // Convolutions over a symbolic batch (tests/cli/symbolic_convnet.json): 1x1, 3x3, a shortcut and a
   // residual, a max pool, global average pooling, a depthwise conv with batch norm and ReLU6, a grouped
   // stride-2 conv.
   std::ifstream convnet_file(KILN_SOURCE_DIR "/tests/cli/symbolic_convnet.json");
   const std::string convnet((std::istreambuf_iterator<char>(convnet_file)), std::istreambuf_iterator<char>());
-  return {{"symbolic_convnet", convnet, {{{"B", 1}}, {{"B", 64}}, {{"B", 7}}, {{"B", 13}}}},
+  return {{"decode_step", decode, {{{"B", 1}, {"L", 2}}, {{"B", 8}, {"L", 20000}}, {{"B", 3}, {"L", 1025}}, {{"B", 2}, {"L", 4099}}}},
+          {"symbolic_convnet", convnet, {{{"B", 1}}, {{"B", 64}}, {{"B", 7}}, {{"B", 13}}}},
           {"attention_layer", attention, {{{"B", 1}, {"S", 1}}, {{"B", 16}, {"S", 512}}, {{"B", 3}, {"S", 45}}, {{"B", 13}, {"S", 127}}}},
           {"causal_layer", causal, {{{"B", 1}, {"S", 1}}, {{"B", 16}, {"S", 512}}, {{"B", 3}, {"S", 200}}, {{"B", 2}, {"S", 257}}}},
           {"mlp", mlp, {{{"B", 1}, {"S", 1}}, {{"B", 16}, {"S", 512}}, {{"B", 3}, {"S", 45}}, {{"B", 13}, {"S", 127}}}},

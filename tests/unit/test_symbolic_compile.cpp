@@ -422,6 +422,40 @@ TEST(SymbolicCompile, AttentionOverAStaticCacheServesEveryPromptLength) {
     }
 }
 
+// A decode step over a static cache whose length is a symbol (the cache made for each prompt's
+// length plus the tokens to generate): flash decoding counts its chunks of 1024 keys at launch,
+// the grid is a block per chunk of each batch and key head at every length, and the partials'
+// workspace holds the range's most chunks.
+TEST(SymbolicCompile, ADecodeStepOverACacheOfSymbolicLengthIsOneCompile) {
+  const Graph g = must_parse(R"({"kiln": 1, "dims": {"B": {"min": 1, "max": 8}, "L": {"min": 2, "max": 20000}},
+      "inputs": {"q": {"shape": ["B", 32, 1, 128], "dtype": "bf16"}, "k": {"shape": ["B", 8, "L", 128], "dtype": "bf16"},
+                 "v": {"shape": ["B", 8, "L", 128], "dtype": "bf16"}, "mask": {"shape": ["B", 1, 1, "L"], "dtype": "bf16"}},
+      "ops": [{"op": "reshape", "in": ["k"], "out": "k5", "shape": ["B", 8, 1, "L", 128]},
+              {"op": "expand", "in": ["k5"], "out": "ke", "shape": ["B", 8, 4, "L", 128]},
+              {"op": "reshape", "in": ["ke"], "out": "kk", "shape": ["B", 32, "L", 128]},
+              {"op": "reshape", "in": ["v"], "out": "v5", "shape": ["B", 8, 1, "L", 128]},
+              {"op": "expand", "in": ["v5"], "out": "ve", "shape": ["B", 8, 4, "L", 128]},
+              {"op": "reshape", "in": ["ve"], "out": "vv", "shape": ["B", 32, "L", 128]},
+              {"op": "sdpa", "in": ["q", "kk", "vv", "mask"], "out": "a", "dtype": "bf16"}],
+      "outputs": ["a"]})");
+  Expected<std::string> why = runtime::per_size_reason(g, runtime::Target{.arch = "sm_90"});
+  ASSERT_TRUE(why.ok());
+  EXPECT_EQ(*why, "");
+  const runtime::Planned symbolic = must_plan(g);
+  ASSERT_EQ(symbolic.program.kernels.size(), 1u);
+  const codegen::GeneratedKernel& k = symbolic.program.kernels[0];
+  EXPECT_EQ(k.tactics.chosen, "flash decoding");
+  expect_no_probe_sizes(k, *symbolic.probe);
+  EXPECT_NE(k.canonical.find("const int chunks = (int)((kiln_size"), std::string::npos) << k.source;
+  ASSERT_EQ(symbolic.program.workspaces.size(), 2u);
+  ASSERT_TRUE(symbolic.program.workspaces[0].words_expr.has_value());
+  EXPECT_EQ(ir::to_string(*symbolic.program.workspaces[0].words_expr), fmt::format("B*{}", 8 * 20 * (4 * 128 + 2 * 4)));
+  for (const auto& [b, l] : std::vector<std::pair<int64_t, int64_t>>{{1, 2}, {3, 1024}, {3, 1025}, {8, 20000}}) {
+    const codegen::LaunchGeometry at = codegen::launch_geometry(k, {{"B", b}, {"L", l}});
+    EXPECT_EQ(at.grid[0], static_cast<uint32_t>(b * 8 * ((l + 1023) / 1024))) << "B = " << b << ", L = " << l;
+  }
+}
+
 // A vocabulary's projection over symbolic rows (an LM head over T tokens): cuBLASLt takes it by
 // the rule, as at integer sizes, its M a product of the sizes the runtime evaluates at launch
 // (layouts and timed algorithms for each M); one compile serves every size.
