@@ -272,7 +272,9 @@ std::optional<std::string> AttentionGenerator::why_not_decode(const ir::Op& op) 
   const Shape& qs = g_.operand(op, 0).shape;
   const int64_t group = qs[1] / attention_operand(op.inputs[1])->heads, keys = g_.operand(op, 1).shape[2];
   if (group * qs[2] > 16) return fmt::format("{} query rows a key head ({} heads x {} queries), over 16", group * qs[2], group, qs[2]);
-  if (keys < 512) return fmt::format("{} keys, under 512", keys);
+  if (keys < kDecodeFewestKeys) return fmt::format("{} keys, under {}", keys, kDecodeFewestKeys);
+  if (wanted_.tile_m == kFlashQueryRows)
+    return fmt::format("a size bucket of fewer than {} keys, which the flash kernels' tiles of query rows take", kDecodeFewestKeys);
   return std::nullopt;
 }
 
@@ -341,6 +343,15 @@ void AttentionGenerator::decode_attention(const ir::Op& op) {
   // A block per chunk of each unit (a symbolic cache length or batch: a grid rule).
   if (symbolic_keys || sizes_.symbolic(units))
     out_.grid_rule = GridRule{sizes_.dim(skv).expr(), 1, chunk, 1, sizes_.dim(units).expr()};
+  // A cache length whose range reaches below kDecodeFewestKeys: there the integer graph takes a
+  // flash kernel (tiles of query rows), built as a size bucket's variant (H200, 32 query heads over
+  // 8 key heads, d128, B1 L300: flash wgmma 0.015 ms, flash decoding 0.035).
+  if (symbolic_keys && sizes_.lower(skv) < kDecodeFewestKeys) {
+    Tuning flash;
+    flash.tile_m = kFlashQueryRows;
+    const ir::Dim keys = sizes_.dim(skv);
+    out_.other_sizes = {flash, SizeCondition{keys.expr(), {{std::max<int64_t>(keys.lower(), 1), kDecodeFewestKeys - 1}}}};
+  }
 }
 
 // ---- the Hopper kernel (templates/kiln/attention_wgmma.cuh) ---------------------------

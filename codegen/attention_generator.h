@@ -20,6 +20,11 @@ class AttentionGenerator : public KernelBuilder {
   // mma.sync flash kernel, the exact two-pass kernel (the last resort:
   // always fits). Each sees the sdpa.
   using AttentionTactic = Tactic<AttentionGenerator, ir::Op>;
+  // Flash decoding takes at least this many keys; below, the flash kernels' tiles of query rows
+  // (a symbolic cache length whose range reaches below it: a size bucket's variant, asked for by
+  // Tuning::tile_m = kFlashQueryRows).
+  static constexpr int64_t kDecodeFewestKeys = 512;
+  static constexpr int kFlashQueryRows = 128;
   static std::span<const AttentionTactic> tactics();
   // The kernel of the first tactic that fits the kernel's sdpa.
   Emitted attention();

@@ -70,7 +70,7 @@ std::string ReductionGenerator::held_row_chunk(const Chunking& ch, const std::fu
   const Shape& domain = k_.params.domain;
   em_.begin_block();
   const std::string e = em_.fresh("e");
-  em_.emit(fmt::format("const kiln::i64 {} = line * {}LL + j0;", e, k_.params.reduced));
+  em_.emit(fmt::format("const kiln::i64 {} = line * {} + j0;", e, sizes_(k_.params.reduced)));
   const Coords base = em_.delinearize(e, domain);
   const std::string offset = em_.linearize(base, domain);
   Coords c = base;
@@ -103,7 +103,8 @@ auto ReductionGenerator::held_row_layout() const -> HeldRowLayout {
   h.held = held_row_tensors(h.after);
   h.ch = chunking(p.domain, h.n);
   const int64_t chunks = h.n / h.ch.vec;
-  h.in_registers = h.n <= kMostHeldElements && h.held.size() <= kMostHeldTensors;
+  // (a symbolic row length: each pass re-reads the row, its loop bound a size parameter)
+  h.in_registers = !sizes_.symbolic(h.n) && h.n <= kMostHeldElements && h.held.size() <= kMostHeldTensors;
   h.threads = h.in_registers
                   ? static_cast<int>(std::clamp<int64_t>(std::bit_ceil(static_cast<uint64_t>((chunks + 1) / 2)), 32, 512))
                   : 512;
@@ -121,7 +122,8 @@ auto ReductionGenerator::held_row_layout() const -> HeldRowLayout {
   for (size_t i = 0; i < h.held.size(); ++i)
     zeros += fmt::format("for (int v = 0; v < {}; ++v) xs{}[t * {} + v] = 0.0f;\n", h.ch.vec, i, h.ch.vec);
   const std::string past = fmt::format("if (j0 >= {}) ", h.n);
-  h.loop = !h.in_registers ? fmt::format("for (int j0 = threadIdx.x * {0}; j0 < {1}; j0 += {2}) {{\n", h.ch.vec, h.n, h.threads * h.ch.vec)
+  h.loop = !h.in_registers ? fmt::format("for (int j0 = threadIdx.x * {0}; j0 < {1}; j0 += {2}) {{\n", h.ch.vec, sizes_(h.n, ""),
+                                         h.threads * h.ch.vec)
            : exact         ? head
                            : head + past + "continue;\n";
   h.load_loop = !h.in_registers || exact ? h.loop : head + past + "{\n#pragma unroll\n" + zeros + "continue;\n}\n";
@@ -162,7 +164,9 @@ std::string ReductionGenerator::held_row_pass(HeldRowLayout& h, const ir::Op& r,
                             }) + "}\n";
   if (keep) h.kept.emplace_back(input, keep_array);
   std::string v = "acc";
-  if (r.kind == OpKind::ReduceMean) v = fmt::format("acc / {}", Emitter::float_literal(static_cast<float>(h.n)));
+  if (r.kind == OpKind::ReduceMean)
+    v = sizes_.symbolic(h.n) ? fmt::format("acc / (float){}", sizes_(h.n))
+                             : fmt::format("acc / {}", Emitter::float_literal(static_cast<float>(h.n)));
   body += fmt::format("acc = kiln::block_reduce<{}>(acc, kiln_scratch);\nstat{} = {};\n}}\n", functor, k,
                       em_.rounded(g_.result(r), v));
   em_.set_leaf(r.output, fmt::format("stat{}", k));
@@ -202,8 +206,6 @@ std::string ReductionGenerator::held_row_writes(const HeldRowLayout& h) {
 }
 
 void ReductionGenerator::held_rows() {
-  if (sizes_.symbolic(k_.params.reduced))
-    throw NotSymbolic("a held row whose length is symbolic (row lengths are integers so far)");
   HeldRowLayout h = held_row_layout();
   decided(fmt::format("held rows: {} passes, {}, {} threads, {}-element chunks", h.reduces.size(),
                       h.in_registers ? "the row in registers" : "each pass re-reads the row", h.threads, h.ch.vec));

@@ -104,10 +104,13 @@ GeneratedProgram generate_program(const ir::Graph& g, const ir::Plan& plan, int 
       GeneratedKernel variant = generator_for(k.kind).generate({g, k, state, sm, other});
       const bool uses_workspace =
           std::ranges::any_of(variant.args, [](const KernelArg& a) { return a.role == KernelArg::Role::Workspace; });
-      // (its generator may settle what the tuning left open: the epilogue's loop)
-      const bool as_asked = variant.tuning.tile_n == other.tile_n && variant.tuning.tile_m == other.tile_m &&
-                            variant.tuning.cluster == other.cluster &&
-                            variant.tactics.chosen == kernel.tactics.chosen;
+      // (its generator may settle what the tuning left open, a field asked as 0: the epilogue's loop,
+      // an attention's key tiles; asked for rows of its tiles, another tactic may build it: an
+      // attention's flash kernel beside flash decoding)
+      const auto settled = [](int asked, int got) { return asked == 0 || asked == got; };
+      const bool as_asked = settled(other.tile_n, variant.tuning.tile_n) && variant.tuning.tile_m == other.tile_m &&
+                            settled(other.cluster, variant.tuning.cluster) &&
+                            (variant.tactics.chosen == kernel.tactics.chosen || other.tile_m != 0);
       if (as_asked && !uses_workspace && state.program.workspaces.size() == workspaces) {
         variant.other_sizes.reset();
         variant.when = std::move(where);

@@ -129,12 +129,23 @@ std::vector<SymbolicCase> cases() {
          {"op": "reshape", "in": ["ve"], "out": "vv", "shape": ["B", 32, "L", 128]},
          {"op": "sdpa", "in": ["q", "kk", "vv", "mask"], "out": "a", "dtype": "bf16"}],
  "outputs": ["a"]})";
+  // A softmax written out over rows of symbolic length, and their mean: every pass re-reads the row.
+  const std::string keys_softmax = R"({"kiln": 1, "name": "softmax_over_keys_written_out",
+ "dims": {"R": {"min": 1, "max": 64}, "L": {"min": 1, "max": 40000}},
+ "inputs": {"x": {"shape": ["R", "L"], "dtype": "f32"}},
+ "ops": [{"op": "reduce_max", "in": ["x"], "out": "m", "axes": [1], "keepdims": true},
+         {"op": "sub", "in": ["x", "m"], "out": "d"}, {"op": "exp", "in": ["d"], "out": "e"},
+         {"op": "reduce_sum", "in": ["e"], "out": "s", "axes": [1], "keepdims": true},
+         {"op": "div", "in": ["e", "s"], "out": "p"},
+         {"op": "reduce_mean", "in": ["x"], "out": "mean", "axes": [1]}],
+ "outputs": ["p", "mean"]})";
   // Convolutions over a symbolic batch (tests/cli/symbolic_convnet.json): 1x1, 3x3, a shortcut and a
   // residual, a max pool, global average pooling, a depthwise conv with batch norm and ReLU6, a grouped
   // stride-2 conv.
   std::ifstream convnet_file(KILN_SOURCE_DIR "/tests/cli/symbolic_convnet.json");
   const std::string convnet((std::istreambuf_iterator<char>(convnet_file)), std::istreambuf_iterator<char>());
   return {{"decode_step", decode, {{{"B", 1}, {"L", 2}}, {{"B", 8}, {"L", 20000}}, {{"B", 3}, {"L", 1025}}, {{"B", 2}, {"L", 4099}}}},
+          {"softmax_over_keys_written_out", keys_softmax, {{{"R", 1}, {"L", 1}}, {{"R", 64}, {"L", 40000}}, {{"R", 3}, {"L", 1025}}, {{"R", 7}, {"L", 4099}}}},
           {"symbolic_convnet", convnet, {{{"B", 1}}, {{"B", 64}}, {{"B", 7}}, {{"B", 13}}}},
           {"attention_layer", attention, {{{"B", 1}, {"S", 1}}, {{"B", 16}, {"S", 512}}, {{"B", 3}, {"S", 45}}, {{"B", 13}, {"S", 127}}}},
           {"causal_layer", causal, {{{"B", 1}, {"S", 1}}, {{"B", 16}, {"S", 512}}, {{"B", 3}, {"S", 200}}, {{"B", 2}, {"S", 257}}}},

@@ -167,6 +167,30 @@ TEST(SymbolicCompile, RowReductionsAndHeldRowsOverSymbolicRows) {
   }
 }
 
+// A softmax written out over rows of symbolic length (scores over a cache's keys): the row is too
+// long to keep in registers at some size in range, so every pass re-reads it, its loop bound and a
+// mean's divisor the size parameter.
+TEST(SymbolicCompile, HeldRowsOfSymbolicLengthAreReReadByEveryPass) {
+  const Graph g = must_parse(R"({"kiln": 1, "dims": {"R": {"min": 1, "max": 64}, "L": {"min": 1, "max": 40000}},
+      "inputs": {"x": {"shape": ["R", "L"], "dtype": "f32"}},
+      "ops": [{"op": "reduce_max", "in": ["x"], "out": "m", "axes": [1], "keepdims": true},
+              {"op": "sub", "in": ["x", "m"], "out": "d"}, {"op": "exp", "in": ["d"], "out": "e"},
+              {"op": "reduce_sum", "in": ["e"], "out": "s", "axes": [1], "keepdims": true},
+              {"op": "div", "in": ["e", "s"], "out": "p"},
+              {"op": "reduce_mean", "in": ["x"], "out": "mean", "axes": [1]}],
+      "outputs": ["p", "mean"]})");
+  Expected<std::string> why = runtime::per_size_reason(g, runtime::Target{.arch = "sm_90"});
+  ASSERT_TRUE(why.ok());
+  EXPECT_EQ(*why, "");
+  const runtime::Planned symbolic = must_plan(g);
+  ASSERT_EQ(symbolic.program.kernels.size(), 1u);
+  ASSERT_TRUE(symbolic.plan.kernels[0].params.holds_rows);
+  const codegen::GeneratedKernel& k = symbolic.program.kernels[0];
+  expect_no_probe_sizes(k, *symbolic.probe);
+  EXPECT_NE(k.canonical.find("j0 < kiln_size1; j0 += 512"), std::string::npos) << k.source;
+  EXPECT_NE(k.canonical.find("acc / (float)kiln_size1"), std::string::npos) << k.source;
+}
+
 TEST(SymbolicCompile, WhatOneCompileDoesNotCoverIsCompiledPerSizeAndSaysWhy) {
   // A matmul of f32 operands (the SIMT kernel) over symbolic rows is covered; over symbolic
   // columns its source spells them as integers.
@@ -425,7 +449,8 @@ TEST(SymbolicCompile, AttentionOverAStaticCacheServesEveryPromptLength) {
 // A decode step over a static cache whose length is a symbol (the cache made for each prompt's
 // length plus the tokens to generate): flash decoding counts its chunks of 1024 keys at launch,
 // the grid is a block per chunk of each batch and key head at every length, and the partials'
-// workspace holds the range's most chunks.
+// workspace holds the range's most chunks. Below 512 keys, where the integer graph takes the
+// flash kernel, a size bucket's variant takes it too.
 TEST(SymbolicCompile, ADecodeStepOverACacheOfSymbolicLengthIsOneCompile) {
   const Graph g = must_parse(R"({"kiln": 1, "dims": {"B": {"min": 1, "max": 8}, "L": {"min": 2, "max": 20000}},
       "inputs": {"q": {"shape": ["B", 32, 1, 128], "dtype": "bf16"}, "k": {"shape": ["B", 8, "L", 128], "dtype": "bf16"},
@@ -442,17 +467,33 @@ TEST(SymbolicCompile, ADecodeStepOverACacheOfSymbolicLengthIsOneCompile) {
   ASSERT_TRUE(why.ok());
   EXPECT_EQ(*why, "");
   const runtime::Planned symbolic = must_plan(g);
-  ASSERT_EQ(symbolic.program.kernels.size(), 1u);
-  const codegen::GeneratedKernel& k = symbolic.program.kernels[0];
+  ASSERT_EQ(symbolic.program.kernels.size(), 2u);
+  const codegen::GeneratedKernel &few = symbolic.program.kernels[0], &k = symbolic.program.kernels[1];
+  EXPECT_EQ(few.tactics.chosen, "flash wgmma");
+  ASSERT_TRUE(few.when.has_value());
+  EXPECT_EQ(few.when->to_string(), "L in 2..511");
   EXPECT_EQ(k.tactics.chosen, "flash decoding");
+  EXPECT_FALSE(k.when.has_value());
+  expect_no_probe_sizes(few, *symbolic.probe);
   expect_no_probe_sizes(k, *symbolic.probe);
   EXPECT_NE(k.canonical.find("const int chunks = (int)((kiln_size"), std::string::npos) << k.source;
   ASSERT_EQ(symbolic.program.workspaces.size(), 2u);
   ASSERT_TRUE(symbolic.program.workspaces[0].words_expr.has_value());
   EXPECT_EQ(ir::to_string(*symbolic.program.workspaces[0].words_expr), fmt::format("B*{}", 8 * 20 * (4 * 128 + 2 * 4)));
-  for (const auto& [b, l] : std::vector<std::pair<int64_t, int64_t>>{{1, 2}, {3, 1024}, {3, 1025}, {8, 20000}}) {
-    const codegen::LaunchGeometry at = codegen::launch_geometry(k, {{"B", b}, {"L", l}});
-    EXPECT_EQ(at.grid[0], static_cast<uint32_t>(b * 8 * ((l + 1023) / 1024))) << "B = " << b << ", L = " << l;
+  for (const auto& [b, l] : std::vector<std::pair<int64_t, int64_t>>{{1, 2}, {2, 300}, {3, 512}, {3, 1025}, {8, 20000}}) {
+    const ir::DimValues at_sizes{{"B", b}, {"L", l}};
+    const std::vector<uint8_t> runs = codegen::kernels_run_at(symbolic.program.kernels, at_sizes);
+    EXPECT_EQ(runs[0], l < 512) << "L = " << l;
+    EXPECT_EQ(runs[1], l >= 512) << "L = " << l;
+    Expected<Graph> sized = g.specialize(at_sizes);
+    ASSERT_TRUE(sized.ok()) << sized.error().message;
+    const runtime::Planned integer = must_plan(*sized);
+    ASSERT_EQ(integer.program.kernels.size(), 1u);
+    EXPECT_EQ(integer.program.kernels[0].tactics.chosen, runs[0] ? "flash wgmma" : "flash decoding") << "L = " << l;
+    const codegen::LaunchGeometry at = codegen::launch_geometry(runs[0] ? few : k, at_sizes);
+    const codegen::LaunchGeometry want = codegen::launch_geometry(integer.program.kernels[0], {});
+    EXPECT_EQ(at.grid, want.grid) << "B = " << b << ", L = " << l;
+    EXPECT_EQ(at.block, want.block) << "B = " << b << ", L = " << l;
   }
 }
 
