@@ -369,6 +369,26 @@ def _from_the_end_of_a_symbolic_axis(x: torch.fx.Node, result: Any, dim: int, *p
     return False
 
 
+def _bound_at_another_size(x: torch.fx.Node, dim: int, *positions: Any) -> Optional[str]:
+    """The bound of a slice of x's axis `dim` that is a symbolic size other than the axis's own
+    ("s27" of cache[:, :, :s27], a static cache of 103 or s98 positions), or None. kiln's one
+    graph for every size takes no slice at a symbolic position (runtime/pipeline.cpp: its probe
+    sizes may lie past the axis, where such a slice would clamp; within it by dynamo's guard,
+    s27 < 103, a bound kiln's ranges do not carry to the probe). PyTorch takes the view: a kiln
+    input read through its strides where they are integers (a prefill's k and v in a cache of
+    fixed length, no copy), else given dense (a cache whose length is a symbol)."""
+    value = x.meta.get("val")
+    if not isinstance(value, torch.Tensor):
+        return None
+    axis = value.shape[dim]
+    for p in positions:
+        p = p.meta.get("val") if isinstance(p, torch.fx.Node) else p
+        if isinstance(p, torch.SymInt) and not p.node.expr.is_number and \
+                not (isinstance(axis, torch.SymInt) and p.node.expr == axis.node.expr):
+            return str(p.node.expr)
+    return None
+
+
 @converts(aten.slice.Tensor)
 def _slice(c, n):
     x = n.args[0]
@@ -378,6 +398,10 @@ def _slice(c, n):
     if _from_the_end_of_a_symbolic_axis(x, n.meta.get("val"), dim, *n.args[2:4]):
         raise Unsupported(f"a slice counted from the end of a symbolic size ({x.meta['val'].shape[dim]}): "
                           "PyTorch's view, given dense to the kiln subgraph reading it")
+    other = _bound_at_another_size(x, dim, *n.args[2:4])
+    if other is not None:
+        raise Unsupported(f"a slice of an axis of {x.meta['val'].shape[dim]} at a symbolic size ({other}): PyTorch's "
+                          "view, read by the kiln subgraph through its strides (given dense where they are symbolic)")
     start = sizes.size(n.args[2]) if len(n.args) > 2 and n.args[2] is not None else 0
     end = sizes.size(n.args[3]) if len(n.args) > 3 and n.args[3] is not None else size[dim]
     step = sizes.size(n.args[4]) if len(n.args) > 4 else 1
@@ -1074,7 +1098,9 @@ def why_not(node: torch.fx.Node) -> Optional[str]:
                 probe.env[a] = probe.b.input(f"p{len(probe.env)}", sizes.sizes(av[0].shape), _KILN_DTYPE[av[0].dtype],
                                              sizes.sizes(av[0].stride()))
         empty = [a for a in node.all_input_nodes if isinstance(a.meta.get("val"), torch.Tensor) and sizes.numel(a.meta["val"]) == 0]
-        if node.target is operator.getitem or any(a not in probe.env and a not in empty for a in node.all_input_nodes):
+        sized = [a for a in node.all_input_nodes if isinstance(a.meta.get("val"), (torch.SymInt, int))]  # (read as sizes)
+        if node.target is operator.getitem or any(a not in probe.env and a not in empty and a not in sized
+                                                  for a in node.all_input_nodes):
             return None  # decided with its producer
         CONVERTERS[node.target](probe, node)
     except Unsupported as e:
@@ -1436,8 +1462,9 @@ class KilnSubgraph(torch.nn.Module):
                     raise
                 try:
                     graph = self._one_symbolic_graph(values, aliases)
-                except (sizes.NotAProduct, Unsupported, KilnError):
-                    raise apart from None
+                except (sizes.NotAProduct, Unsupported, KilnError) as together:
+                    raise sizes.NotAProduct("{}; with {} as one: {}".format(
+                        apart, ", ".join(f"{a} = {r}" for a, r in aliases.items()), together)) from None
                 sized_as += " ({}: equal as traced; a call where they differ compiles per size)".format(
                     ", ".join(f"{a} = {r}" for a, r in aliases.items()))
                 self._aliases[values] = aliases
@@ -1993,10 +2020,33 @@ def _may_alias(user: torch.fx.Node) -> bool:
     return schema is None or any(r.alias_info is not None for r in schema.returns)
 
 
+def _sized_by_numbers_alone(gm: torch.fx.GraphModule) -> None:
+    """Leaves to PyTorch each node whose size involves a symbol that neither a tensor the graph is
+    given nor one of the node's operands has: a size passed as a number (a static cache's length,
+    an int argument s98, in torch.zeros(1, 2, s98, 16)). A kiln graph reads its sizes from its
+    inputs' shapes (graph-format.md), so such a node in kiln would name a symbol no launch binds;
+    computed by PyTorch, its tensor is a kiln input that binds it."""
+    given = set()
+    for n in gm.graph.nodes:
+        if n.op == "placeholder" and isinstance(n.meta.get("val"), torch.Tensor):
+            given |= _free_symbols(n.meta["val"])
+    for n in gm.graph.nodes:
+        value = n.meta.get("val")
+        if n.op != "call_function" or _IN_PYTORCH in n.meta or not isinstance(value, torch.Tensor):
+            continue
+        have = given.union(*(_free_symbols(a.meta["val"]) for a in n.all_input_nodes
+                             if isinstance(a.meta.get("val"), torch.Tensor)))
+        missing = sorted(map(str, _free_symbols(value) - have))
+        if missing:
+            n.meta[_IN_PYTORCH] = (f"its size involves {', '.join(missing)}, a number the graph is given that no "
+                                   "tensor kiln reads has (kiln reads its sizes from its inputs' shapes)")
+
+
 def _partitioned(gm: torch.fx.GraphModule, report: Report, hints) -> torch.fx.GraphModule:
     _pad_vocabulary_products(gm)
     _fold_constants(gm)
     _hold_constants(gm, report)
+    _sized_by_numbers_alone(gm)
     reasons: Dict[torch.fx.Node, str] = {}
     partitioner = _Partitioner(gm, _Support(reasons), allows_single_node_partition=True)
     partitions = partitioner.propose_partitions()
