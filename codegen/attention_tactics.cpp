@@ -56,8 +56,8 @@ auto AttentionGenerator::attention() -> Emitted {
   const ir::Op& sdpa = g_.ops[static_cast<size_t>(k_.anchor)];
   const AttentionTactic& tactic = first_fitting(tactics(), *this, sdpa, out_.tactics);
   Emitted kernel = tactic.emit(*this, sdpa);
-  // (a size bucket's variant asked for tiles of query rows: taken by any tactic but flash decoding)
-  if (wanted_.tile_m == kFlashQueryRows && kernel.tactics.chosen != "flash decoding") kernel.tuning.tile_m = kFlashQueryRows;
+  // (a size bucket's variant asked for tiles of query rows: flash decoding refused it, why_not_decode)
+  if (wanted_.tile_m == kFlashQueryRows) kernel.tuning.tile_m = kFlashQueryRows;
   return kernel;
 }
 
