@@ -582,3 +582,33 @@ def test_symbols_taken_as_one_that_differ_at_a_call_compile_those_sizes_apart():
     sized = [e["sizes"] for e in report.subgraphs]
     assert len(sized) == 2 and "equal as traced" in sized[0], report
     assert sized[1].startswith("per size: the one graph's symbols traced equal differ here"), report
+
+
+@pytest.mark.parametrize("name", ["llama", "mistral", "qwen2", "gpt2"])
+def test_a_zoo_decoder_compiles_once_over_ten_sequence_lengths(name):
+    """#49's serving case without a cache: a decoder of the zoo (tiny config, f32) with
+    dynamic=True over ten prompt lengths: each graph dynamo makes is one kiln subgraph, compiled
+    once (its one graph serves every length; Mistral's sliding window of 8 makes dynamo trace
+    lengths up to 8 and past it apart, and once more where its guards ask), and each length's
+    logits equal eager's."""
+    pytest.importorskip("transformers")
+    import os
+    import sys
+    from torch._dynamo.utils import counters
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+    import zoo_models
+    spec = zoo_models.BY_NAME[name]
+    model, _ = zoo_models.instantiate(spec, tiny=True, device="cpu", dtype=torch.float32)
+    torch._dynamo.reset()
+    counters.clear()
+    with reporting() as report:
+        compiled = torch.compile(model, backend="kiln", dynamic=True)
+        for s in (5, 9, 2, 17, 12, 30, 7, 23, 3, 16):
+            ids, = spec.inputs(model, 2, s, "cpu", torch.float32).values()
+            with torch.no_grad():
+                torch.testing.assert_close(spec.output(compiled(input_ids=ids)), spec.output(model(input_ids=ids)),
+                                           rtol=1e-4, atol=1e-4)
+    graphs = counters["stats"]["unique_graphs"]
+    torch._dynamo.reset()
+    assert 0 < len(report.subgraphs) == graphs <= 3, (graphs, report.subgraphs)
+    assert all(e["sizes"].startswith("every size: one compile") for e in report.subgraphs), report.subgraphs
