@@ -350,7 +350,7 @@ void AttentionGenerator::decode_attention(const ir::Op& op) {
     Tuning flash;
     flash.tile_m = kFlashQueryRows;
     const ir::Dim keys = sizes_.dim(skv);
-    out_.other_sizes = {flash, SizeCondition{keys.expr(), {{std::max<int64_t>(keys.lower(), 1), kDecodeFewestKeys - 1}}}};
+    out_.other_sizes.push_back({flash, SizeCondition{keys.expr(), {{std::max<int64_t>(keys.lower(), 1), kDecodeFewestKeys - 1}}}});
   }
 }
 

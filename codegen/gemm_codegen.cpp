@@ -453,7 +453,7 @@ void GemmGenerator::gemm_tensor_core(const ir::Op& anchor, const Gemm& gm, Mma k
     const ir::Dim& m = sizes_.dim(gm.m);
     Tuning few = choice;
     few.splits = 0, few.tile_m = kFewRows;
-    out_.other_sizes = {few, SizeCondition{m.expr(), {{std::max<int64_t>(m.lower(), 1), std::min<int64_t>(m.upper(), kFewRows)}}}};
+    out_.other_sizes.push_back({few, SizeCondition{m.expr(), {{std::max<int64_t>(m.lower(), 1), std::min<int64_t>(m.upper(), kFewRows)}}}});
   }
   const int splits = std::max(choice.splits, 1);
   if (symbolic_m && sizes_.symbolic(gm.batches))

@@ -84,6 +84,35 @@ std::string SizeCondition::to_string() const {
   return fmt::format("{} in {}", ir::to_string(extent), fmt::join(parts, ", "));
 }
 
+namespace {
+
+// A size bucket of kernel k (GeneratedKernel::other_sizes): the tiles the heuristic takes at those
+// sizes, built as a variant run there; nullopt where that build is not what was asked for, or
+// uses a workspace (one named slot serves every variant of a kernel: its size is the first's).
+std::optional<GeneratedKernel> size_bucket_variant(const ir::Graph& g, const ir::PlannedKernel& k, ProgramState& state, int sm,
+                                                   const GeneratedKernel& kernel, const Tuning& other, const SizeCondition& where) {
+  const size_t workspaces = state.program.workspaces.size();
+  GeneratedKernel variant = generator_for(k.kind).generate({g, k, state, sm, other});
+  const bool uses_workspace =
+      std::ranges::any_of(variant.args, [](const KernelArg& a) { return a.role == KernelArg::Role::Workspace; });
+  // (its generator may settle what the tuning left open, a field asked as 0: the epilogue's loop,
+  // an attention's key tiles; asked for rows of its tiles, another tactic may build it: an
+  // attention's flash kernel beside flash decoding)
+  const auto settled = [](int asked, int got) { return asked == 0 || asked == got; };
+  const bool as_asked = settled(other.tile_n, variant.tuning.tile_n) && variant.tuning.tile_m == other.tile_m &&
+                        settled(other.cluster, variant.tuning.cluster) &&
+                        (variant.tactics.chosen == kernel.tactics.chosen || other.tile_m != 0);
+  if (!as_asked || uses_workspace || state.program.workspaces.size() != workspaces) return std::nullopt;
+  variant.other_sizes.clear();
+  variant.when = where;
+  variant.decisions = fmt::format("where {}: {}", variant.when->to_string(), variant.decisions);
+  variant.source = fmt::format("// a size bucket's variant ({}): launched where {}, kernel {}'s other build elsewhere\n{}",
+                               variant.tuning.to_string(), variant.when->to_string(), k.id, variant.source);
+  return variant;
+}
+
+}  // namespace
+
 GeneratedProgram generate_program(const ir::Graph& g, const ir::Plan& plan, int sm, const ProgramTuning& tuning,
                                   const ir::SizeProbe* probe, const VendorLibraries& vendors) {
   ProgramState state;
@@ -95,32 +124,11 @@ GeneratedProgram generate_program(const ir::Graph& g, const ir::Plan& plan, int 
     const auto wanted = tuning.find(k.id);
     const Tuning requested = wanted == tuning.end() ? Tuning{} : wanted->second;
     GeneratedKernel kernel = generator_for(k.kind).generate({g, k, state, sm, requested});
-    if (kernel.other_sizes && wanted == tuning.end()) {
-      // A size bucket: the tiles the heuristic takes at those sizes, as a variant run there. Not
-      // where the variant uses a workspace (one named slot serves both variants: its size is the
-      // first's).
-      auto [other, where] = *kernel.other_sizes;
-      const size_t workspaces = state.program.workspaces.size();
-      GeneratedKernel variant = generator_for(k.kind).generate({g, k, state, sm, other});
-      const bool uses_workspace =
-          std::ranges::any_of(variant.args, [](const KernelArg& a) { return a.role == KernelArg::Role::Workspace; });
-      // (its generator may settle what the tuning left open, a field asked as 0: the epilogue's loop,
-      // an attention's key tiles; asked for rows of its tiles, another tactic may build it: an
-      // attention's flash kernel beside flash decoding)
-      const auto settled = [](int asked, int got) { return asked == 0 || asked == got; };
-      const bool as_asked = settled(other.tile_n, variant.tuning.tile_n) && variant.tuning.tile_m == other.tile_m &&
-                            settled(other.cluster, variant.tuning.cluster) &&
-                            (variant.tactics.chosen == kernel.tactics.chosen || other.tile_m != 0);
-      if (as_asked && !uses_workspace && state.program.workspaces.size() == workspaces) {
-        variant.other_sizes.reset();
-        variant.when = std::move(where);
-        variant.decisions = fmt::format("where {}: {}", variant.when->to_string(), variant.decisions);
-        variant.source = fmt::format("// a size bucket's variant ({}): launched where {}, kernel {}'s other build elsewhere\n{}",
-                                     variant.tuning.to_string(), variant.when->to_string(), k.id, variant.source);
-        state.program.kernels.push_back(std::move(variant));
-      }
-      kernel.other_sizes.reset();
-    }
+    if (wanted == tuning.end())  // (a recorded tuning is the kernel's at every size)
+      for (const auto& [other, where] : kernel.other_sizes)
+        if (std::optional<GeneratedKernel> variant = size_bucket_variant(g, k, state, sm, kernel, other, where))
+          state.program.kernels.push_back(std::move(*variant));
+    kernel.other_sizes.clear();
     state.program.kernels.push_back(std::move(kernel));
     for (ir::TensorId t : k.writes)
       if (!g.tensor(t).is_output) state.program.intermediates.push_back(t);

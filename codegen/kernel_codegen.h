@@ -157,8 +157,9 @@ struct GeneratedKernel {
   // variant of a plan kernel runs at a launch (the first whose condition holds).
   std::optional<SizeCondition> when;
   // Set by a generator on a symbolic kernel whose heuristic would choose other tiles at some
-  // sizes of the range: that choice, and where (generate_program builds it as a variant).
-  std::optional<std::pair<Tuning, SizeCondition>> other_sizes;
+  // sizes of the range: each such choice, and where (generate_program builds each as a variant,
+  // launched before this build where its condition holds; the conditions are disjoint).
+  std::vector<std::pair<Tuning, SizeCondition>> other_sizes;
   std::string source;     // what NVRTC compiles (annotated)
   std::string canonical;  // the source without comment lines: the cache key's text
   std::vector<KernelArg> args;

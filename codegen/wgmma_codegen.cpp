@@ -569,7 +569,7 @@ void GemmGenerator::gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind, c
     const Tuning wide{256, 1, 8, 0, 0};
     std::vector<std::pair<int64_t, int64_t>> rows = wide_tile_rows(sizes_.dim(gm.m), gm.n, gm.batches);
     if (!rows.empty() && std::ranges::find(space, wide) != space.end())
-      out_.other_sizes = {wide, SizeCondition{sizes_.dim(gm.m).expr(), std::move(rows)}};
+      out_.other_sizes.push_back({wide, SizeCondition{sizes_.dim(gm.m).expr(), std::move(rows)}});
   }
   s.pingpong = choice.pingpong != 0 && !s.gathered;
   if (s.pingpong) s.bm = 64;
