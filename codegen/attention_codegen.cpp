@@ -310,9 +310,9 @@ void AttentionGenerator::decode_attention(const ir::Op& op) {
   body += fmt::format("static_assert(A::kSharedBytes == {}, \"shared memory size as launched\");\n", shared_bytes);
   body += "extern __shared__ __align__(16) float kiln_shared_f32[];\n";
   if (symbolic_keys) body += fmt::format("const int chunks = (int)(({} + {}LL) / {}LL);\n", sizes_(skv), chunk - 1, chunk);
-  const std::string chunks_text = symbolic_keys ? "chunks" : std::to_string(chunks);
-  body += fmt::format("const kiln::i64 unit = blockIdx.x / {0};\nconst int chunk = (int)(blockIdx.x % {0});\n",
-                      symbolic_keys ? chunks_text : chunks_text + "LL");
+  const std::string chunks_text = symbolic_keys ? "chunks" : std::to_string(chunks);  // (merge_chunks' count)
+  const std::string per_unit = symbolic_keys ? chunks_text : chunks_text + "LL";       // (blockIdx.x's divisor)
+  body += fmt::format("const kiln::i64 unit = blockIdx.x / {0};\nconst int chunk = (int)(blockIdx.x % {0});\n", per_unit);
   body += fmt::format("const kiln::i64 bi = unit / {0}LL, kvh = unit % {0}LL;\n", kv_heads);
   body += fmt::format("const kiln::u16* k = {};\n", head_base(sizes_, k, "kvh"));
   body += fmt::format("const kiln::u16* v = {};\n", head_base(sizes_, v, "kvh"));

@@ -33,6 +33,12 @@ struct SymbolicCase {
   std::vector<Graph::DimValues> sizes;  // smallest, largest, odd, prime
 };
 
+// The text of tests/cli/<name>.json.
+std::string graph_file(const std::string& name) {
+  std::ifstream file(KILN_SOURCE_DIR "/tests/cli/" + name + ".json");
+  return std::string((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+}
+
 std::vector<SymbolicCase> cases() {
   const std::string rn = R"({"kiln": 1, "name": "residual_rms_norm_gelu",
  "dims": {"B": {"min": 1, "max": 16}, "S": {"min": 1, "max": 512}},
@@ -116,34 +122,14 @@ std::vector<SymbolicCase> cases() {
   const std::string attention = attention_layer("attention_layer", false), causal = attention_layer("causal_layer", true);
   // A decode step over a static cache of any length: one query a head, grouped-query k and v
   // expanded from 8 heads, an additive mask over the keys; flash decoding counts its chunks of 1024
-  // keys at launch (one chunk: no merge).
-  const std::string decode = R"({"kiln": 1, "name": "decode_step",
- "dims": {"B": {"min": 1, "max": 8}, "L": {"min": 2, "max": 20000}},
- "inputs": {"q": {"shape": ["B", 32, 1, 128], "dtype": "bf16"}, "k": {"shape": ["B", 8, "L", 128], "dtype": "bf16"},
-            "v": {"shape": ["B", 8, "L", 128], "dtype": "bf16"}, "mask": {"shape": ["B", 1, 1, "L"], "dtype": "bf16"}},
- "ops": [{"op": "reshape", "in": ["k"], "out": "k5", "shape": ["B", 8, 1, "L", 128]},
-         {"op": "expand", "in": ["k5"], "out": "ke", "shape": ["B", 8, 4, "L", 128]},
-         {"op": "reshape", "in": ["ke"], "out": "kk", "shape": ["B", 32, "L", 128]},
-         {"op": "reshape", "in": ["v"], "out": "v5", "shape": ["B", 8, 1, "L", 128]},
-         {"op": "expand", "in": ["v5"], "out": "ve", "shape": ["B", 8, 4, "L", 128]},
-         {"op": "reshape", "in": ["ve"], "out": "vv", "shape": ["B", 32, "L", 128]},
-         {"op": "sdpa", "in": ["q", "kk", "vv", "mask"], "out": "a", "dtype": "bf16"}],
- "outputs": ["a"]})";
+  // keys at launch (one chunk: no merge), the flash kernel below 512 keys.
+  const std::string decode = graph_file("symbolic_decode_step");
   // A softmax written out over rows of symbolic length, and their mean: every pass re-reads the row.
-  const std::string keys_softmax = R"({"kiln": 1, "name": "softmax_over_keys_written_out",
- "dims": {"R": {"min": 1, "max": 64}, "L": {"min": 1, "max": 40000}},
- "inputs": {"x": {"shape": ["R", "L"], "dtype": "f32"}},
- "ops": [{"op": "reduce_max", "in": ["x"], "out": "m", "axes": [1], "keepdims": true},
-         {"op": "sub", "in": ["x", "m"], "out": "d"}, {"op": "exp", "in": ["d"], "out": "e"},
-         {"op": "reduce_sum", "in": ["e"], "out": "s", "axes": [1], "keepdims": true},
-         {"op": "div", "in": ["e", "s"], "out": "p"},
-         {"op": "reduce_mean", "in": ["x"], "out": "mean", "axes": [1]}],
- "outputs": ["p", "mean"]})";
+  const std::string keys_softmax = graph_file("symbolic_keys_softmax");
   // Convolutions over a symbolic batch (tests/cli/symbolic_convnet.json): 1x1, 3x3, a shortcut and a
   // residual, a max pool, global average pooling, a depthwise conv with batch norm and ReLU6, a grouped
   // stride-2 conv.
-  std::ifstream convnet_file(KILN_SOURCE_DIR "/tests/cli/symbolic_convnet.json");
-  const std::string convnet((std::istreambuf_iterator<char>(convnet_file)), std::istreambuf_iterator<char>());
+  const std::string convnet = graph_file("symbolic_convnet");
   return {{"decode_step", decode, {{{"B", 1}, {"L", 2}}, {{"B", 8}, {"L", 20000}}, {{"B", 3}, {"L", 1025}}, {{"B", 2}, {"L", 4099}}}},
           {"softmax_over_keys_written_out", keys_softmax, {{{"R", 1}, {"L", 1}}, {{"R", 64}, {"L", 40000}}, {{"R", 3}, {"L", 1025}}, {{"R", 7}, {"L", 4099}}}},
           {"symbolic_convnet", convnet, {{{"B", 1}}, {{"B", 64}}, {{"B", 7}}, {{"B", 13}}}},

@@ -171,14 +171,7 @@ TEST(SymbolicCompile, RowReductionsAndHeldRowsOverSymbolicRows) {
 // long to keep in registers at some size in range, so every pass re-reads it, its loop bound and a
 // mean's divisor the size parameter.
 TEST(SymbolicCompile, HeldRowsOfSymbolicLengthAreReReadByEveryPass) {
-  const Graph g = must_parse(R"({"kiln": 1, "dims": {"R": {"min": 1, "max": 64}, "L": {"min": 1, "max": 40000}},
-      "inputs": {"x": {"shape": ["R", "L"], "dtype": "f32"}},
-      "ops": [{"op": "reduce_max", "in": ["x"], "out": "m", "axes": [1], "keepdims": true},
-              {"op": "sub", "in": ["x", "m"], "out": "d"}, {"op": "exp", "in": ["d"], "out": "e"},
-              {"op": "reduce_sum", "in": ["e"], "out": "s", "axes": [1], "keepdims": true},
-              {"op": "div", "in": ["e", "s"], "out": "p"},
-              {"op": "reduce_mean", "in": ["x"], "out": "mean", "axes": [1]}],
-      "outputs": ["p", "mean"]})");
+  const Graph g = Graph::load(KILN_SOURCE_DIR "/tests/cli/symbolic_keys_softmax.json").value();
   Expected<std::string> why = runtime::per_size_reason(g, runtime::Target{.arch = "sm_90"});
   ASSERT_TRUE(why.ok());
   EXPECT_EQ(*why, "");
@@ -452,17 +445,7 @@ TEST(SymbolicCompile, AttentionOverAStaticCacheServesEveryPromptLength) {
 // workspace holds the range's most chunks. Below 512 keys, where the integer graph takes the
 // flash kernel, a size bucket's variant takes it too.
 TEST(SymbolicCompile, ADecodeStepOverACacheOfSymbolicLengthIsOneCompile) {
-  const Graph g = must_parse(R"({"kiln": 1, "dims": {"B": {"min": 1, "max": 8}, "L": {"min": 2, "max": 20000}},
-      "inputs": {"q": {"shape": ["B", 32, 1, 128], "dtype": "bf16"}, "k": {"shape": ["B", 8, "L", 128], "dtype": "bf16"},
-                 "v": {"shape": ["B", 8, "L", 128], "dtype": "bf16"}, "mask": {"shape": ["B", 1, 1, "L"], "dtype": "bf16"}},
-      "ops": [{"op": "reshape", "in": ["k"], "out": "k5", "shape": ["B", 8, 1, "L", 128]},
-              {"op": "expand", "in": ["k5"], "out": "ke", "shape": ["B", 8, 4, "L", 128]},
-              {"op": "reshape", "in": ["ke"], "out": "kk", "shape": ["B", 32, "L", 128]},
-              {"op": "reshape", "in": ["v"], "out": "v5", "shape": ["B", 8, 1, "L", 128]},
-              {"op": "expand", "in": ["v5"], "out": "ve", "shape": ["B", 8, 4, "L", 128]},
-              {"op": "reshape", "in": ["ve"], "out": "vv", "shape": ["B", 32, "L", 128]},
-              {"op": "sdpa", "in": ["q", "kk", "vv", "mask"], "out": "a", "dtype": "bf16"}],
-      "outputs": ["a"]})");
+  const Graph g = Graph::load(KILN_SOURCE_DIR "/tests/cli/symbolic_decode_step.json").value();
   Expected<std::string> why = runtime::per_size_reason(g, runtime::Target{.arch = "sm_90"});
   ASSERT_TRUE(why.ok());
   EXPECT_EQ(*why, "");
