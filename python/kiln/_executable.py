@@ -193,12 +193,13 @@ class Executable:
         """Runs the graph into the caller's outputs. With `workspace` (an
         array of at least `workspace_bytes` bytes on the device) or a graph
         that needs none, nothing is allocated: a CUDA graph can capture it."""
-        if stream is None and (workspace is None or not self.workspace_bytes):
+        if stream is None:
             pointers = self._fast_torch(inputs, self._torch_inputs)
             out_pointers = self._fast_torch(outputs, self._torch_outputs) if pointers is not None else None
-            if out_pointers is not None and not self.workspace_bytes:
+            scratch = self._fast_workspace(workspace) if out_pointers is not None else None
+            if scratch is not None:
                 device = self._torch_inputs[1][0][3].index or 0
-                self._native.launch(pointers, out_pointers, 0, self._raw_stream(device), device, self._torch_shapes)
+                self._native.launch(pointers, out_pointers, scratch, self._raw_stream(device), device, self._torch_shapes)
                 return None
         ins = self._bind_inputs(inputs)
         like = ins[0] if ins else None
@@ -211,6 +212,21 @@ class Executable:
         bound_outs = self._bind_outputs(outputs, like.device, self._output_specs(ins))
         self._launch(ins, bound_outs, like, stream, workspace)
         self._remember_torch(ins, bound_outs)
+        return None
+
+    def _fast_workspace(self, workspace: Any) -> Optional[int]:
+        """The fast path's workspace pointer: 0 where the last checked call's sizes need none, a given
+        PyTorch tensor on the inputs' device holding enough bytes; else None (the checked path binds,
+        checks or allocates it)."""
+        need = self._torch_scratch
+        if not need:
+            return 0
+        try:
+            if (workspace is not None and workspace.device == self._torch_inputs[1][0][3] and workspace.is_contiguous()
+                    and workspace.numel() * workspace.element_size() >= need):
+                return workspace.data_ptr()
+        except AttributeError:  # (not a PyTorch tensor)
+            pass
         return None
 
     def _remember_torch(self, ins: List[Bound], outs: List[Bound]) -> None:

@@ -1,6 +1,7 @@
 """kiln from Python on a GPU: PyTorch, CuPy and JAX arrays in f32/f16/bf16,
 strided inputs, the caller's stream, CUDA-graph capture, threads, and the
 examples against the reference. Skips (and says why) without a GPU."""
+import pathlib
 import threading
 
 import numpy as np
@@ -431,6 +432,26 @@ def test_a_symbolic_graph_runs_every_size_from_one_compile():
             w=torch.zeros(256, device="cuda", dtype=torch.bfloat16))
     # The kernels are keyed by their symbolic source: compiling again finds every one in the cache.
     assert all(k["cache_hit"] for k in kiln.compile(g).kernels)
+
+
+def test_run_with_a_workspace_takes_the_fast_path_and_still_checks_the_workspace():
+    # A symbolic decode step (flash decoding's partials: a workspace) run into given outputs with a given
+    # workspace, as a CUDA graph capture would: the repeated call (same layout) launches without binding
+    # again and gives the reference's values; a workspace too small for the sizes is refused on either path.
+    g = kiln.Graph.load(pathlib.Path(__file__).resolve().parents[2] / "tests" / "cli" / "symbolic_decode_step.json")
+    exe = kiln.compile(g)
+    workspace = torch.empty(exe.workspace_bytes, dtype=torch.uint8, device="cuda")
+    for batch, keys in [(1, 700), (2, 3000)]:
+        shapes = {"q": (batch, 32, 1, 128), "k": (batch, 8, keys, 128), "v": (batch, 8, keys, 128), "mask": (batch, 1, 1, keys)}
+        ins = {n: torch.randn(*s, device="cuda").to(torch.bfloat16) for n, s in shapes.items()}
+        outs = {"a": torch.full((batch, 32, 1, 128), float("nan"), device="cuda", dtype=torch.bfloat16)}
+        exe.run(ins, outs, workspace=workspace)
+        exe.run(ins, outs, workspace=workspace)  # (the fast path: the layout of the call before)
+        want = reference(g, ins)["a"]
+        assert relative_error(outs["a"].float().cpu().numpy(), want) < TOLERANCE["bf16"], (batch, keys)
+    assert exe._native.workspace_bytes_at([list(t.shape) for t in ins.values()]) > 16
+    with pytest.raises(kiln.BindingError, match="workspace: 16 bytes given"):
+        exe.run(ins, outs, workspace=workspace[:16])
 
 
 def _zoo_models():

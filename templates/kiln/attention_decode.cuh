@@ -90,15 +90,18 @@ struct DecodeAttention {
     const u16* base = is_k ? k : v;
     const i64 stride = is_k ? k_stride : v_stride;
     u16* slot = ring + (t % kStages) * kTile * D;
-    for (int c = threadIdx.x; c < kTile * D / 8; c += kThreads) {
-      const int row = c / (D / 8), col = (c % (D / 8)) * 8;
-      if (first + row >= keys) continue;
-      const u16* src = base + static_cast<i64>(key0 + first + row) * stride + col;
-      if (aligned) {
-        tc::cp_async16(slot + row * D + col, src, true);
-      } else {
+    const u16* tile = base + static_cast<i64>(key0 + first) * stride;
+    if (aligned) {  // (a test per block, outside the copies)
+      for (int c = threadIdx.x; c < kTile * D / 8; c += kThreads) {
+        const int row = c / (D / 8), col = (c % (D / 8)) * 8;
+        if (first + row < keys) tc::cp_async16(slot + row * D + col, tile + row * stride + col, true);
+      }
+    } else {
+      for (int c = threadIdx.x; c < kTile * D / 8; c += kThreads) {
+        const int row = c / (D / 8), col = (c % (D / 8)) * 8;
+        if (first + row >= keys) continue;
 #pragma unroll
-        for (int e = 0; e < 8; ++e) slot[row * D + col + e] = src[e];
+        for (int e = 0; e < 8; ++e) slot[row * D + col + e] = tile[row * stride + col + e];
       }
     }
   }
@@ -109,6 +112,10 @@ struct DecodeAttention {
   template <class QRow, class Score>
   __device__ __forceinline__ void run(QRow&& q, const u16* k, i64 k_stride, const u16* v, i64 v_stride, int key0, int skv,
                                       bool aligned, Score&& score) {
+    // K's and V's first keys as values the compiler keeps: seen through, it folds their offsets' products
+    // (a symbolic graph's: skv times the head's index) into every copy's address.
+    asm("" : "+l"(k));
+    asm("" : "+l"(v));
     const int keys = min(CHUNK, skv - key0);
 #pragma unroll
     for (int t = 0; t < kStages - 1; ++t) {
@@ -182,9 +189,20 @@ struct DecodeAttention {
 #pragma unroll
           for (int o = kLanes / 2; o > 0; o >>= 1) dot[r] += __shfl_xor_sync(0xffffffffu, dot[r], o);
         const int jj = t * kTile + key_in_tile, key = key0 + jj;
-        if (part == 0)
+        if (part == 0) {
+          // Every row's score under one test of the key, before any is stored: the hook's loads of the
+          // key (a mask every row shares) are then one load and one address.
+          float s[ROWS];
+          if (jj < keys) {
 #pragma unroll
-          for (int r = 0; r < ROWS; ++r) p_s[jj * ROWS + r] = jj < keys ? score(dot[r], r, key) : -inf();
+            for (int r = 0; r < ROWS; ++r) s[r] = score(dot[r], r, key);
+          } else {
+#pragma unroll
+            for (int r = 0; r < ROWS; ++r) s[r] = -inf();
+          }
+#pragma unroll
+          for (int r = 0; r < ROWS; ++r) p_s[jj * ROWS + r] = s[r];
+        }
       }
     }
     __syncthreads();
@@ -262,7 +280,7 @@ struct DecodeAttention {
     if (threadIdx.x < ROWS) {
       const int r = threadIdx.x;
       float m = -inf();
-      for (int c = 0; c < chunks; ++c) m = fmaxf(m, __ldcg(all + c * kChunkWords + ROWS * D + r));
+      for (const float* part = all; part < all + chunks * kChunkWords; part += kChunkWords) m = fmaxf(m, __ldcg(part + ROWS * D + r));
       m_s[r] = m;
     }
     __syncthreads();
@@ -270,17 +288,16 @@ struct DecodeAttention {
       const int r = i / D;
       const float m_use = m_s[r] == -inf() ? 0.0f : m_s[r];
       float o = 0.0f;
-      for (int c = 0; c < chunks; ++c) {
-        const float* part = all + c * kChunkWords;
+      for (const float* part = all; part < all + chunks * kChunkWords; part += kChunkWords)
         o += __ldcg(part + i) * expf(__ldcg(part + ROWS * D + r) - m_use);
-      }
       o_s[i] = o;
     }
     if (threadIdx.x < ROWS) {
       const int r = threadIdx.x;
       const float m_use = m_s[r] == -inf() ? 0.0f : m_s[r];
       float l = 0.0f;
-      for (int c = 0; c < chunks; ++c) l += __ldcg(all + c * kChunkWords + ROWS * D + ROWS + r) * expf(__ldcg(all + c * kChunkWords + ROWS * D + r) - m_use);
+      for (const float* part = all; part < all + chunks * kChunkWords; part += kChunkWords)
+        l += __ldcg(part + ROWS * D + ROWS + r) * expf(__ldcg(part + ROWS * D + r) - m_use);
       l_s[r] = l;
     }
     __syncthreads();
