@@ -3,7 +3,7 @@ each timed by `kiln bench --dim` at many sizes against the same graph
 written at those sizes (the symbolic graph's one compile and the integer
 graph's kernels, on the same inputs, in one process).
 
-    python3 bench/symbolic_graphs.py [--models llama,bert,resnet50] [--json OUT]
+    python3 bench/symbolic_graphs.py [--models llama,bert,resnet50] [--sizes 32x64,8x128] [--json OUT]
 
 Per model: one forward through `torch.compile(model, backend="kiln")` with
 its sequence dynamic (`dynamic=True`; the vision models: the batch marked
@@ -91,12 +91,15 @@ def bench(path, dims):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--models", default="llama,bert,resnet50")
+    p.add_argument("--sizes", help="BxS,... to time instead of each model's list (a vision model's S: its image size)")
     p.add_argument("--json", help="write the rows here")
     args = p.parse_args(argv)
+    chosen = [tuple(int(x) for x in bs.split("x")) for bs in args.sizes.split(",")] if args.sizes else None
     print(f"{torch.cuda.get_device_name()}, PyTorch {torch.__version__}, bf16\n")
     rows = []
     for spec in zoo_models.select(args.models):
         batch0, seq0, sizes = SIZES[spec.name]
+        sizes = chosen or sizes
         try:
             graphs = capture(spec, batch0, seq0)
         except Exception as e:  # noqa: BLE001  (one model's failure is its row)

@@ -427,15 +427,17 @@ std::string GemmGenerator::tensor_core_loader(const ir::Op& anchor, const Gemm& 
 
 void GemmGenerator::gemm_tensor_core(const ir::Op& anchor, const Gemm& gm, Mma kind) {
   MmaTile t = mma_tile(gm, kind);
-  // A symbolic M's size bucket of few rows: the tile is chosen at the probe's M (many rows), and
-  // where M is at most kFewRows the integer graph's few-rows tile is built too, a variant launched
-  // there (generate_program). BERT's pooler, M = B: 6 tiles of 128 x 128 took twice the 12 tiles
-  // of 32 x 64 of the graph written with B = 32 (H200, 55 against 28 us). Without its K split: a
-  // split's workspace would be the variant's alone.
+  // A symbolic M's size buckets of few rows: the tile is chosen at the probe's M (many rows), and
+  // where M is at most kFewRows the integer graph's few-rows tiles are built too, variants launched
+  // there (generate_program), one per kFewRowsBuckets height. BERT's pooler, M = B: 6 tiles of
+  // 128 x 128 took twice the 12 tiles of 32 x 64 of the graph written with B = 32 (H200, 55 against
+  // 28 us), one bucket of 64 rows 1.4x (40 us). Without their K split: a split's workspace would
+  // be the variant's alone.
   const bool symbolic_m = sizes_.symbolic(gm.m);  // (tiles_m counted by the kernel, and a grid rule)
   const bool conv = anchor.kind == ir::OpKind::Conv2d;
-  const bool few_rows_variant = symbolic_m && !conv && wanted_.tile_m == kFewRows && sizes_.dim(gm.m).lower() <= kFewRows;
-  if (few_rows_variant) t = {kFewRows, 64, 64, 1, 4, 4};
+  const bool few_rows_variant = symbolic_m && !conv && sizes_.dim(gm.m).lower() <= kFewRows &&
+                                std::ranges::count(kFewRowsBuckets, wanted_.tile_m) == 1;
+  if (few_rows_variant) t = {wanted_.tile_m, 64, 64, 1, 4, 4};
   decided(fmt::format("mma.sync {}x{}x{}, {}x{} warps, {} stages", t.bm, t.bn, t.bk, t.warps_m, t.warps_n, t.stages));
   const int threads = t.warps_m * t.warps_n * 32;
   const int elem = kind == Mma::tf32 ? 4 : 2, chunk = 16 / elem;
@@ -446,14 +448,20 @@ void GemmGenerator::gemm_tensor_core(const ir::Op& anchor, const Gemm& gm, Mma k
   const int64_t k_tiles = k_slices(gm, t.bk);
   std::vector<Tuning> space = tensor_core_tuning_space(gm, t, k_tiles);
   if (few_rows_variant)
-    for (Tuning& x : space) x.splits = 0, x.tile_m = kFewRows;
+    for (Tuning& x : space) x.splits = 0, x.tile_m = t.bm;
   const Tuning choice = choose_tuning(space);
   if (symbolic_m && !conv && !few_rows_variant && !(t.warps_m == 1 && t.bm <= kFewRows) && !sizes_.symbolic(gm.batches) &&
       sizes_.dim(gm.m).lower() <= kFewRows) {
     const ir::Dim& m = sizes_.dim(gm.m);
-    Tuning few = choice;
-    few.splits = 0, few.tile_m = kFewRows;
-    out_.other_sizes.push_back({few, SizeCondition{m.expr(), {{std::max<int64_t>(m.lower(), 1), std::min<int64_t>(m.upper(), kFewRows)}}}});
+    int64_t above = 0;  // (the rows the bucket before covers)
+    for (int rows : kFewRowsBuckets) {
+      const int64_t lo = std::max<int64_t>({m.lower(), above + 1, 1}), hi = std::min<int64_t>(m.upper(), rows);
+      above = rows;
+      if (lo > hi) continue;
+      Tuning few = choice;
+      few.splits = 0, few.tile_m = rows;
+      out_.other_sizes.push_back({few, SizeCondition{m.expr(), {{lo, hi}}}});
+    }
   }
   const int splits = std::max(choice.splits, 1);
   if (symbolic_m && sizes_.symbolic(gm.batches))

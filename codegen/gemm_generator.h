@@ -252,8 +252,11 @@ class GemmGenerator : public KernelBuilder {
   struct MmaTile {
     int bm, bn, bk, warps_m, warps_n, stages;
   };
-  // The few-rows tile's most rows (mma_tile: M at most this), a symbolic M's size bucket's too.
+  // The few-rows tile's most rows (mma_tile: M at most this), a symbolic M's size buckets' too.
   static constexpr int kFewRows = 64;
+  // A symbolic M's few-rows buckets: M up to each of these rows (above the one before) takes a tile
+  // of that height, near the integer graph's (M rounded up to 16 rows).
+  static constexpr int kFewRowsBuckets[] = {16, 32, kFewRows};
   MmaTile mma_tile(const Gemm& gm, Mma kind) const;
   // How many blocks share each tile's K (the few-rows tile when its tiles
   // alone leave SMs idle; 1: no split).

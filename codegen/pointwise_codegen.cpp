@@ -35,7 +35,8 @@ void PointwiseGenerator::pointwise() {
 // of the narrowest vectorised tensor (8 when any is 16-bit, so that every
 // vectorised tensor moves whole 16-byte words), when every written tensor
 // has the domain's shape and a floating storage type, and the domain has
-// some whole chunks.
+// some whole chunks (a symbolic domain: at its largest; the vector loop
+// takes none where it has fewer, the scalar loop all).
 int PointwiseGenerator::vector_width(const Shape& domain) {
   int narrowest = 4;
   for (ir::TensorId t : k_.writes) {
@@ -50,7 +51,7 @@ int PointwiseGenerator::vector_width(const Shape& domain) {
       narrowest = std::min(narrowest, byte_size(st));
   }
   const int v = 16 / narrowest;
-  if (domain.empty() || sizes_.lower(element_count(domain)) < 4 * v) return 1;
+  if (domain.empty() || sizes_.dim(element_count(domain)).upper() < 4 * v) return 1;
   return v;
 }
 

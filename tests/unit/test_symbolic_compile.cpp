@@ -550,9 +550,10 @@ TEST(SymbolicCompile, AMatmulsTileWidthIsChosenPerSizeBucket) {
 // BERT's pooler over a symbolic batch: its A (the first token of each
 // sequence) is gathered, so the mma.sync kernel takes it, tiled at the
 // probe's many rows. Where B is at most 64 the integer graph takes the
-// few-rows tile: a variant with that tile runs there, with the integer
-// graph's grid (H200, B32: 55 us at 6 tiles of 128 x 128, 28 at 12 of 32 x 64).
-TEST(SymbolicCompile, AFewRowsMatmulTakesTheFewRowsTileInItsSizeBucket) {
+// few-rows tile, B rounded up to 16 rows: variants of 16, 32 and 64 rows run
+// there, with the integer graph's grid (H200, B32: 55 us at 6 tiles of
+// 128 x 128, 40 at 12 of 64 x 64, 28 at 12 of 32 x 64).
+TEST(SymbolicCompile, AFewRowsMatmulTakesTheFewRowsTilesInItsSizeBuckets) {
   const Graph g = must_parse(R"({"kiln": 1, "dims": {"B": {"min": 2, "max": 32768}, "S": {"min": 2, "max": 512}},
       "inputs": {"h": {"shape": ["B", "S", 768], "dtype": "bf16"}, "w": {"shape": [768, 768], "dtype": "bf16"},
                  "bias": {"shape": [768], "dtype": "bf16"}},
@@ -563,33 +564,44 @@ TEST(SymbolicCompile, AFewRowsMatmulTakesTheFewRowsTileInItsSizeBucket) {
               {"op": "add", "in": ["p", "bias"], "out": "pb", "dtype": "bf16"},
               {"op": "tanh", "in": ["pb"], "out": "y", "dtype": "bf16"}],
       "outputs": ["y"]})");
+  // Three buckets of few rows (B to 16, 17 to 32, 33 to 64), each the integer graph's tile height
+  // there, then the many-rows build.
   const runtime::Planned symbolic = must_plan(g);
-  ASSERT_EQ(symbolic.program.kernels.size(), 2u);
-  const codegen::GeneratedKernel &few = symbolic.program.kernels[0], &many = symbolic.program.kernels[1];
-  EXPECT_EQ(few.tactics.chosen, "mma.sync");
+  ASSERT_EQ(symbolic.program.kernels.size(), 4u);
+  const std::vector<std::pair<std::string, int>> buckets = {{"B in 2..16", 16}, {"B in 17..32", 32}, {"B in 33..64", 64}};
+  for (size_t i = 0; i < buckets.size(); ++i) {
+    const codegen::GeneratedKernel& few = symbolic.program.kernels[i];
+    EXPECT_EQ(few.tactics.chosen, "mma.sync");
+    ASSERT_TRUE(few.when.has_value());
+    EXPECT_EQ(few.when->to_string(), buckets[i].first);
+    EXPECT_EQ(few.tuning.tile_m, buckets[i].second);
+    EXPECT_NE(few.source.find(fmt::format("kiln::tc::Gemm<{}, 64, 64, 1, 4, 4,", buckets[i].second)), std::string::npos);
+    expect_no_probe_sizes(few, *symbolic.probe);
+  }
+  const codegen::GeneratedKernel& many = symbolic.program.kernels[3];
   EXPECT_EQ(many.tactics.chosen, "mma.sync");
-  ASSERT_TRUE(few.when.has_value());
   EXPECT_FALSE(many.when.has_value());
-  EXPECT_EQ(few.when->to_string(), "B in 2..64");
-  EXPECT_EQ(few.tuning.tile_m, 64);
   EXPECT_EQ(many.tuning.tile_m, 0);
-  EXPECT_NE(few.source.find("kiln::tc::Gemm<64, 64, 64, 1, 4, 4,"), std::string::npos);
-  expect_no_probe_sizes(few, *symbolic.probe);
-  for (int64_t b : {2, 7, 32, 64, 65, 300}) {
+  for (int64_t b : {2, 7, 16, 17, 32, 33, 64, 65, 300}) {
     const std::vector<uint8_t> runs = codegen::kernels_run_at(symbolic.program.kernels, {{"B", b}, {"S", 128}});
-    ASSERT_EQ(runs[0] + runs[1], 1) << "B = " << b;
-    EXPECT_EQ(runs[0], b <= 64) << "B = " << b;
+    ASSERT_EQ(runs[0] + runs[1] + runs[2] + runs[3], 1) << "B = " << b;
+    EXPECT_EQ(runs[3], b > 64) << "B = " << b;
     if (b > 64) continue;
+    const size_t bucket = b <= 16 ? 0 : b <= 32 ? 1 : 2;
+    EXPECT_EQ(runs[bucket], 1) << "B = " << b;
     Expected<Graph> sized = g.specialize({{"B", b}, {"S", 128}});
     ASSERT_TRUE(sized.ok()) << sized.error().message;
     const runtime::Planned integer = must_plan(*sized);
     ASSERT_EQ(integer.program.kernels.size(), 1u);
     EXPECT_EQ(integer.program.kernels[0].tactics.chosen, "mma.sync");
-    // (the same grid and block; the integer tile's rows, and so its shared memory, fit B to 16 rows)
+    // (the same grid and block; the integer tile fits B to 16 rows, the bucket's is its top: the
+    // same tile, and so the same shared memory, where B is within 16 rows of that top)
+    const codegen::GeneratedKernel& few = symbolic.program.kernels[bucket];
     const codegen::LaunchGeometry at = codegen::launch_geometry(few, {{"B", b}, {"S", 128}});
     const codegen::LaunchGeometry want = codegen::launch_geometry(integer.program.kernels[0], {});
     EXPECT_EQ(at.grid, want.grid) << "B = " << b;
     EXPECT_EQ(at.block, want.block) << "B = " << b;
+    if (b == 7 || b == 17 || b == 32 || b == 64) EXPECT_EQ(at.shared_bytes, want.shared_bytes) << "B = " << b;
   }
 }
 
