@@ -130,7 +130,11 @@ std::vector<SymbolicCase> cases() {
   // residual, a max pool, global average pooling, a depthwise conv with batch norm and ReLU6, a grouped
   // stride-2 conv.
   const std::string convnet = graph_file("symbolic_convnet");
-  return {{"decode_step", decode, {{{"B", 1}, {"L", 2}}, {{"B", 8}, {"L", 20000}}, {{"B", 3}, {"L", 1025}}, {{"B", 2}, {"L", 4099}}}},
+  // BERT's pooler over a symbolic batch (its first tokens gathered: the mma.sync kernel, a variant of
+  // 16, 32 or 64 rows below 65) and a padding mask [B, 1, S, S] (16-byte stores at any S).
+  const std::string pooler = graph_file("symbolic_pooler");
+  return {{"pooler_and_mask", pooler, {{{"B", 2}, {"S", 2}}, {{"B", 128}, {"S", 64}}, {{"B", 17}, {"S", 37}}, {{"B", 41}, {"S", 13}}}},
+          {"decode_step", decode, {{{"B", 1}, {"L", 2}}, {{"B", 8}, {"L", 20000}}, {{"B", 3}, {"L", 1025}}, {{"B", 2}, {"L", 4099}}}},
           {"softmax_over_keys_written_out", keys_softmax, {{{"R", 1}, {"L", 1}}, {{"R", 64}, {"L", 40000}}, {{"R", 3}, {"L", 1025}}, {{"R", 7}, {"L", 4099}}}},
           {"symbolic_convnet", convnet, {{{"B", 1}}, {{"B", 64}}, {{"B", 7}}, {{"B", 13}}}},
           {"attention_layer", attention, {{{"B", 1}, {"S", 1}}, {{"B", 16}, {"S", 512}}, {{"B", 3}, {"S", 45}}, {{"B", 13}, {"S", 127}}}},
