@@ -280,7 +280,8 @@ struct DecodeAttention {
     if (threadIdx.x < ROWS) {
       const int r = threadIdx.x;
       float m = -inf();
-      for (const float* part = all; part < all + chunks * kChunkWords; part += kChunkWords) m = fmaxf(m, __ldcg(part + ROWS * D + r));
+      for (const float* part = all; part < all + chunks * kChunkWords; part += kChunkWords)
+        m = fmaxf(m, __ldcg(part + ROWS * D + r));
       m_s[r] = m;
     }
     __syncthreads();
