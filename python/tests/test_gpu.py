@@ -47,6 +47,36 @@ def test_torch_inputs(dtype):
     assert relative_error(y.float().cpu(), reference(g, ins)["y"]) < TOLERANCE[dtype]
 
 
+@pytest.mark.parametrize("op", ["silu", "sigmoid"])
+def test_silu_and_sigmoid_within_a_few_ulp_from_zero_to_the_overflow_of_their_exponential(op):
+    """SiLU and sigmoid divide by 1 + e^-x with the reciprocal unit (common.cuh):
+    within 8 ulp of float64 where the result is normal, NaN where the reference
+    gives NaN, and where 1 + e^-x passes 2^126 (x below -87.34; the reciprocal
+    gives 0 there) no further from zero than SiLU's largest value there, x / 2^126."""
+    edges = [0.0, -0.0, 1e-30, -1e-30, 0.5, -0.5, 3.0, -3.0, 20.0, -20.0, 80.0, -80.0, 87.0, -87.0, -87.4, -87.5,
+             -88.0, -88.7, -89.0, -100.0, 100.0, 1e30, -1e30, np.inf, -np.inf, np.nan]
+    x = np.concatenate([np.array(edges, np.float32), np.linspace(-95, 95, 4096, dtype=np.float32)])
+    b = kiln.GraphBuilder(f"{op}_edges")
+    b.output(getattr(b, op)(b.input("x", [x.size], "f32")), name="y")
+    g = b.build()
+    got = kiln.compile(g)(x=torch.from_numpy(x).cuda())["y"].cpu().numpy()
+    want_reference = kiln.compile(g)(x=x)["y"]
+    x64 = x.astype(np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        exact = (x64 if op == "silu" else 1.0) / (1.0 + np.exp(-x64))
+    assert np.array_equal(np.isnan(got), np.isnan(want_reference)), x[np.isnan(got) != np.isnan(want_reference)]
+    finite = ~np.isnan(got)
+    assert np.array_equal(np.isinf(got[finite]), np.isinf(exact[finite]))
+    with np.errstate(over="ignore"):
+        huge_divisor = np.exp(-x64) > 2.0 ** 126
+    normal = finite & np.isfinite(exact) & (np.abs(exact) >= np.finfo(np.float32).tiny) & ~huge_divisor
+    ulps = np.abs(got[normal].astype(np.float64) - exact[normal]) / np.spacing(np.abs(exact[normal]).astype(np.float32))
+    assert ulps.max() <= 8, (x[normal][ulps.argmax()], got[normal][ulps.argmax()], exact[normal][ulps.argmax()])
+    rest = finite & np.isfinite(exact) & ~normal
+    bound = 87.4 / 2.0 ** 126  # 1.03e-36
+    assert np.all(np.abs(got[rest] - exact[rest]) <= bound), x[rest][np.abs(got[rest] - exact[rest]) > bound]
+
+
 @pytest.mark.parametrize("dtype", ["f32", "f16"])
 def test_cupy_inputs(dtype):
     cupy = pytest.importorskip("cupy")

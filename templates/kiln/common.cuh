@@ -260,8 +260,16 @@ __device__ __forceinline__ float op_gelu(float x) { return 0.5f * x * (1.0f + er
 __device__ __forceinline__ float op_gelu_tanh(float x) {
   return 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
 }
-__device__ __forceinline__ float op_silu(float x) { return x / (1.0f + expf(-x)); }
-__device__ __forceinline__ float op_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+// SiLU and sigmoid divide by 1 + e^-x with the reciprocal unit and one
+// multiply (__fdividef: within 2 ulp, the bound expf already has) rather than
+// IEEE division, whose rounding fix-up and slow-path branch cost each element
+// about ten instructions more. Where a GEMM's epilogue is the work (a 1 x 1
+// conv over 16 channels into 96, with batch norm and SiLU: EfficientNet-B0's
+// expansion at B32), the kernel took 243 us against 375 (H200, ncu). A
+// divisor above 2^126 (x below -87.34) gives 0 where IEEE division gives at
+// most 1.03e-36 in magnitude; x = -inf gives NaN either way.
+__device__ __forceinline__ float op_silu(float x) { return __fdividef(x, 1.0f + expf(-x)); }
+__device__ __forceinline__ float op_sigmoid(float x) { return __fdividef(1.0f, 1.0f + expf(-x)); }
 __device__ __forceinline__ float op_tanh(float x) { return tanhf(x); }
 __device__ __forceinline__ float op_exp(float x) { return expf(x); }
 __device__ __forceinline__ float op_log(float x) { return logf(x); }
