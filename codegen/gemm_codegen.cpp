@@ -315,7 +315,7 @@ std::string GemmGenerator::chunk_loader(const TileOperand& o, const ChunkFn& chu
   // threadIdx.x (a trip count the compiler cannot know) was built with its
   // remainder iterations and 64-bit offsets recomputed for each 16-byte copy,
   // about 18 instructions a copy (DenseNet-121's 1 x 1 convs over 7 x 7 and
-  // 14 x 14 maps, 64 x 64 tiles: some 150 instructions a slice for 16 MMAs).
+  // 14 x 14 maps, 64 x 64 tiles: about 200 instructions a slice for 16 MMAs).
   const int chunks = o.rows * o.cols / chunk, per_thread = (chunks + threads - 1) / threads;
   std::string load = fmt::format("if (kiln::aligned16({})) {{\n", pointer);
   load += fmt::format("#pragma unroll\nfor (int i = 0; i < {}; ++i) {{\n", per_thread);
