@@ -19,21 +19,11 @@ import sys
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-import kiln.torch as kt
+import kiln.torch  # noqa: F401  (registers the "kiln" backend)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import zoo_models  # noqa: E402
-
-
-def _subgraphs():
-    found = []
-    for m in gc.get_objects():
-        try:
-            if isinstance(m, kt.KilnSubgraph):
-                found.append(m)
-        except ReferenceError:
-            continue
-    return found
+from profile_kiln_model import kiln_subgraphs  # noqa: E402
 
 
 def _one_forward(fn):
@@ -71,7 +61,7 @@ def compare(name, batch):
         torch._dynamo.reset()
         compiled = torch.compile(model, backend="kiln", dynamic=False)
         kiln_events = _one_forward(lambda: compiled(**inputs))
-        plans = [exe.plan for m in _subgraphs() for exe, _ in m._executables.values() if exe is not None]
+        plans = [exe.plan for m in kiln_subgraphs() for exe, _ in m._executables.values() if exe is not None]
         steps = iter([k for p in plans for k in p["kernels"]])
         kiln_classes = collections.defaultdict(lambda: [0, 0.0])
         rows = []

@@ -16,7 +16,8 @@ sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from torch_models import MODELS, on_device  # noqa: E402
 
 
-def _subgraphs():
+def kiln_subgraphs():
+    """Every live KilnSubgraph the backend made (their executables carry the plans)."""
     found = []
     for m in gc.get_objects():
         try:
@@ -51,7 +52,7 @@ def main():
             torch.cuda.synchronize()
     kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     print(f"{len(kernels)} GPU kernels, {sum(e.device_time for e in kernels) / 1e3:.3f} ms")
-    plans = [exe.plan for m in _subgraphs() for exe, _ in m._executables.values() if exe is not None]
+    plans = [exe.plan for m in kiln_subgraphs() for exe, _ in m._executables.values() if exe is not None]
     steps = iter([k for p in plans for k in p["kernels"]])
     for e in kernels:
         k = next(steps, None) if e.name == "kiln_kernel" else None
