@@ -245,6 +245,53 @@ auto GemmGenerator::mma_tile(const Gemm& gm, Mma kind) const -> MmaTile {
   return {64, 64, bk, 2, 2, 4};
 }
 
+// EfficientNet's and MobileNet's 1x1 expansions (K = 16-48 over a
+// million rows, with batch norm and SiLU or hardswish) write far more than
+// they read or multiply: the time is the epilogue's, and the Hopper
+// kernel's one block an SM (two consumer warpgroups) cannot issue it fast
+// enough. One slice of the whole depth needs no pipeline: a stage of shared
+// memory, and room for several blocks an SM. H200, ncu, against wgmma,
+// the zoo's CNNs at their serving batch (bench/NOTES.md v0.50):
+// - K <= 48: 401408 x 96 x 16 + BN + SiLU 244 -> 92 us, 100352 x 144 x 24
+//   133 -> 76, 12544 x 288 x 48 71 -> 52, every such kernel faster;
+// - N <= 32 (stems and narrow projections, K up to 96): 802816 x 16 x 72
+//   315 -> 107, 100352 x 24 x 96 23 -> 19;
+// - N > 128 over fewer than four rounds of 132 SMs, in 64-row tiles:
+//   6272 x 480 x 80 28 -> 18, 6272 x 672 x 112 40 -> 32.
+// Elsewhere wgmma stays: ResNet-50's 100352 x 256 x 64 + BN + ReLU took
+// 63.5 us in one slice against 33.8, DenseNet's 50176 x 128 x 128 26 against
+// 16 (a 128-column tile's accumulators leave one block an SM; a ReLU
+// epilogue is cheap enough for the Hopper kernel).
+// Only tall GEMMs (M at least 4 N: a conv's pixels), where these were
+// measured. Tiles of 128 rows over 8 warps (a warp's 16 rows); 64 rows
+// over 4 warps where the width passes 128 columns with fewer than four
+// rounds of tiles.
+auto GemmGenerator::one_slice_tile(const ir::Op& anchor, const Gemm& gm, std::optional<Mma> kind, std::string* why) const
+    -> std::optional<MmaTile> {
+  auto refuse = [&](std::string reason) -> std::optional<MmaTile> {
+    if (why) *why = std::move(reason);
+    return std::nullopt;
+  };
+  if (sm_ != 90) return refuse(fmt::format("measured against the Hopper kernel on sm_90 only, the target is sm_{}", sm_));
+  if (!kind) return refuse(no_mma_reason(anchor));
+  if (*kind == Mma::tf32) return refuse("f32 operands (tf32 MMA): the pipelined kernels take them");
+  if (sizes_.symbolic(gm.n) || sizes_.symbolic(gm.k)) return refuse("N or K is symbolic: the tile is theirs");
+  if (gm.batches != 1) return refuse(fmt::format("{} batches (grouped convs and batched matmuls keep their tiles)", gm.batches));
+  const int64_t tiles = ((gm.m + 127) / 128) * ((gm.n + 127) / 128);
+  if (tiles < 96) return refuse(fmt::format("{} tiles of 128 x 128, under 96", tiles));
+  if (gm.m < 4 * gm.n)
+    return refuse(fmt::format("M = {} under 4 x N = {}: one slice is measured on tall GEMMs (a conv's pixels) only", gm.m, gm.n));
+  const bool few_rounds = gm.n > 128 && tiles < 4 * 132;
+  if (gm.k > kOneSliceDepth || (gm.k > 48 && gm.n > 32 && !few_rounds))
+    return refuse(fmt::format("K = {} over N = {} in {} tiles: one slice takes K <= 48, or K <= {} where N <= 32 or "
+                              "N > 128 in under {} tiles",
+                              gm.k, gm.n, tiles, kOneSliceDepth, 4 * 132));
+  if (!gm.chunk_b) return refuse("B is not a tensor in memory copied in 16-byte chunks");
+  const int bk = static_cast<int>((gm.k + 15) / 16 * 16), bn = static_cast<int>(std::min<int64_t>((gm.n + 15) / 16 * 16, 128));
+  if (few_rounds) return MmaTile{64, bn, bk, 4, 1, 1};
+  return MmaTile{128, bn, bk, 8, 1, 1};
+}
+
 int GemmGenerator::split_k(const Gemm& gm, const MmaTile& t) const {
   // The few-rows tile, and the 64 x 64 tile of a GEMM whose tiles leave most
   // SMs idle (a pointwise conv over a 7 x 7 map: 1568 x 192 x 1152 in 75
@@ -433,8 +480,7 @@ std::string GemmGenerator::tensor_core_loader(const ir::Op& anchor, const Gemm& 
   return out.decls + out.load + out.stash;
 }
 
-void GemmGenerator::gemm_tensor_core(const ir::Op& anchor, const Gemm& gm, Mma kind) {
-  MmaTile t = mma_tile(gm, kind);
+void GemmGenerator::gemm_tensor_core(const ir::Op& anchor, const Gemm& gm, Mma kind, MmaTile t) {
   // A symbolic M's size buckets of few rows: the tile is chosen at the probe's M (many rows), and
   // where M is at most kFewRows the integer graph's few-rows tiles are built too, variants launched
   // there (generate_program), one per kFewRowsBuckets height. BERT's pooler, M = B: 6 tiles of

@@ -222,8 +222,9 @@ class GemmGenerator : public KernelBuilder {
   };
   using GemmTactic = Tactic<GemmGenerator, TacticInput>;
   // In order of preference: cuBLASLt (where the rule or the tuning picks
-  // it), wgmma (the Hopper kernel), mma.sync, SIMT (the last resort: always
-  // fits).
+  // it), mma.sync with the whole depth in one slice (tall GEMMs of a small
+  // K on sm_90), wgmma (the Hopper kernel), mma.sync, SIMT (the last
+  // resort: always fits).
   static std::span<const GemmTactic> tactics();
   // The kernel of the first tactic that fits.
   Emitted gemm(const ir::Op& anchor, const Gemm& gm);
@@ -258,6 +259,12 @@ class GemmGenerator : public KernelBuilder {
   // of that height, near the integer graph's (M rounded up to 16 rows).
   static constexpr int kFewRowsBuckets[] = {16, 32, kFewRows};
   MmaTile mma_tile(const Gemm& gm, Mma kind) const;
+  // The whole depth in one slice: K at most kOneSliceDepth, no pipeline,
+  // many blocks an SM (gemm_tactics.cpp says where); nullopt with the
+  // reason where it does not fit.
+  static constexpr int64_t kOneSliceDepth = 128;
+  std::optional<MmaTile> one_slice_tile(const ir::Op& anchor, const Gemm& gm, std::optional<Mma> kind,
+                                        std::string* why) const;
   // How many blocks share each tile's K (the few-rows tile when its tiles
   // alone leave SMs idle; 1: no split).
   int split_k(const Gemm& gm, const MmaTile& t) const;
@@ -267,7 +274,7 @@ class GemmGenerator : public KernelBuilder {
   int64_t k_slices(const Gemm& gm, int bk) const;
   std::string split_k_main_loop(const Gemm& gm, const MmaTile& t, int splits, int64_t k_tiles);
 
-  void gemm_tensor_core(const ir::Op& anchor, const Gemm& gm, Mma kind);
+  void gemm_tensor_core(const ir::Op& anchor, const Gemm& gm, Mma kind, MmaTile t);
   std::vector<Tuning> tensor_core_tuning_space(const Gemm& gm, const MmaTile& t, int64_t k_tiles) const;
   // An operand's tile as the tensor-core kernel's loaders see it.
   struct TileOperand {

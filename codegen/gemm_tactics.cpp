@@ -1,6 +1,7 @@
 // The tactics of matmul and conv kernels, in order of preference:
-// cuBLASLt where the rule (or the tuning) picks it, the Hopper kernel
-// (wgmma, TMA), the mma.sync tensor-core kernel, the f32 SIMT kernel.
+// cuBLASLt where the rule (or the tuning) picks it, mma.sync with the whole
+// depth in one slice (a small K), the Hopper kernel (wgmma, TMA), the
+// pipelined mma.sync tensor-core kernel, the f32 SIMT kernel.
 //
 // Expects: the GEMM view of a matmul or conv anchor (GemmGenerator::matmul,
 // conv) and the tensor-core MMA that computes it exactly, if any.
@@ -54,6 +55,19 @@ Emitted cublaslt_emit(GemmGenerator& gen, const Input& in) {
   return gen.take();
 }
 
+// mma.sync with the whole depth in one slice: a small K over a GEMM that
+// fills the GPU (one_slice_tile).
+std::optional<std::string> one_slice_fits(const GemmGenerator& gen, const Input& in) {
+  std::string why;
+  if (gen.one_slice_tile(in.anchor, in.gm, in.kind, &why)) return std::nullopt;
+  return why;
+}
+
+Emitted one_slice_emit(GemmGenerator& gen, const Input& in) {
+  gen.gemm_tensor_core(in.anchor, in.gm, *in.kind, *gen.one_slice_tile(in.anchor, in.gm, in.kind, nullptr));
+  return gen.take();
+}
+
 // The Hopper kernel: sm_90, 16-bit operands, a problem that fills the GPU
 // with 128 x 128 tiles, operands its producer loads (wgmma_operands).
 std::optional<std::string> wgmma_fits(const GemmGenerator& gen, const Input& in) {
@@ -77,7 +91,7 @@ std::optional<std::string> mma_sync_fits(const GemmGenerator& gen, const Input& 
 }
 
 Emitted mma_sync_emit(GemmGenerator& gen, const Input& in) {
-  gen.gemm_tensor_core(in.anchor, in.gm, *in.kind);
+  gen.gemm_tensor_core(in.anchor, in.gm, *in.kind, gen.mma_tile(in.gm, *in.kind));
   return gen.take();
 }
 
@@ -91,6 +105,7 @@ Emitted simt_emit(GemmGenerator& gen, const Input& in) {
 
 constexpr GemmGenerator::GemmTactic kTactics[] = {
     {"cublasLt", &cublaslt_fits, &cublaslt_emit},
+    {"mma.sync one slice", &one_slice_fits, &one_slice_emit},
     {"wgmma", &wgmma_fits, &wgmma_emit},
     {"mma.sync", &mma_sync_fits, &mma_sync_emit},
     {"simt", &simt_fits, &simt_emit},

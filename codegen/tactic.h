@@ -11,7 +11,7 @@
 // returns nullopt), so a list never runs out. A tactic's emit yields NVRTC
 // source (the generator's kernel) or a library call.
 //
-// The lists: gemm_tactics.cpp (matmul and conv: cuBLASLt, wgmma, mma.sync, SIMT),
+// The lists: gemm_tactics.cpp (matmul and conv: cuBLASLt, mma.sync in one slice, wgmma, mma.sync, SIMT),
 // attention_tactics.cpp (flash decoding, Hopper and mma.sync flash
 // attention, the exact two-pass kernel).
 #pragma once

@@ -106,7 +106,7 @@ struct Gemm {
   static constexpr int kBStage = B_K_MAJOR ? BN * kBStride : BK * kBStride;
   static constexpr int kSharedBytes = STAGES * (kAStage + kBStage) * static_cast<int>(sizeof(T));
   static_assert(BM % (16 * WARPS_M) == 0 && BN % (16 * WARPS_N) == 0 && BK % kKStep == 0, "tile shape");
-  static_assert(STAGES >= 2, "at least double buffering");
+  static_assert(STAGES >= 1, "a stage at least");
 
   float acc[kMI][kNI][4];
 
@@ -191,6 +191,19 @@ struct Gemm {
       for (int ni = 0; ni < kNI; ++ni)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0.0f;
+    if constexpr (STAGES == 1) {  // one stage, each slice loaded, waited for and multiplied in turn
+      for (int kt = 0; kt < k_tiles; ++kt) {
+        if (kt > 0) __syncthreads();  // the slice before is no longer read
+        load_a(a_tile(smem, 0), kt), load_b(b_tile(smem, 0), kt);
+        stash_a(a_tile(smem, 0), kt), stash_b(b_tile(smem, 0), kt);
+        cp_async_commit();
+        cp_async_wait<0>();
+        __syncthreads();
+        compute(a_tile(smem, 0), b_tile(smem, 0));
+      }
+      __syncthreads();
+      return;
+    }
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
       if (s < k_tiles) {

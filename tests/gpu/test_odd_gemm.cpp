@@ -125,5 +125,52 @@ TEST(GpuOddGemm, F32TilesOverPartialTilesMatchTheReference) {
   EXPECT_EQ(o.failed, 0);
 }
 
+// Tall GEMMs of a small depth take the whole K in one slice on sm_90
+// ("mma.sync one slice": codegen/gemm_codegen.cpp one_slice_tile): K not a
+// multiple of 16 (zeros pad the slice), N not a multiple of 16 (a ragged
+// column tile), M ragged, the 64-row tiles of a wide N in few rounds, and a
+// 1x1 conv whose input is scaled per channel first (squeeze-excitation: A
+// computed in the loads), with bias or batch norm and SiLU after each.
+TEST(GpuOddGemm, OneSliceTallGemmsMatchTheReference) {
+  REQUIRE_GPU();
+  struct Case {
+    int64_t m, n, k;
+    const char* tile;
+  };
+  const std::vector<Case> cases = {{100003, 96, 16, "mma.sync 128x96x16, 8x1 warps, 1 stages"},
+                                   {50001, 72, 40, "mma.sync 128x80x48, 8x1 warps, 1 stages"},
+                                   {6273, 488, 80, "mma.sync 64x128x80, 4x1 warps, 1 stages"},
+                                   {40007, 24, 120, "mma.sync 128x32x128, 8x1 warps, 1 stages"}};
+  std::vector<Graph> graphs;
+  std::vector<std::string> names;
+  for (const Case& c : cases) {
+    graphs.push_back(testing::must_parse(fmt::format(R"({{"kiln": 1, "name": "one_slice_m{0}_n{1}_k{2}",
+      "inputs": {{"x": {{"shape": [{0}, {2}], "dtype": "bf16"}}, "w": {{"shape": [{2}, {1}], "dtype": "bf16"}},
+                  "b": {{"shape": [{1}], "dtype": "bf16"}}}},
+      "ops": [{{"op": "matmul", "in": ["x", "w"], "out": "y", "dtype": "bf16"}}, {{"op": "add", "in": ["y", "b"], "out": "z"}},
+              {{"op": "silu", "in": ["z"], "out": "s", "dtype": "bf16"}}], "outputs": ["s"]}})",
+                                                     c.m, c.n, c.k)));
+    names.push_back(fmt::format("m {} n {} k {}", c.m, c.n, c.k));
+    const std::string decisions = sm90_matmul_decisions(graphs.back());
+    EXPECT_EQ(decisions.rfind(c.tile, 0), 0u) << names.back() << ": " << decisions;
+  }
+  // EfficientNet's projection: x scaled per (image, channel), a 1x1 conv 96 -> 24, batch norm.
+  graphs.push_back(testing::must_parse(R"({"kiln": 1, "name": "one_slice_se_projection",
+    "inputs": {"x": {"shape": [8, 57, 55, 96], "dtype": "bf16"}, "se": {"shape": [8, 1, 1, 96], "dtype": "bf16"},
+               "w": {"shape": [24, 1, 1, 96], "dtype": "bf16"}, "mean": {"shape": [24], "dtype": "bf16"},
+               "var": {"shape": [24], "dtype": "bf16"}, "gamma": {"shape": [24], "dtype": "bf16"},
+               "beta": {"shape": [24], "dtype": "bf16"}},
+    "ops": [{"op": "mul", "in": ["x", "se"], "out": "xs", "dtype": "bf16"},
+            {"op": "conv2d", "in": ["xs", "w"], "out": "c", "dtype": "bf16"},
+            {"op": "batch_norm", "in": ["c", "mean", "var", "gamma", "beta"], "out": "y", "dtype": "bf16"}],
+    "outputs": ["y"]})"));
+  names.push_back("1x1 conv 96 -> 24 of a scaled input, 25080 pixels");
+  const std::string decisions = sm90_matmul_decisions(graphs.back());
+  EXPECT_EQ(decisions.rfind("mma.sync 128x32x96, 8x1 warps, 1 stages", 0), 0u) << decisions;
+  const testing::Outcome o = testing::check_graphs(graphs, names, 47);
+  std::printf("FIGURE one-slice GEMMs on the GPU: %zu graphs, %d failed\n", graphs.size(), o.failed);
+  EXPECT_EQ(o.failed, 0);
+}
+
 }  // namespace
 }  // namespace kiln

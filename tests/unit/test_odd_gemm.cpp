@@ -78,14 +78,16 @@ TEST(OddGemm, OddKIsPaddedOntoTheHopperKernel) {
 }
 
 // The mma.sync tactic's kernel, and why the wgmma tactic before it did not fit.
-// (Without vendor libraries, the cuBLASLt tactic comes first and refuses.)
+// (Without vendor libraries, the cuBLASLt tactic comes first and refuses; one slice, the next, refuses
+// these few tiles, wide GEMMs or any target but sm_90.)
 std::string mma_sync_after_wgmma(const codegen::GeneratedKernel& k) {
   EXPECT_EQ(k.tactics.chosen, "mma.sync");
-  if (k.tactics.rejected.size() != 2 || k.tactics.rejected[0].tactic != "cublasLt" || k.tactics.rejected[1].tactic != "wgmma") {
-    ADD_FAILURE() << "not the rejected cuBLASLt and wgmma tactics";
+  if (k.tactics.rejected.size() != 3 || k.tactics.rejected[0].tactic != "cublasLt" ||
+      k.tactics.rejected[1].tactic != "mma.sync one slice" || k.tactics.rejected[2].tactic != "wgmma") {
+    ADD_FAILURE() << "not the rejected cuBLASLt, one slice and wgmma tactics";
     return k.decisions;
   }
-  return k.decisions + " | not wgmma: " + k.tactics.rejected[1].reason;
+  return k.decisions + " | not wgmma: " + k.tactics.rejected[2].reason;
 }
 
 TEST(OddGemm, TheRejectedWgmmaTacticSaysWhy) {

@@ -73,50 +73,94 @@ Graph matmul(const std::string& dtype, const std::string& precision) {
 }
 
 TEST(Tactics, EachListInItsOrderTheLastResortLast) {
-  EXPECT_THAT(names_of(codegen::GemmGenerator::tactics()), ::testing::ElementsAre("cublasLt", "wgmma", "mma.sync", "simt"));
+  EXPECT_THAT(names_of(codegen::GemmGenerator::tactics()), ::testing::ElementsAre("cublasLt", "mma.sync one slice", "wgmma", "mma.sync", "simt"));
   EXPECT_THAT(names_of(codegen::AttentionGenerator::tactics()),
               ::testing::ElementsAre("flash decoding", "flash wgmma", "flash mma.sync", "exact two-pass"));
 }
 
 TEST(Tactics, AGemmTheHopperKernelCannotTakeNamesWhy) {
   // B [64, 4001] bf16: its rows 8002 bytes apart, no tensor map loads it.
+  // (One slice, before it, refuses for the few tiles.)
   const TacticRecord sm90 = tactics_of(example("matmul/hopper_n_major_odd_n.json"), 90);
   EXPECT_EQ(sm90.chosen, "mma.sync");
-  ASSERT_EQ(sm90.rejected.size(), 1u);
-  EXPECT_EQ(sm90.rejected[0].tactic, "wgmma");
-  EXPECT_EQ(sm90.rejected[0].reason, "B ('w') has rows 4001 elements apart (8002 bytes), no 16-byte multiple");
+  ASSERT_THAT(rejected_names(sm90), ::testing::ElementsAre("mma.sync one slice", "wgmma"));
+  EXPECT_EQ(sm90.rejected[0].reason, "64 tiles of 128 x 128, under 96");
+  EXPECT_EQ(sm90.rejected[1].reason, "B ('w') has rows 4001 elements apart (8002 bytes), no 16-byte multiple");
   // A decode GEMM: one row of tiles keeps mma.sync and its K split.
   const TacticRecord decode = tactics_of(example("matmul/odd_k_decode.json"), 90);
   EXPECT_EQ(decode.chosen, "mma.sync");
-  ASSERT_EQ(decode.rejected.size(), 1u);
-  EXPECT_EQ(decode.rejected[0].reason, "one row of tiles (M = 7) in 32 tiles, under 132: mma.sync splits K");
-  // Below sm_90 the Hopper kernel is refused for the target alone.
+  ASSERT_EQ(decode.rejected.size(), 2u);
+  EXPECT_EQ(decode.rejected[1].reason, "one row of tiles (M = 7) in 32 tiles, under 132: mma.sync splits K");
+  // Below sm_90 the Hopper kernel, and one slice (measured against it), are refused for the target alone.
   const TacticRecord sm80 = tactics_of(example("matmul/hopper_n_major_odd_n.json"), 80);
   EXPECT_EQ(sm80.chosen, "mma.sync");
-  ASSERT_EQ(sm80.rejected.size(), 1u);
-  EXPECT_EQ(sm80.rejected[0].reason, "the Hopper kernel needs sm_90, the target is sm_80");
-  // One that fits takes the Hopper kernel, nothing rejected.
+  ASSERT_EQ(sm80.rejected.size(), 2u);
+  EXPECT_EQ(sm80.rejected[0].reason, "measured against the Hopper kernel on sm_90 only, the target is sm_80");
+  EXPECT_EQ(sm80.rejected[1].reason, "the Hopper kernel needs sm_90, the target is sm_80");
+  // One that fits takes the Hopper kernel; one slice refuses its 32 tiles.
   const TacticRecord hopper = tactics_of(matmul("bf16", "f32"), 90);
   EXPECT_EQ(hopper.chosen, "wgmma");
-  EXPECT_TRUE(hopper.rejected.empty());
+  ASSERT_THAT(rejected_names(hopper), ::testing::ElementsAre("mma.sync one slice"));
+  EXPECT_EQ(hopper.rejected[0].reason, "32 tiles of 128 x 128, under 96");
+}
+
+// x [m, k] times w [k, n], + bias, SiLU (an expansion's epilogue), in bf16.
+Graph tall_matmul(int64_t m, int64_t n, int64_t k, int64_t batch = 0) {
+  const std::string lead = batch ? fmt::format("{}, ", batch) : "";
+  return testing::must_parse(fmt::format(R"({{"kiln": 1, "inputs": {{"x": {{"shape": [{3}{0}, {2}], "dtype": "bf16"}},
+    "w": {{"shape": [{3}{2}, {1}], "dtype": "bf16"}}, "b": {{"shape": [{1}], "dtype": "bf16"}}}},
+    "ops": [{{"op": "matmul", "in": ["x", "w"], "out": "y", "dtype": "bf16"}}, {{"op": "add", "in": ["y", "b"], "out": "z"}},
+            {{"op": "silu", "in": ["z"], "out": "s", "dtype": "bf16"}}], "outputs": ["s"]}})",
+                                         m, n, k, lead));
+}
+
+TEST(Tactics, SmallDepthOverTallGemmsTakesOneSlice) {
+  auto decided = [](const Graph& g) {
+    const codegen::GeneratedKernel k = kernel_with_tactics(g, 90);
+    return k.tactics.chosen + ": " + k.decisions.substr(0, k.decisions.find(';'));
+  };
+  // K <= 48: 128-row tiles over 8 warps, the depth padded to a 16-deep multiple, one stage.
+  EXPECT_EQ(decided(tall_matmul(100000, 96, 16)), "mma.sync one slice: mma.sync 128x96x16, 8x1 warps, 1 stages");
+  EXPECT_EQ(decided(tall_matmul(50001, 144, 40)), "mma.sync one slice: mma.sync 128x128x48, 8x1 warps, 1 stages");
+  // N <= 32 up to K = 128; N > 128 in under four rounds of tiles: 64-row tiles over 4 warps.
+  EXPECT_EQ(decided(tall_matmul(100000, 24, 120)), "mma.sync one slice: mma.sync 128x32x128, 8x1 warps, 1 stages");
+  EXPECT_EQ(decided(tall_matmul(6272, 480, 80)), "mma.sync one slice: mma.sync 64x128x80, 4x1 warps, 1 stages");
+  // Refused, each for its reason (wgmma takes them).
+  auto refusal = [](const Graph& g) {
+    const TacticRecord r = tactics_of(g, 90);
+    EXPECT_EQ(r.chosen, "wgmma");
+    return r.rejected.empty() ? std::string() : r.rejected[0].tactic + ": " + r.rejected[0].reason;
+  };
+  EXPECT_EQ(refusal(tall_matmul(100352, 256, 64)),
+            "mma.sync one slice: K = 64 over N = 256 in 1568 tiles: one slice takes K <= 48, or K <= 128 where N <= 32 or "
+            "N > 128 in under 528 tiles");
+  EXPECT_EQ(refusal(tall_matmul(100000, 24, 136)),
+            "mma.sync one slice: K = 136 over N = 24 in 782 tiles: one slice takes K <= 48, or K <= 128 where N <= 32 or "
+            "N > 128 in under 528 tiles");
+  EXPECT_EQ(refusal(tall_matmul(4096, 4096, 16)),
+            "mma.sync one slice: M = 4096 under 4 x N = 4096: one slice is measured on tall GEMMs (a conv's pixels) only");
+  EXPECT_EQ(refusal(tall_matmul(20000, 96, 16, 4)),
+            "mma.sync one slice: 4 batches (grouped convs and batched matmuls keep their tiles)");
 }
 
 TEST(Tactics, F32OperandsAtF32PrecisionTakeSimtAndSayWhy) {
   const TacticRecord r = tactics_of(matmul("f32", "f32"), 90);
   EXPECT_EQ(r.chosen, "simt");
-  ASSERT_THAT(rejected_names(r), ::testing::ElementsAre("wgmma", "mma.sync"));
-  EXPECT_EQ(r.rejected[1].reason, "A ('x') is f32 at precision \"f32\": no tensor-core MMA computes it exactly");
-  EXPECT_EQ(r.rejected[0].reason, r.rejected[1].reason);
+  ASSERT_THAT(rejected_names(r), ::testing::ElementsAre("mma.sync one slice", "wgmma", "mma.sync"));
+  EXPECT_EQ(r.rejected[2].reason, "A ('x') is f32 at precision \"f32\": no tensor-core MMA computes it exactly");
+  EXPECT_EQ(r.rejected[0].reason, r.rejected[2].reason);
+  EXPECT_EQ(r.rejected[1].reason, r.rejected[2].reason);
   // At precision tf32 the same operands take mma.sync; wgmma refuses tf32.
   const TacticRecord tf32 = tactics_of(matmul("f32", "tf32"), 90);
   EXPECT_EQ(tf32.chosen, "mma.sync");
-  ASSERT_EQ(tf32.rejected.size(), 1u);
-  EXPECT_EQ(tf32.rejected[0].reason, "f32 operands (tf32 MMA)");
+  ASSERT_EQ(tf32.rejected.size(), 2u);
+  EXPECT_EQ(tf32.rejected[0].reason, "f32 operands (tf32 MMA): the pipelined kernels take them");
+  EXPECT_EQ(tf32.rejected[1].reason, "f32 operands (tf32 MMA)");
   // Before sm_80 no tensor cores: SIMT, both others refused for the target.
   const TacticRecord sm75 = tactics_of(matmul("bf16", "f32"), 75);
   EXPECT_EQ(sm75.chosen, "simt");
-  ASSERT_EQ(sm75.rejected.size(), 2u);
-  EXPECT_EQ(sm75.rejected[1].reason, "tensor cores need sm_80, the target is sm_75");
+  ASSERT_EQ(sm75.rejected.size(), 3u);
+  EXPECT_EQ(sm75.rejected[2].reason, "tensor cores need sm_80, the target is sm_75");
 }
 
 TEST(Tactics, AttentionSaysWhyEachFlashKernelDoesNot) {
@@ -227,7 +271,7 @@ TEST(VendorTactic, F32OperandsTakeCublasLtByTheRule) {
 TEST(VendorTactic, TheRuleKeepsKilnsTensorCoreKernelsAndSaysWhy) {
   const codegen::GeneratedKernel k = kernel_with_tactics(matmul("bf16", "f32"), 90, kCublasLt);
   EXPECT_EQ(k.tactics.chosen, "wgmma");
-  ASSERT_THAT(rejected_names(k.tactics), ::testing::ElementsAre("cublasLt"));
+  ASSERT_THAT(rejected_names(k.tactics), ::testing::ElementsAre("cublasLt", "mma.sync one slice"));
   EXPECT_EQ(k.tactics.rejected[0].reason,
             "the rule keeps kiln's tensor-core kernels for 16-bit operands other than a vocabulary's projection "
             "(--autotune times cuBLASLt beside them)");
