@@ -309,16 +309,31 @@ std::string GemmGenerator::tensor_map_param(const TmaOperand& op, const std::str
 namespace {
 
 // A matmul's width: 256 where those tiles fill the GPU (132 SMs on H100
-// and H200) in no more rounds than 128 takes, a 128 x 256 tile counted
-// as 1.84 of a 128 x 128 one (it reads less per flop). H100, bf16,
-// autotuned: GPT-2's c_fc 2048 x 3072 x 768 + GELU ran 29.8 us at 128
-// (384 tiles, 3 rounds) against 41.1 at 256 (192 tiles: 2 rounds of 2);
-// 8192 x 8192 x 4096 keeps 256.
-int wide_tiles_width(int64_t m, int64_t n, int64_t batches) {
+// and H200) in no more rounds than 128 takes, a 128 x 256 tile counted as
+// 1.84 of a 128 x 128 one (it reads less per flop). H100, bf16, autotuned:
+// GPT-2's c_fc 2048 x 3072 x 768 + GELU ran 29.8 us at 128 (384 tiles, 3
+// rounds) against 41.1 at 256 (192 tiles: 2 rounds of 2); 8192 x 8192 x
+// 4096 keeps 256.
+// Else 192 (an integer M: no size buckets; no multicast pairs) where its
+// rounds, each counted 1.5 (its work), are fewer than 128's; a last round
+// of 128 under 8 tiles counted as its share of the SMs (it runs nearly
+// alone). H200, `kiln bench`, 192 against 128 (bench/NOTES.md v0.50):
+// BERT B32 S128's forward 0.413 -> 0.381 ms (its 4096 x 768 projections
+// 18.5 -> 15.5 us under ncu: 192 tiles of 128 are two rounds, the second
+// 45% full; 128 tiles of 192 one), ViT-S B32 1.589 -> 1.542, ConvNeXt-T
+// B32 2.356 -> 2.296, a 1600 x 1536 x 128 projection with a residual and
+// RMSNorm's row sums 30.4 -> 24.8 us; 1024 x 2176 x 256 + residual (136
+// tiles of 128: a last round of 4) 13.5 -> 15.6 us, which the tail rule
+// keeps at 128.
+int wide_tiles_width(int64_t m, int64_t n, int64_t batches, bool allow_192 = false) {
   const int64_t tiles_m = (m + kWgmmaBM - 1) / kWgmmaBM;
   auto tiles = [&](int width) { return tiles_m * ((n + width - 1) / width) * batches; };
   auto rounds = [&](int width) { return static_cast<double>((tiles(width) + 131) / 132); };
-  return n > 128 && tiles(256) >= 132 && 1.84 * rounds(256) <= rounds(128) ? 256 : 128;
+  if (n <= 128) return 128;
+  if (tiles(256) >= 132 && 1.84 * rounds(256) <= rounds(128)) return 256;
+  const int64_t last = tiles(128) % 132;
+  const double rounds_128 = last > 0 && last < 8 ? static_cast<double>(tiles(128) / 132) + last / 132.0 : rounds(128);
+  return allow_192 && 1.5 * rounds(192) < rounds_128 ? 192 : 128;
 }
 
 // The rows of a symbolic M at which the width rule takes 256 (its tile rows walked up to
@@ -355,13 +370,13 @@ std::vector<Tuning> GemmGenerator::wgmma_tuning_space(const Gemm& gm, bool gathe
   // sizes where the rule takes 256 get a variant of their own (wide_tile_rows, gemm_wgmma).
   const int heuristic_bn = gathered ? (gm.n <= 64 ? 64 : 128)
                            : sizes_.symbolic(gm.m) ? 128
-                                                   : wide_tiles_width(gm.m, gm.n, gm.batches);
+                                                   : wide_tiles_width(gm.m, gm.n, gm.batches, true);
   // Two blocks along M share each B slice (multicast) once there are two
   // tile rows: the heuristic's for a conv. A matmul's heuristic keeps
   // blocks alone (H100, this session's autotuning, bf16: 8192 x 8192 x
   // 4096 0.847 ms alone against 0.858 in pairs; 2048 x 3072 x 768 + GELU
   // and 2048 x 2816 x 1024 + SiLU x up 20-25% faster alone at width 128).
-  auto pairs_allowed = [&](int width) { return tiles_m >= 2 && width >= 128; };
+  auto pairs_allowed = [&](int width) { return tiles_m >= 2 && width % 128 == 0; };
   const int heuristic_pair = gathered && pairs_allowed(heuristic_bn) ? 2 : 1;
   // Tiles walked 8 rows at a time. The alternatives: the other width where
   // the problem has the columns (a gathering producer allows 128 at most),
@@ -370,7 +385,9 @@ std::vector<Tuning> GemmGenerator::wgmma_tuning_space(const Gemm& gm, bool gathe
   // as the element code's cost says (0); gemm_wgmma turns 0 into what that
   // chose, or every entry into 0 where the epilogue has no such choice.
   std::vector<Tuning> space{{heuristic_bn, heuristic_pair, 8, 0, 0}};
-  std::vector<int> widths = gathered ? std::vector<int>{64, 128} : std::vector<int>{128, 256};
+  std::vector<int> widths = gathered ? std::vector<int>{64, 128}
+                             : sizes_.symbolic(gm.m) ? std::vector<int>{128, 256}
+                                                     : std::vector<int>{128, 192, 256};
   for (int width : widths) {
     if (width > 64 && gm.n <= width / 2) continue;  // no columns for it
     for (int pair : {2, 1}) {
@@ -382,7 +399,7 @@ std::vector<Tuning> GemmGenerator::wgmma_tuning_space(const Gemm& gm, bool gathe
   // Ping-pong: each consumer warpgroup's own tiles of 64 rows (a copy-engine A only).
   if (!gathered)
     for (int width : widths) {
-      if (gm.n <= width / 2) continue;
+      if (gm.n <= width / 2 || width == 192) continue;  // (192: untried in ping-pong)
       for (int pair : {2, 1})
         if (pair == 1 || pairs_allowed(width))
           for (int loop : {0, Tuning::kRolled, Tuning::kUnrolled}) space.push_back({width, pair, 8, 0, loop, 1});

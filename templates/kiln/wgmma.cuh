@@ -226,6 +226,31 @@ template <int N> __device__ __forceinline__ void wgmma_wait() { asm volatile("wg
                  "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3]) \
                : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_B))
 
+#define KILN_WGMMA_N192(TYPE)                                                                 \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"                                   \
+               "wgmma.mma_async.sync.aligned.m64n192k16.f32." TYPE "." TYPE " "                 \
+               "{" \
+               "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+               "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+               "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+               "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, " \
+               "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
+               "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95" \
+               "}, %96, %97, p, 1, 1, 0, %99;\n}\n"                    \
+               : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), \
+                 "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), \
+                 "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), \
+                 "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), \
+                 "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), \
+                 "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), \
+                 "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), \
+                 "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3]), \
+                 "+f"(d[16][0]), "+f"(d[16][1]), "+f"(d[16][2]), "+f"(d[16][3]), "+f"(d[17][0]), "+f"(d[17][1]), "+f"(d[17][2]), "+f"(d[17][3]), \
+                 "+f"(d[18][0]), "+f"(d[18][1]), "+f"(d[18][2]), "+f"(d[18][3]), "+f"(d[19][0]), "+f"(d[19][1]), "+f"(d[19][2]), "+f"(d[19][3]), \
+                 "+f"(d[20][0]), "+f"(d[20][1]), "+f"(d[20][2]), "+f"(d[20][3]), "+f"(d[21][0]), "+f"(d[21][1]), "+f"(d[21][2]), "+f"(d[21][3]), \
+                 "+f"(d[22][0]), "+f"(d[22][1]), "+f"(d[22][2]), "+f"(d[22][3]), "+f"(d[23][0]), "+f"(d[23][1]), "+f"(d[23][2]), "+f"(d[23][3]) \
+               : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_B))
+
 #define KILN_WGMMA_N256(TYPE)                                                                 \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"                                   \
                "wgmma.mma_async.sync.aligned.m64n256k16.f32." TYPE "." TYPE " "                 \
@@ -298,7 +323,7 @@ template <int N> __device__ __forceinline__ void wgmma_wait() { asm volatile("wg
 
 template <int N, int KIND, int TRANS_B>
 __device__ __forceinline__ void mma(float (&d)[N / 8][4], u64 desc_a, u64 desc_b, int scale_d) {
-  static_assert(N == 64 || N == 80 || N == 128 || N == 176 || N == 256, "wgmma N");
+  static_assert(N == 64 || N == 80 || N == 128 || N == 176 || N == 192 || N == 256, "wgmma N");
   if constexpr (N == 64) {
     if constexpr (KIND == tc::kBf16) KILN_WGMMA_N64("bf16"); else KILN_WGMMA_N64("f16");
   } else if constexpr (N == 80) {  // the attention kernel's key tile at head dim 256 (kiln/attention_wgmma.cuh)
@@ -307,6 +332,8 @@ __device__ __forceinline__ void mma(float (&d)[N / 8][4], u64 desc_a, u64 desc_b
     if constexpr (KIND == tc::kBf16) KILN_WGMMA_N128("bf16"); else KILN_WGMMA_N128("f16");
   } else if constexpr (N == 176) {  // the attention kernel's key tile at head dim 128 (kiln/attention_wgmma.cuh)
     if constexpr (KIND == tc::kBf16) KILN_WGMMA_N176("bf16"); else KILN_WGMMA_N176("f16");
+  } else if constexpr (N == 192) {  // a matmul's tiles of 192 columns (one round where 128 would take two)
+    if constexpr (KIND == tc::kBf16) KILN_WGMMA_N192("bf16"); else KILN_WGMMA_N192("f16");
   } else {
     if constexpr (KIND == tc::kBf16) KILN_WGMMA_N256("bf16"); else KILN_WGMMA_N256("f16");
   }

@@ -844,10 +844,10 @@ TEST(Codegen, DecisionsAreReportedPerArch) {
   const codegen::GeneratedKernel k =
       codegen::generate_program(ir_of(gelu), ir::plan_fusion(ir_of(gelu)), 90).kernels.at(0);
   EXPECT_EQ(k.decisions,
-            "wgmma 128x128x64, A by TMA, cluster 1, 6 stages, registers 56/224; epilogue: staged y, column blocks rolled");
+            "wgmma 128x192x64, A by TMA, cluster 1, 4 stages, registers 56/224; epilogue: staged y, column blocks rolled");
   Graph rms = Graph::load(KILN_SOURCE_DIR "/examples/matmul/hopper_residual_rms_norm.json").value();
   EXPECT_EQ(codegen::generate_program(ir_of(rms), ir::plan_fusion(ir_of(rms)), 90).kernels.at(0).decisions,
-            "wgmma 128x128x64, A by TMA, cluster 1, 6 stages, registers 56/224; "
+            "wgmma 128x192x64, A by TMA, cluster 1, 4 stages, registers 56/224; "
             "epilogue: staged h, residual r, row partials for ms, column blocks unrolled");
   // Ping-pong, where the tuning asks: each warpgroup's own 64-row tiles.
   EXPECT_EQ(codegen::generate_program(ir_of(gelu), ir::plan_fusion(ir_of(gelu)), 90,

@@ -535,6 +535,11 @@ TEST(SymbolicCompile, AMatmulsTileWidthIsChosenPerSizeBucket) {
     const runtime::Planned integer = must_plan(*sized);
     ASSERT_EQ(integer.program.kernels.size(), 1u);
     if (integer.program.kernels[0].tactics.chosen != "wgmma") continue;  // (a few rows: mma.sync splits K)
+    // 192 columns are an integer M's alone (no size buckets of that width): the symbolic graph keeps 128 there.
+    if (integer.program.kernels[0].tuning.tile_n == 192) {
+      EXPECT_EQ(launched.tuning.tile_n, 128) << "T = " << t;
+      continue;
+    }
     ++compared;
     EXPECT_EQ(launched.tuning.tile_n, integer.program.kernels[0].tuning.tile_n) << "T = " << t;
     EXPECT_EQ(codegen::to_string(codegen::launch_geometry(launched, {{"T", t}})),
