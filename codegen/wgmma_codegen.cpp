@@ -322,7 +322,7 @@ namespace {
 // 18.5 -> 15.5 us under ncu: 192 tiles of 128 are two rounds, the second
 // 45% full; 128 tiles of 192 one), ViT-S B32 1.589 -> 1.542, ConvNeXt-T
 // B32 2.356 -> 2.296, a 1600 x 1536 x 128 projection with a residual and
-// RMSNorm's row sums 30.4 -> 24.8 us; 1024 x 2176 x 256 + residual (136
+// RMSNorm's row sums 30.5 -> 24.9 us; 1024 x 2176 x 256 + residual (136
 // tiles of 128: a last round of 4) 13.5 -> 15.6 us, which the tail rule
 // keeps at 128.
 int wide_tiles_width(int64_t m, int64_t n, int64_t batches, bool allow_192 = false) {
