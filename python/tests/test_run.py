@@ -149,7 +149,8 @@ def test_compile_reports_plan_and_kernels():
     assert cublaslt["tactic"] == "cublasLt" and cublaslt["reason"]
     assert {**tactic, "rejected": rest} == {
         "arch": "sm_90", "chosen": "mma.sync",
-        "rejected": [{"tactic": "wgmma", "reason": "8 tiles of 128 x 128, under 32"}]}
+        "rejected": [{"tactic": "mma.sync one slice", "reason": "8 tiles of 128 x 128, under 96"},
+                     {"tactic": "wgmma", "reason": "8 tiles of 128 x 128, under 32"}]}
     assert unfused.plan == json.loads(kiln_cli("plan", path, "--json", "--arch", "sm_90", "--no-fusion").stdout)
 
 

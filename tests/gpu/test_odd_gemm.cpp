@@ -129,8 +129,10 @@ TEST(GpuOddGemm, F32TilesOverPartialTilesMatchTheReference) {
 // ("mma.sync one slice": codegen/gemm_codegen.cpp one_slice_tile): K not a
 // multiple of 16 (zeros pad the slice), N not a multiple of 16 (a ragged
 // column tile), M ragged, the 64-row tiles of a wide N in few rounds, and a
-// 1x1 conv whose input is scaled per channel first (squeeze-excitation: A
-// computed in the loads), with bias or batch norm and SiLU after each.
+// 1x1 conv whose input is scaled per channel first (squeeze-excitation's
+// scale: on sm_90 the planner writes the scaled input once, by a kernel of
+// its own, and the conv gathers it), with bias or batch norm and SiLU after
+// each.
 TEST(GpuOddGemm, OneSliceTallGemmsMatchTheReference) {
   REQUIRE_GPU();
   struct Case {
