@@ -314,7 +314,7 @@ namespace {
 // GPT-2's c_fc 2048 x 3072 x 768 + GELU ran 29.8 us at 128 (384 tiles, 3
 // rounds) against 41.1 at 256 (192 tiles: 2 rounds of 2); 8192 x 8192 x
 // 4096 keeps 256.
-// Else 192 (an integer M: no size buckets; no multicast pairs) where its
+// Else 192 (no multicast pairs; a symbolic M's size bucket) where its
 // rounds, each counted 1.5 (its work), are fewer than 128's; a last round
 // of 128 under 8 tiles counted as its share of the SMs (it runs nearly
 // alone). H200, `kiln bench`, 192 against 128 (bench/NOTES.md v0.50):
@@ -336,17 +336,17 @@ int wide_tiles_width(int64_t m, int64_t n, int64_t batches, bool allow_192 = fal
   return allow_192 && 1.5 * rounds(192) < rounds_128 ? 192 : 128;
 }
 
-// The rows of a symbolic M at which the width rule takes 256 (its tile rows walked up to
-// kBucketTileRows, past which the last answer stands), as ranges of M; empty where it never does.
+// The rows of a symbolic M at which the width rule takes `width` (192 or 256; its tile rows walked
+// up to kBucketTileRows, past which the last answer stands), as ranges of M; empty where it never does.
 // More than kBucketRanges ranges (an answer that alternates) keep the first ones.
 constexpr int64_t kBucketTileRows = int64_t{1} << 16;
 constexpr size_t kBucketRanges = 32;
-std::vector<std::pair<int64_t, int64_t>> wide_tile_rows(const ir::Dim& m, int64_t n, int64_t batches) {
+std::vector<std::pair<int64_t, int64_t>> wide_tile_rows(const ir::Dim& m, int64_t n, int64_t batches, int width) {
   std::vector<std::pair<int64_t, int64_t>> ranges;
   const int64_t lo = std::max<int64_t>(m.lower(), 1), hi = m.upper();
   const int64_t first = (lo + kWgmmaBM - 1) / kWgmmaBM, last = std::min((hi + kWgmmaBM - 1) / kWgmmaBM, kBucketTileRows);
   for (int64_t t = first; t <= last && ranges.size() <= kBucketRanges; ++t) {
-    if (wide_tiles_width(t * kWgmmaBM, n, batches) != 256) continue;
+    if (wide_tiles_width(t * kWgmmaBM, n, batches, true) != width) continue;
     const int64_t from = std::max(lo, (t - 1) * kWgmmaBM + 1), to = t == last ? hi : std::min(hi, t * kWgmmaBM);
     if (!ranges.empty() && ranges.back().second + 1 == from)
       ranges.back().second = to;
@@ -367,7 +367,7 @@ std::vector<Tuning> GemmGenerator::wgmma_tuning_space(const Gemm& gm, bool gathe
   const int64_t tiles_m = (gm.m + kWgmmaBM - 1) / kWgmmaBM;
   // A symbolic M takes 128 (256 loses most where the rows are few: H100, 2000 x 3072 x 768 +
   // GELU with 256 took 1.54x the time of the graph written at that size, which takes 128); the
-  // sizes where the rule takes 256 get a variant of their own (wide_tile_rows, gemm_wgmma).
+  // sizes where the rule takes 256 or 192 get a variant of their own (wide_tile_rows, gemm_wgmma).
   const int heuristic_bn = gathered ? (gm.n <= 64 ? 64 : 128)
                            : sizes_.symbolic(gm.m) ? 128
                                                    : wide_tiles_width(gm.m, gm.n, gm.batches, true);
@@ -385,9 +385,7 @@ std::vector<Tuning> GemmGenerator::wgmma_tuning_space(const Gemm& gm, bool gathe
   // as the element code's cost says (0); gemm_wgmma turns 0 into what that
   // chose, or every entry into 0 where the epilogue has no such choice.
   std::vector<Tuning> space{{heuristic_bn, heuristic_pair, 8, 0, 0}};
-  std::vector<int> widths = gathered ? std::vector<int>{64, 128}
-                             : sizes_.symbolic(gm.m) ? std::vector<int>{128, 256}
-                                                     : std::vector<int>{128, 192, 256};
+  std::vector<int> widths = gathered ? std::vector<int>{64, 128} : std::vector<int>{128, 192, 256};
   for (int width : widths) {
     if (width > 64 && gm.n <= width / 2) continue;  // no columns for it
     for (int pair : {2, 1}) {
@@ -579,15 +577,16 @@ void GemmGenerator::gemm_wgmma(const ir::Op& anchor, const Gemm& gm, Mma kind, c
   const std::vector<Tuning> space = wgmma_tuning_space(gm, s.gathered);
   const Tuning choice = choose_tuning(space);
   s.bn = choice.tile_n, s.cluster = choice.cluster, s.raster = choice.raster;
-  // A symbolic M's size bucket: where the integer graph's rule takes 256 columns, a variant
-  // with them (generate_program builds it; the heuristic's tuning otherwise).
+  // A symbolic M's size buckets: where the integer graph's rule takes 256 or 192 columns, a
+  // variant with them (generate_program builds it; the heuristic's tuning otherwise).
   if (sizes_.symbolic(gm.m) && !s.gathered && choice == space.front() && !sizes_.symbolic(gm.n) &&
-      !sizes_.symbolic(gm.batches)) {
-    const Tuning wide{256, 1, 8, 0, 0};
-    std::vector<std::pair<int64_t, int64_t>> rows = wide_tile_rows(sizes_.dim(gm.m), gm.n, gm.batches);
-    if (!rows.empty() && std::ranges::find(space, wide) != space.end())
-      out_.other_sizes.push_back({wide, SizeCondition{sizes_.dim(gm.m).expr(), std::move(rows)}});
-  }
+      !sizes_.symbolic(gm.batches))
+    for (int width : {256, 192}) {
+      const Tuning wide{width, 1, 8, 0, 0};
+      std::vector<std::pair<int64_t, int64_t>> rows = wide_tile_rows(sizes_.dim(gm.m), gm.n, gm.batches, width);
+      if (!rows.empty() && std::ranges::find(space, wide) != space.end())
+        out_.other_sizes.push_back({wide, SizeCondition{sizes_.dim(gm.m).expr(), std::move(rows)}});
+    }
   s.pingpong = choice.pingpong != 0 && !s.gathered;
   if (s.pingpong) s.bm = 64;
   s.producer_registers = s.gathered ? 128 : 56, s.consumer_registers = s.gathered ? 184 : 224;

@@ -263,8 +263,8 @@ std::string mlp(const std::string& b, const std::string& s, bool symbolic) {
 TEST(SymbolicCompile, HopperMatmulsOverSymbolicRows) {
   const runtime::Planned symbolic = must_plan(must_parse(mlp("\"B\"", "\"S\"", true)));
   // Two plan kernels, each built at 128 columns and, for the sizes where the integer rule takes
-  // 256, at 256 (a size bucket's variant, before it)
-  ASSERT_EQ(symbolic.program.kernels.size(), 4u);
+  // 256 or 192, at those (size buckets' variants, before it)
+  ASSERT_EQ(symbolic.program.kernels.size(), 6u);
   EXPECT_EQ(std::ranges::count_if(symbolic.program.kernels, [](const auto& k) { return !k.when; }), 2);
   for (const codegen::GeneratedKernel& k : symbolic.program.kernels) {
     EXPECT_EQ(k.tactics.chosen, "wgmma");
@@ -507,39 +507,39 @@ TEST(SymbolicCompile, AVocabularyProjectionOverSymbolicRowsTakesCublasLt) {
 }
 
 // Size buckets: a Hopper matmul over symbolic rows is built at 128 columns, and, where the integer
-// graph's rule takes 256 at some sizes of the range, again at 256 as a variant run at those sizes
-// (GeneratedKernel::when). At every size the variant launched has the integer graph's tile
-// width and grid (Llama's MLP: N = 2816 over K = 1024 took 256 at 4000 rows, 128 at 300).
+// graph's rule takes 256 or 192 at some sizes of the range, again at those widths as variants run
+// at those sizes (GeneratedKernel::when). At every size the variant launched has the integer
+// graph's tile width and grid (Llama's MLP: N = 2816 over K = 1024 took 256 at 4000 rows, 192 at
+// 1000, 128 at 300).
 TEST(SymbolicCompile, AMatmulsTileWidthIsChosenPerSizeBucket) {
   const Graph g = must_parse(R"({"kiln": 1, "dims": {"T": {"min": 1, "max": 65536}},
       "inputs": {"x": {"shape": ["T", 1024], "dtype": "bf16"}, "w": {"shape": [1024, 2816], "dtype": "bf16"}},
       "ops": [{"op": "matmul", "in": ["x", "w"], "out": "h", "dtype": "bf16"}, {"op": "silu", "in": ["h"], "out": "y"}],
       "outputs": ["y"]})");
   const runtime::Planned symbolic = must_plan(g);
-  ASSERT_EQ(symbolic.program.kernels.size(), 2u);
-  const codegen::GeneratedKernel &wide = symbolic.program.kernels[0], &narrow = symbolic.program.kernels[1];
+  ASSERT_EQ(symbolic.program.kernels.size(), 3u);
+  const codegen::GeneratedKernel &wide = symbolic.program.kernels[0], &middle = symbolic.program.kernels[1],
+                                 &narrow = symbolic.program.kernels[2];
   EXPECT_EQ(wide.plan_kernel, narrow.plan_kernel);
-  ASSERT_TRUE(wide.when.has_value());
+  EXPECT_EQ(middle.plan_kernel, narrow.plan_kernel);
+  ASSERT_TRUE(wide.when.has_value() && middle.when.has_value());
   EXPECT_FALSE(narrow.when.has_value());
   EXPECT_EQ(wide.tuning.tile_n, 256);
+  EXPECT_EQ(middle.tuning.tile_n, 192);
   EXPECT_EQ(narrow.tuning.tile_n, 128);
   EXPECT_EQ(ir::to_string(wide.when->extent), "T");
   expect_no_probe_sizes(wide, *symbolic.probe);
+  expect_no_probe_sizes(middle, *symbolic.probe);
   int compared = 0;
   for (int64_t t : {1, 64, 300, 1000, 1409, 1536, 1537, 4000, 30000, 65536}) {
     const std::vector<uint8_t> runs = codegen::kernels_run_at(symbolic.program.kernels, {{"T", t}});
-    ASSERT_EQ(runs[0] + runs[1], 1) << "T = " << t;
-    const codegen::GeneratedKernel& launched = runs[0] ? wide : narrow;
+    ASSERT_EQ(runs[0] + runs[1] + runs[2], 1) << "T = " << t;
+    const codegen::GeneratedKernel& launched = runs[0] ? wide : runs[1] ? middle : narrow;
     Expected<Graph> sized = g.specialize({{"T", t}});
     ASSERT_TRUE(sized.ok()) << sized.error().message;
     const runtime::Planned integer = must_plan(*sized);
     ASSERT_EQ(integer.program.kernels.size(), 1u);
     if (integer.program.kernels[0].tactics.chosen != "wgmma") continue;  // (a few rows: mma.sync splits K)
-    // 192 columns are an integer M's alone (no size buckets of that width): the symbolic graph keeps 128 there.
-    if (integer.program.kernels[0].tuning.tile_n == 192) {
-      EXPECT_EQ(launched.tuning.tile_n, 128) << "T = " << t;
-      continue;
-    }
     ++compared;
     EXPECT_EQ(launched.tuning.tile_n, integer.program.kernels[0].tuning.tile_n) << "T = " << t;
     EXPECT_EQ(codegen::to_string(codegen::launch_geometry(launched, {{"T", t}})),
