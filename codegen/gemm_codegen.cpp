@@ -254,7 +254,7 @@ auto GemmGenerator::mma_tile(const Gemm& gm, Mma kind) const -> MmaTile {
 // the zoo's CNNs at their serving batch (bench/NOTES.md v0.50):
 // - K <= 48: 401408 x 96 x 16 + BN + SiLU 244 -> 92 us, 100352 x 144 x 24
 //   133 -> 76, 12544 x 288 x 48 71 -> 52, every such kernel faster;
-// - N <= 32 (stems and narrow projections, K up to 96): 802816 x 16 x 72
+// - N <= 32 (stems and narrow projections; measured to K = 96): 802816 x 16 x 72
 //   315 -> 107, 100352 x 24 x 96 23 -> 19;
 // - N > 128 over fewer than four rounds of 132 SMs, in 64-row tiles:
 //   6272 x 480 x 80 28 -> 18, 6272 x 672 x 112 40 -> 32.

@@ -156,7 +156,7 @@ TEST(Tactics, F32OperandsAtF32PrecisionTakeSimtAndSayWhy) {
   ASSERT_EQ(tf32.rejected.size(), 2u);
   EXPECT_EQ(tf32.rejected[0].reason, "f32 operands (tf32 MMA): the pipelined kernels take them");
   EXPECT_EQ(tf32.rejected[1].reason, "f32 operands (tf32 MMA)");
-  // Before sm_80 no tensor cores: SIMT, both others refused for the target.
+  // Before sm_80 no tensor cores: SIMT, the three tensor-core tactics refused for the target.
   const TacticRecord sm75 = tactics_of(matmul("bf16", "f32"), 75);
   EXPECT_EQ(sm75.chosen, "simt");
   ASSERT_EQ(sm75.rejected.size(), 3u);
