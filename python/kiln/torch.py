@@ -983,18 +983,33 @@ def _pool(c, n):
 @converts(aten.adaptive_avg_pool2d.default, aten._adaptive_avg_pool2d.default)
 def _adaptive(c, n):
     """PyTorch's windows are [floor(i*H/out), ceil((i+1)*H/out)): where out divides H they are
-    avg_pool2d's with kernel = stride = H/out; to 1x1 a mean over H and W."""
+    avg_pool2d's with kernel = stride = H/out; to 1x1 a mean over H and W. Elsewhere (VGG's 7x7
+    from a 13x13 map; windows of two sizes, overlapping) the mean of each window is the mean
+    over its rows, then over its columns: each row window sliced and averaged, the means
+    concatenated along H, then the same along W, held in f32 and rounded once at the end."""
     out = sizes.sizes(n.args[1])
     if out == [1, 1]:
         return op(c, n, "reduce_mean", [c.arg(n.args[0])], axes=[2, 3], keepdims=True)
     h, w = shape_of(n.args[0])[-2:]
-    if len(out) != 2 or h % out[0] or w % out[1]:
-        raise Unsupported(f"adaptive_avg_pool2d from {h}x{w} to {out} (kiln: to sizes that divide the input's)")
-    kernel = [h // out[0], w // out[1]]
-    if kernel == [1, 1]:
-        return op(c, n, "identity", [c.arg(n.args[0])])
-    return op(c, n, "avg_pool2d", [c.arg(n.args[0])], layout="NCHW", kernel=kernel, stride=kernel, padding=[0, 0],
-              count_include_pad=True)
+    if len(out) != 2 or not all(isinstance(v, int) for v in (h, w, *out)):
+        raise Unsupported(f"adaptive_avg_pool2d from {h}x{w} to {out} (kiln: integer sizes)")
+    if h % out[0] == 0 and w % out[1] == 0:
+        kernel = [h // out[0], w // out[1]]
+        if kernel == [1, 1]:
+            return op(c, n, "identity", [c.arg(n.args[0])])
+        return op(c, n, "avg_pool2d", [c.arg(n.args[0])], layout="NCHW", kernel=kernel, stride=kernel,
+                  padding=[0, 0], count_include_pad=True)
+    if max(out) > _MOST_PARTS:
+        raise Unsupported(f"adaptive_avg_pool2d from {h}x{w} to {out} (kiln: at most {_MOST_PARTS} windows a side)")
+
+    def windows(x, axis, size, count):  # the mean of each of `count` windows along `axis`, in f32
+        means = [c.b.op("reduce_mean", [view(c, "slice", x, axis=axis, start=i * size // count,
+                                             end=-(-(i + 1) * size // count))],
+                        {"axes": [axis], "keepdims": True}, dtype="f32") for i in range(count)]
+        return means[0] if count == 1 else concat(c, means, axis, "f32")
+
+    pooled = windows(windows(c.arg(n.args[0]), 2, h, out[0]), 3, w, out[1])
+    return c.b.op("cast", [pooled], dtype=dtype_of(n))
 
 
 # ---- which nodes kiln takes ----------------------------------------------------

@@ -319,11 +319,16 @@ def test_cuda_graphs_take_the_parameters_as_static_inputs():
     assert found == [(4, [(2, 8)])], found  # the four parameters static; x alone copied in
 
 
-def test_adaptive_pooling_to_a_size_that_does_not_divide_stays_in_pytorch():
-    def fn(x):
-        return F.adaptive_avg_pool2d(F.max_pool2d(x.exp(), 2), 3) * 2
-    report = check(fn, X(2, 3, 16, 16))
-    assert any("adaptive_avg_pool2d from 8x8 to [3, 3]" in e["reason"] for e in report.left_to_pytorch), str(report)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_adaptive_pooling_to_sizes_that_do_not_divide_the_input_is_kilns(dtype):
+    """Windows of two sizes that overlap (8 -> 3: rows [0, 3), [2, 6), [5, 8)), VGG's 7x7 from
+    13x13, 5 -> 7 (more windows than rows), and 1 along one side: kiln's, against eager."""
+    def fn(x, z):
+        y = F.max_pool2d(x.exp(), 2)
+        return (F.adaptive_avg_pool2d(y, 3) * 2, F.adaptive_avg_pool2d(z, 7), F.adaptive_avg_pool2d(y[..., :5, :], (7, 1)))
+    report = check(fn, X(2, 3, 16, 16).to(dtype), X(2, 3, 13, 13).to(dtype),
+                   tolerance=1e-5 if dtype == torch.float32 else 1e-2)
+    assert not report.left_to_pytorch, str(report)
 
 
 def test_a_subgraph_kiln_fails_to_build_runs_in_pytorch(monkeypatch):
