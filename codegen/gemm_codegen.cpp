@@ -277,15 +277,18 @@ auto GemmGenerator::one_slice_tile(const ir::Op& anchor, const Gemm& gm, std::op
   if (*kind == Mma::tf32) return refuse("f32 operands (tf32 MMA): the pipelined kernels take them");
   if (sizes_.symbolic(gm.n) || sizes_.symbolic(gm.k)) return refuse("N or K is symbolic: the tile is theirs");
   if (gm.batches != 1) return refuse(fmt::format("{} batches (grouped convs and batched matmuls keep their tiles)", gm.batches));
+  // The measured rule's bounds: any N up to this depth; N up to this width up to kOneSliceDepth;
+  // N past 128 where its 128 x 128 tiles take fewer rounds of 132 SMs than this.
+  constexpr int64_t kShallow = 48, kNarrow = 32, kFewRoundsTiles = 4 * 132;
   const int64_t tiles = ((gm.m + 127) / 128) * ((gm.n + 127) / 128);
   if (tiles < 96) return refuse(fmt::format("{} tiles of 128 x 128, under 96", tiles));
   if (gm.m < 4 * gm.n)
     return refuse(fmt::format("M = {} under 4 x N = {}: one slice is measured on tall GEMMs (a conv's pixels) only", gm.m, gm.n));
-  const bool few_rounds = gm.n > 128 && tiles < 4 * 132;
-  if (gm.k > kOneSliceDepth || (gm.k > 48 && gm.n > 32 && !few_rounds))
-    return refuse(fmt::format("K = {} over N = {} in {} tiles: one slice takes K <= 48, or K <= {} where N <= 32 or "
+  const bool few_rounds = gm.n > 128 && tiles < kFewRoundsTiles;
+  if (gm.k > kOneSliceDepth || (gm.k > kShallow && gm.n > kNarrow && !few_rounds))
+    return refuse(fmt::format("K = {} over N = {} in {} tiles: one slice takes K <= {}, or K <= {} where N <= {} or "
                               "N > 128 in under {} tiles",
-                              gm.k, gm.n, tiles, kOneSliceDepth, 4 * 132));
+                              gm.k, gm.n, tiles, kShallow, kOneSliceDepth, kNarrow, kFewRoundsTiles));
   if (!gm.chunk_b) return refuse("B is not a tensor in memory copied in 16-byte chunks");
   const int bk = static_cast<int>((gm.k + 15) / 16 * 16), bn = static_cast<int>(std::min<int64_t>((gm.n + 15) / 16 * 16, 128));
   if (few_rounds) return MmaTile{64, bn, bk, 4, 1, 1};
