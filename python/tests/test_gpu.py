@@ -275,6 +275,25 @@ def test_backend_a_cpu_constant_in_a_cuda_forward_is_a_constant_of_the_kiln_grap
     assert report.subgraphs and not report.left_to_pytorch, str(report)
 
 
+def test_backend_adaptive_pooling_to_sizes_that_do_not_divide_the_input_on_cuda():
+    """VGG's head (13x13 -> 7x7 at 512 channels, windows of two sizes that overlap) and 8 -> 3,
+    on CUDA tensors in bf16, channels-last as well: kiln's kernels, against eager."""
+    import kiln.torch  # noqa: F401  (registers the backend)
+
+    def fn(x, y):
+        F = torch.nn.functional
+        return F.adaptive_avg_pool2d(torch.relu(x), 7), F.adaptive_avg_pool2d(y.exp(), 3) * 2
+    x = torch.randn(4, 512, 13, 13, device="cuda", dtype=torch.bfloat16)
+    y = torch.randn(2, 64, 8, 8, device="cuda", dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        got = torch.compile(fn, backend="kiln", dynamic=False)(x, y)
+        report = kiln.torch.explain(fn, x, y)
+    for have, want in zip(got, fn(x, y)):
+        torch.testing.assert_close(have, want, rtol=2e-2, atol=2e-2)
+    assert report.subgraphs and not report.left_to_pytorch, str(report)
+
+
 def test_backend_python_floats_of_a_dynamic_cuda_forward_are_constants():
     """Under dynamic shapes dynamo passes a model's Python floats (an RMS norm's eps) as f64 CPU
     tensors: they meet CUDA tensors as constants of one kiln graph compiled once, keyed by value."""
