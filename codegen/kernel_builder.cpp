@@ -116,7 +116,13 @@ std::optional<Coords> KernelBuilder::forward(ir::TensorId from, ir::TensorId to,
       next.resize(coords.size());
       for (size_t d = 0; d < coords.size(); ++d) next[d] = coords[static_cast<size_t>(op.attrs.perm[d])];
     } else if (op.kind == OpKind::Reshape) {
-      next = em_.same_element(coords, g_.tensor(from).shape, out);
+      // Named once per element code (the memo): every tensor downstream then has the same names,
+      // which is how the epilogue's residuals know their readers' coordinates.
+      const Coords* named = nullptr;
+      if (write_coords_memo_)
+        if (auto it = write_coords_memo_->find(op.output); it != write_coords_memo_->end()) named = &it->second;
+      next = named ? *named : em_.same_element(coords, g_.tensor(from).shape, out);
+      if (write_coords_memo_ && !named) (*write_coords_memo_)[op.output] = next;
     } else if (ir::is_pointwise(op.kind) || op.kind == OpKind::BatchNorm) {
       next.assign(out.size() - coords.size(), "0");
       next.insert(next.end(), coords.begin(), coords.end());
