@@ -591,8 +591,15 @@ std::string GemmGenerator::split_k_main_loop(const Gemm& gm, const MmaTile& t, i
   b += fmt::format("if (threadIdx.x == 0) kiln_split_last = atomicAdd(static_cast<unsigned int*>({}) + batch * {} + blockIdx.x, 1u) "
                    "== {}u;\n", arrived, tiles, splits - 1);
   b += "__syncthreads();\nif (!kiln_split_last) return;\n__threadfence();\n";
-  b += each_element(fmt::format("float sum = 0.0f;\nfor (int s = 0; s < {}; ++s) sum += __ldcg(partials + s * {} + at);\n"
-                                "gemm.acc[mi][ni][e] = sum;\n", splits, sizes_(gm.batches * plane)));
+  // Split by split, each split's loads of the whole tile at once (element by element, a thread's
+  // 32 sums waited for one L2 round trip each: 1568 x 192 x 1152 in four splits took 0.028 ms on
+  // an H200, 0.019 unsplit). The block's own partial is its accumulator, the value it stored.
+  b += "float split_sum[G::kMI][G::kNI][4] = {};\n";
+  b += fmt::format("#pragma unroll\nfor (int s = 0; s < {}; ++s) {{\n", splits);
+  b += each_element(fmt::format("split_sum[mi][ni][e] += s == (int)blockIdx.y ? gemm.acc[mi][ni][e] : __ldcg(partials + s * {} + at);\n",
+                                sizes_(gm.batches * plane)));
+  b += "}\n";
+  b += each_element("gemm.acc[mi][ni][e] = split_sum[mi][ni][e];\n");
   return b;
 }
 
