@@ -242,6 +242,15 @@ auto GemmGenerator::mma_tile(const Gemm& gm, Mma kind) const -> MmaTile {
   // operands keep 8 warps so each thread stages only two 8-element runs.
   if (big_tiles >= 96 && gm.chunk_a && gm.chunk_b) return {128, 128, 2 * bk, 2, 2, 3};
   if (big_tiles >= 96) return {128, 128, bk, 2, 4, 4};
+  // Few tiles, operands copied straight from memory: 64-deep slices (the few blocks wait on
+  // memory once a slice, and unsplit, split_k, a 1x1 conv over a 7 x 7 map is 36 slices of 32),
+  // and N up to 32 (DenseNet's 3x3 128 -> 32 over 14 x 14 and 7 x 7 maps) in a tile as narrow as
+  // N, not 64 columns that multiply zeros and check each element's column.
+  if (gm.chunk_a && gm.chunk_b) {
+    if (gm.n <= 16) return {64, 16, 2 * bk, 4, 1, 4};
+    if (gm.n <= 32) return {64, 32, 2 * bk, 2, 2, 4};
+    return {64, 64, 2 * bk, 2, 2, 4};
+  }
   return {64, 64, bk, 2, 2, 4};
 }
 
@@ -290,7 +299,17 @@ auto GemmGenerator::one_slice_tile(const ir::Op& anchor, const Gemm& gm, std::op
                               "N > 128 in under {} tiles",
                               gm.k, gm.n, tiles, kShallow, kOneSliceDepth, kNarrow, kFewRoundsTiles));
   if (!gm.chunk_b) return refuse("B is not a tensor in memory copied in 16-byte chunks");
-  const int bk = static_cast<int>((gm.k + 15) / 16 * 16), bn = static_cast<int>(std::min<int64_t>((gm.n + 15) / 16 * 16, 128));
+  // Past 128 columns, the widest tile of 48 to 128 that divides N where one does: a tile that
+  // overhangs N checks each element's column, a branch around each element's code (56 x 56
+  // 24 -> 144 + BN + SiLU: 3400 SASS instructions and 113 branch regions at 128 columns, where
+  // 24 -> 128 is 2496 and 14).
+  const int bk = static_cast<int>((gm.k + 15) / 16 * 16);
+  int bn = static_cast<int>(std::min<int64_t>((gm.n + 15) / 16 * 16, 128));
+  for (int width = 128; gm.n > 128 && width >= 48; width -= 16)
+    if (gm.n % width == 0) {
+      bn = width;
+      break;
+    }
   if (few_rounds) return MmaTile{64, bn, bk, 4, 1, 1};
   return MmaTile{128, bn, bk, 8, 1, 1};
 }
@@ -299,8 +318,8 @@ int GemmGenerator::split_k(const Gemm& gm, const MmaTile& t) const {
   // The few-rows tile, and the 64 x 64 tile of a GEMM whose tiles leave most
   // SMs idle (a pointwise conv over a 7 x 7 map: 1568 x 192 x 1152 in 75
   // tiles, 18 slices each, took 0.037 ms on an H100 where cuDNN took 0.005).
-  const bool few_tiles = t.bm == 64 && t.bn == 64 &&
-                         ((gm.m + 63) / 64) * ((gm.n + 63) / 64) * gm.batches < 132;
+  const bool few_tiles = t.bm == 64 && t.bn <= 64 &&
+                         ((gm.m + 63) / 64) * ((gm.n + t.bn - 1) / t.bn) * gm.batches < 132;
   if (t.warps_m != 1 && !few_tiles) return 1;
   if (k_.params.pool_window) return 1;  // (the pool takes whole sums)
   for (const ir::Op* r : ops_of({ir::OpFamily::Reduce}))
@@ -327,18 +346,26 @@ int GemmGenerator::even_splits(int64_t k_tiles, int splits) {
 
 // The tile orders and K splits the tensor-core kernel accepts, the
 // heuristic's first: tiles walked 8 rows at a time (4 or 16 the
-// alternatives); the K split as split_k() says, or half,
-// double or none of it.
+// alternatives); the K split as split_k() says, or half, double or none of
+// it. The few-rows tile takes split_k()'s split; the few-tiles tile none up
+// to K = 1152, where it was measured, its splits are alternatives: H200,
+// autotuned, 1x1 convs over 7 x 7 and 14 x 14 maps ran faster unsplit in
+// every case (1568 x 192 x 1152 + BN + residual 0.019 ms, 0.028-0.042 in 2-4
+// splits; 3136 x 128 x 992 0.017, 0.022 in 3), DenseNet's 3x3 128 -> 32 over
+// 7 x 7 too, over 14 x 14 11% slower.
 std::vector<Tuning> GemmGenerator::tensor_core_tuning_space(const Gemm& gm, const MmaTile& t, int64_t k_tiles) const {
-  const int heuristic_splits = split_k(gm, t);
+  constexpr int64_t kUnsplitDepth = 1152;
+  const int most = split_k(gm, t);
+  const int heuristic_splits = t.warps_m == 1 || gm.k > kUnsplitDepth ? most : 1;
   std::vector<Tuning> space;
   std::vector<int> split_choices{heuristic_splits};
-  if (heuristic_splits > 1)
-    for (int s : {1, heuristic_splits / 2, heuristic_splits * 2})
-      if (s >= 1 && s <= 16 && s * 2 <= k_tiles && s * gm.batches * gm.m * gm.n <= (int64_t{1} << 26))
+  if (most > 1)
+    for (int s : {1, most, most / 2, most * 2})
+      if (s >= 1 && s <= 16 && s * 2 <= k_tiles && s * gm.batches * gm.m * gm.n <= (int64_t{1} << 26) &&
+          std::ranges::find(split_choices, even_splits(k_tiles, s)) == split_choices.end())
         split_choices.push_back(even_splits(k_tiles, s));
   for (int s : split_choices)
-    for (int raster : {8, 4, 16}) space.push_back({0, 0, raster, heuristic_splits > 1 ? s : 0});
+    for (int raster : {8, 4, 16}) space.push_back({0, 0, raster, most > 1 ? s : 0});
   return space;
 }
 
@@ -576,30 +603,31 @@ std::string GemmGenerator::split_k_main_loop(const Gemm& gm, const MmaTile& t, i
   b += "auto stash_b_split = [&](T* tile, int kt) { stash_b(tile, k_first + kt); };\n";
   b += fmt::format("gemm.run(smem, min({}, {} - k_first), load_a_split, load_b_split, stash_a_split, stash_b_split);\n",
                    per_split, k_tiles);
-  // Partial (split, batch) is the plane of M x N floats at that index.
+  // Partial (split, batch) is the plane of M x N floats at that index. Elements past M or N are
+  // predicated, not skipped: a `continue` is a branch around each element's code, and the sums
+  // then wait for L2 one element at a time.
   auto each_element = [&](const std::string& what) {
     std::string loop = "#pragma unroll\nfor (int mi = 0; mi < G::kMI; ++mi)\n#pragma unroll\n";
     loop += "for (int ni = 0; ni < G::kNI; ++ni)\n#pragma unroll\nfor (int e = 0; e < 4; ++e) {\n";
     loop += "const kiln::i64 m = m0 + G::acc_row(mi, e), n = n0 + G::acc_col(ni, e);\n";
-    loop += fmt::format("if (m >= {} || n >= {}) continue;\n", sizes_(gm.m), sizes_(gm.n));
+    loop += fmt::format("const bool inside = m < {} && n < {};\n", sizes_(gm.m), sizes_(gm.n));
     loop += fmt::format("const kiln::i64 at = batch * {} + m * {} + n;\n", sizes_(plane), sizes_(gm.n));
     return loop + what + "}\n";
   };
   b += fmt::format("float* const partials = static_cast<float*>({});\n", partials);
-  b += each_element(fmt::format("partials[blockIdx.y * {} + at] = gemm.acc[mi][ni][e];\n", sizes_(gm.batches * plane)));
+  b += each_element(fmt::format("if (inside) partials[blockIdx.y * {} + at] = gemm.acc[mi][ni][e];\n", sizes_(gm.batches * plane)));
   b += "__threadfence();\n__syncthreads();\n__shared__ bool kiln_split_last;\n";
   b += fmt::format("if (threadIdx.x == 0) kiln_split_last = atomicAdd(static_cast<unsigned int*>({}) + batch * {} + blockIdx.x, 1u) "
                    "== {}u;\n", arrived, tiles, splits - 1);
   b += "__syncthreads();\nif (!kiln_split_last) return;\n__threadfence();\n";
-  // Split by split, each split's loads of the whole tile at once (element by element, a thread's
-  // 32 sums waited for one L2 round trip each: 1568 x 192 x 1152 in four splits took 0.028 ms on
-  // an H200, 0.019 unsplit). The block's own partial is its accumulator, the value it stored.
+  // In split order, each split's loads of the whole tile at once.
   b += "float split_sum[G::kMI][G::kNI][4] = {};\n";
   b += fmt::format("#pragma unroll\nfor (int s = 0; s < {}; ++s) {{\n", splits);
-  b += each_element(fmt::format("split_sum[mi][ni][e] += s == (int)blockIdx.y ? gemm.acc[mi][ni][e] : __ldcg(partials + s * {} + at);\n",
+  b += each_element(fmt::format("split_sum[mi][ni][e] += inside ? __ldcg(partials + s * {} + at) : 0.0f;\n",
                                 sizes_(gm.batches * plane)));
   b += "}\n";
-  b += each_element("gemm.acc[mi][ni][e] = split_sum[mi][ni][e];\n");
+  b += "#pragma unroll\nfor (int mi = 0; mi < G::kMI; ++mi)\n#pragma unroll\nfor (int ni = 0; ni < G::kNI; ++ni)\n"
+       "#pragma unroll\nfor (int e = 0; e < 4; ++e) gemm.acc[mi][ni][e] = split_sum[mi][ni][e];\n";
   return b;
 }
 

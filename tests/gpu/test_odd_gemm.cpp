@@ -142,6 +142,7 @@ TEST(GpuOddGemm, OneSliceTallGemmsMatchTheReference) {
   const std::vector<Case> cases = {{100003, 96, 16, "mma.sync 128x96x16, 8x1 warps, 1 stages"},
                                    {50001, 72, 40, "mma.sync 128x80x48, 8x1 warps, 1 stages"},
                                    {6273, 488, 80, "mma.sync 64x128x80, 4x1 warps, 1 stages"},
+                                   {50001, 144, 24, "mma.sync 128x48x32, 8x1 warps, 1 stages"},
                                    {40007, 24, 120, "mma.sync 128x32x128, 8x1 warps, 1 stages"}};
   std::vector<Graph> graphs;
   std::vector<std::string> names;
@@ -171,6 +172,37 @@ TEST(GpuOddGemm, OneSliceTallGemmsMatchTheReference) {
   EXPECT_EQ(decisions.rfind("mma.sync 128x32x96, 8x1 warps, 1 stages", 0), 0u) << decisions;
   const testing::Outcome o = testing::check_graphs(graphs, names, 47);
   std::printf("FIGURE one-slice GEMMs on the GPU: %zu graphs, %d failed\n", graphs.size(), o.failed);
+  EXPECT_EQ(o.failed, 0);
+}
+
+// Few tiles of operands copied from memory (1x1 and 3x3 convs over 7 x 7 and 14 x 14 maps):
+// 64-deep slices, unsplit up to K = 1152, N up to 32 in a tile as narrow as N; M ragged, a
+// residual, batch norm. DenseNet's 3x3 128 -> 32 as a conv (its patches gathered).
+TEST(GpuOddGemm, FewTilesInNarrowTilesAndDeepSlicesMatchTheReference) {
+  REQUIRE_GPU();
+  std::vector<Graph> graphs;
+  std::vector<std::string> names;
+  auto conv = [&](int n, int hw, int c, int k, int r, bool residual, const char* tile) {
+    const std::string pad = std::to_string(r / 2);
+    graphs.push_back(testing::must_parse(fmt::format(R"({{"kiln": 1, "name": "few_tiles_{0}x{1}_{2}_{3}_{4}",
+      "inputs": {{"x": {{"shape": [{0}, {1}, {1}, {2}], "dtype": "bf16"}}, "w": {{"shape": [{3}, {4}, {4}, {2}], "dtype": "bf16"}},
+                  "mean": {{"shape": [{3}], "dtype": "bf16"}}, "var": {{"shape": [{3}], "dtype": "bf16"}},
+                  "gamma": {{"shape": [{3}], "dtype": "bf16"}}, "beta": {{"shape": [{3}], "dtype": "bf16"}},
+                  "r": {{"shape": [{0}, {1}, {1}, {3}], "dtype": "bf16"}}}},
+      "ops": [{{"op": "conv2d", "in": ["x", "w"], "out": "c", "padding": [{5}, {5}], "dtype": "bf16"}},
+              {{"op": "batch_norm", "in": ["c", "mean", "var", "gamma", "beta"], "out": "b", "dtype": "bf16"}},
+              {{"op": "{6}", "in": ["b"{7}], "out": "y", "dtype": "bf16"}}], "outputs": ["y"]}})",
+                                                     n, hw, c, k, r, pad, residual ? "add" : "relu", residual ? ", \"r\"" : "")));
+    names.push_back(fmt::format("{}x{} conv {} -> {} over {} x {} x {}", r, r, c, k, n, hw, hw));
+    const std::string decisions = sm90_matmul_decisions(graphs.back());
+    EXPECT_EQ(decisions.rfind(tile, 0), 0u) << names.back() << ": " << decisions;
+  };
+  conv(32, 7, 1152, 192, 1, true, "mma.sync 64x64x64, 2x2 warps, 4 stages");  // EfficientNet: 1568 x 192 x 1152
+  conv(16, 7, 992, 128, 1, false, "mma.sync 64x64x64, 2x2 warps, 4 stages");   // DenseNet: 784 rows, ragged
+  conv(16, 7, 128, 32, 3, false, "mma.sync 64x32x64, 2x2 warps, 4 stages");    // DenseNet's growth
+  conv(4, 7, 64, 16, 3, true, "mma.sync 64x16x64, 4x1 warps, 4 stages");       // 196 rows, N = 16
+  const testing::Outcome o = testing::check_graphs(graphs, names, 53);
+  std::printf("FIGURE few-tile GEMMs on the GPU: %zu graphs, %d failed\n", graphs.size(), o.failed);
   EXPECT_EQ(o.failed, 0);
 }
 

@@ -121,10 +121,11 @@ TEST(Tactics, SmallDepthOverTallGemmsTakesOneSlice) {
   };
   // K <= 48: 128-row tiles over 8 warps, the depth padded to a 16-deep multiple, one stage.
   EXPECT_EQ(decided(tall_matmul(100000, 96, 16)), "mma.sync one slice: mma.sync 128x96x16, 8x1 warps, 1 stages");
-  EXPECT_EQ(decided(tall_matmul(50001, 144, 40)), "mma.sync one slice: mma.sync 128x128x48, 8x1 warps, 1 stages");
+  // Past 128 columns the widest tile of 48 to 128 that divides N (144 = 3 x 48; 480 = 5 x 96).
+  EXPECT_EQ(decided(tall_matmul(50001, 144, 40)), "mma.sync one slice: mma.sync 128x48x48, 8x1 warps, 1 stages");
   // N <= 32 up to K = 128; N > 128 in under four rounds of tiles: 64-row tiles over 4 warps.
   EXPECT_EQ(decided(tall_matmul(100000, 24, 120)), "mma.sync one slice: mma.sync 128x32x128, 8x1 warps, 1 stages");
-  EXPECT_EQ(decided(tall_matmul(6272, 480, 80)), "mma.sync one slice: mma.sync 64x128x80, 4x1 warps, 1 stages");
+  EXPECT_EQ(decided(tall_matmul(6272, 480, 80)), "mma.sync one slice: mma.sync 64x96x80, 4x1 warps, 1 stages");
   // Refused, each for its reason (wgmma takes them).
   auto refusal = [](const Graph& g) {
     const TacticRecord r = tactics_of(g, 90);
