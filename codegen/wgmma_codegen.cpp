@@ -325,7 +325,7 @@ namespace {
 // RMSNorm's row sums 30.5 -> 24.9 us; 1024 x 2176 x 256 + residual (136
 // tiles of 128: a last round of 4) 13.5 -> 15.6 us, which the tail rule
 // keeps at 128.
-int wide_tiles_width(int64_t m, int64_t n, int64_t batches, bool allow_192 = false) {
+int wide_tiles_width(int64_t m, int64_t n, int64_t batches) {
   const int64_t tiles_m = (m + kWgmmaBM - 1) / kWgmmaBM;
   auto tiles = [&](int width) { return tiles_m * ((n + width - 1) / width) * batches; };
   auto rounds = [&](int width) { return static_cast<double>((tiles(width) + 131) / 132); };
@@ -333,7 +333,7 @@ int wide_tiles_width(int64_t m, int64_t n, int64_t batches, bool allow_192 = fal
   if (tiles(256) >= 132 && 1.84 * rounds(256) <= rounds(128)) return 256;
   const int64_t last = tiles(128) % 132;
   const double rounds_128 = last > 0 && last < 8 ? static_cast<double>(tiles(128) / 132) + last / 132.0 : rounds(128);
-  return allow_192 && 1.5 * rounds(192) < rounds_128 ? 192 : 128;
+  return 1.5 * rounds(192) < rounds_128 ? 192 : 128;
 }
 
 // The rows of a symbolic M at which the width rule takes `width` (192 or 256; its tile rows walked
@@ -346,7 +346,7 @@ std::vector<std::pair<int64_t, int64_t>> wide_tile_rows(const ir::Dim& m, int64_
   const int64_t lo = std::max<int64_t>(m.lower(), 1), hi = m.upper();
   const int64_t first = (lo + kWgmmaBM - 1) / kWgmmaBM, last = std::min((hi + kWgmmaBM - 1) / kWgmmaBM, kBucketTileRows);
   for (int64_t t = first; t <= last && ranges.size() <= kBucketRanges; ++t) {
-    if (wide_tiles_width(t * kWgmmaBM, n, batches, true) != width) continue;
+    if (wide_tiles_width(t * kWgmmaBM, n, batches) != width) continue;
     const int64_t from = std::max(lo, (t - 1) * kWgmmaBM + 1), to = t == last ? hi : std::min(hi, t * kWgmmaBM);
     if (!ranges.empty() && ranges.back().second + 1 == from)
       ranges.back().second = to;
@@ -370,7 +370,7 @@ std::vector<Tuning> GemmGenerator::wgmma_tuning_space(const Gemm& gm, bool gathe
   // sizes where the rule takes 256 or 192 get a variant of their own (wide_tile_rows, gemm_wgmma).
   const int heuristic_bn = gathered ? (gm.n <= 64 ? 64 : 128)
                            : sizes_.symbolic(gm.m) ? 128
-                                                   : wide_tiles_width(gm.m, gm.n, gm.batches, true);
+                                                   : wide_tiles_width(gm.m, gm.n, gm.batches);
   // Two blocks along M share each B slice (multicast) once there are two
   // tile rows: the heuristic's for a conv. A matmul's heuristic keeps
   // blocks alone (H100, this session's autotuning, bf16: 8192 x 8192 x
