@@ -457,8 +457,23 @@ std::string Emitter::pointwise(const ir::Op& op, const Coords& coords) {
     e = fmt::format("{}({})", device, fmt::join(args, ", "));
   }
   const std::string v = fresh("v");
-  define(v, fmt::format("const float {} = {};  // {} = {}", v, rounded(result, e), result.name, name), column);
+  define(v, fmt::format("const float {} = {};  // {} = {}", v, stays_exact(op) ? e : rounded(result, e), result.name, name),
+         column);
   return v;
+}
+
+// An op that picks or negates an operand (ir::picks_an_operand): where every
+// operand holds a value already rounded to the result's 16-bit type,
+// rounding the result changes nothing, and is left out (relu after a
+// rounded add: one instruction an element).
+bool Emitter::stays_exact(const ir::Op& op) const {
+  const ir::Tensor& result = g_.result(op);
+  if (!result.rounded || (result.dtype != DType::bf16 && result.dtype != DType::f16) || !ir::picks_an_operand(op.kind))
+    return false;
+  return std::all_of(op.inputs.begin(), op.inputs.end(), [&](ir::TensorId in) {
+    const ir::Tensor& t = g_.tensor(in);
+    return t.kind != ir::TensorKind::Constant && t.rounded && t.dtype == result.dtype;
+  });
 }
 
 // layer_norm / rms_norm over the last axis, applied from row statistics.

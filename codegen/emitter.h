@@ -118,6 +118,9 @@ class Emitter {
 
   // `value` rounded as the result of `t` must be (rule 2).
   std::string rounded(const ir::Tensor& t, const std::string& value);
+  // Whether `op`'s result is exact in its rounded type without rounding (it picks or negates
+  // operands that are).
+  bool stays_exact(const ir::Op& op) const;
   // `value` rounded to `dtype` (f16/bf16 rounding, bool as 0/1, f32 as is).
   static std::string round_as(DType dtype, const std::string& value);
   static std::string float_literal(float v);

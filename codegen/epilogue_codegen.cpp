@@ -263,17 +263,17 @@ void GemmGenerator::emit_epilogue_writes(const ir::Op& anchor, const Gemm& gm, c
       text.pair_stores += direct;
       continue;
     }
-    // Column blocks of 128 bytes through shared memory.
-    const std::string put = fmt::format("kiln::put_pair_{0}(staging + G::staging_offset(G::acc_row(mi, 2 * half) & 63, "
-                                        "(G::acc_col(ni, 2 * half) - blk * {1}) * {2}), {3}[0], {3}[1]);\n",
-                                        to_string(storage), 128 / byte_size(storage), byte_size(storage), pair_name(t));
+    // Column blocks of 128 bytes through shared memory, always: where the copy engine cannot store
+    // them (an unaligned result) the threads copy each block out (staged_column_blocks).
+    const std::string put = fmt::format("kiln::put_pair_{0}(staging + G::staging_pair_offset<{1}>(half, nj), {2}[0], {2}[1]);\n",
+                                        to_string(storage), byte_size(storage), pair_name(t));
     if (loops.staged) *loops.staged = t;
     if (plan.copied_out) {  // rotated: wgmma.cuh, rotated_offset
       text.pair_stores += fmt::format(
           "kiln::wg::put_rotated_pair_{}(staging, G::acc_row(mi, 2 * half) & 63, G::acc_col(ni, 2 * half) - blk * {}, {}, {}[0], "
           "{}[1]);\n",
           to_string(storage), 128 / byte_size(storage), copied_out_past(gm, byte_size(storage), "m"), pair_name(t), pair_name(t));
-      text.staged_put = "true";
+      text.tma_out = "false";
       continue;
     }
     const int64_t row_bytes = gm.n * byte_size(storage);
@@ -285,8 +285,8 @@ void GemmGenerator::emit_epilogue_writes(const ir::Op& anchor, const Gemm& gm, c
     map.box = {static_cast<uint32_t>(128 / byte_size(storage)), 64, 1};
     text.staged_map = loops.stage_map(t, map);
     text.staged_map_spec = map;
-    text.pair_stores += "if (staged) " + put + "else " + direct;
-    text.staged_put = fmt::format("kiln::aligned16({})", writes_.at(t));
+    text.pair_stores += put;
+    text.tma_out = fmt::format("kiln::aligned16({})", writes_.at(t));
   }
 }
 
@@ -370,9 +370,9 @@ void GemmGenerator::emit_epilogue_pool(const ir::Op& anchor, const Gemm& gm, con
 }
 
 // Each residual the element code reads, a pair per column pair: the first
-// from the staging buffer its tensor copy filled (falling back to memory
-// where the pointer is not aligned), the others from memory:
-// (batch, m, n) at (batch * M + m) * N + n.
+// from the staging buffer (filled by the copy engine, or by the threads
+// where a pointer is not aligned: staged_column_blocks), the others from
+// memory: (batch, m, n) at (batch * M + m) * N + n.
 void GemmGenerator::load_epilogue_residuals(const Gemm& gm, const EpilogueLoops& loops, const EpiloguePlan& plan,
                                             EpilogueText& text) {
   for (ir::TensorId r : plan.residuals) {
@@ -390,10 +390,8 @@ void GemmGenerator::load_epilogue_residuals(const Gemm& gm, const EpilogueLoops&
     text.residual = r;
     text.residual_map = loops.stage_map(r, text.staged_map_spec);
     const int bytes = byte_size(e.storage);
-    text.residual_load += fmt::format("if (residual_tma) kiln::get_pair_{}(staging + G::staging_offset(G::acc_row(mi, 2 * half) & 63, "
-                                      "(G::acc_col(ni, 2 * half) - blk * {}) * {}), residual{});\nelse\n",
-                                      to_string(e.storage), 128 / bytes, bytes, r);
-    text.residual_load += from_memory;
+    text.residual_load += fmt::format("kiln::get_pair_{}(staging + G::staging_pair_offset<{}>(half, nj), residual{});\n",
+                                      to_string(e.storage), bytes, r);
   }
 }
 
@@ -500,6 +498,17 @@ void GemmGenerator::staged_column_blocks(const Gemm& gm, const EpilogueLoops& lo
                        block_columns / 8);
   pre += "const int turn = staging_turn++ & 1;\n";
   pre += "unsigned char* const staging = G::staging(smem, consumer, turn);\n";
+  const int bytes = byte_size(storage_dtype(g_.tensor(plan.staged)));
+  // A block's elements a thread at a time (the threads' fills and copies where the copy engine
+  // cannot move the block), rows and columns inside the result.
+  auto each_element = [&](const std::string& body) {
+    std::string l = fmt::format("#pragma unroll 4\nfor (int i = threadIdx.x & 127; i < 64 * {0}; i += 128) {{\n", block_columns);
+    l += fmt::format("const int row = i / {0}, column = i % {0};\n", block_columns);
+    l += fmt::format("const kiln::i64 m = {} + row, n = n0 + blk * {} + column;\n", warpgroup_m0, block_columns);
+    l += fmt::format("if (m >= {} || n >= {}) continue;\n", sizes_(gm.m), sizes_(gm.n));
+    l += fmt::format("const kiln::i64 at = (batch * {} + m) * {} + n;\n", sizes_(gm.m), sizes_(gm.n));
+    return l + body + "}\n";
+  };
   if (text.residual >= 0) {
     pre += fmt::format("if (residual_tma) {{\nif ((threadIdx.x & 127) == 0 && blk + 1 < {}) {{\n", blocks);
     pre += "kiln::wg::bulk_wait_read<0>();  // the last block's store has read the other buffer\n";
@@ -507,8 +516,14 @@ void GemmGenerator::staged_column_blocks(const Gemm& gm, const EpilogueLoops& lo
     pre += "kiln::wg::bar_wait(G::staging_loaded(smem, consumer, turn), (staging_phases >> turn) & 1);\n";
     pre += "staging_phases ^= 1 << turn;\n} else ";
   }
-  pre += "if (staged) {\nif ((threadIdx.x & 127) == 0) kiln::wg::bulk_wait_read<1>();\n";
-  pre += "kiln::wg::named_sync(2 + consumer, 128);\n}\n";
+  pre += "{\nif (tma_out && (threadIdx.x & 127) == 0) kiln::wg::bulk_wait_read<1>();\n";
+  pre += "kiln::wg::named_sync(2 + consumer, 128);\n";
+  if (text.residual >= 0) {  // the residual's block by the threads (a pointer the copy engine cannot take)
+    pre += each_element(fmt::format("kiln::fetch_element<{}>(staging + G::staging_offset(row, column * {}), {}, at);\n", bytes,
+                                    bytes, ext_.at(text.residual).pointer));
+    pre += "kiln::wg::named_sync(2 + consumer, 128);\n";
+  }
+  pre += "}\n";
   std::string post;
   if (plan.copied_out) {
     // The warpgroup's 64 rows of the block, rotated in their staging rows (wgmma.cuh,
@@ -516,7 +531,6 @@ void GemmGenerator::staged_column_blocks(const Gemm& gm, const EpilogueLoops& lo
     // memory a thread each (eight threads a row, the first idle), then its two partial chunks
     // (columns before the first boundary and after the last) a thread a row. Otherwise (the
     // block past N, an unaligned result) element by element.
-    const int bytes = byte_size(storage_dtype(g_.tensor(plan.staged)));
     const int per_chunk = 16 / bytes;
     const std::string& out = writes_.at(plan.staged);
     const std::string row_first = fmt::format(
@@ -542,24 +556,27 @@ void GemmGenerator::staged_column_blocks(const Gemm& gm, const EpilogueLoops& lo
                         "staging + kiln::wg::rotated_offset(row, column * {}, past * {}));\n}}\n}}\n}}\n",
                         block_columns, sizes_(gm.n), bytes, out, bytes, bytes);
   } else {
-    post = "if (staged) {\nkiln::wg::fence_async_shared();\nkiln::wg::named_sync(2 + consumer, 128);\n";
-    post += fmt::format("if ((threadIdx.x & 127) == 0) {{\nkiln::wg::tma_store(&{}, staging, {});\n", text.staged_map,
+    post = "kiln::wg::fence_async_shared();\nkiln::wg::named_sync(2 + consumer, 128);\n";
+    post += fmt::format("if (tma_out) {{\nif ((threadIdx.x & 127) == 0) {{\nkiln::wg::tma_store(&{}, staging, {});\n", text.staged_map,
                         coords("blk"));
-    post += "kiln::wg::bulk_commit();\n}\n}\n}\n";
+    post += "kiln::wg::bulk_commit();\n}\n} else {  // an unaligned result: the threads copy the block out\n";
+    post += each_element(fmt::format("kiln::copy_element<{}>({}, at, staging + G::staging_offset(row, column * {}));\n", bytes,
+                                     writes_.at(plan.staged), bytes));
+    post += "}\n}\n";
   }
   open = pre + open;
   close = close + post;
   carry.before_loop += "const int consumer = (threadIdx.x >> 7) - 1;\n";
-  carry.before_loop += fmt::format("const bool staged = {};\nint staging_turn = 0;\n", text.staged_put);
+  carry.before_loop += fmt::format("const bool tma_out = {};\nint staging_turn = 0;\n", text.tma_out);
   if (text.residual >= 0) {
-    carry.before_loop += fmt::format("const bool residual_tma = staged && kiln::aligned16({});  // {}\n",
+    carry.before_loop += fmt::format("const bool residual_tma = tma_out && kiln::aligned16({});  // {}\n",
                                      ext_.at(text.residual).pointer, g_.tensor(text.residual).name);
     carry.before_loop += "int staging_phases = 0;  // of each buffer's `loaded` barrier\n";
     carry.tile_start += "if (residual_tma && (threadIdx.x & 127) == 0) {  // the first block of the residual\n";
     carry.tile_start += "kiln::wg::bulk_wait_read<0>();  // the last tile's stores have read both buffers\n";
     carry.tile_start += load_residual("0", "staging_turn & 1") + "}\n";
   }
-  carry.after_loop += "if (staged && (threadIdx.x & 127) == 0) kiln::wg::bulk_wait_all();  // the last stores landed\n";
+  carry.after_loop += "if (tma_out && (threadIdx.x & 127) == 0) kiln::wg::bulk_wait_all();  // the last stores landed\n";
 }
 
 // Column partials: across the warp's rows (lanes with equal lane % 4), then

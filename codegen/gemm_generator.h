@@ -170,7 +170,7 @@ class GemmGenerator : public KernelBuilder {
     std::vector<std::pair<size_t, std::string>> renamed_row_reduces;  // fragments: row_renamed reductions, their partials
     int thread_rows = 0;                                             // SIMT: EpilogueLoops::thread_rows
     std::string pair_decls, pair_stores;  // column pairs of written tensors
-    std::string staged_map, staged_put;   // the staged tensor's map parameter and alignment check
+    std::string staged_map, tma_out;   // the staged tensor's map parameter; whether the copy engine stores it
     TensorMapSpec staged_map_spec;
     ir::TensorId residual = -1;  // the residual loaded through the staging buffers
     std::string residual_map, residual_load;

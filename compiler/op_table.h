@@ -86,6 +86,12 @@ std::string_view attr_name(AttrKey key);
 AttrKind attr_kind(AttrKey key);
 std::optional<AttrKey> find_attr(std::string_view name);
 
+// Ops whose result is one of their operands' values or its negation: exact
+// in any type that holds the operands (codegen leaves out a rounding there).
+inline bool picks_an_operand(OpKind k) {
+  return k == OpKind::Relu || k == OpKind::Abs || k == OpKind::Neg || k == OpKind::Maximum || k == OpKind::Minimum;
+}
+
 // Pointwise families: one output element from the same element of each
 // (broadcast) input.
 inline bool is_pointwise(OpFamily f) {

@@ -115,6 +115,12 @@ __device__ __forceinline__ void copy_element(void* p, i64 i, const unsigned char
   if constexpr (BYTES == 2) static_cast<u16*>(p)[i] = *reinterpret_cast<const u16*>(from);
   else static_cast<u32*>(p)[i] = *reinterpret_cast<const u32*>(from);
 }
+// And back: element i of p into shared memory, as stored.
+template <int BYTES>
+__device__ __forceinline__ void fetch_element(unsigned char* to, const void* p, i64 i) {
+  if constexpr (BYTES == 2) *reinterpret_cast<u16*>(to) = static_cast<const u16*>(p)[i];
+  else *reinterpret_cast<u32*>(to) = static_cast<const u32*>(p)[i];
+}
 // Two adjacent values from shared memory (a staged residual), as floats.
 __device__ __forceinline__ void get_pair_f32(const void* p, float (&v)[2]) {
   const float2 x = *static_cast<const float2*>(p);
@@ -248,8 +254,26 @@ __device__ __forceinline__ void store_chunk(void* p, i64 i0, const float* in, bo
 
 // ---- one functor per pointwise op (graph-format.md's catalogue) -----------
 // maximum, minimum, relu and clamp propagate NaN, as the reference does.
-__device__ __forceinline__ float nan_max(float a, float b) { return (a != a || b != b) ? __int_as_float(0x7fc00000) : fmaxf(a, b); }
-__device__ __forceinline__ float nan_min(float a, float b) { return (a != a || b != b) ? __int_as_float(0x7fc00000) : fminf(a, b); }
+// The larger (smaller) of two values, NaN where either is: one instruction
+// from sm_80 on (max.NaN gives the canonical NaN, as the fallback does).
+__device__ __forceinline__ float nan_max(float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+#else
+  return (a != a || b != b) ? __int_as_float(0x7fc00000) : fmaxf(a, b);
+#endif
+}
+__device__ __forceinline__ float nan_min(float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  float r;
+  asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+#else
+  return (a != a || b != b) ? __int_as_float(0x7fc00000) : fminf(a, b);
+#endif
+}
 
 __device__ __forceinline__ float op_identity(float x) { return x; }
 __device__ __forceinline__ float op_neg(float x) { return -x; }

@@ -493,6 +493,21 @@ struct Gemm {
   }
   // Byte offset of a 4- or 8-byte value at (row, byte column) of a 64 x 128-byte staging buffer.
   static __device__ __forceinline__ int staging_offset(int row, int byte) { return row * 128 + ((((byte >> 4) ^ (row & 7))) << 4) + (byte & 15); }
+  // The same offset for this thread's column pair (half, nj) of a block of BYTES-byte elements:
+  // staging_offset(acc_row(0, 2 * half) & 63, (acc_col(nj, 2 * half) % (128 / BYTES)) * BYTES), in
+  // two instructions a pair. The row's low bits are the lane's (lane / 4), and the pair's byte
+  // in its 8 columns, q, reaches past 16 bytes only in its chunk's lowest bit, which nj's
+  // chunks (nj * BYTES / 2, even for 4-byte elements) leave clear: so the chunk's XOR splits
+  // into nj's part and the thread's.
+  template <int BYTES>
+  static __device__ __forceinline__ int staging_pair_offset(int half, int nj) {
+    static_assert(BYTES == 2 || BYTES == 4, "16-bit or f32 pairs");
+    const int lane = threadIdx.x & 31;
+    const int row = ((threadIdx.x >> 5) & 3) * 16 + (lane >> 2);
+    const int q = (lane & 3) * 2 * BYTES;
+    const int thread_part = row * 128 + (q & 15), thread_chunk = ((q >> 4) ^ (lane >> 2)) << 4;
+    return thread_part + half * 1024 + ((nj * 8 * BYTES) ^ thread_chunk);
+  }
   static __device__ __forceinline__ u64* full(unsigned char* s) {
     return reinterpret_cast<u64*>(s + STAGES * kStageBytes + kStagingBytes);
   }
