@@ -255,6 +255,8 @@ class GemmGenerator : public KernelBuilder {
   };
   // The few-rows tile's most rows (mma_tile: M at most this), a symbolic M's size buckets' too.
   static constexpr int kFewRows = 64;
+  // The depth up to which the few-tiles tile runs unsplit (tensor_core_tuning_space).
+  static constexpr int64_t kUnsplitDepth = 1152;
   // A symbolic M's few-rows buckets: M up to each of these rows (above the one before) takes a tile
   // of that height, near the integer graph's (M rounded up to 16 rows).
   static constexpr int kFewRowsBuckets[] = {16, 32, kFewRows};

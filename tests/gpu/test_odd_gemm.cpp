@@ -198,8 +198,11 @@ TEST(GpuOddGemm, FewTilesInNarrowTilesAndDeepSlicesMatchTheReference) {
     EXPECT_EQ(decisions.rfind(tile, 0), 0u) << names.back() << ": " << decisions;
   };
   conv(32, 7, 1152, 192, 1, true, "mma.sync 64x64x64, 2x2 warps, 4 stages");  // EfficientNet: 1568 x 192 x 1152
-  conv(16, 7, 992, 128, 1, false, "mma.sync 64x64x64, 2x2 warps, 4 stages");   // DenseNet: 784 rows, ragged
-  conv(16, 7, 128, 32, 3, false, "mma.sync 64x32x64, 2x2 warps, 4 stages");    // DenseNet's growth
+  conv(16, 7, 992, 128, 1, false, "mma.sync 32x64x64, 2x2 warps, 4 stages");   // DenseNet: 784 rows, ragged, 26 blocks of 64
+  conv(16, 14, 992, 128, 1, false, "mma.sync 64x64x64, 2x2 warps, 4 stages");  // 98 blocks of 64 rows
+  conv(16, 7, 128, 32, 3, false, "mma.sync 32x32x64, 2x2 warps, 4 stages");    // DenseNet's growth
+  conv(2, 11, 64, 48, 3, true, "mma.sync 32x64x64, 2x2 warps, 4 stages");      // 242 rows, 48 of 64 columns
+  conv(3, 9, 96, 64, 1, true, "mma.sync 32x64x64, 2x2 warps, 4 stages");       // 243 rows
   conv(4, 7, 64, 16, 3, true, "mma.sync 64x16x64, 4x1 warps, 4 stages");       // 196 rows, N = 16
   const testing::Outcome o = testing::check_graphs(graphs, names, 53);
   std::printf("FIGURE few-tile GEMMs on the GPU: %zu graphs, %d failed\n", graphs.size(), o.failed);
