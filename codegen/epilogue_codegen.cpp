@@ -378,13 +378,12 @@ void GemmGenerator::load_epilogue_residuals(const Gemm& gm, const EpilogueLoops&
   for (ir::TensorId r : plan.residuals) {
     if (!em_.vector_source_used(r)) continue;
     const ExternalTensor& e = ext_.at(r);
-    std::string from_memory = "for (int c = 0; c < 2; ++c) {\nconst kiln::i64 n = n0 + G::acc_col(ni, 2 * half + c);\n";
-    from_memory += fmt::format("residual{}[c] = {}kiln::load_{}({}, (batch * {} + m) * {} + n);\n}}\n", r,
-                               loops.check_n ? fmt::format("n >= {} ? 0.0f : ", sizes_(gm.n)) : "", to_string(e.storage),
-                               e.pointer, sizes_(gm.m), sizes_(gm.n));
     text.residual_load += fmt::format("float residual{}[2];  // {}\n", r, g_.tensor(r).name);
     if (text.residual >= 0) {
-      text.residual_load += from_memory;
+      text.residual_load += "for (int c = 0; c < 2; ++c) {\nconst kiln::i64 n = n0 + G::acc_col(ni, 2 * half + c);\n";
+      text.residual_load += fmt::format("residual{}[c] = {}kiln::load_{}({}, (batch * {} + m) * {} + n);\n}}\n", r,
+                                        loops.check_n ? fmt::format("n >= {} ? 0.0f : ", sizes_(gm.n)) : "",
+                                        to_string(e.storage), e.pointer, sizes_(gm.m), sizes_(gm.n));
       continue;
     }
     text.residual = r;
@@ -476,7 +475,10 @@ void GemmGenerator::fragment_loops(const Gemm& gm, const EpilogueLoops& loops, c
 // between its two buffers (the previous block's store may still be reading
 // the other). With a residual, its block comes into the buffer first
 // (loaded one block ahead, the tile's first block before the main loop) and
-// the result replaces it in place.
+// the result replaces it in place. The copy engine moves the blocks where
+// the pointers are 16-byte aligned (tma_out, residual_tma); elsewhere the
+// threads fill the residual's block and copy the result's out, element by
+// element, so that the element code has one path.
 void GemmGenerator::staged_column_blocks(const Gemm& gm, const EpilogueLoops& loops, const EpiloguePlan& plan,
                                          const EpilogueText& text, std::string& open, std::string& close,
                                          TileLoopCarry& carry) {
