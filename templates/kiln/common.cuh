@@ -256,24 +256,19 @@ __device__ __forceinline__ void store_chunk(void* p, i64 i0, const float* in, bo
 // maximum, minimum, relu and clamp propagate NaN, as the reference does.
 // The larger (smaller) of two values, NaN where either is: one instruction
 // from sm_80 on (max.NaN gives the canonical NaN, as the fallback does).
-__device__ __forceinline__ float nan_max(float a, float b) {
+template <bool LARGER>
+__device__ __forceinline__ float nan_pick(float a, float b) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   float r;
-  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  if constexpr (LARGER) asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  else asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
   return r;
 #else
-  return (a != a || b != b) ? __int_as_float(0x7fc00000) : fmaxf(a, b);
+  return (a != a || b != b) ? __int_as_float(0x7fc00000) : LARGER ? fmaxf(a, b) : fminf(a, b);
 #endif
 }
-__device__ __forceinline__ float nan_min(float a, float b) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  float r;
-  asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
-  return r;
-#else
-  return (a != a || b != b) ? __int_as_float(0x7fc00000) : fminf(a, b);
-#endif
-}
+__device__ __forceinline__ float nan_max(float a, float b) { return nan_pick<true>(a, b); }
+__device__ __forceinline__ float nan_min(float a, float b) { return nan_pick<false>(a, b); }
 
 __device__ __forceinline__ float op_identity(float x) { return x; }
 __device__ __forceinline__ float op_neg(float x) { return -x; }
