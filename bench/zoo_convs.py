@@ -93,6 +93,7 @@ from run_bench import ceilings, geomean, graph_ms_sets  # noqa: E402  (NaN-skipp
 MODELS = ["resnet50", "resnet50_cl", "resnext50_32x4d", "convnext_t", "efficientnet_b0", "mobilenet_v3_s",
           "densenet121", "vit_s16"]
 FAMILIES = ["dense", "depthwise", "grouped", "narrow"]
+ONE_SIXTH_F32 = 0.1666666716337204  # 1.0f / 6.0f: hardswish's factor in ATen's CUDA kernel and kiln's converter
 
 # ---- the conv list, from the models ---------------------------------------------
 
@@ -298,13 +299,13 @@ def _activation_ops(act: str, x: str, out: str) -> List[dict]:
     if act in one:
         name, attrs = one[act]
         return [dict({"op": name, "in": [x], "out": out, "dtype": "bf16"}, **attrs)]
-    if act in ("hardswish", "hardsigmoid"):  # clamp(x + 3, 0, 6) / 6, times x for hardswish
+    if act in ("hardswish", "hardsigmoid"):  # as the converter writes them: clamp(x + 3, 0, 6) [* x] * (1.0f / 6.0f)
         ops = [{"op": "add", "in": [x, 3.0], "out": f"{out}_x3"},
-               {"op": "clamp", "in": [f"{out}_x3"], "out": f"{out}_c", "min": 0.0, "max": 6.0},
-               {"op": "div", "in": [f"{out}_c", 6.0], "out": f"{out}_s"}]
+               {"op": "clamp", "in": [f"{out}_x3"], "out": f"{out}_c", "min": 0.0, "max": 6.0}]
         if act == "hardswish":
-            return ops + [{"op": "mul", "in": [x, f"{out}_s"], "out": out, "dtype": "bf16"}]
-        return ops + [{"op": "identity", "in": [f"{out}_s"], "out": out, "dtype": "bf16"}]
+            ops.append({"op": "mul", "in": [x, f"{out}_c"], "out": f"{out}_xc"})
+        last = f"{out}_xc" if act == "hardswish" else f"{out}_c"
+        return ops + [{"op": "mul", "in": [last, ONE_SIXTH_F32], "out": out, "dtype": "bf16"}]
     raise ValueError(f"no kiln ops for activation {act!r}")
 
 

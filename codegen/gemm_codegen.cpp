@@ -394,26 +394,85 @@ auto GemmGenerator::tensor_core_operand(const Gemm& gm, const MmaTile& t, bool i
 }
 
 // The 16-byte asynchronous copies of a plain aligned operand (chunk_fn).
-std::string GemmGenerator::chunk_loader(const TileOperand& o, const ChunkFn& chunk_fn, const std::string& pointer, int threads,
-                                        int chunk) {
+// Where the address splits (chunk_rows), each chunk's row part is computed
+// once a tile (`decls`) and a slice adds its k part: recomputed from
+// threadIdx.x each slice, 64-bit offsets, their bounds and selects cost
+// about 45 instructions a copy (DenseNet-121's 1 x 1 convs over 14 x 14:
+// 650 instructions a slice for 32 MMAs), split about 8.
+void GemmGenerator::chunk_loader(const TileOperand& o, const ChunkFn& chunk_fn, const ChunkRows& chunk_rows,
+                                 const std::string& pointer, int threads, int chunk, TileLoader& out) {
   // Each thread's chunks counted at compile time and unrolled: a loop from
   // threadIdx.x (a trip count the compiler cannot know) was built with its
-  // remainder iterations and 64-bit offsets recomputed for each 16-byte copy,
-  // about 18 instructions a copy (DenseNet-121's 1 x 1 convs over 7 x 7 and
-  // 14 x 14 maps, 64 x 64 tiles: about 200 instructions a slice for 16 MMAs).
+  // remainder iterations and 64-bit offsets recomputed for each 16-byte copy.
   const int chunks = o.rows * o.cols / chunk, per_thread = (chunks + threads - 1) / threads;
-  std::string load = fmt::format("if (kiln::aligned16({})) {{\n", pointer);
-  load += fmt::format("#pragma unroll\nfor (int i = 0; i < {}; ++i) {{\n", per_thread);
-  load += fmt::format("const int c = threadIdx.x + i * {};\n", threads);
-  if (per_thread * threads != chunks) load += fmt::format("if (c >= {}) break;\n", chunks);
-  load += fmt::format("const int row = c / {0}, col = (c % {0}) * {1};\n", o.cols / chunk, chunk);
-  load += o.gemm_coords + ";\n";
-  em_.begin_block();
-  const auto [valid, offset] = o.is_a ? chunk_fn("m", "k", "batch") : chunk_fn("k", "n", "batch");
-  em_.emit(fmt::format("const bool ok = {};", valid));
-  em_.emit(fmt::format("kiln::tc::cp_async16(tile + {}, static_cast<const T*>({}) + (ok ? {} : 0), ok);", o.index, pointer,
-                       offset));
-  return load + em_.take() + "}\nreturn;\n}\n";
+  auto chunk_header = [&]() {
+    std::string h = fmt::format("#pragma unroll\nfor (int i = 0; i < {}; ++i) {{\n", per_thread);
+    const int across = o.cols / chunk;  // chunks across a row
+    if (threads % across == 0) {  // a thread's chunks share their column
+      h += fmt::format("const int row = (int)(threadIdx.x / {}u) + i * {}, col = (int)(threadIdx.x % {}u) * {};\n", across,
+                       threads / across, across, chunk);
+      if (per_thread * threads != chunks) h += fmt::format("if (row >= {}) break;\n", o.rows);
+      return h;
+    }
+    h += fmt::format("const int c = threadIdx.x + i * {};\n", threads);
+    if (per_thread * threads != chunks) h += fmt::format("if (c >= {}) break;\n", chunks);
+    return h + fmt::format("const int row = c / {0}, col = (c % {0}) * {1};\n", across, chunk);
+  };
+  const std::string mn = o.row_name == "k" ? o.col_name : o.row_name, tile_k = o.col_name == "k" ? "col" : "row";
+  out.load += fmt::format("if (kiln::aligned16({})) {{\n", pointer);
+  if (chunk_rows) {
+    out.decls += "{\n" + chunk_header();
+    out.decls += fmt::format("const kiln::i64 {} = {} + {}, k = {};\n", mn, mn == o.row_name ? o.row_base : o.col_base,
+                             tile_k == "col" ? "row" : "col", tile_k);
+    em_.begin_block();
+    const auto [inside, kept] = chunk_rows.keep(mn, "k", "batch");
+    std::string declared = fmt::format("bool {}_inside[{}];\n", o.x, per_thread);
+    std::string stored = fmt::format("{}_inside[i] = kiln::kept({});\n", o.x, inside);
+    for (const ChunkRows::Kept& v : kept) {
+      declared += fmt::format("{} {}_{}[{}];\n", v.type, o.x, v.name, per_thread);
+      stored += fmt::format("{}_{}[i] = kiln::kept({});\n", o.x, v.name, v.value);
+    }
+    out.decls = declared + out.decls + em_.take() + stored + "}\n}\n";
+    // The slice's K bound: none where K is whole slices; else the depth left,
+    // at most the slice's (an int).
+    const int64_t k_limit = o.col_name == "k" ? o.col_limit : o.row_limit;
+    const int depth = o.col_name == "k" ? o.cols : o.rows;
+    const bool whole_slices = !sizes_.symbolic(k_limit) && k_limit % depth == 0;
+    if (!whole_slices)
+      out.load += fmt::format("const int k_left = {0} - k0 < {1} ? (int)({0} - k0) : {1};\n", sizes_(k_limit), depth);
+    out.load += chunk_header() + fmt::format("const kiln::i64 k = k0 + {};\n", tile_k);
+    em_.begin_block();
+    const auto [bounds, address] =
+        chunk_rows.slice("k", "batch", [&](const std::string& name) { return fmt::format("{}_{}[i]", o.x, name); });
+    std::string ok = o.x + "_inside[i]";
+    if (!whole_slices) ok += fmt::format(" && {} < k_left", tile_k);
+    if (!bounds.empty()) ok += " && " + bounds;
+    // A chunk outside is zero-filled: its address is not read.
+    out.load += em_.take() + fmt::format("const bool ok = {};\n", ok);
+    out.load += fmt::format("kiln::tc::cp_async16(tile + {}, {}, ok);\n}}\n", o.index, address);
+  } else {
+    out.load += chunk_header() + o.gemm_coords + ";\n";
+    em_.begin_block();
+    const auto [valid, offset] = o.is_a ? chunk_fn("m", "k", "batch") : chunk_fn("k", "n", "batch");
+    out.load += em_.take() + fmt::format("const bool ok = {};\n", valid);
+    out.load += fmt::format("kiln::tc::cp_async16(tile + {}, static_cast<const T*>({}) + (ok ? {} : 0), ok);\n}}\n", o.index,
+                            pointer, offset);
+  }
+  out.load += "return;\n}\n";
+}
+
+auto GemmGenerator::linear_rows(const ChunkFn& chunk_fn, bool is_a, const std::string& pointer, int64_t k_stride) -> ChunkRows {
+  ChunkRows rows;
+  rows.keep = [chunk_fn, is_a, pointer](const std::string& mn, const std::string& kk, const std::string& batch) {
+    const auto [valid, offset] = is_a ? chunk_fn(mn, kk, batch) : chunk_fn(kk, mn, batch);
+    const std::string from = fmt::format("static_cast<const T*>({}) + (({}) ? {} : 0)", pointer, valid, offset);
+    return std::pair(valid, std::vector<ChunkRows::Kept>{{"const T*", "from", from}});
+  };
+  rows.slice = [this, k_stride](const std::string&, const std::string&, const std::function<std::string(const std::string&)>& kept) {
+    const std::string step = k_stride == 1 ? "k0" : fmt::format("k0 * {}", sizes_(k_stride));
+    return std::pair(std::string(), fmt::format("{} + {}", kept("from"), step));
+  };
+  return rows;
 }
 
 // A computed operand whose inputs run along its last dimension, contiguous:
@@ -498,7 +557,7 @@ std::string GemmGenerator::tensor_core_loader(const ir::Op& anchor, const Gemm& 
   out.load += fmt::format("const kiln::i64 k0 = (kiln::i64)kt * {};\n", t.bk);
   out.stash = fmt::format("auto stash_{} = [&](T* tile, int kt) {{\n", o.x);
   if (const ChunkFn& chunk_fn = is_a ? gm.chunk_a : gm.chunk_b)
-    out.load += chunk_loader(o, chunk_fn, is_a ? gm.pointer_a : gm.pointer_b, threads, chunk);
+    chunk_loader(o, chunk_fn, is_a ? gm.rows_a : gm.rows_b, is_a ? gm.pointer_a : gm.pointer_b, threads, chunk, out);
   else if (is_a ? gm.a_runs_last : gm.b_runs_last)
     run_loader(anchor, gm, t, o, threads, kind_name, out);
   out.stash += "};\n";
@@ -716,6 +775,7 @@ void GemmGenerator::matmul_chunks(const ir::Op& mm, Mma kind, const Shape& batch
     gm.chunk_a = [this, e = *e, as, at, in_range](const std::string& m, const std::string& k, const std::string& batch) {
       return std::pair(in_range(m, k), em_.offset_of(e, as, at(as, batch, m, k)));
     };
+    gm.rows_a = linear_rows(gm.chunk_a, true, e->pointer, e->strides[as.size() - 1]);
   }
   auto b_range = [this, n, k](const std::string& kk, const std::string& nn) {
     return fmt::format("{} < {} && {} < {}", kk, sizes_(k), nn, sizes_(n));
@@ -730,6 +790,7 @@ void GemmGenerator::matmul_chunks(const ir::Op& mm, Mma kind, const Shape& batch
     gm.chunk_b = [this, e = *e, bs, at, b_range](const std::string& k, const std::string& n, const std::string& batch) {
       return std::pair(b_range(k, n), em_.offset_of(e, bs, at(bs, batch, k, n)));
     };
+    gm.rows_b = linear_rows(gm.chunk_b, false, e->pointer, e->strides[bs.size() - 2]);
   }
 }
 
@@ -801,13 +862,17 @@ auto GemmGenerator::conv() -> Emitted {
   const bool narrow = sizes_.known_below(gm.m, INT32_MAX - 256) && sizes_.known_below(n * c * h * w, INT32_MAX) &&
                       gm.k + 64 < INT32_MAX;
   const std::string it = narrow ? "int" : "kiln::i64", lit = narrow ? "" : "LL";
-  const ConvIndex input_pixel = [&, pool, it, lit](const std::string& m, const std::string& kk, const std::string& g) {
-    const std::string row = fmt::format("({})({})", it, m), tap = fmt::format("({})({})", it, kk);
+  const auto output_pixel = [&, pool, it, lit](const std::string& m) {  // ni, pi, qi
+    const std::string row = fmt::format("({})({})", it, m);
     if (pool != WindowRows::none)
       em_.emit(pooled_pixel(m, it, {"ni", "pi", "qi"}, p, q, pool));
     else
       em_.emit(fmt::format("const {4} ni = {0} / {1}{5}, pi = ({0} / {2}{5}) % {3}{5}, qi = {0} % {2}{5};", row, p * q, q, p,
                            it, lit));
+  };
+  const ConvIndex input_pixel = [&, it, lit](const std::string& m, const std::string& kk, const std::string& g) {
+    const std::string tap = fmt::format("({})({})", it, kk);
+    output_pixel(m);
     em_.emit(fmt::format("const {5} ri = {0} / {1}{6}, si = ({0} / {2}{6}) % {3}{6}, ci = ({5})({4}) * {2}{6} + {0} % {2}{6};",
                          tap, s * cg, cg, s, g, it, lit));
     em_.emit(fmt::format("const {6} hi = pi * {0}{7} - {1}{7} + ri * {2}{7}, wi = qi * {3}{7} - {4}{7} + si * {5}{7};",
@@ -852,6 +917,30 @@ auto GemmGenerator::conv() -> Emitted {
   // B's tile is [k-out][ri, si, ci]: the weights' own order in NHWC.
   gm.b_k_major = true;
   if (kind && nhwc && cg % (*kind == Mma::tf32 ? 4 : 8) == 0) conv_chunks(cv, *kind, input_pixel, filter_tap, gm);
+  // A's chunks in two parts: the output pixel's window corner and pointer
+  // once a tile, the filter tap each slice.
+  if (gm.chunk_a) {
+    const ExternalTensor e = *in_memory(cv.inputs[0]);
+    gm.rows_a.keep = [&, e, it, lit](const std::string& mm, const std::string&, const std::string& g) {
+      output_pixel(mm);
+      em_.emit(fmt::format("const {0} hb = pi * {1}{5} - {2}{5}, wb = qi * {3}{5} - {4}{5};", it, at.stride[0], at.padding[0],
+                           at.stride[1], at.padding[1], lit));
+      em_.emit(fmt::format("const kiln::i64 gc = {} * {}LL;", g, cg));
+      const std::string from = fmt::format("static_cast<const T*>({}) + ({})", e.pointer,
+                                           em_.offset_of(e, g_.operand(cv, 0).shape, Coords{"ni", "hb", "wb", "gc"}));
+      return std::pair(fmt::format("{} < {}", mm, sizes_(gm.m)),
+                       std::vector<ChunkRows::Kept>{{"const T*", "from", from}, {it, "hb", "hb"}, {it, "wb", "wb"}});
+    };
+    gm.rows_a.slice = [&, e, it, lit](const std::string& kk, const std::string&,
+                                      const std::function<std::string(const std::string&)>& kept) {
+      const std::string tap = fmt::format("({})({})", it, kk);
+      em_.emit(fmt::format("const {4} dh = {0} / {1}{5} * {6}{5}, dw = ({0} / {2}{5}) % {3}{5} * {7}{5}, ci = {0} % {2}{5};", tap,
+                           s * cg, cg, s, it, lit, at.dilation[0], at.dilation[1]));
+      em_.emit(fmt::format("const {} hi = {} + dh, wi = {} + dw;", it, kept("hb"), kept("wb")));
+      return std::pair(fmt::format("hi >= 0 && hi < {0}{2} && wi >= 0 && wi < {1}{2}", h, w, lit),
+                       fmt::format("{} + ({})", kept("from"), em_.offset_of(e, g_.operand(cv, 0).shape, Coords{"0", "dh", "dw", "ci"})));
+    };
+  }
   return gemm(cv, gm);
 }
 
@@ -883,6 +972,9 @@ void GemmGenerator::conv_chunks(const ir::Op& cv, Mma kind, const ConvIndex& inp
       const Coords wc = filter_tap(kk, nn, g);
       return std::pair(fmt::format("{} < {}LL && {} < {}LL", kk, k, nn, n), em_.offset_of(e, ws, wc));
     };
+    // Linear in k where each filter's taps are stored contiguously ([ko][ri][si][ci]).
+    if ((ws[2] == 1 || e->strides[2] == ws[3]) && (ws[1] == 1 || e->strides[1] == ws[2] * ws[3]))
+      gm.rows_b = linear_rows(gm.chunk_b, false, e->pointer, 1);
   }
 }
 

@@ -21,6 +21,24 @@ class GemmGenerator : public KernelBuilder {
   // dimension) and return {in bounds, element offset from pointer_a/b}.
   using ChunkFn = std::function<std::pair<std::string, std::string>(const std::string&, const std::string&,
                                                                     const std::string&)>;
+  // A chunked operand's addresses in two parts. `keep` emits statements for
+  // the chunk at GEMM coordinates (mn, kk) of the first slice (k0 = 0) and
+  // returns whether its row lies inside the operand and the values to keep
+  // for the slices (each chunk's, in registers). `slice` emits statements
+  // for the chunk at k = k0 + kk, reading kept values through `kept`, and
+  // returns its bounds beyond row and K ("" where none) and its address.
+  struct ChunkRows {
+    struct Kept {
+      std::string type, name, value;
+    };
+    std::function<std::pair<std::string, std::vector<Kept>>(const std::string& mn, const std::string& kk,
+                                                             const std::string& batch)>
+        keep;
+    std::function<std::pair<std::string, std::string>(const std::string& k, const std::string& batch,
+                                                      const std::function<std::string(const std::string&)>& kept)>
+        slice;
+    explicit operator bool() const { return static_cast<bool>(keep); }
+  };
   // A pooled conv's rows (pooled_pixel): in pixel order, or window by window.
   enum class WindowRows { none, consecutive, interleaved };
   struct Gemm {
@@ -38,6 +56,9 @@ class GemmGenerator : public KernelBuilder {
     bool column_last = true;  // the result's last coordinate is the GEMM column (not in an NCHW conv)
     ChunkFn chunk_a, chunk_b;
     std::string pointer_a, pointer_b;
+    // Where set, how chunk_a/chunk_b splits into what the chunk's place in
+    // the tile fixes (computed once a tile) and what each K slice adds.
+    ChunkRows rows_a, rows_b;
     bool b_k_major = false;  // B's tile is [n][k] (conv weights, B transposed) rather than [k][n]
     bool a_m_major = false;  // A is stored [k][m] (m contiguous): SIMT tiles walk it along m
     // An NHWC conv (one group) whose input is read in 16-byte chunks
@@ -293,7 +314,10 @@ class GemmGenerator : public KernelBuilder {
     std::string decls, load, stash;
   };
   TileOperand tensor_core_operand(const Gemm& gm, const MmaTile& t, bool is_a) const;
-  std::string chunk_loader(const TileOperand& o, const ChunkFn& chunk_fn, const std::string& pointer, int threads, int chunk);
+  void chunk_loader(const TileOperand& o, const ChunkFn& chunk_fn, const ChunkRows& chunk_rows, const std::string& pointer,
+                    int threads, int chunk, TileLoader& out);
+  // The two parts of a chunk whose offset is linear in k (`k_stride` elements).
+  ChunkRows linear_rows(const ChunkFn& chunk_fn, bool is_a, const std::string& pointer, int64_t k_stride);
   void run_loader(const ir::Op& anchor, const Gemm& gm, const MmaTile& t, const TileOperand& o, int threads,
                   const char* kind_name, TileLoader& out);
   std::string tensor_core_loader(const ir::Op& anchor, const Gemm& gm, const MmaTile& t, int threads, int chunk,

@@ -277,11 +277,19 @@ def _clamp(c, n):
     return op(c, n, "clamp", [c.arg(n.args[0])], min=None if lo is None else float(lo), max=None if hi is None else float(hi))
 
 
+# ATen's CUDA kernels compute hardsigmoid as clamp(x + 3, 0, 6) * (1.0f / 6.0f) and
+# hardswish as x * clamp(x + 3, 0, 6) * (1.0f / 6.0f), in f32: a multiply, where
+# a division by 6 is an IEEE division an element.
+ONE_SIXTH_F32 = 0.1666666716337204  # 1.0f / 6.0f, exactly
+
+
 @converts(aten.hardsigmoid.default, aten.hardswish.default)
 def _hard(c, n):
     x = c.arg(n.args[0])
-    s = c.b.op("div", [c.b.op("clamp", [c.b.op("add", [x, 3.0])], {"min": 0.0, "max": 6.0}), 6.0])
-    return op(c, n, "mul", [x, s]) if n.target == aten.hardswish.default else op(c, n, "identity", [s])
+    relu6 = c.b.op("clamp", [c.b.op("add", [x, 3.0])], {"min": 0.0, "max": 6.0})
+    if n.target == aten.hardswish.default:
+        return op(c, n, "mul", [c.b.op("mul", [x, relu6]), ONE_SIXTH_F32])
+    return op(c, n, "mul", [relu6, ONE_SIXTH_F32])
 
 
 @converts(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)

@@ -222,6 +222,14 @@ template <int V> __device__ __forceinline__ void store_vec_f16(void* p, i64 i0, 
 
 __device__ __forceinline__ bool aligned16(const void* p) { return (reinterpret_cast<unsigned long long>(p) & 15) == 0; }
 
+// A value computed once and kept in a register: the compiler cannot
+// recompute it from what it was made of (it did, in each K slice, the
+// divisions that made a conv's output pixel from its row).
+__device__ __forceinline__ int kept(int x) { asm volatile("" : "+r"(x)); return x; }
+__device__ __forceinline__ i64 kept(i64 x) { asm volatile("" : "+l"(x)); return x; }
+__device__ __forceinline__ bool kept(bool b) { int x = b; asm volatile("" : "+r"(x)); return x != 0; }
+template <class T> __device__ __forceinline__ const T* kept(const T* p) { asm volatile("" : "+l"(p)); return p; }
+
 // A chunk of V consecutive elements at p + i0 of a tensor stored as S: one
 // 16-byte access per 16 bytes when `vector` (the caller checked the
 // alignment), else element by element.
