@@ -255,8 +255,15 @@ auto GemmGenerator::mma_tile(const Gemm& gm, Mma kind) const -> MmaTile {
     // 128 -> 32 over 14 x 14 and 7 x 7 maps at B16, 49 and 13 blocks, both 0.0186 ms, 0.0130 in
     // 32-row tiles; its 1x1 992 -> 128 over 7 x 7, 26 blocks, 0.0162 -> 0.0131; over 14 x 14, 98
     // blocks of 64 rows, 32 rows were 6% slower, 512 -> 128 7%).
+    // Those 32-row tiles in 6 stages, and 32 columns wide where 64 still fill under half the SMs
+    // (H200, `kiln bench`, v0.53: DenseNet's 1x1 512/768/992 -> 128 over 7 x 7 at B16, 50 blocks
+    // of 32 x 64 in 4 stages 0.0079/0.0100/0.0113 ms, 100 of 32 x 32 in 6 stages 0.0067/0.0083/0.0098;
+    // its 3x3 128 -> 32 over 14 x 14, 98 blocks of 32 x 32, 0.0111 in 4 stages, 0.0104 in 8).
     const int64_t blocks = ((gm.m + 63) / 64) * ((gm.n + bn - 1) / bn) * gm.batches;
-    if (!sizes_.symbolic(gm.m) && blocks < 132 / 2 && gm.k <= kUnsplitDepth) return {32, bn, 2 * bk, 2, 2, 4};
+    if (!sizes_.symbolic(gm.m) && blocks < 132 / 2 && gm.k <= kUnsplitDepth) {
+      const int64_t narrow_blocks = ((gm.m + 31) / 32) * ((gm.n + bn - 1) / bn) * gm.batches;
+      return {32, bn == 64 && narrow_blocks < 132 / 2 ? 32 : bn, 2 * bk, 2, 2, 6};
+    }
     return {64, bn, 2 * bk, 2, 2, 4};
   }
   return {64, 64, bk, 2, 2, 4};

@@ -75,8 +75,12 @@ std::string KernelBuilder::gather_column_pair(ir::TensorId t, const std::string&
   decls += fmt::format("float {0}[2];\nkiln::i64 {0}_at = 0;\n", pair);
   em_.emit(fmt::format("{}[c] = {};  // {}", pair, value, g_.tensor(t).name));
   em_.emit(fmt::format("if (c == 0) {}_at = {};", pair, offset));
-  return fmt::format("kiln::store_pair_{0}({1}, {2}_at, {2}[0], {2}[1]);  // {3}", to_string(storage_dtype(g_.tensor(t))),
-                     writes_.at(t), pair, g_.tensor(t).name);
+  const ir::Tensor& tensor = g_.tensor(t);
+  const DType storage = storage_dtype(tensor);
+  // Values already rounded to bf16 store their high halves (no conversion).
+  const bool exact = storage == DType::bf16 && tensor.rounded && tensor.dtype == DType::bf16;
+  return fmt::format("kiln::store_{0}pair_{1}({2}, {3}_at, {3}[0], {3}[1]);  // {4}", exact ? "rounded_" : "", to_string(storage),
+                     writes_.at(t), pair, tensor.name);
 }
 
 std::vector<const ir::Op*> KernelBuilder::ops_of(std::initializer_list<ir::OpFamily> families) const {

@@ -153,6 +153,14 @@ __device__ __forceinline__ void store_pair_bf16(void* p, i64 i, float a, float b
     *reinterpret_cast<u32*>(q) = static_cast<u32>(f32_to_bf16(a)) | (static_cast<u32>(f32_to_bf16(b)) << 16);
   else q[0] = f32_to_bf16(a), q[1] = f32_to_bf16(b);
 }
+// A pair already rounded to bf16 (zero low halves): their high halves, packed.
+__device__ __forceinline__ void store_rounded_pair_bf16(void* p, i64 i, float a, float b) {
+  u16* q = static_cast<u16*>(p) + i;
+  const u32 bits = __byte_perm(__float_as_uint(a), __float_as_uint(b), 0x7632);
+  if ((reinterpret_cast<unsigned long long>(q) & 3) == 0)
+    *reinterpret_cast<u32*>(q) = bits;
+  else q[0] = static_cast<u16>(bits), q[1] = static_cast<u16>(bits >> 16);
+}
 __device__ __forceinline__ void store_pair_f16(void* p, i64 i, float a, float b) {
   u16* q = static_cast<u16*>(p) + i;
   if ((reinterpret_cast<unsigned long long>(q) & 3) == 0)

@@ -100,10 +100,12 @@ TEST(OddGemm, TheRejectedWgmmaTacticSaysWhy) {
   EXPECT_EQ(mma_sync_after_wgmma(matmul_kernel(sm90(lm_head(1, 4096, 4096)))),
             "mma.sync 16x64x64, 1x4 warps, 4 stages; epilogue: stores direct | not wgmma: one row of tiles (M = 1) in "
             "32 tiles, under 132: mma.sync splits K");
-  // Few tiles of operands copied from memory: 64-deep slices, and 32-row tiles where 64-row ones
-  // fill under half the SMs (32 blocks here).
+  // Few tiles of operands copied from memory: 64-deep slices, and 32-row tiles in 6 stages where
+  // 64-row ones fill under half the SMs (32 blocks here), 32 columns wide where 64 still do (64).
   EXPECT_EQ(mma_sync_after_wgmma(matmul_kernel(sm90(lm_head(256, 512, 768)))),
-            "mma.sync 32x64x64, 2x2 warps, 4 stages; epilogue: stores direct | not wgmma: 8 tiles of 128 x 128, under 32");
+            "mma.sync 32x32x64, 2x2 warps, 6 stages; epilogue: stores direct | not wgmma: 8 tiles of 128 x 128, under 32");
+  EXPECT_EQ(mma_sync_after_wgmma(matmul_kernel(sm90(lm_head(512, 512, 768)))),
+            "mma.sync 32x64x64, 2x2 warps, 6 stages; epilogue: stores direct | not wgmma: 16 tiles of 128 x 128, under 32");
   EXPECT_EQ(mma_sync_after_wgmma(matmul_kernel(sm90(lm_head(640, 768, 768)))),
             "mma.sync 64x64x64, 2x2 warps, 4 stages; epilogue: stores direct | not wgmma: 30 tiles of 128 x 128, under 32");
   // B stored [K, N] with N odd.
