@@ -368,7 +368,12 @@ std::vector<Tuning> GemmGenerator::wgmma_tuning_space(const Gemm& gm, bool gathe
   // A symbolic M takes 128 (256 loses most where the rows are few: H100, 2000 x 3072 x 768 +
   // GELU with 256 took 1.54x the time of the graph written at that size, which takes 128); the
   // sizes where the rule takes 256 or 192 get a variant of their own (wide_tile_rows, gemm_wgmma).
-  const int heuristic_bn = gathered ? (gm.n <= 64 ? 64 : 128)
+  // A gathered A takes 64 columns where 128-column tiles fill under half the SMs (twice the
+  // tiles; H200, autotuned, v0.52: ResNet-50's 3x3 512 -> 512 over 7 x 7 at B32, 52 tiles of 128
+  // columns in clusters of 2 0.041 ms, 104 of 64 columns 0.036).
+  const int64_t tiles_128 = tiles_m * ((gm.n + 127) / 128) * gm.batches;
+  const bool few_tiles = !sizes_.symbolic(gm.m) && !sizes_.symbolic(gm.batches) && tiles_128 < 132 / 2;
+  const int heuristic_bn = gathered ? (gm.n <= 64 || few_tiles ? 64 : 128)
                            : sizes_.symbolic(gm.m) ? 128
                                                    : wide_tiles_width(gm.m, gm.n, gm.batches);
   // Two blocks along M share each B slice (multicast) once there are two
