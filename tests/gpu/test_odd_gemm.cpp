@@ -176,8 +176,9 @@ TEST(GpuOddGemm, OneSliceTallGemmsMatchTheReference) {
 }
 
 // Few tiles of operands copied from memory (1x1 and 3x3 convs over 7 x 7 and 14 x 14 maps):
-// 64-deep slices, unsplit up to K = 1152, N up to 32 in a tile as narrow as N; M ragged, a
-// residual, batch norm. DenseNet's 3x3 128 -> 32 as a conv (its patches gathered).
+// 64-deep slices, unsplit up to K = 1152, N up to 32 in a tile as narrow as N, 32-row tiles in 6
+// stages (32 columns wide where 64 leave most SMs idle); M ragged, a residual, batch norm.
+// DenseNet's 3x3 128 -> 32 as a conv (its patches gathered).
 TEST(GpuOddGemm, FewTilesInNarrowTilesAndDeepSlicesMatchTheReference) {
   REQUIRE_GPU();
   std::vector<Graph> graphs;
@@ -198,11 +199,11 @@ TEST(GpuOddGemm, FewTilesInNarrowTilesAndDeepSlicesMatchTheReference) {
     EXPECT_EQ(decisions.rfind(tile, 0), 0u) << names.back() << ": " << decisions;
   };
   conv(32, 7, 1152, 192, 1, true, "mma.sync 64x64x64, 2x2 warps, 4 stages");  // EfficientNet: 1568 x 192 x 1152
-  conv(16, 7, 992, 128, 1, false, "mma.sync 32x64x64, 2x2 warps, 4 stages");   // DenseNet: 784 rows, ragged, 26 blocks of 64
+  conv(16, 7, 992, 128, 1, false, "mma.sync 32x32x64, 2x2 warps, 6 stages");   // DenseNet: 784 rows, ragged, 26 blocks of 64
   conv(16, 14, 992, 128, 1, false, "mma.sync 64x64x64, 2x2 warps, 4 stages");  // 98 blocks of 64 rows
-  conv(16, 7, 128, 32, 3, false, "mma.sync 32x32x64, 2x2 warps, 4 stages");    // DenseNet's growth
-  conv(2, 11, 64, 48, 3, true, "mma.sync 32x64x64, 2x2 warps, 4 stages");      // 242 rows, 48 of 64 columns
-  conv(3, 9, 96, 64, 1, true, "mma.sync 32x64x64, 2x2 warps, 4 stages");       // 243 rows
+  conv(16, 7, 128, 32, 3, false, "mma.sync 32x32x64, 2x2 warps, 6 stages");    // DenseNet's growth
+  conv(2, 11, 64, 48, 3, true, "mma.sync 32x32x64, 2x2 warps, 6 stages");      // 242 rows, 48 columns in two tiles of 32
+  conv(3, 9, 96, 64, 1, true, "mma.sync 32x32x64, 2x2 warps, 6 stages");       // 243 rows
   conv(4, 7, 64, 16, 3, true, "mma.sync 64x16x64, 4x1 warps, 4 stages");       // 196 rows, N = 16
   const testing::Outcome o = testing::check_graphs(graphs, names, 53);
   std::printf("FIGURE few-tile GEMMs on the GPU: %zu graphs, %d failed\n", graphs.size(), o.failed);
