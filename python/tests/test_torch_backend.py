@@ -407,3 +407,22 @@ def test_a_channels_last_model_with_gradients_on_saves_channels_last_activations
         assert torch.allclose(pk.grad, pe.grad, atol=1e-4), name
     report = kiln.torch.explain(ours, xk)
     assert all("copy" not in s["kinds"] for s in report.subgraphs), str(report)
+
+
+@pytest.mark.parametrize("target", ["hardswish", "hardsigmoid"])
+def test_hardswish_and_hardsigmoid_multiply_by_a_sixth_as_atens_cuda_kernels_do(target):
+    """x * clamp(x + 3, 0, 6) * (1.0f / 6.0f) (hardsigmoid without x), ATen's CUDA formula: a
+    multiply by the f32 sixth, not an IEEE division by 6 an element."""
+    import json
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    x.meta["val"] = torch.empty(4, 8, dtype=torch.bfloat16)
+    n = g.call_function(getattr(torch.ops.aten, target).default, (x,))
+    n.meta["val"] = torch.empty(4, 8, dtype=torch.bfloat16)
+    c = kiln.torch.Conversion("hard")
+    c.env[x] = c.b.input("x", [4, 8], "bf16")
+    c.b.output(kiln.torch._hard(c, n), "y")
+    ops = json.loads(c.b.to_json())["ops"]
+    assert [o["op"] for o in ops] == ["add", "clamp", "mul", "mul"][: 4 if target == "hardswish" else 3]
+    assert ops[-1]["in"][1] == kiln.torch.ONE_SIXTH_F32 == float(torch.tensor(1.0) / torch.tensor(6.0))
+    assert ops[-1]["dtype"] == "bf16"
