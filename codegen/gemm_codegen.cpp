@@ -925,7 +925,8 @@ auto GemmGenerator::conv() -> Emitted {
   gm.b_k_major = true;
   if (kind && nhwc && cg % (*kind == Mma::tf32 ? 4 : 8) == 0) conv_chunks(cv, *kind, input_pixel, filter_tap, gm);
   // A's chunks in two parts: the output pixel's window corner and pointer
-  // once a tile, the filter tap each slice.
+  // once a tile, the filter tap each slice (here beside conv_chunks: it
+  // takes the output_pixel closure and the index type).
   if (gm.chunk_a) {
     const ExternalTensor e = *in_memory(cv.inputs[0]);
     gm.rows_a.keep = [&, e, it, lit](const std::string& mm, const std::string&, const std::string& g) {
