@@ -93,7 +93,6 @@ from run_bench import ceilings, geomean, graph_ms_sets  # noqa: E402  (NaN-skipp
 MODELS = ["resnet50", "resnet50_cl", "resnext50_32x4d", "convnext_t", "efficientnet_b0", "mobilenet_v3_s",
           "densenet121", "vit_s16"]
 FAMILIES = ["dense", "depthwise", "grouped", "narrow"]
-ONE_SIXTH_F32 = 0.1666666716337204  # 1.0f / 6.0f: hardswish's factor in ATen's CUDA kernel and kiln's converter
 
 # ---- the conv list, from the models ---------------------------------------------
 
@@ -300,6 +299,7 @@ def _activation_ops(act: str, x: str, out: str) -> List[dict]:
         name, attrs = one[act]
         return [dict({"op": name, "in": [x], "out": out, "dtype": "bf16"}, **attrs)]
     if act in ("hardswish", "hardsigmoid"):  # as the converter writes them: clamp(x + 3, 0, 6) [* x] * (1.0f / 6.0f)
+        from kiln.torch import ONE_SIXTH_F32
         ops = [{"op": "add", "in": [x, 3.0], "out": f"{out}_x3"},
                {"op": "clamp", "in": [f"{out}_x3"], "out": f"{out}_c", "min": 0.0, "max": 6.0}]
         if act == "hardswish":

@@ -428,18 +428,19 @@ void GemmGenerator::chunk_loader(const TileOperand& o, const ChunkFn& chunk_fn, 
   const std::string mn = o.row_name == "k" ? o.col_name : o.row_name, tile_k = o.col_name == "k" ? "col" : "row";
   out.load += fmt::format("if (kiln::aligned16({})) {{\n", pointer);
   if (chunk_rows) {
-    out.decls += "{\n" + chunk_header();
-    out.decls += fmt::format("const kiln::i64 {} = {} + {}, k = {};\n", mn, mn == o.row_name ? o.row_base : o.col_base,
-                             tile_k == "col" ? "row" : "col", tile_k);
+    // Once a tile, before the loaders: the kept arrays, then a loop that fills them.
     em_.begin_block();
     const auto [inside, kept] = chunk_rows.keep(mn, "k", "batch");
-    std::string declared = fmt::format("bool {}_inside[{}];\n", o.x, per_thread);
-    std::string stored = fmt::format("{}_inside[i] = kiln::kept({});\n", o.x, inside);
+    std::string fill = "{\n" + chunk_header();
+    fill += fmt::format("const kiln::i64 {} = {} + {}, k = {};\n", mn, mn == o.row_name ? o.row_base : o.col_base,
+                        tile_k == "col" ? "row" : "col", tile_k);
+    fill += em_.take() + fmt::format("{}_inside[i] = kiln::kept({});\n", o.x, inside);
+    out.decls += fmt::format("bool {}_inside[{}];\n", o.x, per_thread);
     for (const ChunkRows::Kept& v : kept) {
-      declared += fmt::format("{} {}_{}[{}];\n", v.type, o.x, v.name, per_thread);
-      stored += fmt::format("{}_{}[i] = kiln::kept({});\n", o.x, v.name, v.value);
+      out.decls += fmt::format("{} {}_{}[{}];\n", v.type, o.x, v.name, per_thread);
+      fill += fmt::format("{}_{}[i] = kiln::kept({});\n", o.x, v.name, v.value);
     }
-    out.decls = declared + out.decls + em_.take() + stored + "}\n}\n";
+    out.decls += fill + "}\n}\n";
     // The slice's K bound: none where K is whole slices; else the depth left,
     // at most the slice's (an int).
     const int64_t k_limit = o.col_name == "k" ? o.col_limit : o.row_limit;

@@ -280,7 +280,7 @@ def _clamp(c, n):
 # ATen's CUDA kernels compute hardsigmoid as clamp(x + 3, 0, 6) * (1.0f / 6.0f) and
 # hardswish as x * clamp(x + 3, 0, 6) * (1.0f / 6.0f), in f32: a multiply, where
 # a division by 6 is an IEEE division an element.
-ONE_SIXTH_F32 = 0.1666666716337204  # 1.0f / 6.0f, exactly
+ONE_SIXTH_F32 = float(torch.tensor(1.0, dtype=torch.float32) / 6.0)  # 1.0f / 6.0f, as a Python float
 
 
 @converts(aten.hardsigmoid.default, aten.hardswish.default)

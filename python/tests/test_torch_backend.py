@@ -2,6 +2,8 @@
 runs kiln's graphs): every supported ATen op against eager, partitioning
 around unsupported ops, a decoder block as model code writes it, new
 shapes, gradients, and explain's report."""
+import json
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -413,7 +415,6 @@ def test_a_channels_last_model_with_gradients_on_saves_channels_last_activations
 def test_hardswish_and_hardsigmoid_multiply_by_a_sixth_as_atens_cuda_kernels_do(target):
     """x * clamp(x + 3, 0, 6) * (1.0f / 6.0f) (hardsigmoid without x), ATen's CUDA formula: a
     multiply by the f32 sixth, not an IEEE division by 6 an element."""
-    import json
     g = torch.fx.Graph()
     x = g.placeholder("x")
     x.meta["val"] = torch.empty(4, 8, dtype=torch.bfloat16)
