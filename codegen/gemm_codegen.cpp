@@ -89,10 +89,11 @@ bool GemmGenerator::stored_along(ir::TensorId t, size_t from_last) const {
 // An operand read as 16-byte chunks along dimension `inner`: a tensor in
 // memory (not computed here) stored as the MMA's element type, stride 1
 // along `inner`, every chunk 16-byte aligned given an aligned base
-// pointer (checked at run time).
-std::optional<ExternalTensor> GemmGenerator::chunkable(ir::TensorId t, Mma kind, size_t inner, int64_t chunk) const {
-  std::optional<ExternalTensor> e = in_memory(t);
-  if (!e || e->storage != mma_storage(kind)) return std::nullopt;
+// pointer (checked at run time). `views`: also through slices and
+// expands (a matmul's operand; its chunk offsets add the view's `offset`).
+std::optional<ExternalTensor> GemmGenerator::chunkable(ir::TensorId t, Mma kind, size_t inner, int64_t chunk, bool views) const {
+  std::optional<ExternalTensor> e = views ? strided_in_memory(t) : in_memory(t);
+  if (!e || e->storage != mma_storage(kind) || e->offset % chunk != 0) return std::nullopt;
   const Shape& shape = g_.tensor(t).shape;
   if (e->strides[inner] != 1 || shape[inner] % chunk != 0) return std::nullopt;
   for (size_t d = 0; d < shape.size(); ++d)
@@ -491,8 +492,19 @@ void GemmGenerator::run_loader(const ir::Op& anchor, const Gemm& gm, const MmaTi
                                const char* kind_name, TileLoader& out) {
   const size_t slot = o.is_a ? 0 : 1;
   const Shape& shape = g_.operand(anchor, slot).shape;
+  // The tensors in memory that the operand is computed from (not the epilogue's).
+  std::set<ir::TensorId> sources;
+  for (std::vector<ir::TensorId> todo{anchor.inputs[slot]}; !todo.empty();) {
+    const ir::TensorId t = todo.back();
+    todo.pop_back();
+    if (ext_.count(t))
+      sources.insert(t);
+    else if (computed_here(t))
+      for (ir::TensorId in : g_.ops[static_cast<size_t>(g_.tensor(t).producer)].inputs) todo.push_back(in);
+  }
   std::vector<ir::TensorId> runs;
   for (const auto& [id, e] : ordered_externals()) {
+    if (!sources.count(id)) continue;
     const Shape& ts = g_.tensor(id).shape;
     if (e.storage == DType::boolean || ts.empty() || ts.size() > shape.size() || ts.back() != shape.back() ||
         !std::equal(ts.begin(), ts.end(), shape.end() - static_cast<std::ptrdiff_t>(ts.size())))
@@ -778,25 +790,30 @@ void GemmGenerator::matmul_chunks(const ir::Op& mm, Mma kind, const Shape& batch
   auto in_range = [this, m, k](const std::string& x, const std::string& y) {
     return fmt::format("{} < {} && {} < {}", x, sizes_(m), y, sizes_(k));
   };
-  if (const std::optional<ExternalTensor> e = chunkable(mm.inputs[0], kind, as.size() - 1, chunk)) {
+  // An element's offset in a chunked operand (a slice starts `offset` elements in).
+  auto offset_in = [this](const ExternalTensor& e, const Shape& shape, const Coords& c) {
+    const std::string within = em_.offset_of(e, shape, c);
+    return e.offset == 0 ? within : fmt::format("{} + {}", sizes_(e.offset), within);
+  };
+  if (const std::optional<ExternalTensor> e = chunkable(mm.inputs[0], kind, as.size() - 1, chunk, true)) {
     gm.pointer_a = e->pointer;
-    gm.chunk_a = [this, e = *e, as, at, in_range](const std::string& m, const std::string& k, const std::string& batch) {
-      return std::pair(in_range(m, k), em_.offset_of(e, as, at(as, batch, m, k)));
+    gm.chunk_a = [e = *e, as, at, in_range, offset_in](const std::string& m, const std::string& k, const std::string& batch) {
+      return std::pair(in_range(m, k), offset_in(e, as, at(as, batch, m, k)));
     };
     gm.rows_a = linear_rows(gm.chunk_a, true, e->pointer, e->strides[as.size() - 1]);
   }
   auto b_range = [this, n, k](const std::string& kk, const std::string& nn) {
     return fmt::format("{} < {} && {} < {}", kk, sizes_(k), nn, sizes_(n));
   };
-  std::optional<ExternalTensor> e = chunkable(mm.inputs[1], kind, bs.size() - 1, chunk);
+  std::optional<ExternalTensor> e = chunkable(mm.inputs[1], kind, bs.size() - 1, chunk, true);
   if (!e) {
-    e = chunkable(mm.inputs[1], kind, bs.size() - 2, chunk);
+    e = chunkable(mm.inputs[1], kind, bs.size() - 2, chunk, true);
     gm.b_k_major = e.has_value();  // B is stored transposed ([n][k] in memory)
   }
   if (e) {
     gm.pointer_b = e->pointer;
-    gm.chunk_b = [this, e = *e, bs, at, b_range](const std::string& k, const std::string& n, const std::string& batch) {
-      return std::pair(b_range(k, n), em_.offset_of(e, bs, at(bs, batch, k, n)));
+    gm.chunk_b = [e = *e, bs, at, b_range, offset_in](const std::string& k, const std::string& n, const std::string& batch) {
+      return std::pair(b_range(k, n), offset_in(e, bs, at(bs, batch, k, n)));
     };
     gm.rows_b = linear_rows(gm.chunk_b, false, e->pointer, e->strides[bs.size() - 2]);
   }

@@ -99,7 +99,7 @@ class GemmGenerator : public KernelBuilder {
   // memory (not computed here) stored as the MMA's element type, stride 1
   // along `inner`, every chunk 16-byte aligned given an aligned base
   // pointer (checked at run time).
-  std::optional<ExternalTensor> chunkable(ir::TensorId t, Mma kind, size_t inner, int64_t chunk) const;
+  std::optional<ExternalTensor> chunkable(ir::TensorId t, Mma kind, size_t inner, int64_t chunk, bool views = false) const;
 
   // Where the epilogue runs: per element of a SIMT tile (`open` declares
   // m and n, in range, and ends inside the loops that `close` closes), or

@@ -492,6 +492,11 @@ TEST(Gpu, EveryTuningChoiceMatchesTheReference) {
       R"({"kiln": 1, "inputs": {"x": {"shape": [16, 38, 40, 64], "dtype": "bf16"}, "w": {"shape": [128, 3, 3, 64], "dtype": "bf16"}},
           "ops": [{"op": "conv2d", "in": ["x", "w"], "out": "c", "padding": [1, 1]}, {"op": "relu", "in": ["c"], "out": "r"},
                   {"op": "avg_pool2d", "in": ["r"], "out": "y", "kernel": [2, 2]}], "outputs": ["y"]})",
+      // B stored [n][k] (a linear layer's weight), N not a multiple of 8 or of any tile width.
+      R"({"kiln": 1, "inputs": {"a": {"shape": [1100, 264], "dtype": "bf16"}, "w": {"shape": [776, 264], "dtype": "bf16"},
+          "r": {"shape": [1100, 776], "dtype": "bf16"}},
+          "ops": [{"op": "transpose", "in": ["w"], "out": "wt", "perm": [1, 0]}, {"op": "matmul", "in": ["a", "wt"], "out": "m"},
+                  {"op": "add", "in": ["m", "r"], "out": "y", "dtype": "bf16"}], "outputs": ["y"]})",
       R"({"kiln": 1, "inputs": {"a": {"shape": [9, 4100], "dtype": "bf16"}, "b": {"shape": [4100, 1000], "dtype": "bf16"},
           "bias": {"shape": [1000], "dtype": "f32"}},
           "ops": [{"op": "matmul", "in": ["a", "b"], "out": "m"}, {"op": "add", "in": ["m", "bias"], "out": "y"}], "outputs": ["y"]})",

@@ -37,6 +37,11 @@ constexpr const char* kHopperMatmul = R"({"kiln": 1, "inputs": {"a": {"shape": [
   "b": {"shape": [512, 2048], "dtype": "bf16"}, "bias": {"shape": [2048], "dtype": "bf16"}},
   "ops": [{"op": "matmul", "in": ["a", "b"], "out": "m"}, {"op": "add", "in": ["m", "bias"], "out": "h"},
           {"op": "gelu", "in": ["h"], "out": "y", "dtype": "bf16"}], "outputs": ["y"]})";
+// A linear layer's weight, stored [n][k] (B K-major), 192-column tiles.
+constexpr const char* kHopperLinear = R"({"kiln": 1, "inputs": {"x": {"shape": [4096, 768], "dtype": "bf16"},
+  "w": {"shape": [3072, 768], "dtype": "bf16"}, "r": {"shape": [4096, 3072], "dtype": "bf16"}},
+  "ops": [{"op": "transpose", "in": ["w"], "out": "wt", "perm": [1, 0]}, {"op": "matmul", "in": ["x", "wt"], "out": "m"},
+          {"op": "add", "in": ["m", "r"], "out": "y", "dtype": "bf16"}], "outputs": ["y"]})";
 // Decode: 16 rows, K split across blocks.
 constexpr const char* kFewRows = R"({"kiln": 1, "inputs": {"a": {"shape": [16, 4096], "dtype": "bf16"},
   "b": {"shape": [4096, 4096], "dtype": "bf16"}}, "ops": [{"op": "matmul", "in": ["a", "b"], "out": "y"}], "outputs": ["y"]})";
@@ -154,7 +159,8 @@ TEST(Tuning, AlternativesCompileForSm90) {
   };
   const std::vector<Case> cases{{kHopperMatmul, {128, 1, 4, 0, Tuning::kUnrolled}}, {kHopperMatmul, {128, 2, 16, 0, Tuning::kRolled}},
                                 {kHopperConv, {64, 1, 8, 0, Tuning::kRolled}}, {kFewRows, {0, 0, 16, 8}},
-                                {kHopperMatmul, {256, 2, 8, 0, Tuning::kRolled, 1}}, {kHopperMatmul, {128, 1, 8, 0, Tuning::kUnrolled, 1}}};
+                                {kHopperMatmul, {256, 2, 8, 0, Tuning::kRolled, 1}}, {kHopperMatmul, {128, 1, 8, 0, Tuning::kUnrolled, 1}},
+                                {kHopperLinear, {192, 1, 4, 0, Tuning::kRolled}}};
   std::vector<std::future<std::string>> jobs;
   for (const Case& c : cases)
     jobs.push_back(std::async(std::launch::async, [c] {
