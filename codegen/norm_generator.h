@@ -13,6 +13,8 @@ class NormGenerator : public KernelBuilder {
 
   // Rows of at most 512 values held in registers: this many a block, a warp each.
   static constexpr int kRowsOfABlock = 8;
+  // A chunked row of at most this many 16-byte chunks a lane (1024 16-bit values) is one warp's.
+  static constexpr int kWarpRowChunks = 4;
 
   // Element j of line `line` of a normalisation -> coordinates of its input.
   Coords norm_element(const ir::Op& norm, const std::string& j);
