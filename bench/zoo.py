@@ -45,7 +45,9 @@ no row starts after that many seconds; the rest are listed as not run).
 --batch-scale 1,0.25 gives a table for each scale.
 
 A model that raises anything through the kiln backend is a FAILURE row (the
-message printed, the traceback on stderr), never the harness's end. At the
+message printed, the traceback on stderr), never the harness's end; a kiln
+subgraph that ran in PyTorch after an internal error is a FAILURE line under
+the model's row (kiln's warning: its outputs are right, its times PyTorch's). At the
 bottom: the geometric mean of kiln/Inductor over the models that ran, and
 the failures.
 """
@@ -62,6 +64,7 @@ import sys
 import tempfile
 import time
 import traceback
+import warnings
 from collections import Counter
 
 import torch
@@ -284,6 +287,11 @@ def measure(spec, args):
     if args.first_calls_only:
         return first_calls_row(spec, batch, seq, args, row)
     device, stage = args.device, "building the model"
+    # kiln's warnings: a subgraph that ran in PyTorch after an internal error is a failure of the
+    # row, though its outputs are right (BERT's under reduce-overhead once, timed as PyTorch's).
+    caught = warnings.catch_warnings(record=True)
+    log = caught.__enter__()
+    warnings.simplefilter("always")
     try:
         model, inputs = zoo_models.instantiate(spec, tiny=args.tiny, device=device, dtype=dtype_of(args),
                                                batch=batch, seq=seq)
@@ -360,6 +368,8 @@ def measure(spec, args):
         traceback.print_exc()
         row["failure"] = {"stage": stage, "error": describe(e)}
     finally:
+        caught.__exit__(None, None, None)
+        row["kiln_internal_errors"] = sorted({str(w.message) for w in log if "internal error" in str(w.message)})
         torch._dynamo.reset()
         gc.collect()
         if device == "cuda":
@@ -428,6 +438,8 @@ def details(spec, row):
                 "inductor_cold_error", "inductor_warm_error"):
         if key in row:
             lines.append(f"- {key.replace('_', ' ')}: {row[key]}")
+    for why in row.get("kiln_internal_errors", []):
+        lines.append(f"- FAILURE: {why}")
     for why in row["graphs_in_pytorch"]:
         lines.append(f"- a whole graph ran in PyTorch: {why}")
     for note in row.get("kiln_cuda_graphs", []):  # (a forward not replayed times its launches from the host)

@@ -280,7 +280,7 @@ def _clamp(c, n):
 # ATen's CUDA kernels compute hardsigmoid as clamp(x + 3, 0, 6) * (1.0f / 6.0f) and
 # hardswish as x * clamp(x + 3, 0, 6) * (1.0f / 6.0f), in f32: a multiply, where
 # a division by 6 is an IEEE division an element.
-ONE_SIXTH_F32 = float(torch.tensor(1.0, dtype=torch.float32) / 6.0)  # 1.0f / 6.0f, as a Python float
+ONE_SIXTH_F32 = float(torch.tensor(1.0, dtype=torch.float32, device="cpu") / 6.0)  # 1.0f / 6.0f, as a Python float
 
 
 @converts(aten.hardsigmoid.default, aten.hardswish.default)
@@ -667,7 +667,7 @@ def _index_by_aranges(c, n):
             if size == 1 and not along and int(padded.flatten()[0]) in (0, -1):
                 continue
             if (len(along) != 1 or padded.shape[along[0]] != size or along[0] <= last_axis
-                    or not torch.equal(padded.flatten().cpu(), torch.arange(size, dtype=padded.dtype))):
+                    or not torch.equal(padded.flatten().cpu(), torch.arange(size, dtype=padded.dtype, device="cpu"))):
                 raise Unsupported("indexing by several tensors that are not each an arange over its own dimension, "
                                   "in order (kiln has no gather)")
             last_axis = along[0]
@@ -1600,7 +1600,7 @@ def _rounded(value: float, dtype: torch.dtype) -> float:
     """A constant as a tensor of `dtype` holds it."""
     if not dtype.is_floating_point:
         raise Unsupported(f"a constant converted to {dtype}")
-    return torch.tensor(value, dtype=torch.float64).to(dtype).item()
+    return torch.tensor(value, dtype=torch.float64, device="cpu").to(dtype).item()
 
 
 def _is_empty(n: torch.fx.Node) -> bool:

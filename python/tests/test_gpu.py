@@ -3,6 +3,7 @@ strided inputs, the caller's stream, CUDA-graph capture, threads, and the
 examples against the reference. Skips (and says why) without a GPU."""
 import pathlib
 import threading
+import warnings
 
 import numpy as np
 import pytest
@@ -456,6 +457,39 @@ def test_backend_reduce_overhead_replays_a_forward_with_cpu_constants():
                 got = c(attn, x).clone()
                 assert torch.allclose(got, fn(attn, x), atol=1e-5)
     assert report.subgraphs and any(w.startswith("replayed from CUDA graphs") for w in report.cuda_graphs), str(report)
+
+
+def test_backend_reduce_overhead_replays_kilns_kernels_for_a_padding_mask():
+    """transformers' padding mask (a [B, S] mask indexed by aranges) under reduce-overhead: the
+    subgraph compiles during the CUDA-graph trees' warm-up, under their default-device mode, and the
+    replay runs kiln's kernels, not PyTorch's (BERT and DistilBERT once ran in PyTorch there after an
+    internal error, equal to eager, a warning the only sign)."""
+    import kiln.torch  # noqa: F401  (registers the backend)
+
+    def fn(q, k, v, keep):
+        b, s = keep.shape
+        rows, columns = torch.arange(b, device=keep.device), torch.arange(s, device=keep.device)
+        mask = keep[rows[:, None, None, None], columns[None, None, None, :]].expand(b, 1, s, s)
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask) * 0.5
+
+    keep = torch.ones(3, 40, dtype=torch.bool, device="cuda")
+    keep[1, -9:] = False
+    q, k, v = (torch.randn(3, 4, 40, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    with reporting() as report, warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # (kiln's "runs in PyTorch after an internal error")
+        c = torch.compile(fn, backend="kiln", mode="reduce-overhead", dynamic=False)
+        with torch.no_grad():
+            for _ in range(4):
+                torch.compiler.cudagraph_mark_step_begin()
+                got = c(q, k, v, keep).clone()
+                assert relative_error(got.float().cpu(), fn(q, k, v, keep).float().cpu()) < 1e-2
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+                torch.compiler.cudagraph_mark_step_begin()
+                c(q, k, v, keep)
+                torch.cuda.synchronize()
+    assert report.subgraphs and any(w.startswith("replayed from CUDA graphs") for w in report.cuda_graphs), str(report)
+    kernels = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    assert any(name == "kiln_kernel" for name in kernels), kernels
 
 
 def test_a_symbolic_graph_runs_every_size_from_one_compile():

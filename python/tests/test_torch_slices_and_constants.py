@@ -10,6 +10,7 @@ The last tests give the graph PyTorch traces for a CUDA model (values on
 the GPU, the forward's own constants on the CPU) to the partitioner: the
 constants join the GPU's kiln subgraph instead of splitting it."""
 import os
+import warnings
 
 import pytest
 
@@ -327,6 +328,29 @@ def test_a_padding_mask_indexed_by_aranges_is_the_mask_reshaped():
     keep[0, -2:] = False
     keep[2, -5:] = False
     report = check(fn, X(3, 2, 7, 8), X(3, 2, 7, 8), X(3, 2, 7, 8), keep, exact=False)
+    all_in_kiln(report)
+
+
+def test_a_subgraph_first_called_under_another_default_device_compiles(monkeypatch):
+    # PyTorch's CUDA-graph trees warm a forward up under a default-device mode (torch.device("cuda:0"),
+    # entered as a context), so a tensor made without a device lands there: kiln's own tensors while
+    # it converts (the arange an index is compared with) say the CPU. Without, under reduce-overhead
+    # BERT's and DistilBERT's whole kiln subgraphs ran in PyTorch after an internal error ("Expected
+    # all tensors to be on the same device"). Here the default device is the meta device.
+    first_call = kiln.torch.KilnSubgraph._entry_for
+
+    def under_meta(self, key, args):
+        with torch.device("meta"):
+            return first_call(self, key, args)
+    monkeypatch.setattr(kiln.torch.KilnSubgraph, "_entry_for", under_meta)
+
+    def fn(q, k, v, keep):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=padding_mask(keep)) * 0.5
+    keep = torch.ones(3, 7, dtype=torch.bool)
+    keep[1, -3:] = False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # (kiln's "runs in PyTorch after an internal error")
+        report = check(fn, X(3, 2, 7, 8), X(3, 2, 7, 8), X(3, 2, 7, 8), keep, exact=False)
     all_in_kiln(report)
 
 
