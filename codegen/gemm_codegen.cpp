@@ -493,10 +493,11 @@ void GemmGenerator::run_loader(const ir::Op& anchor, const Gemm& gm, const MmaTi
   const size_t slot = o.is_a ? 0 : 1;
   const Shape& shape = g_.operand(anchor, slot).shape;
   // The tensors in memory that the operand is computed from (not the epilogue's).
-  std::set<ir::TensorId> sources;
+  std::set<ir::TensorId> sources, seen;
   for (std::vector<ir::TensorId> todo{anchor.inputs[slot]}; !todo.empty();) {
     const ir::TensorId t = todo.back();
     todo.pop_back();
+    if (!seen.insert(t).second) continue;
     if (ext_.count(t))
       sources.insert(t);
     else if (computed_here(t))

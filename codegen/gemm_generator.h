@@ -98,7 +98,8 @@ class GemmGenerator : public KernelBuilder {
   // An operand read as 16-byte chunks along dimension `inner`: a tensor in
   // memory (not computed here) stored as the MMA's element type, stride 1
   // along `inner`, every chunk 16-byte aligned given an aligned base
-  // pointer (checked at run time).
+  // pointer (checked at run time). `views`: also through slices and expands
+  // (a matmul's operands; the view's `offset` is added to each chunk's).
   std::optional<ExternalTensor> chunkable(ir::TensorId t, Mma kind, size_t inner, int64_t chunk, bool views = false) const;
 
   // Where the epilogue runs: per element of a SIMT tile (`open` declares
