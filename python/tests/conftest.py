@@ -58,3 +58,18 @@ def reporting():
     finally:
         kiln.torch._REPORTS.report = None
         torch._dynamo.reset()
+
+
+def subgraphs_compiled_under_meta_device(monkeypatch):
+    """kiln's subgraphs compile (at their first call) under a default-device mode, as in PyTorch's
+    CUDA-graph trees' warm-up (torch.device("cuda:0") entered as a context): a tensor the backend
+    makes without naming a device lands on the meta device, where any use of its values fails.
+    (Under reduce-overhead, BERT's and DistilBERT's subgraphs once ran in PyTorch so.)"""
+    import torch
+    import kiln.torch
+    first_call = kiln.torch.KilnSubgraph._entry_for
+
+    def under_meta(self, key, args):
+        with torch.device("meta"):
+            return first_call(self, key, args)
+    monkeypatch.setattr(kiln.torch.KilnSubgraph, "_entry_for", under_meta)

@@ -18,6 +18,7 @@ torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 
 import kiln.torch  # noqa: E402  (registers the backend)
+from conftest import subgraphs_compiled_under_meta_device  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -332,17 +333,10 @@ def test_a_padding_mask_indexed_by_aranges_is_the_mask_reshaped():
 
 
 def test_a_subgraph_first_called_under_another_default_device_compiles(monkeypatch):
-    # PyTorch's CUDA-graph trees warm a forward up under a default-device mode (torch.device("cuda:0"),
-    # entered as a context), so a tensor made without a device lands there: kiln's own tensors while
-    # it converts (the arange an index is compared with) say the CPU. Without, under reduce-overhead
-    # BERT's and DistilBERT's whole kiln subgraphs ran in PyTorch after an internal error ("Expected
-    # all tensors to be on the same device"). Here the default device is the meta device.
-    first_call = kiln.torch.KilnSubgraph._entry_for
-
-    def under_meta(self, key, args):
-        with torch.device("meta"):
-            return first_call(self, key, args)
-    monkeypatch.setattr(kiln.torch.KilnSubgraph, "_entry_for", under_meta)
+    # kiln's own tensors while it converts (the arange an index is compared with) say the CPU.
+    # Without, under reduce-overhead BERT's and DistilBERT's whole kiln subgraphs ran in PyTorch
+    # after an internal error ("Expected all tensors to be on the same device").
+    subgraphs_compiled_under_meta_device(monkeypatch)
 
     def fn(q, k, v, keep):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=padding_mask(keep)) * 0.5
