@@ -1942,6 +1942,112 @@ def _hold_constants(gm: torch.fx.GraphModule, report: Report) -> None:
 # values (codegen/gemm_tactics.cpp, kVocabularyColumns).
 _VOCABULARY_COLUMNS = 16384
 # node.meta[_IN_PYTORCH]: why the node is left to PyTorch, whatever kiln could do with it.
+# The largest intermediate (elements) _causal_masks computes to learn a mask's value.
+_MASK_EVALUATED_AT_MOST = 1 << 26
+# An additive mask's blocked entries: at most this (finfo.min of bf16 and f32, -inf), so that
+# exp(score + mask - row max) is 0 in f32 for every finite score, as under is_causal.
+_BLOCKED_AT_MOST = -1e30
+
+
+def _causal_masks(gm: torch.fx.GraphModule, report: Report) -> None:
+    """An attention whose mask is computed from constants alone and is exactly the causal mask
+    (True on and below the diagonal, False above; or 0 and at most _BLOCKED_AT_MOST) takes
+    is_causal=True and no mask instead: the mask is never made, read or applied, and the attention
+    kernel skips the tiles above the diagonal. (transformers' Mistral builds its sliding-window mask
+    from aranges; where the sequence fits in the window the band is causal. Left a mask: a
+    [B, 1, S, S] tensor every head reads, every tile computed.)
+
+    Expects: _hold_constants has run (the mask's int64 and position ops are held buffers).
+    Guarantees: the same results (a blocked entry's probability is 0 both ways: no query row of
+    a causal mask is all blocked); masks of symbolic sizes, of other values, or larger than
+    _MASK_EVALUATED_AT_MOST are left as they are."""
+    values: Dict[torch.fx.Node, Optional[torch.Tensor]] = {}
+
+    def value_of(n: Any) -> Optional[torch.Tensor]:
+        if not isinstance(n, torch.fx.Node):
+            return n
+        if n not in values:
+            values[n] = None
+            val = n.meta.get("val")
+            if isinstance(val, torch.Tensor) and val.numel() > _MASK_EVALUATED_AT_MOST:
+                return None
+            if _KNOWN in n.meta:
+                values[n] = n.meta[_KNOWN]
+            elif n.op == "get_attr" and n.target.startswith(_HELD_PREFIX):
+                values[n] = getattr(gm, n.target)
+            elif (n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
+                  and torch.Tag.nondeterministic_seeded not in n.target.tags and not n.target._schema.is_mutable
+                  and not _of_symbolic_sizes(n)):
+                args, kwargs = torch.fx.node.map_arg((n.args, n.kwargs), value_of)
+                if all(value_of(a) is not None for a in n.all_input_nodes):
+                    try:
+                        value = n.target(*args, **kwargs)
+                    except Exception:  # noqa: BLE001  (not a constant after all: left as it is)
+                        value = None
+                    values[n] = value if isinstance(value, torch.Tensor) else None
+        return values[n]
+
+    dropped: List[torch.fx.Node] = []  # masks no attention reads now
+    with _real_tensors(), torch.no_grad():
+        for n in list(gm.graph.nodes):
+            if n.op != "call_function" or not isinstance(n.target, torch._ops.OpOverload):
+                continue
+            names = [a.name for a in n.target._schema.arguments]
+            where = {name: i for i, name in enumerate(names)}
+            mask_name = next((m for m in ("attn_mask", "attn_bias") if m in where), None)
+            if mask_name is None or "is_causal" not in where or "query" not in where:
+                continue
+
+            def argument(name):
+                i = where[name]
+                return n.args[i] if i < len(n.args) else n.kwargs.get(name)
+
+            mask, q, k = argument(mask_name), argument("query"), argument("key")
+            if not isinstance(mask, torch.fx.Node) or argument("is_causal"):
+                continue
+            sq, skv = q.meta["val"].shape[-2], k.meta["val"].shape[-2]
+            if not (isinstance(sq, int) and sq == skv):
+                continue
+            value = value_of(mask)
+            if value is None or value.dim() < 2 or tuple(value.shape[-2:]) != (sq, skv):
+                continue
+            if value.dtype == torch.bool:
+                allowed = value
+            elif value.dtype.is_floating_point and bool(((value == 0) | (value <= _BLOCKED_AT_MOST)).all()):
+                allowed = value == 0
+            else:
+                continue
+            causal = torch.ones(sq, skv, dtype=torch.bool, device=value.device).tril()
+            if not bool((allowed == causal).all()):
+                continue
+            args, kwargs = list(n.args), dict(n.kwargs)
+            for name, new in ((mask_name, None), ("is_causal", True)):
+                if where[name] < len(args):
+                    args[where[name]] = new
+                else:
+                    kwargs[name] = new
+            n.args, n.kwargs = tuple(args), kwargs
+            dropped.append(mask)
+    if not dropped:
+        return
+    made_of = set()  # the masks and what they are made of
+    for todo in [list(dropped)]:
+        while todo:
+            x = todo.pop()
+            if x not in made_of:
+                made_of.add(x)
+                todo += x.all_input_nodes
+    for n in reversed(list(gm.graph.nodes)):  # of those, the nodes no one reads now
+        if n in made_of and n.op in ("call_function", "get_attr") and not n.users:
+            if n.op == "call_function":
+                report.left_to_pytorch.append({"op": str(n.target), "node": n.name, "flops": 0,
+                                               "reason": "a causal mask made from constants: the attention is causal "
+                                                         "instead (is_causal, no mask)"})
+            gm.graph.erase_node(n)
+    gm.graph.lint()
+    gm.recompile()
+
+
 _IN_PYTORCH = "kiln_in_pytorch"
 _ROW_VIEWS = {aten.view.default, aten._unsafe_view.default, aten.reshape.default}
 
@@ -2069,6 +2175,7 @@ def _partitioned(gm: torch.fx.GraphModule, report: Report, hints) -> torch.fx.Gr
     _pad_vocabulary_products(gm)
     _fold_constants(gm)
     _hold_constants(gm, report)
+    _causal_masks(gm, report)
     _sized_by_numbers_alone(gm)
     reasons: Dict[torch.fx.Node, str] = {}
     partitioner = _Partitioner(gm, _Support(reasons), allows_single_node_partition=True)

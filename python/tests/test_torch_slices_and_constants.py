@@ -9,6 +9,7 @@ that the op ran in kiln, and the cases kiln cannot take say why.
 The last tests give the graph PyTorch traces for a CUDA model (values on
 the GPU, the forward's own constants on the CPU) to the partitioner: the
 constants join the GPU's kiln subgraph instead of splitting it."""
+import json
 import os
 import warnings
 
@@ -44,8 +45,9 @@ def check(fn, *inputs, exact=True):
 
 def all_in_kiln(report, subgraphs=1):
     assert len(report.subgraphs) == subgraphs, str(report)
-    # (views, and constants computed once while compiling: no op of a forward's own)
-    left = [e for e in report.left_to_pytorch if "views alone" not in e["reason"] and "computed once" not in e["reason"]]
+    # (views, constants computed once while compiling, and causal masks dropped: no op of a forward's own)
+    left = [e for e in report.left_to_pytorch if "views alone" not in e["reason"] and "computed once" not in e["reason"]
+            and "causal mask made from constants" not in e["reason"]]
     assert left == [], str(report)
 
 
@@ -232,6 +234,52 @@ def test_a_mask_made_from_positions_alone_is_computed_once():
         for _ in range(2):
             scores, x = X(2, 4, 8, 8), X(8)
             torch.testing.assert_close(f(scores, x), fn(scores, x))
+
+
+def sdpa_built(monkeypatch, fn, *inputs):
+    """fn through the backend (equal to eager) and the sdpa ops of the kiln graphs it built."""
+    built = []
+    compile_ = kiln.torch.kiln_compile
+    monkeypatch.setattr(kiln.torch, "kiln_compile", lambda g: (built.append(json.loads(g.to_json())), compile_(g))[1])
+    report = check(fn, *inputs, exact=False)
+    return report, [o for g in built for o in g["ops"] if o["op"] == "sdpa"]
+
+
+def dropped_as_causal(report):
+    return [e for e in report.left_to_pytorch if "causal mask made from constants" in e["reason"]]
+
+
+@pytest.mark.parametrize("additive", [False, True])
+def test_a_causal_mask_made_from_positions_is_a_causal_attention(monkeypatch, additive):
+    # Mistral's sliding-window mask where the sequence fits in its window is the causal mask: the
+    # attention takes is_causal and no mask (never made nor read; the kernel skips the tiles above
+    # the diagonal), bool or additive (transformers' finfo.min where blocked).
+    def fn(q, k, v):
+        mask = sliding_window_mask(8, 8)
+        if additive:
+            mask = torch.where(mask, 0.0, torch.finfo(torch.float32).min)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask) * 2
+    report, sdpa = sdpa_built(monkeypatch, fn, X(2, 4, 8, 16), X(2, 4, 8, 16), X(2, 4, 8, 16))
+    assert sdpa and all(o["causal"] and len(o["in"]) == 3 for o in sdpa), sdpa
+    assert dropped_as_causal(report), str(report)
+    all_in_kiln(report)
+
+
+@pytest.mark.parametrize("case", ["band", "blocked by -1e4", "fewer queries than keys", "an input's mask"])
+def test_masks_that_are_not_causal_stay_masks(monkeypatch, case):
+    rows = 4 if case == "fewer queries than keys" else 8
+    def fn(q, k, v, m):
+        if case == "an input's mask":
+            mask = m
+        else:
+            mask = sliding_window_mask(8, 3 if case == "band" else 8)[..., 8 - rows:, :]
+            if case == "blocked by -1e4":  # (not every finite score's probability is 0 under it)
+                mask = torch.where(mask, 0.0, -1e4)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask) * 2
+    m = sliding_window_mask(8, 8)
+    report, sdpa = sdpa_built(monkeypatch, fn, X(2, 4, rows, 16), X(2, 4, 8, 16), X(2, 4, 8, 16), m)
+    assert sdpa and all(not o["causal"] and len(o["in"]) == 4 for o in sdpa), (case, sdpa)
+    assert not dropped_as_causal(report), str(report)
 
 
 def test_a_returned_constant_is_a_new_copy_on_every_call():
