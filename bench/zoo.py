@@ -30,7 +30,9 @@ in this one process:
 - where the time goes: one kiln-compiled forward under the torch profiler,
   its GPU kernels by time (kiln's kernels labelled with their kind from the
   kiln plans, in launch order), and the same forward's under Inductor
-  (default mode) beside them;
+  (default mode) beside them; the table's "GPU ms kiln / Ind" sums each
+  profile's kernels, a comparison of the two sides' GPU work that a slow
+  host, which can hold both reduce-overhead sides above it, does not move;
 - first calls (unless --no-cold), each in a fresh process per model and
   backend: cold (new empty KILN_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR and
   TRITON_CACHE_DIR, no remote kiln cache) and warm (a second process with
@@ -283,7 +285,7 @@ def measure(spec, args):
     exception through the kiln backend becomes the row's `failure`."""
     import kiln.torch
     batch, seq = shape_for(spec, args)
-    row = {"model": spec.name, "batch": batch, "seq": seq}
+    row = {"model": spec.name, "batch": batch, "seq": seq, "device": args.device}
     if args.first_calls_only:
         return first_calls_row(spec, batch, seq, args, row)
     device, stage = args.device, "building the model"
@@ -403,9 +405,27 @@ def shape_text(spec, row):
     return f"B{row['batch']} {row['seq']}x{row['seq']}" + (" NHWC" if spec.channels_last else "")
 
 
-COLUMNS = ["model", "batch/seq", "kiln ms", "Inductor ms", "kiln/Ind", "kiln r-o ms", "Ind r-o ms", "kiln r-o / Ind r-o", "eager ms",
+COLUMNS = ["model", "batch/seq", "kiln ms", "Inductor ms", "kiln/Ind", "kiln r-o ms", "Ind r-o ms", "kiln r-o / Ind r-o",
+           "GPU ms kiln / Ind", "eager ms",
            "max rel err kiln / Ind", "cold 1st call kiln / Ind s", "warm 1st call kiln / Ind s", "kernels", "subgraphs",
            "ATen ops in kiln", "FLOPs in kiln"]
+
+
+def gpu_ms(row, key):
+    """One forward's kernels summed (top_kernels), or None: a side's GPU time whatever its host's."""
+    top = row.get(key)
+    if row.get("device") != "cuda" or not top or math.isnan(top.get("total_ms", math.nan)):
+        return None  # (on the CPU the profile sums ops' CPU time)
+    return top["total_ms"]
+
+
+def gpu_time_cell(row):
+    """kiln's and Inductor's GPU time of one forward and their ratio: where both reduce-overhead
+    sides wait on the host (a slow one), the ratio of their GPU work still compares the kernels."""
+    kiln, inductor = gpu_ms(row, "top_kernels"), gpu_ms(row, "inductor_top_kernels")
+    if kiln is None or inductor is None:
+        return "-"
+    return f"{number(kiln)} / {number(inductor)} = {number(ratio(kiln, inductor), 2)}"
 
 
 def table_line(spec, row):
@@ -418,7 +438,7 @@ def table_line(spec, row):
     cells = [spec.name, shape_text(spec, row), number(g("kiln_ms")), number(g("inductor_ms")),
              number(ratio(g("kiln_ms"), g("inductor_ms")), 2), number(g("kiln_reduce_overhead_ms")),
              number(g("reduce_overhead_ms")), number(ratio(g("kiln_reduce_overhead_ms"), g("reduce_overhead_ms")), 2),
-             number(g("eager_ms")),
+             gpu_time_cell(row), number(g("eager_ms")),
              f"{err('kiln')} / {err('inductor')}", f"{number(g('kiln_cold_s'), 1)} / {number(g('inductor_cold_s'), 1)}",
              f"{number(g('kiln_warm_s'), 1)} / {number(g('inductor_warm_s'), 1)}", str(g("kernels", "-")),
              str(g("subgraphs", "-")),
@@ -481,6 +501,9 @@ def summary(rows):
     ratios = [ratio(r.get("kiln_reduce_overhead_ms"), r.get("reduce_overhead_ms")) for r in ran]  # both from CUDA graphs
     ratios = [x for x in ratios if not math.isnan(x)]
     means["reduce_overhead_both"] = {"geomean": geomean(ratios), "models": len(ratios)}
+    ratios = [ratio(gpu_ms(r, "top_kernels"), gpu_ms(r, "inductor_top_kernels")) for r in ran]  # one forward's kernels
+    ratios = [x for x in ratios if not math.isnan(x)]
+    means["gpu_time"] = {"geomean": geomean(ratios), "models": len(ratios)}
     return means, [r["model"] for r in rows if "failure" in r]
 
 
@@ -493,7 +516,8 @@ def report(rows, args):
     means, failures = summary(rows)
     print()
     names = {"inductor": "kiln/Inductor (default)", "reduce_overhead": "kiln/Inductor reduce-overhead", "eager": "kiln/eager",
-             "reduce_overhead_both": "kiln reduce-overhead/Inductor reduce-overhead"}
+             "reduce_overhead_both": "kiln reduce-overhead/Inductor reduce-overhead",
+             "gpu_time": "kiln/Inductor by one forward's GPU time"}
     for side, m in means.items():
         print(f"geomean {names[side]} over {m['models']} models: {number(m['geomean'], 3)}")
     print(f"failures: {len(failures)}" + (f" ({', '.join(failures)})" if failures else ""))
