@@ -1941,7 +1941,6 @@ def _hold_constants(gm: torch.fx.GraphModule, report: Report) -> None:
 # A vocabulary's projection (an LM head): at least this many columns, not a multiple of 8, of 16-bit
 # values (codegen/gemm_tactics.cpp, kVocabularyColumns).
 _VOCABULARY_COLUMNS = 16384
-# node.meta[_IN_PYTORCH]: why the node is left to PyTorch, whatever kiln could do with it.
 # The largest intermediate (elements) _causal_masks computes to learn a mask's value.
 _MASK_EVALUATED_AT_MOST = 1 << 26
 # An additive mask's blocked entries: at most this (finfo.min of bf16 and f32, -inf), so that
@@ -2005,7 +2004,10 @@ def _causal_masks(gm: torch.fx.GraphModule, report: Report) -> None:
             mask, q, k = argument(mask_name), argument("query"), argument("key")
             if not isinstance(mask, torch.fx.Node) or argument("is_causal"):
                 continue
-            sq, skv = q.meta["val"].shape[-2], k.meta["val"].shape[-2]
+            qv, kv = q.meta.get("val"), k.meta.get("val")
+            if not isinstance(qv, torch.Tensor) or not isinstance(kv, torch.Tensor):
+                continue
+            sq, skv = qv.shape[-2], kv.shape[-2]
             if not (isinstance(sq, int) and sq == skv):
                 continue
             value = value_of(mask)
@@ -2030,24 +2032,28 @@ def _causal_masks(gm: torch.fx.GraphModule, report: Report) -> None:
             dropped.append(mask)
     if not dropped:
         return
-    made_of = set()  # the masks and what they are made of
-    for todo in [list(dropped)]:
-        while todo:
-            x = todo.pop()
-            if x not in made_of:
-                made_of.add(x)
-                todo += x.all_input_nodes
+    made_of, todo = set(), list(dropped)  # the masks and what they are made of
+    while todo:
+        x = todo.pop()
+        if x not in made_of:
+            made_of.add(x)
+            todo += x.all_input_nodes
     for n in reversed(list(gm.graph.nodes)):  # of those, the nodes no one reads now
         if n in made_of and n.op in ("call_function", "get_attr") and not n.users:
             if n.op == "call_function":
                 report.left_to_pytorch.append({"op": str(n.target), "node": n.name, "flops": 0,
                                                "reason": "a causal mask made from constants: the attention is causal "
                                                          "instead (is_causal, no mask)"})
+            target = n.target
             gm.graph.erase_node(n)
+            if n.op == "get_attr" and target.startswith(_HELD_PREFIX) and not any(
+                    m.op == "get_attr" and m.target == target for m in gm.graph.nodes):
+                delattr(gm, target)  # (a held mask part: its memory too)
     gm.graph.lint()
     gm.recompile()
 
 
+# node.meta[_IN_PYTORCH]: why the node is left to PyTorch, whatever kiln could do with it.
 _IN_PYTORCH = "kiln_in_pytorch"
 _ROW_VIEWS = {aten.view.default, aten._unsafe_view.default, aten.reshape.default}
 
