@@ -1880,7 +1880,7 @@ def _hold_constants(gm: torch.fx.GraphModule, report: Report) -> None:
                 value = _constant_value(gm, n)  # (a tensor constant read through lift_fresh_copy)
                 if isinstance(value, torch.Tensor) and not isinstance(value, FakeTensor):
                     values[n] = value
-            elif _computed_once(n, values):
+            elif _computed_once(n, values) or _leads_to_held(n, values):
                 args, kwargs = torch.fx.node.map_arg((n.args, n.kwargs), lambda a: values[a])
                 try:
                     value = n.target(*args, **kwargs)
@@ -1901,8 +1901,8 @@ def _hold_constants(gm: torch.fx.GraphModule, report: Report) -> None:
             # which waits for every kernel before it, 0.45 ms a forward.)
             if _may_alias(n) or any(u.op != "output" and u in returned for u in n.users):
                 continue  # (an output that may alias another: as traced)
-        elif _KNOWN in n.meta or all(u in values for u in n.users):
-            continue  # (kiln builds it where kiln reads it; or no forward reads it)
+        elif _KNOWN in n.meta or all(u in values for u in n.users) or why_not(n) is None:
+            continue  # (kiln builds it where kiln reads it; or no forward reads it; or kiln computes it)
         value = values[n]
         size = value.numel() * value.element_size()
         if held_bytes + size > _HELD_AT_MOST:
@@ -2145,6 +2145,43 @@ def _computed_once(n: torch.fx.Node, values: Dict[torch.fx.Node, torch.Tensor]) 
     if any(a not in values for a in n.all_input_nodes):
         return False
     return not _of_symbolic_sizes(n) and why_not(n) is not None
+
+
+# The largest value (elements) of an op kiln takes that _hold_constants computes on the way to one
+# it holds.
+_EVALUATED_ON_THE_WAY_AT_MOST = 1 << 24
+
+
+def _leads_to_held(n: torch.fx.Node, values: Dict[torch.fx.Node, torch.Tensor]) -> bool:
+    """Whether _hold_constants computes an op kiln takes: of constants alone, as _computed_once's,
+    and read by an op it computes in turn (T5's relative position buckets: a log and a multiply
+    of float positions between int64 ops; kiln computed them each forward and PyTorch the rest).
+    Such a value is held only where that op is; an op kiln takes is never held itself."""
+    if n.op != "call_function" or not isinstance(n.target, torch._ops.OpOverload):
+        return False
+    if torch.Tag.nondeterministic_seeded in n.target.tags or n.target._schema.is_mutable:
+        return False
+    if any(a not in values for a in n.all_input_nodes) or _of_symbolic_sizes(n):
+        return False
+    val = n.meta.get("val")
+    if not isinstance(val, torch.Tensor) or val.numel() > _EVALUATED_ON_THE_WAY_AT_MOST:
+        return False
+    return _reaches_pytorch(n.users)
+
+
+def _reaches_pytorch(users, most: int = 16) -> bool:
+    """Whether one of `users` is an op kiln does not take, or leads to one through at most `most`
+    ops kiln takes."""
+    seen, todo = set(), list(users)
+    while todo and len(seen) < most:
+        x = todo.pop()
+        if x in seen or x.op != "call_function" or not isinstance(x.target, torch._ops.OpOverload):
+            continue
+        seen.add(x)
+        if why_not(x) is not None:
+            return True
+        todo += list(x.users)
+    return False
 
 
 def _may_alias(user: torch.fx.Node) -> bool:

@@ -10,6 +10,7 @@ The last tests give the graph PyTorch traces for a CUDA model (values on
 the GPU, the forward's own constants on the CPU) to the partitioner: the
 constants join the GPU's kiln subgraph instead of splitting it."""
 import json
+import math
 import os
 import warnings
 
@@ -282,6 +283,23 @@ def test_masks_that_are_not_causal_stay_masks(monkeypatch, case):
     assert not dropped_as_causal(report), str(report)
 
 
+def test_float_ops_between_int64_ops_of_constants_are_computed_once():
+    # T5's relative position buckets: int64 positions, a log of their float ratio, back to int64,
+    # clamped, then an embedding (a gather: PyTorch's). The log and multiply are ops kiln takes; they
+    # are computed once too, on the way, and the buckets held: PyTorch's forward is the gather alone.
+    def fn(x, table):
+        positions = torch.arange(8)
+        relative = positions[None, :] - positions[:, None]
+        far = (torch.log(relative.abs().float().clamp(min=1) / 2) / math.log(4) * 3).to(torch.long) + 2
+        buckets = torch.where(relative.abs() < 2, relative.abs(), torch.minimum(far, torch.full_like(far, 4)))
+        return x + F.embedding(buckets, table).sum(-1)
+    report = check(fn, X(8, 8), X(5, 3), exact=False)
+    per_forward = [e["op"] for e in report.left_to_pytorch if e not in computed_once(report)
+                   and "views alone" not in e["reason"]]
+    assert per_forward == ["aten.embedding.default"], str(report)
+    assert {"aten.log.default", "aten.div.Tensor"} <= {e["op"] for e in computed_once(report)}, str(report)
+
+
 def test_a_returned_constant_is_a_new_copy_on_every_call():
     # (the caller may write into what it gets: the held value itself returned would carry that to the
     # next call; Mistral returns constants its forward moves to the GPU, a synchronising copy a call)
@@ -551,11 +569,12 @@ def test_a_constant_kiln_cannot_build_stays_a_pytorch_tensor():
     assert [e["op"] for e in report.left_to_pytorch] == ["aten.scalar_tensor.default"], str(report)
 
 
-@pytest.mark.parametrize("model, fast", [("swin_t", True), ("bert", True), ("t5_encoder", False), ("cumsum between", False)])
+@pytest.mark.parametrize("model, fast", [("swin_t", True), ("bert", True), ("t5_encoder", True), ("cumsum between", False)])
 def test_the_partitioners_linear_path_gives_pytorchs_partitions(model, fast, monkeypatch):
     # Where no PyTorch node lies between two kiln nodes, every supported node is one partition, found
     # in linear time (Swin-T: 1.7 -> 0.7 s for the whole partition step here); anywhere else PyTorch's
-    # quadratic algorithm runs. Both give PyTorch's partitions.
+    # quadratic algorithm runs. Both give PyTorch's partitions. (T5 had its relative position buckets'
+    # int64 ops between kiln nodes until they were computed once.)
     import sys
     from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
     if model == "cumsum between":
