@@ -1872,6 +1872,7 @@ def _hold_constants(gm: torch.fx.GraphModule, report: Report) -> None:
     reason."""
     from torch._subclasses.fake_tensor import FakeTensor
     values: Dict[torch.fx.Node, torch.Tensor] = {}
+    on_the_way: set = set()  # ops kiln takes, computed for the ones after them (_leads_to_held)
     with _real_tensors(), torch.no_grad():
         for n in gm.graph.nodes:
             if _KNOWN in n.meta:
@@ -1881,6 +1882,8 @@ def _hold_constants(gm: torch.fx.GraphModule, report: Report) -> None:
                 if isinstance(value, torch.Tensor) and not isinstance(value, FakeTensor):
                     values[n] = value
             elif _computed_once(n, values) or _leads_to_held(n, values):
+                if not _computed_once(n, values):
+                    on_the_way.add(n)
                 args, kwargs = torch.fx.node.map_arg((n.args, n.kwargs), lambda a: values[a])
                 try:
                     value = n.target(*args, **kwargs)
@@ -1894,6 +1897,8 @@ def _hold_constants(gm: torch.fx.GraphModule, report: Report) -> None:
     for n in list(gm.graph.nodes):
         if n not in values or n.op != "call_function":
             continue
+        if n in on_the_way:
+            continue  # (an op kiln takes, computed only on the way to one it does not: kiln's where read)
         output_reads = n in returned
         if output_reads:
             # A constant the graph returns: a device copy of the held value on each call. (Mistral's
@@ -1901,8 +1906,8 @@ def _hold_constants(gm: torch.fx.GraphModule, report: Report) -> None:
             # which waits for every kernel before it, 0.45 ms a forward.)
             if _may_alias(n) or any(u.op != "output" and u in returned for u in n.users):
                 continue  # (an output that may alias another: as traced)
-        elif _KNOWN in n.meta or all(u in values for u in n.users) or why_not(n) is None:
-            continue  # (kiln builds it where kiln reads it; or no forward reads it; or kiln computes it)
+        elif _KNOWN in n.meta or all(u in values for u in n.users):
+            continue  # (kiln builds it where kiln reads it; or no forward reads it)
         value = values[n]
         size = value.numel() * value.element_size()
         if held_bytes + size > _HELD_AT_MOST:
@@ -2154,9 +2159,10 @@ _EVALUATED_ON_THE_WAY_AT_MOST = 1 << 24
 
 def _leads_to_held(n: torch.fx.Node, values: Dict[torch.fx.Node, torch.Tensor]) -> bool:
     """Whether _hold_constants computes an op kiln takes: of constants alone, as _computed_once's,
-    and read by an op it computes in turn (T5's relative position buckets: a log and a multiply
-    of float positions between int64 ops; kiln computed them each forward and PyTorch the rest).
-    Such a value is held only where that op is; an op kiln takes is never held itself."""
+    at most _EVALUATED_ON_THE_WAY_AT_MOST elements, and leading (_reaches_pytorch) to an op kiln
+    does not take, which may then be computed once too (T5's relative position buckets: a log and a
+    multiply of float positions between int64 ops; kiln computed them each forward and PyTorch the
+    rest). The op kiln takes is never held itself."""
     if n.op != "call_function" or not isinstance(n.target, torch._ops.OpOverload):
         return False
     if torch.Tag.nondeterministic_seeded in n.target.tags or n.target._schema.is_mutable:
