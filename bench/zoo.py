@@ -493,17 +493,15 @@ def details(spec, row):
 
 def summary(rows):
     ran = [r for r in rows if "failure" not in r]
-    means = {}
-    for side in ("inductor", "reduce_overhead", "eager"):
-        ratios = [ratio(r.get("kiln_ms"), r.get(f"{side}_ms")) for r in ran]
-        ratios = [x for x in ratios if not math.isnan(x)]
-        means[side] = {"geomean": geomean(ratios), "models": len(ratios)}
-    ratios = [ratio(r.get("kiln_reduce_overhead_ms"), r.get("reduce_overhead_ms")) for r in ran]  # both from CUDA graphs
-    ratios = [x for x in ratios if not math.isnan(x)]
-    means["reduce_overhead_both"] = {"geomean": geomean(ratios), "models": len(ratios)}
-    ratios = [ratio(gpu_ms(r, "top_kernels"), gpu_ms(r, "inductor_top_kernels")) for r in ran]  # one forward's kernels
-    ratios = [x for x in ratios if not math.isnan(x)]
-    means["gpu_time"] = {"geomean": geomean(ratios), "models": len(ratios)}
+
+    def mean(pairs):
+        ratios = [x for x in (ratio(a, b) for a, b in pairs) if not math.isnan(x)]
+        return {"geomean": geomean(ratios), "models": len(ratios)}
+    means = {side: mean((r.get("kiln_ms"), r.get(f"{side}_ms")) for r in ran)
+             for side in ("inductor", "reduce_overhead", "eager")}
+    means["reduce_overhead_both"] = mean((r.get("kiln_reduce_overhead_ms"), r.get("reduce_overhead_ms"))
+                                         for r in ran)  # both from CUDA graphs
+    means["gpu_time"] = mean((gpu_ms(r, "top_kernels"), gpu_ms(r, "inductor_top_kernels")) for r in ran)
     return means, [r["model"] for r in rows if "failure" in r]
 
 

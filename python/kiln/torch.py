@@ -1881,8 +1881,8 @@ def _hold_constants(gm: torch.fx.GraphModule, report: Report) -> None:
                 value = _constant_value(gm, n)  # (a tensor constant read through lift_fresh_copy)
                 if isinstance(value, torch.Tensor) and not isinstance(value, FakeTensor):
                     values[n] = value
-            elif _computed_once(n, values) or _leads_to_held(n, values):
-                if not _computed_once(n, values):
+            elif (once := _computed_once(n, values)) or _leads_to_held(n, values):
+                if not once:
                     on_the_way.add(n)
                 args, kwargs = torch.fx.node.map_arg((n.args, n.kwargs), lambda a: values[a])
                 try:
@@ -1979,9 +1979,7 @@ def _causal_masks(gm: torch.fx.GraphModule, report: Report) -> None:
                 values[n] = n.meta[_KNOWN]
             elif n.op == "get_attr" and n.target.startswith(_HELD_PREFIX):
                 values[n] = getattr(gm, n.target)
-            elif (n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
-                  and torch.Tag.nondeterministic_seeded not in n.target.tags and not n.target._schema.is_mutable
-                  and not _of_symbolic_sizes(n)):
+            elif _computable(n):
                 args, kwargs = torch.fx.node.map_arg((n.args, n.kwargs), value_of)
                 if all(value_of(a) is not None for a in n.all_input_nodes):
                     try:
@@ -2140,16 +2138,18 @@ def _reaches_outputs_as_rows(n: torch.fx.Node, cols: int) -> bool:
     return bool(n.users)
 
 
+def _computable(n: torch.fx.Node) -> bool:
+    """Whether the node's value may be computed while compiling, given its inputs': an ATen op,
+    neither random nor mutating, of integer sizes."""
+    return (n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
+            and torch.Tag.nondeterministic_seeded not in n.target.tags and not n.target._schema.is_mutable
+            and not _of_symbolic_sizes(n))
+
+
 def _computed_once(n: torch.fx.Node, values: Dict[torch.fx.Node, torch.Tensor]) -> bool:
     """Whether _hold_constants computes the node: an ATen op PyTorch runs (kiln does not take it),
-    of constants alone, neither random nor mutating, of integer sizes."""
-    if n.op != "call_function" or not isinstance(n.target, torch._ops.OpOverload):
-        return False
-    if torch.Tag.nondeterministic_seeded in n.target.tags or n.target._schema.is_mutable:
-        return False
-    if any(a not in values for a in n.all_input_nodes):
-        return False
-    return not _of_symbolic_sizes(n) and why_not(n) is not None
+    of constants alone, _computable."""
+    return _computable(n) and all(a in values for a in n.all_input_nodes) and why_not(n) is not None
 
 
 # The largest value (elements) of an op kiln takes that _hold_constants computes on the way to one
@@ -2163,11 +2163,7 @@ def _leads_to_held(n: torch.fx.Node, values: Dict[torch.fx.Node, torch.Tensor]) 
     does not take, which may then be computed once too (T5's relative position buckets: a log and a
     multiply of float positions between int64 ops; kiln computed them each forward and PyTorch the
     rest). The op kiln takes is never held itself."""
-    if n.op != "call_function" or not isinstance(n.target, torch._ops.OpOverload):
-        return False
-    if torch.Tag.nondeterministic_seeded in n.target.tags or n.target._schema.is_mutable:
-        return False
-    if any(a not in values for a in n.all_input_nodes) or _of_symbolic_sizes(n):
+    if not _computable(n) or any(a not in values for a in n.all_input_nodes):
         return False
     val = n.meta.get("val")
     if not isinstance(val, torch.Tensor) or val.numel() > _EVALUATED_ON_THE_WAY_AT_MOST:
